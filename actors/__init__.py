@@ -1,0 +1,1 @@
+"""loopfuse's actors: independent async workers that talk only through the bus."""

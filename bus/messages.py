@@ -1,0 +1,360 @@
+"""Every message spoken on the bus: frozen, tagged msgspec Structs that carry a ``run_id``.
+
+Messages are data, never callables or live objects, so any of them can be encoded with
+msgspec and cross a process boundary unchanged. :data:`BusMessage` is the closed union;
+:data:`ENCODER` and :data:`DECODER` are built once and reused.
+
+Flow of one turn (who publishes what)::
+
+    conductor     TurnStarted ─settle─▶ ModelRequest ───────────────▶ LLM caller
+    LLM caller    ModelTextDelta* ▶ ModelError* ▶ ModelReply ──────▶ conductor (inbox)
+    conductor     ModelReplied ─settle─▶ ToolCallProposed ─settle─▶ monitors
+    monitors      ToolVerdict / Nudge / StopSignal ─────────────────▶ conductor (inbox)
+    conductor     ToolExecute ──────────────────────────────────────▶ tool executor
+    tool executor ToolResult* ──────────────────────────────────────▶ conductor (inbox)
+    conductor     TurnEnded ─settle─▶ (budget monitor: max_turns …)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from bus.exit import ExitReason, Outcome
+from bus.transcript import ChatMessage, ToolCall, Usage
+
+__all__ = [
+    "DECODER",
+    "ENCODER",
+    "INBOX_TYPES",
+    "MESSAGE_TYPES",
+    "AbortRequested",
+    "ActorFailed",
+    "BusMessage",
+    "Message",
+    "ModelCancel",
+    "ModelError",
+    "ModelErrorKind",
+    "ModelReplied",
+    "ModelReply",
+    "ModelRequest",
+    "ModelTextDelta",
+    "Nudge",
+    "Progress",
+    "ProgressStatus",
+    "RunFinished",
+    "RunStarted",
+    "StopSignal",
+    "ToolCallProposed",
+    "ToolExecute",
+    "ToolResult",
+    "ToolVerdict",
+    "ToolsCancel",
+    "TurnEnded",
+    "TurnStarted",
+    "Verdict",
+]
+
+
+class Message(msgspec.Struct, frozen=True, tag=True, kw_only=True):
+    """Base of every bus message."""
+
+    run_id: str
+
+
+# --------------------------------------------------------------------------- run lifecycle
+
+
+class RunStarted(Message, frozen=True, kw_only=True):
+    """A run began. Carries what per-run actors need to set up their state."""
+
+    trace_id: str
+    task: str
+    model: str
+    stage: str = "agent"
+    plan: tuple[str, ...] = ("agent",)
+    folder: str | None = None
+    tools: tuple[str, ...] = ()
+    max_turns: int = 0
+    max_tool_calls: int = 0
+    deadline_seconds: float = 0.0
+    started_at: float = 0.0
+
+
+class RunFinished(Message, frozen=True, kw_only=True):
+    """A run ended: the last message of every run."""
+
+    exit_reason: ExitReason
+    cause: str
+    outcome: Outcome
+    detail: str
+    hint: str
+    turns: int
+    llm_requests: int
+    tool_calls: int
+    usage: Usage
+    incomplete: bool = False
+    degraded: bool = False
+
+
+class TurnStarted(Message, frozen=True, kw_only=True):
+    """Checkpoint before a model call (settled)."""
+
+    turn: int
+    stage: str
+    prompt_messages: int
+
+
+class TurnEnded(Message, frozen=True, kw_only=True):
+    """Checkpoint after the turn's tools ran, before the next model call (settled)."""
+
+    turn: int
+    tool_calls: int
+
+
+ProgressStatus = Literal["started", "finished", "skipped"]
+
+
+class Progress(Message, frozen=True, kw_only=True):
+    """A milestone of a plan fixed before the run: ``index`` of ``total`` (1-based)."""
+
+    stage: str
+    index: int
+    total: int
+    status: ProgressStatus
+    detail: str = ""
+
+
+# --------------------------------------------------------------------------- model calls
+
+
+class ModelRequest(Message, frozen=True, kw_only=True):
+    """Ask the LLM caller for one completion of ``messages``."""
+
+    turn: int
+    model: str
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[str, ...] = ()
+    max_tokens: int | None = None
+    deadline_at: float | None = None
+
+
+class ModelTextDelta(Message, frozen=True, kw_only=True):
+    """A piece of streamed assistant text (observers and the content-loop detector)."""
+
+    turn: int
+    text: str
+
+
+ModelErrorKind = Literal[
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "connection",
+    "context_length",
+    "bad_request",
+    "auth",
+    "stream",
+    "deadline",
+]
+
+
+class ModelError(Message, frozen=True, kw_only=True):
+    """One failed attempt; ``final`` when the LLM caller gives up on this request."""
+
+    turn: int
+    kind: ModelErrorKind
+    message: str
+    status: int | None = None
+    attempt: int = 1
+    final: bool = False
+    retry_after: float | None = None
+
+
+class ModelReply(Message, frozen=True, kw_only=True):
+    """The assembled answer to a :class:`ModelRequest` (possibly partial when aborted)."""
+
+    turn: int
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage = Usage()
+    attempts: int = 1
+    latency_seconds: float = 0.0
+    ttft_seconds: float | None = None
+    aborted: bool = False
+    invalid_tool_calls: tuple[str, ...] = ()
+
+
+class ModelCancel(Message, frozen=True, kw_only=True):
+    """Stop reading the model's response for ``turn`` and reply with what arrived."""
+
+    turn: int
+    reason: str
+
+
+class ModelReplied(Message, frozen=True, kw_only=True):
+    """Checkpoint after each reply (settled): what the run accepted from the model."""
+
+    turn: int
+    text_chars: int
+    tool_calls: int
+    finish_reason: str | None
+    usage: Usage
+    total_usage: Usage
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class ToolCallProposed(Message, frozen=True, kw_only=True):
+    """Checkpoint before a tool call (settled); monitors answer with a :class:`ToolVerdict`."""
+
+    turn: int
+    call: ToolCall
+    fingerprint: str
+    index: int
+
+
+Verdict = Literal["allow", "warn", "block"]
+
+
+class ToolVerdict(Message, frozen=True, kw_only=True):
+    """A monitor's or hook's answer about one proposed call; ``block`` sends ``message`` back."""
+
+    turn: int
+    call_id: str
+    verdict: Verdict
+    source: str
+    message: str = ""
+
+
+class ToolExecute(Message, frozen=True, kw_only=True):
+    """Run these approved calls concurrently; results come back one per call."""
+
+    turn: int
+    calls: tuple[ToolCall, ...]
+    fingerprints: tuple[str, ...]
+
+
+class ToolResult(Message, frozen=True, kw_only=True):
+    """The outcome of one call. Errors are results (``is_error``), never exceptions."""
+
+    turn: int
+    call_id: str
+    tool: str
+    content: str
+    is_error: bool = False
+    error_kind: str | None = None
+    duration_seconds: float = 0.0
+    fingerprint: str = ""
+    result_fingerprint: str = ""
+    cache: Literal["hit", "miss", "none"] = "none"
+    executed: bool = True
+
+
+class ToolsCancel(Message, frozen=True, kw_only=True):
+    """Start no more tools of ``turn``; cancel running ones after ``grace_seconds``."""
+
+    turn: int
+    grace_seconds: float
+    reason: str
+
+
+# --------------------------------------------------------------------------- control
+
+
+class Nudge(Message, frozen=True, kw_only=True):
+    """Text injected (as a user message) before the next model call."""
+
+    kind: str
+    text: str
+    source: str
+
+
+class StopSignal(Message, frozen=True, kw_only=True):
+    """End the run: ``reason`` is one of the seven, ``cause`` from the closed set."""
+
+    reason: ExitReason
+    cause: str
+    source: str
+    detail: str = ""
+
+
+class AbortRequested(Message, frozen=True, kw_only=True):
+    """Someone (caller, API, shutdown) asked the run to stop now."""
+
+    source: Literal["caller", "api", "shutdown", "crash"]
+    detail: str = ""
+
+
+class ActorFailed(Message, frozen=True, kw_only=True):
+    """An actor's handler raised while handling a message of this run."""
+
+    actor: str
+    error: str
+
+
+BusMessage = (
+    RunStarted
+    | RunFinished
+    | TurnStarted
+    | TurnEnded
+    | Progress
+    | ModelRequest
+    | ModelTextDelta
+    | ModelError
+    | ModelReply
+    | ModelCancel
+    | ModelReplied
+    | ToolCallProposed
+    | ToolVerdict
+    | ToolExecute
+    | ToolResult
+    | ToolsCancel
+    | Nudge
+    | StopSignal
+    | AbortRequested
+    | ActorFailed
+)
+
+MESSAGE_TYPES: tuple[type[Message], ...] = (
+    RunStarted,
+    RunFinished,
+    TurnStarted,
+    TurnEnded,
+    Progress,
+    ModelRequest,
+    ModelTextDelta,
+    ModelError,
+    ModelReply,
+    ModelCancel,
+    ModelReplied,
+    ToolCallProposed,
+    ToolVerdict,
+    ToolExecute,
+    ToolResult,
+    ToolsCancel,
+    Nudge,
+    StopSignal,
+    AbortRequested,
+    ActorFailed,
+)
+
+# Messages that the bus also delivers to the run's own control inbox (the conductor).
+INBOX_TYPES: frozenset[type[Message]] = frozenset(
+    {
+        ModelReply,
+        ModelError,
+        ToolResult,
+        ToolVerdict,
+        Nudge,
+        StopSignal,
+        AbortRequested,
+        ActorFailed,
+    }
+)
+
+ENCODER = msgspec.json.Encoder()
+DECODER: msgspec.json.Decoder[BusMessage] = msgspec.json.Decoder(BusMessage)

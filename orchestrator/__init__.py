@@ -1,0 +1,1 @@
+"""loopfuse's orchestrator: the conductor, the runtime, config, simulator and CLI."""
