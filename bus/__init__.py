@@ -38,7 +38,15 @@ from bus.messages import (
     TurnStarted,
     Verdict,
 )
-from bus.transcript import NUDGE_MARKER, ChatMessage, Role, ToolCall, Usage, nudge_text
+from bus.transcript import (
+    NUDGE_MARKER,
+    ChatMessage,
+    Role,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    nudge_text,
+)
 
 __all__ = [
     "CAUSES",
@@ -78,6 +86,7 @@ __all__ = [
     "ToolCallProposed",
     "ToolExecute",
     "ToolResult",
+    "ToolSpec",
     "ToolVerdict",
     "ToolsCancel",
     "TurnEnded",

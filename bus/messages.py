@@ -22,7 +22,7 @@ from typing import Literal
 import msgspec
 
 from bus.exit import ExitReason, Outcome
-from bus.transcript import ChatMessage, ToolCall, Usage
+from bus.transcript import ChatMessage, ToolCall, ToolSpec, Usage
 
 __all__ = [
     "DECODER",
@@ -135,7 +135,7 @@ class ModelRequest(Message, frozen=True, kw_only=True):
     turn: int
     model: str
     messages: tuple[ChatMessage, ...]
-    tools: tuple[str, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
     deadline_at: float | None = None
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 import msgspec
 
-__all__ = ["NUDGE_MARKER", "ChatMessage", "Role", "ToolCall", "Usage", "nudge_text"]
+__all__ = ["NUDGE_MARKER", "ChatMessage", "Role", "ToolCall", "ToolSpec", "Usage", "nudge_text"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -30,6 +30,14 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     id: str
     name: str
     arguments: str
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool as the model sees it: ``parameters`` is its JSON schema, as JSON text."""
+
+    name: str
+    description: str
+    parameters: str
 
 
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
