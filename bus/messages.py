@@ -113,7 +113,7 @@ class TurnEnded(Message, frozen=True, kw_only=True):
     tool_calls: int
 
 
-ProgressStatus = Literal["started", "finished", "skipped"]
+ProgressStatus = Literal["started", "running", "finished", "skipped"]
 
 
 class Progress(Message, frozen=True, kw_only=True):

@@ -1,0 +1,153 @@
+"""The budget monitor: hard limits on turns, tool calls and wall-clock time.
+
+* ``max_turns`` is checked when a turn ends (after its tools ran, before the next model
+  call), so the last turn's tools do run.
+* ``max_tool_calls``: the call that would exceed the budget is stopped before it runs.
+* ``deadline_seconds``: one timer task serves every run (a heap of deadlines), so a run
+  that is waiting on a slow model or tool is stopped when its time is up, not at the next
+  checkpoint; checkpoints check the clock too.
+
+Every limit ends the run with ``max_turns`` and its own cause.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import assert_never
+
+import anyio
+from anyio.abc import TaskStatus
+
+from bus import (
+    Bus,
+    ExitReason,
+    RunFinished,
+    RunStarted,
+    StopSignal,
+    ToolCallProposed,
+    TurnEnded,
+    TurnStarted,
+)
+
+__all__ = ["BudgetMonitor"]
+
+_Message = RunStarted | RunFinished | TurnStarted | TurnEnded | ToolCallProposed
+
+
+@dataclass
+class _RunBudget:
+    max_turns: int
+    max_tool_calls: int
+    deadline_at: float | None
+    proposed: int = 0
+    stopped: bool = False
+
+
+class BudgetMonitor:
+    """Publishes a ``StopSignal`` when a run exceeds its turns, tool calls or deadline."""
+
+    def __init__(self, bus: Bus, *, clock: Callable[[], float] = time.time) -> None:
+        self._bus = bus
+        self._clock = clock
+        self._runs: dict[str, _RunBudget] = {}
+        self._deadlines: list[tuple[float, str]] = []
+        self._rearm = anyio.Event()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until the bus closes this subscription."""
+        subscription = self._bus.subscribe(
+            RunStarted,
+            RunFinished,
+            TurnStarted,
+            TurnEnded,
+            ToolCallProposed,
+            name="budget_monitor",
+            answers=True,
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_deadlines)
+            task_status.started()
+            await subscription.serve(self._handle)
+            tg.cancel_scope.cancel()
+
+    def active_runs(self) -> int:
+        return len(self._runs)
+
+    def _handle(self, msg: _Message) -> None:
+        match msg:
+            case RunStarted():
+                deadline = msg.started_at + msg.deadline_seconds if msg.deadline_seconds else None
+                self._runs[msg.run_id] = _RunBudget(msg.max_turns, msg.max_tool_calls, deadline)
+                if deadline is not None:
+                    heapq.heappush(self._deadlines, (deadline, msg.run_id))
+                    if self._deadlines[0][1] == msg.run_id:
+                        self._rearm.set()
+            case RunFinished():
+                self._runs.pop(msg.run_id, None)
+            case TurnStarted():
+                self._check_deadline(msg.run_id)
+            case TurnEnded():
+                budget = self._runs.get(msg.run_id)
+                if budget is not None and budget.max_turns and msg.turn >= budget.max_turns:
+                    self._stop(
+                        msg.run_id,
+                        "budget.max_turns",
+                        f"Reached the limit of {budget.max_turns} turns (max_turns).",
+                    )
+            case ToolCallProposed():
+                budget = self._runs.get(msg.run_id)
+                if budget is None:
+                    return
+                budget.proposed += 1
+                if budget.max_tool_calls and budget.proposed > budget.max_tool_calls:
+                    self._stop(
+                        msg.run_id,
+                        "budget.max_tool_calls",
+                        f"Call {budget.proposed} ({msg.call.name}) would exceed the limit of "
+                        f"{budget.max_tool_calls} tool calls (max_tool_calls); it did not run.",
+                    )
+            case _:
+                assert_never(msg)
+
+    def _check_deadline(self, run_id: str) -> None:
+        budget = self._runs.get(run_id)
+        if (
+            budget is not None
+            and budget.deadline_at is not None
+            and self._clock() >= budget.deadline_at
+        ):
+            self._stop(
+                run_id,
+                "budget.deadline",
+                "The run's wall-clock deadline passed (deadline_seconds).",
+            )
+
+    def _stop(self, run_id: str, cause: str, detail: str) -> None:
+        budget = self._runs.get(run_id)
+        if budget is None or budget.stopped:
+            return
+        budget.stopped = True
+        self._bus.publish_nowait(
+            StopSignal(
+                run_id=run_id,
+                reason=ExitReason.MAX_TURNS,
+                cause=cause,
+                source="budget_monitor",
+                detail=detail,
+            )
+        )
+
+    async def _watch_deadlines(self) -> None:
+        while True:
+            self._rearm = anyio.Event()
+            while self._deadlines and (
+                self._deadlines[0][1] not in self._runs or self._deadlines[0][0] <= self._clock()
+            ):
+                _, run_id = heapq.heappop(self._deadlines)
+                self._check_deadline(run_id)
+            wait = self._deadlines[0][0] - self._clock() if self._deadlines else None
+            with anyio.move_on_after(wait):
+                await self._rearm.wait()

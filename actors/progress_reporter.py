@@ -1,0 +1,90 @@
+"""The progress reporter: milestones with ``index`` of ``total`` from a plan fixed up front.
+
+The plan (the run's stages) travels in ``RunStarted``, so the first progress event already
+knows the denominator. The stage name is taken from the messages, never reconstructed from
+a position in the plan. When the run ends, stages that never ran are reported as skipped
+and the last event always reaches 100%.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import assert_never
+
+import anyio
+from anyio.abc import TaskStatus
+
+from bus import Bus, Progress, ProgressStatus, RunFinished, RunStarted, TurnStarted
+
+__all__ = ["ProgressReporter"]
+
+_Message = RunStarted | TurnStarted | RunFinished
+
+
+@dataclass
+class _Plan:
+    stages: tuple[str, ...]
+    current: str
+    max_turns: int
+
+
+class ProgressReporter:
+    """Publishes :class:`bus.Progress` events for every run (an observer: never waited for)."""
+
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self._plans: dict[str, _Plan] = {}
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until the bus closes this subscription."""
+        subscription = self._bus.subscribe(
+            RunStarted, TurnStarted, RunFinished, name="progress_reporter"
+        )
+        task_status.started()
+        await subscription.serve(self._handle)
+
+    def _handle(self, msg: _Message) -> None:
+        match msg:
+            case RunStarted():
+                plan = _Plan(msg.plan or (msg.stage,), msg.stage, msg.max_turns)
+                self._plans[msg.run_id] = plan
+                self._emit(msg.run_id, plan, msg.stage, "started", "run started")
+            case TurnStarted():
+                running = self._plans.get(msg.run_id)
+                if running is None:
+                    return
+                running.current = msg.stage
+                limit = f" of at most {running.max_turns}" if running.max_turns else ""
+                self._emit(msg.run_id, running, msg.stage, "running", f"turn {msg.turn}{limit}")
+            case RunFinished():
+                ended = self._plans.pop(msg.run_id, None)
+                if ended is None:
+                    return
+                done = f"{msg.exit_reason.value} ({msg.cause})"
+                position = self._position(ended, ended.current)
+                self._emit(msg.run_id, ended, ended.current, "finished", done)
+                for stage in ended.stages[position:]:
+                    self._emit(msg.run_id, ended, stage, "skipped", "not reached")
+            case _:
+                assert_never(msg)
+
+    @staticmethod
+    def _position(plan: _Plan, stage: str) -> int:
+        return plan.stages.index(stage) + 1 if stage in plan.stages else len(plan.stages)
+
+    def _emit(
+        self, run_id: str, plan: _Plan, stage: str, status: ProgressStatus, detail: str
+    ) -> None:
+        index = self._position(plan, stage)
+        if status in ("finished", "skipped") and stage == plan.stages[-1]:
+            index = len(plan.stages)
+        self._bus.publish_nowait(
+            Progress(
+                run_id=run_id,
+                stage=stage,
+                index=index,
+                total=len(plan.stages),
+                status=status,
+                detail=detail,
+            )
+        )

@@ -1,0 +1,203 @@
+"""Typed configuration: a TOML file, then ``LOOPFUSE_*`` environment overrides, then defaults.
+
+A nested key is written ``LOOPFUSE_SECTION__KEY`` in the environment (``LOOPFUSE_BUDGET__
+MAX_TURNS=5``); values are read as TOML scalars (``5``, ``true``, ``"text"``) and as plain
+text otherwise. Every bad key or value fails at load time with a :class:`ConfigError` that
+names the key and the reason. Secrets never live here: the API key is read from the
+environment variable named by ``model.api_key_env`` when the endpoint is opened.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal, TypeVar
+
+import msgspec
+
+from orchestrator.errors import ConfigError
+
+__all__ = [
+    "BudgetSettings",
+    "Config",
+    "ModelSettings",
+    "RunSettings",
+    "RuntimeSettings",
+    "ToolSettings",
+    "load_config",
+    "run_settings",
+]
+
+ENV_PREFIX: Final = "LOOPFUSE_"
+ENV_CONFIG_FILE: Final = "LOOPFUSE_CONFIG"
+
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class _Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ModelSettings(_Settings, frozen=True, kw_only=True):
+    """The model endpoint. With no ``base_url`` the embedded simulator serves the runs."""
+
+    base_url: str | None = None
+    model: str = "completed"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_seconds: PositiveFloat = 60.0
+    connect_timeout_seconds: PositiveFloat = 5.0
+    max_attempts: Positive = 4
+    backoff_base_seconds: NonNegativeFloat = 0.5
+    backoff_cap_seconds: NonNegativeFloat = 8.0
+    retry_after_cap_seconds: NonNegativeFloat = 30.0
+    call_deadline_seconds: PositiveFloat = 300.0
+    max_output_tokens: Positive | None = None
+
+
+class BudgetSettings(_Settings, frozen=True, kw_only=True):
+    """Hard limits of one run; any of them ends it with ``max_turns``."""
+
+    max_turns: Positive = 20
+    max_tool_calls: Positive = 100
+    deadline_seconds: PositiveFloat = 600.0
+
+
+class ToolSettings(_Settings, frozen=True, kw_only=True):
+    """Which tools a run gets and where they may read."""
+
+    folder: str | None = None
+    enabled: tuple[str, ...] = ("list_dir", "read_file", "finish_exploration")
+    timeout_seconds: PositiveFloat = 30.0
+    abort_grace_seconds: NonNegativeFloat = 5.0
+
+
+class RuntimeSettings(_Settings, frozen=True, kw_only=True):
+    """How many runs one runtime runs at once."""
+
+    max_concurrent_runs: Positive = 64
+
+
+class Config(_Settings, frozen=True, kw_only=True):
+    """Everything loopfuse reads at start."""
+
+    model: ModelSettings = ModelSettings()
+    budget: BudgetSettings = BudgetSettings()
+    tools: ToolSettings = ToolSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class RunSettings(_Settings, frozen=True, kw_only=True):
+    """The effective, flat settings of one run: the config's defaults plus run overrides.
+
+    Scenario files and API requests override these keys by name.
+    """
+
+    model: str
+    max_turns: Positive
+    max_tool_calls: Positive
+    deadline_seconds: PositiveFloat
+    max_output_tokens: Positive | None = None
+    tools: tuple[str, ...] = ()
+    tool_timeout_seconds: PositiveFloat = 30.0
+    abort_grace_seconds: NonNegativeFloat = 5.0
+    truncation_recoveries: Annotated[int, msgspec.Meta(ge=0)] = 3
+
+
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+_AT_PATH = re.compile(r"^(?P<reason>.*?) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
+
+
+def _convert(data: Mapping[str, Any], kind: type[_S], *, prefix: str, source: str | None) -> _S:
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as exc:
+        raise _config_error(str(exc), prefix=prefix, source=source) from None
+
+
+def _config_error(message: str, *, prefix: str, source: str | None) -> ConfigError:
+    reason, path = message, ""
+    match = _AT_PATH.match(message)
+    if match:
+        reason, path = match["reason"], match["path"]
+    key = path.lstrip(".").replace("[", ".").replace("]", "")
+    unknown = _UNKNOWN.match(reason)
+    if unknown:
+        key = f"{key}.{unknown['field']}" if key else unknown["field"]
+        reason = "unknown key"
+    full_key = ".".join(part for part in (prefix, key) if part) or "(root)"
+    return ConfigError(full_key, reason, source=source)
+
+
+def _env_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _apply_environment(data: dict[str, Any], environ: Mapping[str, str]) -> None:
+    for name, text in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == ENV_CONFIG_FILE:
+            continue
+        parts = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
+        if not all(parts):
+            raise ConfigError(name, "malformed variable name (empty key part)", source="env")
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(".".join(parts), "is not a section", source=f"env {name}")
+            node = child
+        node[parts[-1]] = _env_value(text)
+
+
+def load_config(
+    path: str | Path | None = None, *, environ: Mapping[str, str] | None = None
+) -> Config:
+    """Load the config file (``path``, else ``$LOOPFUSE_CONFIG``, else none) plus the env.
+
+    :raises ConfigError: a key is unknown or its value is invalid; names the key and why.
+    """
+    environ = os.environ if environ is None else environ
+    path = path or environ.get(ENV_CONFIG_FILE) or None
+    data: dict[str, Any] = {}
+    source = None
+    if path is not None:
+        source = str(path)
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError("(file)", "file not found", source=source) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError("(file)", f"not valid TOML: {exc}", source=source) from None
+    _apply_environment(data, environ)
+    return _convert(data, Config, prefix="", source=source or "env")
+
+
+def run_settings(
+    config: Config, overrides: Mapping[str, Any] | None = None, *, source: str = "run"
+) -> RunSettings:
+    """The flat settings of one run: ``config``'s defaults with ``overrides`` on top.
+
+    :raises ConfigError: an override names an unknown key or has a bad value.
+    """
+    data: dict[str, Any] = {
+        "model": config.model.model,
+        "max_turns": config.budget.max_turns,
+        "max_tool_calls": config.budget.max_tool_calls,
+        "deadline_seconds": config.budget.deadline_seconds,
+        "max_output_tokens": config.model.max_output_tokens,
+        "tools": config.tools.enabled,
+        "tool_timeout_seconds": config.tools.timeout_seconds,
+        "abort_grace_seconds": config.tools.abort_grace_seconds,
+    }
+    data.update(overrides or {})
+    return _convert(data, RunSettings, prefix="config", source=source)

@@ -1,0 +1,91 @@
+"""What a run leaves behind: a typed result that says how and why it ended.
+
+``--json`` prints a :class:`RunResult` (without the transcript), and :func:`describe_ending`
+is the text a person reads: that the run stopped, why, and what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from bus import ChatMessage, ExitReason, Outcome, Usage
+
+__all__ = ["CallLogEntry", "RunResult", "TraceEntry", "describe_ending", "result_summary"]
+
+RunState = Literal["PLAN", "ACT", "OBSERVE", "DONE", "FAILED"]
+
+
+class TraceEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A state transition or a stop, with the seconds since the run started."""
+
+    at: float
+    turn: int
+    state: RunState
+    event: str
+    detail: str = ""
+
+
+class CallLogEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One proposed tool call and what became of it."""
+
+    turn: int
+    call_id: str
+    tool: str
+    arguments: str
+    fingerprint: str
+    verdict: Literal["allow", "warn", "block", "not_run"]
+    cache: Literal["hit", "miss", "none"] = "none"
+    is_error: bool = False
+    error_kind: str | None = None
+    duration_seconds: float = 0.0
+
+
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """How and why a run ended, with everything it did."""
+
+    run_id: str
+    trace_id: str
+    exit_reason: ExitReason
+    cause: str
+    outcome: Outcome
+    detail: str
+    hint: str
+    turns: int
+    llm_requests: int
+    tool_calls: int
+    usage: Usage
+    output: str
+    incomplete: bool
+    degraded: bool
+    nudges: int
+    trace: tuple[TraceEntry, ...]
+    call_log: tuple[CallLogEntry, ...]
+    transcript: tuple[ChatMessage, ...] = ()
+
+
+def result_summary(result: RunResult) -> dict[str, object]:
+    """The result as JSON-ready builtins, without the transcript."""
+    data = msgspec.to_builtins(result)
+    assert isinstance(data, dict)
+    data.pop("transcript", None)
+    return data
+
+
+def describe_ending(result: RunResult) -> str:
+    """Three lines for a person: it stopped, why, and what to do next."""
+    verb = "Finished" if result.outcome is Outcome.DONE else "Stopped"
+    marks = [
+        name
+        for name, on in (("incomplete", result.incomplete), ("degraded", result.degraded))
+        if on
+    ]
+    suffix = f" [{', '.join(marks)}]" if marks else ""
+    return (
+        f"{verb}: run {result.run_id} ended with {result.exit_reason.value}"
+        f" (cause {result.cause}){suffix} after {result.turns} turns,"
+        f" {result.llm_requests} model requests, {result.tool_calls} tool calls.\n"
+        f"Why: {result.detail}\n"
+        f"Next: {result.hint}"
+    )
