@@ -26,6 +26,7 @@ from bus import (
     Bus,
     ChatMessage,
     ExitReason,
+    Inbox,
     Message,
     ModelCancel,
     ModelError,
@@ -103,8 +104,9 @@ class _Stopped(Exception):
 class Conductor:
     """Runs one run to its end and returns its :class:`RunResult`; never raises."""
 
-    def __init__(self, bus: Bus, inputs: RunInputs) -> None:
+    def __init__(self, bus: Bus, inputs: RunInputs, inbox: Inbox) -> None:
         self._bus = bus
+        self._inbox = inbox
         self._in = inputs
         self._settings = inputs.settings
         self._run_id = inputs.run_id
@@ -130,22 +132,18 @@ class Conductor:
 
     async def run(self) -> RunResult:
         """Run to the end. Exceptions end the run ``hook_stopped``/``internal.error``."""
-        with self._bus.open_inbox(self._run_id) as inbox:
-            self._inbox = inbox
-            stop: StopSignal
-            try:
-                await self._publish_started()
-                stop = await self._loop()
-            except _Stopped as stopped:
-                stop = stopped.stop
-            except Exception as exc:
-                logger.exception("run %s failed inside the conductor", self._run_id)
-                stop = self._make_stop(
-                    ExitReason.HOOK_STOPPED, "internal.error", "conductor", repr(exc)
-                )
-            result = self._result(stop)
-            with anyio.CancelScope(shield=True):
-                await self._bus.publish(self._finished_message(result))
+        stop: StopSignal
+        try:
+            await self._publish_started()
+            stop = await self._loop()
+        except _Stopped as stopped:
+            stop = stopped.stop
+        except Exception as exc:
+            logger.exception("run %s failed inside the conductor", self._run_id)
+            stop = self._make_stop(ExitReason.HOOK_STOPPED, "internal.error", "conductor", repr(exc))
+        result = self._result(stop)
+        with anyio.CancelScope(shield=True):
+            await self._bus.publish(self._finished_message(result))
         return result
 
     # ------------------------------------------------------------------ the loop
@@ -154,6 +152,10 @@ class Conductor:
         if self._in.system:
             self._transcript.append(ChatMessage(role="system", content=self._in.system))
         self._transcript.append(ChatMessage(role="user", content=self._in.task))
+        while (early := self._inbox.receive_nowait()) is not None:  # e.g. aborted while queued
+            self._control(early)
+        if self._stop is not None:
+            return self._stop
         while True:
             self._turn += 1
             self._enter("PLAN", "turn started")

@@ -1,0 +1,96 @@
+"""The in-memory event log: every bus message of a run, in order, readable while it runs.
+
+It is a lossless observer (it never drops, and is never waited for by settling publishes).
+Readers iterate from any position, so a late reader replays what it missed and then
+follows live; iteration ends after the run's ``RunFinished``. Each run keeps at most
+``cap`` events; past the cap new events are counted as dropped (positions never shift, so
+readers can resume by position), except ``RunFinished``, which is always kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+from anyio.abc import TaskStatus
+
+from bus import Bus, Message, RunFinished
+
+__all__ = ["DEFAULT_EVENT_CAP", "EventLog"]
+
+DEFAULT_EVENT_CAP: Final = 10_000
+
+
+@dataclass
+class _RunEvents:
+    events: list[Message] = field(default_factory=list)
+    finished: bool = False
+    dropped: int = 0
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def wake(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+class EventLog:
+    """Keeps the events of the runs opened with :meth:`open_run`."""
+
+    def __init__(self, bus: Bus, *, cap: int = DEFAULT_EVENT_CAP) -> None:
+        self._bus = bus
+        self._cap = cap
+        self._runs: dict[str, _RunEvents] = {}
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Record until the bus closes this subscription."""
+        subscription = self._bus.subscribe(name="event_log")
+        task_status.started()
+        await subscription.serve(self._record)
+
+    def open_run(self, run_id: str) -> None:
+        """Start keeping ``run_id``'s events (before its first message is published)."""
+        self._runs.setdefault(run_id, _RunEvents())
+
+    def close_run(self, run_id: str) -> None:
+        """Forget ``run_id``'s events; readers still iterating stop."""
+        log = self._runs.pop(run_id, None)
+        if log is not None:
+            log.finished = True
+            log.wake()
+
+    def events(self, run_id: str) -> tuple[Message, ...]:
+        """What has been recorded for ``run_id`` so far."""
+        log = self._runs.get(run_id)
+        return tuple(log.events) if log is not None else ()
+
+    def dropped(self, run_id: str) -> int:
+        log = self._runs.get(run_id)
+        return log.dropped if log is not None else 0
+
+    async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Message]:
+        """Yield ``run_id``'s events from position ``after``, live, until the run ends."""
+        log = self._runs.get(run_id)
+        if log is None:
+            return
+        position = after
+        while True:
+            while position < len(log.events):
+                position += 1
+                yield log.events[position - 1]
+            if log.finished:
+                return
+            await log.changed.wait()
+
+    def _record(self, msg: Message) -> None:
+        log = self._runs.get(msg.run_id)
+        if log is None:
+            return
+        if isinstance(msg, RunFinished):
+            log.finished = True
+        elif len(log.events) >= self._cap:
+            log.dropped += 1
+            return
+        log.events.append(msg)
+        log.wake()

@@ -1,0 +1,280 @@
+"""The runtime: shared actors, many concurrent runs, and the library API.
+
+::
+
+    async with Runtime(config) as runtime:
+        handle = await runtime.start(RunSpec(task="Summarise the notes", folder="data"))
+        async for event in handle.events():
+            print(type(event).__name__)
+        result = await handle.result()
+
+Actors are shared by every run (per-run state is keyed by ``run_id``) and started with
+``await tg.start(...)``, so the runtime accepts runs only once every subscription exists.
+At most ``runtime.max_concurrent_runs`` runs are active; the others wait their turn.
+With no ``model.base_url`` configured, the embedded simulator serves the runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+from typing import Any, Final, Literal, Self
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from actors.budget_monitor import BudgetMonitor
+from actors.llm import EndpointSettings
+from actors.llm_caller import LLMCaller
+from actors.progress_reporter import ProgressReporter
+from actors.tool_executor import ToolExecutor
+from actors.tools import ToolRegistry, builtin_registry
+from bus import AbortRequested, Bus, Message
+from orchestrator.conductor import Conductor, RunInputs
+from orchestrator.config import Config, run_settings
+from orchestrator.errors import ConfigError, RuntimeClosedError
+from orchestrator.event_log import EventLog
+from orchestrator.result import RunResult
+
+__all__ = ["RunHandle", "RunSpec", "Runtime"]
+
+logger = logging.getLogger("loopfuse.runtime")
+
+KEEP_FINISHED_RUNS: Final = 1_000
+"""Finished runs whose events and result a runtime keeps for late readers."""
+
+SHUTDOWN_GRACE_SECONDS: Final = 30.0
+
+RunStatus = Literal["queued", "running", "finished"]
+
+
+class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What to run: a task for the model, with optional per-run overrides.
+
+    ``overrides`` takes the keys of :class:`orchestrator.config.RunSettings`
+    (``max_turns``, ``max_tool_calls``, ``deadline_seconds``, ``model`` …).
+    """
+
+    task: str
+    system: str | None = None
+    folder: str | None = None
+    overrides: dict[str, Any] = {}
+    run_id: str | None = None
+    trace_id: str | None = None
+
+
+class RunHandle:
+    """A run that was started: follow its events, abort it, await its result."""
+
+    def __init__(self, runtime: Runtime, run_id: str, trace_id: str) -> None:
+        self._runtime = runtime
+        self.run_id = run_id
+        self.trace_id = trace_id
+        self.status: RunStatus = "queued"
+        self._result: RunResult | None = None
+        self._done = anyio.Event()
+        self._abort: AbortRequested | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def result(self) -> RunResult:
+        """Wait for the run to end and return its result (never raises for run failures)."""
+        await self._done.wait()
+        assert self._result is not None
+        return self._result
+
+    def events(self, *, after: int = 0) -> AsyncIterator[Message]:
+        """Every bus message of this run, in order, from position ``after``, live until
+        the run ends (the same events the daemon streams)."""
+        return self._runtime.event_log.follow(self.run_id, after=after)
+
+    async def abort(self, detail: str = "", *, source: Literal["caller", "api"] = "caller") -> None:
+        """Ask the run to stop now; idempotent. Streaming is cut and tools get a grace
+        period; everything done so far is kept in the result."""
+        await self._runtime._abort(self, source, detail)
+
+
+class Runtime:
+    """Runs many runs concurrently on one set of shared actors."""
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        tools: ToolRegistry | None = None,
+        scenario_paths: Sequence[str] = (),
+    ) -> None:
+        self.config = config or Config()
+        self.bus = Bus()
+        self.tools = tools or builtin_registry()
+        self.event_log = EventLog(self.bus)
+        self._scenario_paths = tuple(scenario_paths)
+        self._limiter = anyio.CapacityLimiter(self.config.runtime.max_concurrent_runs)
+        self._handles: dict[str, RunHandle] = {}
+        self._finished: deque[str] = deque()
+        self._active = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._tg: TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+        self.base_url: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Self:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            self.base_url = self.config.model.base_url
+            if self.base_url is None:
+                from orchestrator.sim import open_simulator, simulator_scenarios
+
+                simulator = await stack.enter_async_context(
+                    open_simulator(simulator_scenarios(self._scenario_paths))
+                )
+                self.base_url = simulator.base_url
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            endpoint = self._endpoint(self.base_url)
+            actors = (
+                self.event_log,
+                BudgetMonitor(self.bus),
+                ProgressReporter(self.bus),
+                ToolExecutor(self.bus, self.tools),
+                LLMCaller(self.bus, endpoint),
+            )
+            for actor in actors:
+                await self._tg.start(actor.run)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return None
+        with anyio.CancelScope(shield=True):
+            for handle in list(self._handles.values()):
+                if not handle.done:
+                    await self._abort(handle, "shutdown", "The runtime is shutting down.")
+            with anyio.move_on_after(SHUTDOWN_GRACE_SECONDS):
+                await self._idle.wait()
+            self.bus.close()
+        return await stack.__aexit__(exc_type, exc, tb)
+
+    def _endpoint(self, base_url: str) -> EndpointSettings:
+        model = self.config.model
+        try:
+            return EndpointSettings(
+                base_url=base_url,
+                api_key=os.environ.get(model.api_key_env, ""),
+                request_timeout_seconds=model.timeout_seconds,
+                connect_timeout_seconds=model.connect_timeout_seconds,
+                max_attempts=model.max_attempts,
+                backoff_base_seconds=model.backoff_base_seconds,
+                backoff_cap_seconds=model.backoff_cap_seconds,
+                retry_after_cap_seconds=model.retry_after_cap_seconds,
+                call_deadline_seconds=model.call_deadline_seconds,
+            )
+        except ValueError as exc:
+            raise ConfigError("model.base_url", str(exc)) from None
+
+    # ------------------------------------------------------------------ runs
+
+    async def start(self, spec: RunSpec) -> RunHandle:
+        """Accept ``spec`` and return its handle at once; the run starts when a slot frees.
+
+        :raises ConfigError: an override names an unknown key or has a bad value.
+        :raises RuntimeClosedError: the runtime is not running.
+        """
+        if self._tg is None or self._stack is None:
+            raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
+        settings = run_settings(self.config, spec.overrides)
+        unknown = [name for name in settings.tools if self.tools.get(name) is None]
+        if unknown:
+            raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")
+        run_id = spec.run_id or uuid.uuid4().hex
+        if run_id in self._handles:
+            raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
+        tool_specs = tuple(tool.spec for tool in self.tools.tools(settings.tools))
+        inputs = RunInputs(
+            run_id=run_id,
+            trace_id=spec.trace_id or uuid.uuid4().hex,
+            task=spec.task,
+            system=spec.system,
+            folder=spec.folder or self.config.tools.folder,
+            settings=settings,
+            tool_specs=tool_specs,
+            finishing_tools=frozenset(
+                tool.name for tool in self.tools.tools(settings.tools) if tool.finishes_stage
+            ),
+        )
+        handle = RunHandle(self, run_id, inputs.trace_id)
+        self._handles[run_id] = handle
+        self.event_log.open_run(run_id)
+        self._active += 1
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._tg.start_soon(self._run, handle, inputs, name=f"run {run_id}")
+        return handle
+
+    async def run(self, spec: RunSpec) -> RunResult:
+        """Start ``spec`` and wait for its result."""
+        return await (await self.start(spec)).result()
+
+    def handle(self, run_id: str) -> RunHandle | None:
+        """The handle of a run that is active or recently finished."""
+        return self._handles.get(run_id)
+
+    @property
+    def active_runs(self) -> int:
+        return self._active
+
+    async def _run(self, handle: RunHandle, inputs: RunInputs) -> None:
+        try:
+            async with self._limiter:
+                with self.bus.open_inbox(handle.run_id) as inbox:
+                    if handle._abort is not None:
+                        inbox.deliver(handle._abort)
+                    handle.status = "running"
+                    conductor = Conductor(self.bus, inputs, inbox)
+                    handle._result = await conductor.run()
+        finally:
+            handle.status = "finished"
+            handle._done.set()
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+            self._retire(handle.run_id)
+
+    def _retire(self, run_id: str) -> None:
+        self._finished.append(run_id)
+        while len(self._finished) > KEEP_FINISHED_RUNS:
+            old = self._finished.popleft()
+            self._handles.pop(old, None)
+            self.event_log.close_run(old)
+
+    async def _abort(
+        self,
+        handle: RunHandle,
+        source: Literal["caller", "api", "shutdown", "crash"],
+        detail: str,
+    ) -> None:
+        if handle.done or handle._abort is not None:
+            return
+        handle._abort = AbortRequested(run_id=handle.run_id, source=source, detail=detail)
+        if handle.status == "running":
+            await self.bus.publish(handle._abort)
