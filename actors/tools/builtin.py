@@ -1,0 +1,49 @@
+"""The built-in tools of seed 000: ``list_dir``, ``read_file``, ``finish_exploration``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.tools.finish import FinishExploration, finish_exploration
+from actors.tools.fs_list import ListDir, list_dir
+from actors.tools.fs_read import ReadFile, read_file
+from actors.tools.limits import READ_CHARS
+from actors.tools.registry import Tool, ToolRegistry
+
+__all__ = ["builtin_tools", "default_registry"]
+
+
+def builtin_tools() -> tuple[Tool[Any], ...]:
+    """Fresh instances of the built-in tools."""
+    return (
+        Tool(
+            "list_dir",
+            "List a directory of the folder: entries sorted by name, directories end with "
+            "'/', files show their size.",
+            ListDir,
+            list_dir,
+            idempotent=True,
+        ),
+        Tool(
+            "read_file",
+            f"Read a text file of the folder. Output is cut at {READ_CHARS} characters; "
+            "when cut, a note says which offset (in lines) to pass to read on, with limit "
+            "in lines.",
+            ReadFile,
+            read_file,
+            idempotent=True,
+        ),
+        Tool(
+            "finish_exploration",
+            "Call once you understand the folder: record the experiment, its goal and the key "
+            "findings. This ends the exploration.",
+            FinishExploration,
+            finish_exploration,
+            finishes_stage=True,
+        ),
+    )
+
+
+def default_registry() -> ToolRegistry:
+    """A new registry holding the built-in tools."""
+    return ToolRegistry(builtin_tools())

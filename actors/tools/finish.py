@@ -1,0 +1,47 @@
+"""``finish_exploration``: the explicit end of the exploration stage (seed 000).
+
+The schema makes ``experiment``, ``goal`` and ``key_findings`` required, with three
+optional slots. The tool only acknowledges; the conductor sees ``finishes_stage`` and ends
+the stage, decoding the same arguments with :class:`FinishExploration`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from actors.tools.context import ToolContext
+
+__all__ = ["FinishExploration", "finish_exploration"]
+
+_Text = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class FinishExploration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """End the exploration and record what it found."""
+
+    experiment: Annotated[_Text, msgspec.Meta(description="What experiment the data is from.")]
+    goal: Annotated[_Text, msgspec.Meta(description="What the experiment set out to show.")]
+    key_findings: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(min_length=1, description="The main findings, one per item."),
+    ]
+    requirements: Annotated[
+        str | None, msgspec.Meta(description="The assignment's requirements, if any.")
+    ] = None
+    method: Annotated[
+        str | None, msgspec.Meta(description="How the data was taken or should be analysed.")
+    ] = None
+    exemplar: Annotated[
+        str | None, msgspec.Meta(description="A model report to follow, if one was found.")
+    ] = None
+
+
+async def finish_exploration(params: FinishExploration, ctx: ToolContext) -> str:
+    """Acknowledge the findings; the stage ends after this call."""
+    count = len(params.key_findings)
+    return (
+        f"Exploration finished: {params.experiment!r} recorded with {count} key "
+        f"finding{'s' if count != 1 else ''}. The next stage starts now."
+    )

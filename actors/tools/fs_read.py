@@ -1,0 +1,140 @@
+"""``read_file``: text of a file in the run's folder, by lines, cut at a character budget.
+
+``offset`` and ``limit`` count lines (``offset`` is the 0-based first line). The text is
+cut at whole lines before it passes ``read_chars`` (seed 000: 7000), and a note at the end
+says which ``offset`` reads on, so continuing never skips or repeats a line. A single line
+longer than the budget is shown cut, and reading continues with the next line. The file is
+streamed: only as much is read as the answer needs.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Annotated
+
+import anyio.to_thread
+import msgspec
+
+from actors.tools.context import ToolContext
+from actors.tools.errors import ToolError
+from actors.tools.limits import ToolLimits
+from actors.tools.path_guard import guard_path
+
+__all__ = ["ReadFile", "read_file", "read_text"]
+
+_CHUNK = 64 * 1024
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+class ReadFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Read a text file in the folder, a range of lines at a time."""
+
+    path: Annotated[str, msgspec.Meta(description="File path, relative to the folder.")]
+    offset: Annotated[
+        int, msgspec.Meta(ge=0, description="First line to read (0-based). Default 0.")
+    ] = 0
+    limit: Annotated[
+        Annotated[int, msgspec.Meta(ge=1)] | None,
+        msgspec.Meta(description="How many lines to read at most. Default: as many as fit."),
+    ] = None
+
+
+async def read_file(params: ReadFile, ctx: ToolContext) -> str:
+    """The ``read_file`` tool: :func:`read_text` in a worker thread."""
+    return await anyio.to_thread.run_sync(
+        lambda: read_text(ctx.root, params.path, params.offset, params.limit, ctx.limits)
+    )
+
+
+def read_text(
+    root: Path | None, path: str, offset: int, limit: int | None, limits: ToolLimits
+) -> str:
+    """Lines ``offset`` … of ``path`` inside ``root``, cut as the module docstring says.
+
+    :raises ToolError: kind ``path`` (missing, outside, not a regular file), ``binary``
+        (NUL bytes in the first ``binary_probe_bytes``) or ``too_large`` (``offset`` lies
+        beyond ``max_scan_bytes``).
+    """
+    resolved = guard_path(root, path)
+    if resolved.is_dir():
+        raise ToolError("path", f"{path} is a directory; use list_dir to see what it holds")
+    try:
+        fd = os.open(resolved, _OPEN_FLAGS)
+    except OSError:
+        raise ToolError("path", f"{path} cannot be opened") from None
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError("path", f"{path} is not a regular file")
+        if b"\x00" in file.read(limits.binary_probe_bytes):
+            raise ToolError(
+                "binary",
+                f"{path} is a binary file (it has NUL bytes); read_file reads text files only",
+            )
+        file.seek(0)
+        return _read_lines(file, path, offset, limit, limits)
+
+
+def _read_lines(
+    file: IO[bytes], path: str, offset: int, limit: int | None, limits: ToolLimits
+) -> str:
+    budget = limits.read_chars
+    lines = _lines(file, keep=budget * 4 + 1, max_bytes=limits.max_scan_bytes, path=path)
+    for skipped in range(offset):
+        if next(lines, None) is None:
+            return f"[read_file: offset {offset} is past the end of the file ({skipped} lines).]"
+
+    parts: list[str] = []
+    used = 0
+    index = offset
+    note = ""
+    for raw in lines:
+        if limit is not None and index - offset == limit:
+            note = f"[read_file: {limit} lines shown; the file continues at offset={index}.]"
+            break
+        text = raw.decode("utf-8", "replace")
+        if used + len(text) > budget:
+            if parts:
+                note = (
+                    f"[read_file: cut at {budget} characters. The file continues: call "
+                    f"read_file with offset={index} and a limit in lines to read on.]"
+                )
+            else:
+                parts.append(text[:budget])
+                note = (
+                    f"[read_file: the line at offset {index} is longer than {budget} "
+                    f"characters and was cut. Call read_file with offset={index + 1} to read "
+                    "the lines after it.]"
+                )
+            break
+        parts.append(text)
+        used += len(text)
+        index += 1
+
+    if not parts and not note:
+        if offset == 0:
+            return "[read_file: the file is empty.]"
+        return f"[read_file: offset {offset} is the end of the file ({offset} lines).]"
+    body = "".join(parts)
+    if note:
+        body += ("" if body.endswith("\n") or not body else "\n") + note
+    return body
+
+
+def _lines(file: IO[bytes], *, keep: int, max_bytes: int, path: str) -> Iterator[bytes]:
+    """Each line with its newline, at most ``keep`` bytes of it (the rest is skipped)."""
+    while True:
+        if file.tell() > max_bytes:
+            raise ToolError(
+                "too_large",
+                f"{path}: stopped reading after {max_bytes} bytes; use a smaller offset",
+            )
+        line = file.readline(keep)
+        if not line:
+            return
+        if len(line) == keep and not line.endswith(b"\n"):
+            while (rest := file.readline(_CHUNK)) and not rest.endswith(b"\n"):
+                pass
+        yield line

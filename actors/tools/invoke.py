@@ -1,0 +1,73 @@
+"""One tool call, start to finish, as data: :func:`invoke` never raises an ``Exception``.
+
+Arguments are decoded and validated, the tool runs under its deadline, and whatever
+happens becomes an :class:`Outcome`: the text the model reads, whether it is an error and
+of which kind. Cancellation from outside (an abort) is the one thing that passes through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import anyio
+
+from actors.tools.context import ToolContext
+from actors.tools.errors import ToolError
+from actors.tools.registry import Tool
+
+__all__ = ["Outcome", "cap_text", "invoke", "unknown_tool"]
+
+
+class Outcome(NamedTuple):
+    """What a call produced. ``executed`` is false when the tool's function never ran."""
+
+    content: str
+    is_error: bool = False
+    error_kind: str | None = None
+    executed: bool = True
+
+
+def unknown_tool(name: str, available: Iterable[str]) -> Outcome:
+    """The answer to a call of a tool that is not registered or not enabled."""
+    names = ", ".join(sorted(available)) or "(none)"
+    return Outcome(
+        f"unknown tool {name!r}. Available tools: {names}.",
+        is_error=True,
+        error_kind="unknown_tool",
+        executed=False,
+    )
+
+
+async def invoke(
+    tool: Tool[Any], arguments: str, ctx: ToolContext, *, time_limit: float, max_chars: int
+) -> Outcome:
+    """Run ``tool`` on ``arguments`` within ``time_limit`` seconds; cut text at ``max_chars``."""
+    try:
+        params = tool.decode(arguments)
+    except ToolError as exc:
+        return Outcome(exc.message, is_error=True, error_kind=exc.kind, executed=False)
+    try:
+        with anyio.move_on_after(time_limit) as scope:
+            content: object = await tool.fn(params, ctx)
+    except ToolError as exc:
+        return Outcome(cap_text(exc.message, max_chars), is_error=True, error_kind=exc.kind)
+    except Exception as exc:
+        text = f"{tool.name} failed: {type(exc).__name__}: {exc}"
+        return Outcome(cap_text(text, max_chars), is_error=True, error_kind="exception")
+    if scope.cancelled_caught:
+        return Outcome(
+            f"{tool.name} timed out after {time_limit:g} s", is_error=True, error_kind="timeout"
+        )
+    if not isinstance(content, str):
+        text = f"{tool.name} failed: it returned {type(content).__name__}, not text"
+        return Outcome(text, is_error=True, error_kind="exception")
+    return Outcome(cap_text(content, max_chars))
+
+
+def cap_text(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters, with a note saying how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    cut = len(text) - max_chars
+    return f"{text[:max_chars]}\n[result cut: {cut} of {len(text)} characters left out]"

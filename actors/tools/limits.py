@@ -1,0 +1,39 @@
+"""Limits the tools and the tool executor work under (config, validated by msgspec)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+import msgspec
+
+__all__ = ["READ_CHARS", "ToolExecutorSettings", "ToolLimits"]
+
+READ_CHARS: Final = 7000
+"""``read_file`` cuts its text at this many characters (seed 000: ``READ_CHARS``)."""
+
+_Positive = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class ToolLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the built-in file tools may read and show in one call."""
+
+    read_chars: _Positive = READ_CHARS
+    """``read_file`` text cut (characters)."""
+    list_entries: _Positive = 500
+    """``list_dir`` shows at most this many entries."""
+    binary_probe_bytes: _Positive = 8192
+    """A NUL byte in this many leading bytes makes a file binary."""
+    max_scan_bytes: _Positive = 256 * 1024 * 1024
+    """``read_file`` gives up past this many bytes (a huge ``offset`` in a huge file)."""
+
+
+class ToolExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the tool executor runs calls."""
+
+    default_timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """Deadline of a call whose tool sets no ``timeout_seconds`` of its own."""
+    max_result_chars: _Positive = 100_000
+    """Results longer than this are cut, with a note saying how much."""
+    max_parallel_calls: _Positive = 8
+    """Calls of one reply that run at the same time; the rest wait their turn."""
+    limits: ToolLimits = ToolLimits()

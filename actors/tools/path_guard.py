@@ -1,0 +1,41 @@
+"""The path guard: the one function every path a model names goes through.
+
+A path is joined to the run's folder, resolved (symlinks included) and accepted only if the
+result is the folder or inside it. Missing, outside and malformed paths all get the same
+answer, :data:`~actors.tools.errors.PATH_ERROR`, so probing reveals nothing about what
+lies outside the folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from actors.tools.errors import PATH_ERROR, ToolError
+
+__all__ = ["guard_path"]
+
+
+def guard_path(root: Path | None, path: str, *, must_exist: bool = True) -> Path:
+    """The resolved form of ``path`` inside ``root``.
+
+    Relative paths are joined to ``root``; absolute ones are taken as they are (and so are
+    accepted only when they point inside ``root``). Symlinks are followed before the check.
+
+    :param must_exist: also reject a path that does not exist (the default). When false, a
+        missing path is resolved as far as it exists and still has to land inside ``root``.
+    :raises ToolError: kind ``path`` when there is no folder, or when ``path`` contains a
+        NUL byte, does not exist, resolves outside ``root``, loops, or is too long.
+    """
+    if root is None:
+        raise ToolError("path", "this run has no folder, so there are no files to read")
+    if "\x00" in path:
+        raise ToolError("path", PATH_ERROR)
+    try:
+        base = root.resolve(strict=True)
+        resolved = (base / path).resolve(strict=must_exist)
+    except (OSError, RuntimeError, ValueError):
+        # FileNotFoundError, ENAMETOOLONG, ELOOP / "Symlink loop", embedded NUL.
+        raise ToolError("path", PATH_ERROR) from None
+    if not resolved.is_relative_to(base):
+        raise ToolError("path", PATH_ERROR)
+    return resolved

@@ -1,0 +1,228 @@
+"""Tools and the registry that holds them.
+
+A :class:`Tool` pairs a name and description with a parameters type and an async function
+``(params, ctx) -> str``. Parameters are a frozen msgspec Struct with
+``forbid_unknown_fields=True``; the JSON schema sent to the model is generated from it
+(:func:`~actors.tools.schema.parameters_schema`). Tools defined by data (the simulator's
+scenario files) give a raw JSON schema instead and receive the decoded ``dict``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from actors.tools.context import ToolContext
+from actors.tools.errors import ToolError
+from actors.tools.schema import check_arguments, inline_refs, parameters_schema
+from bus import ToolSpec
+
+__all__ = ["Tool", "ToolFn", "ToolRegistry"]
+
+P = TypeVar("P")
+ToolFn = Callable[[P, ToolContext], Awaitable[str]]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ENCODE = msgspec.json.Encoder(order="sorted").encode
+_DECODE_ANY = msgspec.json.Decoder().decode
+
+
+class Tool(Generic[P]):
+    """A tool the model may call.
+
+    :param name: what the model calls it (``[A-Za-z0-9_-]{1,64}``).
+    :param params: a frozen msgspec Struct with ``forbid_unknown_fields=True``.
+    :param fn: ``async (params, ctx) -> str``; raise :class:`ToolError` to answer with an
+        error.
+    :param idempotent: calling it twice with the same arguments gives the same result
+        without side effects (a result cache may reuse it).
+    :param timeout_seconds: deadline of one call; ``None`` takes the executor's default.
+    :param finishes_stage: the conductor ends the stage after this tool ran.
+    :raises ValueError: on a bad name or a parameters type that is not a frozen Struct
+        forbidding unknown fields.
+    """
+
+    __slots__ = (
+        "_decode",
+        "description",
+        "finishes_stage",
+        "fn",
+        "idempotent",
+        "name",
+        "schema",
+        "spec",
+        "timeout_seconds",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        params: type[P],
+        fn: ToolFn[P],
+        *,
+        idempotent: bool = False,
+        timeout_seconds: float | None = None,
+        finishes_stage: bool = False,
+    ) -> None:
+        if not (isinstance(params, type) and issubclass(params, msgspec.Struct)):
+            raise ValueError(f"tool {name!r}: params must be a msgspec Struct type")
+        config = params.__struct_config__
+        if not (config.frozen and config.forbid_unknown_fields):
+            raise ValueError(
+                f"tool {name!r}: params {params.__name__} must be frozen=True and "
+                "forbid_unknown_fields=True"
+            )
+        decoder = msgspec.json.Decoder(params)
+        self._setup(
+            name,
+            description,
+            parameters_schema(params),
+            fn,
+            decoder.decode,
+            idempotent=idempotent,
+            timeout_seconds=timeout_seconds,
+            finishes_stage=finishes_stage,
+        )
+
+    @staticmethod
+    def from_json_schema(
+        name: str,
+        description: str,
+        schema: Mapping[str, Any],
+        fn: ToolFn[dict[str, Any]],
+        *,
+        idempotent: bool = False,
+        timeout_seconds: float | None = None,
+        finishes_stage: bool = False,
+    ) -> Tool[dict[str, Any]]:
+        """A tool whose parameters are a raw JSON object schema; ``fn`` gets a ``dict``.
+
+        Arguments are checked shallowly (:func:`~actors.tools.schema.check_arguments`).
+
+        :raises ValueError: on a bad name or a schema that is not an object schema.
+        """
+        flat = inline_refs(dict(schema))
+        if flat.get("type") != "object":
+            raise ValueError(f"tool {name!r}: parameters schema must have type 'object'")
+
+        def decode(arguments: bytes) -> dict[str, Any]:
+            value = _DECODE_ANY(arguments)
+            try:
+                check_arguments(flat, value)
+            except ValueError as exc:
+                raise msgspec.ValidationError(str(exc)) from None
+            assert isinstance(value, dict)
+            return value
+
+        tool: Tool[dict[str, Any]] = Tool.__new__(Tool)
+        tool._setup(
+            name,
+            description,
+            flat,
+            fn,
+            decode,
+            idempotent=idempotent,
+            timeout_seconds=timeout_seconds,
+            finishes_stage=finishes_stage,
+        )
+        return tool
+
+    def _setup(
+        self,
+        name: str,
+        description: str,
+        schema: dict[str, Any],
+        fn: ToolFn[P],
+        decode: Callable[[bytes], P],
+        *,
+        idempotent: bool,
+        timeout_seconds: float | None,
+        finishes_stage: bool,
+    ) -> None:
+        if not _NAME.match(name):
+            raise ValueError(f"tool name {name!r} must match {_NAME.pattern}")
+        if timeout_seconds is not None and not timeout_seconds > 0:
+            raise ValueError(f"tool {name!r}: timeout_seconds must be positive")
+        self.name = name
+        self.description = description
+        self.schema = schema
+        self.fn = fn
+        self._decode = decode
+        self.idempotent = idempotent
+        self.timeout_seconds = timeout_seconds
+        self.finishes_stage = finishes_stage
+        self.spec = ToolSpec(
+            name=name, description=description, parameters=_ENCODE(schema).decode()
+        )
+
+    def decode(self, arguments: str) -> P:
+        """The parameters in ``arguments`` (JSON text; empty text means ``{}``).
+
+        :raises ToolError: kind ``invalid_arguments``, with msgspec's message (field path
+            and reason) so the model can fix its call.
+        """
+        raw = arguments.strip() or "{}"
+        try:
+            return self._decode(raw.encode("utf-8", "surrogatepass"))
+        except msgspec.ValidationError as exc:
+            message = f"invalid arguments for {self.name}: {exc}"
+        except (msgspec.DecodeError, UnicodeError, RecursionError) as exc:
+            message = f"arguments for {self.name} are not valid JSON: {exc}"
+        raise ToolError("invalid_arguments", message)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+class ToolRegistry:
+    """The tools a runtime offers, by name. Runs enable a subset of them."""
+
+    def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
+        self._tools: dict[str, Tool[Any]] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool[P]) -> Tool[P]:
+        """Register ``tool`` and return it.
+
+        :raises ValueError: if a tool of that name is already registered.
+        """
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        return tool
+
+    def get(self, name: str) -> Tool[Any] | None:
+        """The tool called ``name``, or ``None``."""
+        return self._tools.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Every registered name, sorted."""
+        return tuple(sorted(self._tools))
+
+    def specs(self, names: Iterable[str] | None = None) -> tuple[ToolSpec, ...]:
+        """The :class:`~bus.ToolSpec` of each of ``names`` (all tools, sorted, when ``None``).
+
+        :raises KeyError: naming an unknown tool and the registered ones.
+        """
+        wanted = self.names() if names is None else tuple(names)
+        specs = []
+        for name in wanted:
+            tool = self._tools.get(name)
+            if tool is None:
+                raise KeyError(f"unknown tool {name!r}; registered: {', '.join(self.names())}")
+            specs.append(tool.spec)
+        return tuple(specs)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool[Any]]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
