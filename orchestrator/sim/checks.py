@@ -1,0 +1,160 @@
+"""Semantic checks of a decoded scenario: what the types alone cannot say.
+
+:func:`check_scenario` yields ``(key path, reason)`` for each problem, in file order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+from typing import Final
+
+from bus import is_known_cause
+from orchestrator.sim.scenario import (
+    MAIN_TRACK,
+    PARAMETER_TYPES,
+    Fault,
+    Scenario,
+    Step,
+    ToolDef,
+)
+
+__all__ = ["check_scenario"]
+
+Problem = tuple[str, str]
+
+_NAME: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
+_TOOL_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def check_scenario(scenario: Scenario) -> Iterator[Problem]:
+    """Every semantic problem of ``scenario``."""
+    if not _NAME.match(scenario.name):
+        yield "name", f"{scenario.name!r} is not a model name (letters, digits, _ . -)"
+    if not scenario.task.strip():
+        yield "task", "must not be empty"
+    if scenario.context_window is not None and scenario.context_window < 1:
+        yield "context_window", "must be at least 1"
+    yield from _check_folder(scenario)
+    yield from _check_tools(scenario.tools)
+    yield from _check_track("steps", scenario.steps)
+    for name, steps in scenario.tracks.items():
+        if name == MAIN_TRACK or not _NAME.match(name):
+            yield f"tracks.{name}", "invalid track name (not 'main'; letters, digits, _ . -)"
+        yield from _check_track(f"tracks.{name}", steps)
+    yield from _check_branches(scenario)
+    yield from _check_expect(scenario)
+
+
+def _check_folder(scenario: Scenario) -> Iterator[Problem]:
+    for key in scenario.folder:
+        path = PurePosixPath(key)
+        if not key or path.is_absolute() or ".." in path.parts or "\\" in key:
+            yield f"folder.{key!r}", "must be a relative path inside the folder"
+
+
+def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        at = f"tools[{i}]"
+        if not _TOOL_NAME.match(tool.name):
+            yield f"{at}.name", f"{tool.name!r} is not a tool name (1-64 of A-Z a-z 0-9 _ -)"
+        if tool.name in seen:
+            yield f"{at}.name", f"duplicate tool {tool.name!r}"
+        seen.add(tool.name)
+        if not tool.has_json_schema:
+            for arg, kind in tool.parameters.items():
+                if not isinstance(kind, str) or kind.removesuffix("?") not in PARAMETER_TYPES:
+                    allowed = ", ".join(sorted(PARAMETER_TYPES))
+                    yield f"{at}.parameters.{arg}", f"expected a type name ({allowed}), or a schema"
+        for j, case in enumerate(tool.cases):
+            if not case.results:
+                yield f"{at}.cases[{j}].results", "must not be empty"
+
+
+def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
+    if not steps:
+        yield at, "must have at least one step"
+    for i, step in enumerate(steps):
+        yield from _check_step(f"{at}[{i}]", step, last=i == len(steps) - 1)
+
+
+def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
+    for key in ("text_tokens", "latency", "chunk_latency", "keep_alive"):
+        if getattr(step, key) < 0:
+            yield f"{at}.{key}", "must not be negative"
+    if step.chunk_size < 1:
+        yield f"{at}.chunk_size", "must be at least 1"
+    if step.repeat and not last:
+        yield f"{at}.repeat", "only the last step of a track can repeat"
+    always_fails = any(f.forever for f in step.faults)
+    if not (step.text or step.text_tokens or step.tool_calls or always_fails):
+        yield at, "a step needs text, text_tokens, tool_calls or a fault that is forever"
+    if step.finish_reason == "tool_calls" and not step.tool_calls:
+        yield f"{at}.finish_reason", "'tool_calls' needs tool_calls"
+    for j, call in enumerate(step.tool_calls):
+        if not _TOOL_NAME.match(call.name):
+            yield f"{at}.tool_calls[{j}].name", f"{call.name!r} is not a tool name"
+        if call.arguments and call.raw_arguments is not None:
+            yield f"{at}.tool_calls[{j}]", "set arguments or raw_arguments, not both"
+    if step.usage is not None:
+        for key in ("prompt_tokens", "completion_tokens"):
+            value = getattr(step.usage, key)
+            if value is not None and value < 0:
+                yield f"{at}.usage.{key}", "must not be negative"
+    for j, fault in enumerate(step.faults):
+        yield from _check_fault(f"{at}.faults[{j}]", fault, last=j == len(step.faults) - 1)
+
+
+def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
+    if fault.times < 1:
+        yield f"{at}.times", "must be at least 1"
+    if fault.forever and not last:
+        yield f"{at}.forever", "only the last fault of a step can be forever"
+    if fault.after_chunks < 0:
+        yield f"{at}.after_chunks", "must not be negative"
+    for key in ("retry_after", "retry_after_ms"):
+        value = getattr(fault, key)
+        if value is not None and value < 0:
+            yield f"{at}.{key}", "must not be negative"
+    status = fault.status
+    if fault.kind == "status" and status is None:
+        yield f"{at}.status", "missing required key for kind 'status'"
+    elif fault.kind == "drop" and status is not None:
+        yield f"{at}.status", "a dropped connection has no status"
+    elif status is not None and not 400 <= status <= 599:
+        yield f"{at}.status", f"{status} is not an error status (400-599)"
+
+
+def _check_branches(scenario: Scenario) -> Iterator[Problem]:
+    known = {MAIN_TRACK, *scenario.tracks}
+    targets: set[str] = set()
+    for i, branch in enumerate(scenario.branches):
+        at = f"branches[{i}]"
+        if not branch.nudge:
+            yield f"{at}.nudge", "must name a nudge kind"
+        if branch.track not in known:
+            yield f"{at}.track", f"unknown track {branch.track!r} (known: {_names(known)})"
+        if branch.from_track is not None and branch.from_track not in known:
+            yield f"{at}.from_track", f"unknown track {branch.from_track!r}"
+        if branch.nth is not None and branch.nth < 1:
+            yield f"{at}.nth", "must be at least 1"
+        targets.add(branch.track)
+    for name in scenario.tracks:
+        if name not in targets:
+            yield f"tracks.{name}", "no branch switches to this track"
+
+
+def _check_expect(scenario: Scenario) -> Iterator[Problem]:
+    expect = scenario.expect
+    if expect.cause is not None and not is_known_cause(expect.cause):
+        yield "expect.cause", f"unknown cause {expect.cause!r}"
+    for key in ("turns", "llm_requests", "tool_calls", "max_llm_requests", "nudges"):
+        value = getattr(expect, key)
+        if value is not None and value < 0:
+            yield f"expect.{key}", "must not be negative"
+
+
+def _names(names: set[str]) -> str:
+    return ", ".join(sorted(names))

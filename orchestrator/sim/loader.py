@@ -1,0 +1,170 @@
+"""Load and validate scenario files; find the shipped ones.
+
+Every problem raises :class:`ScenarioError`, whose message names the file, the key path
+and the reason: ``scenarios/x.toml: steps[2].tool_calls[0].arguments: expected a table``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from bus import ExitReason
+from orchestrator.sim.checks import check_scenario
+from orchestrator.sim.scenario import ERROR_SHAPES, FAULT_KINDS, Scenario, Step
+
+__all__ = [
+    "SCENARIO_DIR",
+    "ScenarioError",
+    "find_scenario",
+    "load_scenario",
+    "parse_scenario",
+    "shipped_scenarios",
+]
+
+SCENARIO_DIR: Final = Path(__file__).resolve().parent.parent / "scenarios"
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be used: ``source``, the key ``path`` and the ``reason``."""
+
+    def __init__(self, source: str, path: str, reason: str) -> None:
+        self.source = source
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{source}: {path}: {reason}" if path else f"{source}: {reason}")
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read, decode and validate the scenario file at ``path``; its name defaults to the stem."""
+    file = Path(path)
+    source = _display(file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(source, "", f"cannot read: {exc.strerror or exc}") from None
+    return parse_scenario(text, source=source, name=file.stem)
+
+
+def parse_scenario(text: str, *, source: str, name: str) -> Scenario:
+    """Decode and validate TOML ``text``; ``source`` names it in errors, ``name`` is the default."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(source, "", f"invalid TOML: {exc}") from None
+    raw.setdefault("name", name)
+    tracks = _convert_tracks(raw.pop("tracks", {}), source)
+    folder = _convert_folder(raw.pop("folder", {}), source)
+    try:
+        scenario = msgspec.convert(raw, Scenario)
+    except msgspec.ValidationError as exc:
+        path, reason = _translate(str(exc))
+        raise ScenarioError(source, path, reason) from None
+    scenario = msgspec.structs.replace(scenario, tracks=tracks, folder=folder)
+    for path, reason in check_scenario(scenario):
+        raise ScenarioError(source, path, reason)
+    return scenario
+
+
+def shipped_scenarios() -> tuple[Scenario, ...]:
+    """Every scenario shipped in ``orchestrator/scenarios``, sorted by name."""
+    return tuple(load_scenario(p) for p in sorted(SCENARIO_DIR.glob("*.toml")))
+
+
+def find_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
+    """Load a scenario file, or the shipped scenario of that name."""
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml" or candidate.exists():
+        return load_scenario(candidate)
+    shipped = SCENARIO_DIR / f"{candidate.name}.toml"
+    if str(name_or_path) == candidate.name and shipped.exists():
+        return load_scenario(shipped)
+    names = ", ".join(p.stem for p in sorted(SCENARIO_DIR.glob("*.toml")))
+    raise ScenarioError(str(name_or_path), "", f"no such file or shipped scenario ({names})")
+
+
+def _display(file: Path) -> str:
+    """``scenarios/x.toml`` for shipped files, the path as given otherwise."""
+    try:
+        return str(file.resolve().relative_to(SCENARIO_DIR.parent))
+    except ValueError:
+        return str(file)
+
+
+def _convert_tracks(raw: object, source: str) -> dict[str, tuple[Step, ...]]:
+    if not isinstance(raw, dict):
+        raise ScenarioError(source, "tracks", "expected a table of step arrays")
+    tracks: dict[str, tuple[Step, ...]] = {}
+    for name, steps in raw.items():
+        try:
+            tracks[name] = msgspec.convert(steps, tuple[Step, ...])
+        except msgspec.ValidationError as exc:
+            path, reason = _translate(str(exc))
+            path = f"tracks.{name}{'' if path.startswith('[') or not path else '.'}{path}"
+            raise ScenarioError(source, path, reason) from None
+    return tracks
+
+
+def _convert_folder(raw: object, source: str) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise ScenarioError(source, "folder", "expected a table of path = text")
+    for key, value in raw.items():
+        if not isinstance(value, str):
+            got = _NOUNS.get(_KINDS.get(type(value), ""), type(value).__name__)
+            raise ScenarioError(source, f"folder.{key!r}", f"expected a string, got {got}")
+    return dict(raw)
+
+
+_MESSAGE = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_EXPECTED = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`")
+_FIELD = re.compile(r"^Object (?P<how>missing required|contains unknown) field `(?P<key>[^`]+)`")
+_ENUM = re.compile(r"^Invalid enum value (?P<value>.+)$")
+_NOUNS: Final = {
+    "object": "a table",
+    "array": "an array",
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean",
+    "null": "nothing",
+}
+_KINDS: Final[dict[type, str]] = {
+    str: "str",
+    int: "int",
+    float: "float",
+    bool: "bool",
+    dict: "object",
+    list: "array",
+}
+_CHOICES: Final[dict[str, tuple[str, ...]]] = {
+    "exit_reason": tuple(ExitReason),
+    "finish_reason": ("stop", "length", "tool_calls", "content_filter"),
+    "kind": FAULT_KINDS,
+    "shape": ERROR_SHAPES,
+    "context_error": ERROR_SHAPES,
+}
+
+
+def _translate(message: str) -> tuple[str, str]:
+    """Turn a msgspec validation message into ``(key path, reason)``."""
+    parts = _MESSAGE.match(message)
+    assert parts is not None
+    what, path = parts["what"], (parts["path"] or "").removeprefix(".")
+    if expected := _EXPECTED.match(what):
+        want = " or ".join(_NOUNS.get(w, w) for w in expected["want"].split(" | "))
+        return path, f"expected {want}, got {_NOUNS.get(expected['got'], expected['got'])}"
+    if field := _FIELD.match(what):
+        path = f"{path}.{field['key']}" if path else field["key"]
+        how = "missing required key" if field["how"] == "missing required" else "unknown key"
+        return path, how
+    if enum := _ENUM.match(what):
+        key = path.rsplit(".", 1)[-1]
+        choices = _CHOICES.get(key)
+        tail = f"; expected one of {', '.join(choices)}" if choices else ""
+        return path, f"invalid value {enum['value']}{tail}"
+    return path, what

@@ -1,0 +1,229 @@
+"""The scenario format: frozen msgspec Structs for one scripted model and the run around it.
+
+A scenario is a TOML file (see ``docs/scenarios.md``). The simulator plays its ``steps``
+(the ``main`` track) and ``tracks``; the runtime uses ``task``, ``system``, ``config``,
+``folder`` and ``tools`` to set the run up, and tests compare the run with ``expect``.
+Struct constructors do not validate: :func:`orchestrator.sim.loader.load_scenario` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+import msgspec
+
+from bus import ExitReason
+
+__all__ = [
+    "ERROR_SHAPES",
+    "FAULT_KINDS",
+    "MAIN_TRACK",
+    "PARAMETER_TYPES",
+    "Branch",
+    "ErrorShape",
+    "Expect",
+    "Fault",
+    "FaultKind",
+    "FinishReason",
+    "Scenario",
+    "ScriptedCall",
+    "ScriptedUsage",
+    "Step",
+    "ToolCase",
+    "ToolDef",
+    "ToolReply",
+]
+
+MAIN_TRACK: Final = "main"
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+FaultKind = Literal["status", "context_length", "stream_error", "drop"]
+FAULT_KINDS: Final[tuple[str, ...]] = ("status", "context_length", "stream_error", "drop")
+ErrorShape = Literal["openai", "deepseek", "vllm", "vllm_old", "llama_cpp"]
+ERROR_SHAPES: Final[tuple[str, ...]] = ("openai", "deepseek", "vllm", "vllm_old", "llama_cpp")
+PARAMETER_TYPES: Final[frozenset[str]] = frozenset(
+    {"string", "integer", "number", "boolean", "array", "object"}
+)
+
+
+class _Spec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every scenario Struct: immutable, and unknown keys are errors."""
+
+
+class ScriptedCall(_Spec, frozen=True, kw_only=True):
+    """A tool call the model makes. ``{n}`` in a string argument becomes the reply index.
+
+    ``raw_arguments`` is sent verbatim instead of ``arguments`` (e.g. malformed JSON).
+    """
+
+    name: str
+    arguments: dict[str, Any] = {}
+    raw_arguments: str | None = None
+    id: str | None = None
+
+
+class ScriptedUsage(_Spec, frozen=True, kw_only=True):
+    """Token usage to report; a missing count is estimated (characters / 4)."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Fault(_Spec, frozen=True, kw_only=True):
+    """A failed attempt: an HTTP error, a context overflow, an error frame or a dropped stream.
+
+    The first ``times`` attempts of a step fail this way (every attempt when ``forever``).
+    """
+
+    kind: FaultKind = "status"
+    status: int | None = None
+    shape: ErrorShape = "openai"
+    message: str | None = None
+    type: str | None = None
+    code: str | None = None
+    retry_after: float | None = None
+    retry_after_ms: int | None = None
+    after_chunks: int = 1
+    times: int = 1
+    forever: bool = False
+
+
+class Step(_Spec, frozen=True, kw_only=True):
+    """One model reply: text and/or tool calls, how it is streamed, and how attempts fail."""
+
+    text: str = ""
+    text_tokens: int = 0
+    tool_calls: tuple[ScriptedCall, ...] = ()
+    finish_reason: FinishReason | None = None
+    usage: ScriptedUsage | None = None
+    latency: float = 0.0
+    chunk_latency: float = 0.0
+    chunk_size: int = 16
+    keep_alive: float = 0.0
+    repeat: bool = False
+    honor_max_tokens: bool = True
+    faults: tuple[Fault, ...] = ()
+
+
+class Branch(_Spec, frozen=True, kw_only=True):
+    """On a nudge of kind ``nudge`` (its ``nth`` one, if set), switch to ``track``.
+
+    ``from_track`` limits the switch to runs currently on that track.
+    """
+
+    nudge: str
+    track: str
+    nth: int | None = None
+    from_track: str | None = None
+
+
+class ToolReply(_Spec, frozen=True, kw_only=True):
+    """What a scripted tool returns: ``text``, or a tool error when ``error`` is set."""
+
+    text: str = ""
+    error: str | None = None
+
+
+class ToolCase(_Spec, frozen=True, kw_only=True):
+    """Results for calls whose arguments include every key/value of ``arguments``."""
+
+    arguments: dict[str, Any]
+    results: tuple[str | ToolReply, ...]
+
+
+class ToolDef(_Spec, frozen=True, kw_only=True):
+    """A fake tool the runtime registers for the run; the simulator never executes it.
+
+    ``parameters`` is a JSON schema (a table with ``type = "object"``) or a simple map
+    ``{arg = "string" | "integer" | …}``; a type ending in ``?`` makes the argument optional.
+    ``results`` are returned one per call, the last repeating; a matching ``cases`` entry
+    (first match wins) replaces them.
+    """
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = {}
+    idempotent: bool = False
+    results: tuple[str | ToolReply, ...] = ()
+    cases: tuple[ToolCase, ...] = ()
+
+    @property
+    def has_json_schema(self) -> bool:
+        """True when ``parameters`` is a JSON schema rather than a simple map."""
+        return _is_json_schema(self.parameters)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The parameters as a JSON schema object."""
+        if self.has_json_schema:
+            return dict(self.parameters)
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        for arg, kind in self.parameters.items():
+            base = str(kind).removesuffix("?")
+            properties[arg] = {"type": base}
+            if not str(kind).endswith("?"):
+                required.append(arg)
+        return {"type": "object", "properties": properties, "required": required}
+
+    def match(self, arguments: Mapping[str, Any]) -> int:
+        """Index of the first case matching ``arguments``, or -1 for the default results."""
+        for index, case in enumerate(self.cases):
+            if all(arguments.get(k, _MISSING) == v for k, v in case.arguments.items()):
+                return index
+        return -1
+
+    def reply(self, arguments: Mapping[str, Any], nth: int) -> ToolReply:
+        """The reply to the ``nth`` (0-based) call that matched the same case as ``arguments``."""
+        case = self.match(arguments)
+        results = self.results if case < 0 else self.cases[case].results
+        if not results:
+            return ToolReply(error=f"no scripted result for {self.name} with these arguments")
+        result = results[min(nth, len(results) - 1)]
+        return ToolReply(text=result) if isinstance(result, str) else result
+
+
+class Expect(_Spec, frozen=True, kw_only=True):
+    """How a run of this scenario must end; every unset count is not checked."""
+
+    exit_reason: ExitReason
+    cause: str | None = None
+    turns: int | None = None
+    llm_requests: int | None = None
+    tool_calls: int | None = None
+    max_llm_requests: int | None = None
+    incomplete: bool | None = None
+    degraded: bool | None = None
+    nudges: int | None = None
+
+
+class Scenario(_Spec, frozen=True, kw_only=True):
+    """One scripted model plus the run around it; ``name`` is the model name to request."""
+
+    name: str = ""
+    description: str = ""
+    task: str
+    system: str | None = None
+    config: dict[str, Any] = {}
+    folder: dict[str, str] = {}
+    tools: tuple[ToolDef, ...] = ()
+    steps: tuple[Step, ...]
+    tracks: dict[str, tuple[Step, ...]] = {}
+    branches: tuple[Branch, ...] = ()
+    context_window: int | None = None
+    context_error: ErrorShape = "openai"
+    expect: Expect
+
+    def track(self, name: str) -> tuple[Step, ...]:
+        """The steps of track ``name`` (``main`` is :attr:`steps`)."""
+        return self.steps if name == MAIN_TRACK else self.tracks[name]
+
+
+_MISSING: Final = object()
+
+
+def _is_json_schema(parameters: Mapping[str, Any]) -> bool:
+    """A JSON schema has ``type = "object"`` and a ``properties`` table (or nothing else)."""
+    if parameters.get("type") != "object":
+        return False
+    return isinstance(parameters.get("properties"), dict) or len(parameters) == 1

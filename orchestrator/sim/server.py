@@ -1,0 +1,110 @@
+"""Run the simulator under uvicorn on a real socket, inside an anyio task group.
+
+:func:`open_simulator` is for tests and embedded use (``async with``); it returns only once
+the server is listening and stops it on exit. :func:`serve_simulator` is the CLI entry.
+The server never installs signal handlers: the caller owns Ctrl-C and cancellation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable, Generator, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+import uvicorn
+from anyio.abc import TaskStatus
+
+from orchestrator.sim.app import make_app
+from orchestrator.sim.scenario import Scenario
+
+__all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "RunningSimulator", "open_simulator", "serve_simulator"]
+
+# How long open streams may keep the server alive after it was asked to stop.
+GRACEFUL_SHUTDOWN_SECONDS: Final = 2
+
+
+@dataclass(frozen=True, slots=True)
+class RunningSimulator:
+    """Where a running simulator listens; ``base_url`` ends in ``/v1``."""
+
+    host: str
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that reports its start and leaves signal handling to the caller."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._on_started()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def open_simulator(
+    scenarios: Iterable[Scenario], *, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[RunningSimulator]:
+    """Serve ``scenarios`` on ``host:port`` (0 picks a free port) for the ``async with`` body."""
+    app = make_app(scenarios)
+    sock = socket.create_server((host, port))
+    with sock:
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        )
+        running = RunningSimulator(host=host, port=sock.getsockname()[1])
+        async with anyio.create_task_group() as tg:
+            server = await tg.start(_serve, config, sock)
+            try:
+                yield running
+            except BaseException:
+                server.force_exit = True
+                raise
+            finally:
+                server.should_exit = True
+
+
+async def serve_simulator(scenarios: Iterable[Scenario], host: str, port: int) -> None:
+    """Serve ``scenarios`` until cancelled, after printing where it listens."""
+    scenarios = tuple(scenarios)
+    async with open_simulator(scenarios, host=host, port=port) as running:
+        names = ", ".join(s.name for s in scenarios) or "(none)"
+        print(f"loopfuse simulator on {running.base_url} serving {names}", flush=True)
+        await anyio.sleep_forever()
+
+
+async def _serve(
+    config: uvicorn.Config,
+    sock: socket.socket,
+    *,
+    task_status: TaskStatus[_Server] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the server; only ``should_exit`` stops it, so shutdown always completes."""
+    server: _Server
+
+    def started() -> None:
+        task_status.started(server)
+
+    server = _Server(config, started)
+    with anyio.CancelScope(shield=True):
+        await server.serve(sockets=[sock])
+    if not server.started:
+        raise RuntimeError(f"the simulator failed to start on {sock.getsockname()}")
