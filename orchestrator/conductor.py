@@ -140,7 +140,9 @@ class Conductor:
             stop = stopped.stop
         except Exception as exc:
             logger.exception("run %s failed inside the conductor", self._run_id)
-            stop = self._make_stop(ExitReason.HOOK_STOPPED, "internal.error", "conductor", repr(exc))
+            stop = self._make_stop(
+                ExitReason.HOOK_STOPPED, "internal.error", "conductor", repr(exc)
+            )
         result = self._result(stop)
         with anyio.CancelScope(shield=True):
             await self._bus.publish(self._finished_message(result))
@@ -337,7 +339,9 @@ class Conductor:
                 approved.append(index)
 
         results: dict[int, ToolResult] = {}
-        if approved and self._stop is None:
+        if approved and (self._stop is None or _call_specific(self._stop)):
+            # A stop decided on one call (a budget or loop verdict) still lets the calls
+            # approved before it run, so their work is kept; any other stop runs nothing.
             results = await self._execute(calls, fingerprints, approved)
 
         finished: StopSignal | None = None
@@ -404,7 +408,7 @@ class Conductor:
         results: dict[int, ToolResult] = {}
         cancelled = False
         while len(results) < len(approved):
-            if self._stop is not None and not cancelled:
+            if self._stop is not None and not cancelled and not _call_specific(self._stop):
                 cancelled = True
                 await self._bus.publish(
                     ToolsCancel(
@@ -597,3 +601,7 @@ class Conductor:
 
 
 _SEVERITY: Final = {"allow": 0, "warn": 1, "block": 2}
+
+
+def _call_specific(stop: StopSignal) -> bool:
+    return stop.cause == "budget.max_tool_calls" or stop.cause.startswith(("loop.", "hook."))

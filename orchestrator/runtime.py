@@ -20,7 +20,7 @@ import logging
 import os
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Final, Literal, Self
@@ -30,17 +30,19 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from actors.budget_monitor import BudgetMonitor
-from actors.llm import EndpointSettings
+from actors.llm.settings import EndpointSettings
 from actors.llm_caller import LLMCaller
 from actors.progress_reporter import ProgressReporter
 from actors.tool_executor import ToolExecutor
-from actors.tools import ToolRegistry, builtin_registry
+from actors.tools import ToolRegistry, default_registry
 from bus import AbortRequested, Bus, Message
 from orchestrator.conductor import Conductor, RunInputs
 from orchestrator.config import Config, run_settings
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.event_log import EventLog
 from orchestrator.result import RunResult
+from orchestrator.scenario_tools import scripted_tool_from
+from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 
 __all__ = ["RunHandle", "RunSpec", "Runtime"]
 
@@ -110,13 +112,14 @@ class Runtime:
         config: Config | None = None,
         *,
         tools: ToolRegistry | None = None,
-        scenario_paths: Sequence[str] = (),
+        scenarios: Sequence[Scenario] = (),
     ) -> None:
         self.config = config or Config()
         self.bus = Bus()
-        self.tools = tools or builtin_registry()
+        self.tools = tools or default_registry()
+        self._scenario_tools: dict[str, ToolDef] = {}
         self.event_log = EventLog(self.bus)
-        self._scenario_paths = tuple(scenario_paths)
+        self._extra_scenarios = tuple(scenarios)
         self._limiter = anyio.CapacityLimiter(self.config.runtime.max_concurrent_runs)
         self._handles: dict[str, RunHandle] = {}
         self._finished: deque[str] = deque()
@@ -135,10 +138,8 @@ class Runtime:
         try:
             self.base_url = self.config.model.base_url
             if self.base_url is None:
-                from orchestrator.sim import open_simulator, simulator_scenarios
-
                 simulator = await stack.enter_async_context(
-                    open_simulator(simulator_scenarios(self._scenario_paths))
+                    open_simulator((*shipped_scenarios(), *self._extra_scenarios))
                 )
                 self.base_url = simulator.base_url
             self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -195,8 +196,12 @@ class Runtime:
 
     # ------------------------------------------------------------------ runs
 
-    async def start(self, spec: RunSpec) -> RunHandle:
+    async def start(
+        self, spec: RunSpec, *, on_finished: Callable[[], object] | None = None
+    ) -> RunHandle:
         """Accept ``spec`` and return its handle at once; the run starts when a slot frees.
+
+        ``on_finished`` is called once the run has ended (to release what it used).
 
         :raises ConfigError: an override names an unknown key or has a bad value.
         :raises RuntimeClosedError: the runtime is not running.
@@ -210,7 +215,7 @@ class Runtime:
         run_id = spec.run_id or uuid.uuid4().hex
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
-        tool_specs = tuple(tool.spec for tool in self.tools.tools(settings.tools))
+        tool_specs = self.tools.specs(settings.tools)
         inputs = RunInputs(
             run_id=run_id,
             trace_id=spec.trace_id or uuid.uuid4().hex,
@@ -220,7 +225,9 @@ class Runtime:
             settings=settings,
             tool_specs=tool_specs,
             finishing_tools=frozenset(
-                tool.name for tool in self.tools.tools(settings.tools) if tool.finishes_stage
+                name
+                for name in settings.tools
+                if (tool := self.tools.get(name)) and tool.finishes_stage
             ),
         )
         handle = RunHandle(self, run_id, inputs.trace_id)
@@ -228,12 +235,31 @@ class Runtime:
         self.event_log.open_run(run_id)
         self._active += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        self._tg.start_soon(self._run, handle, inputs, name=f"run {run_id}")
+        self._tg.start_soon(self._run, handle, inputs, on_finished, name=f"run {run_id}")
         return handle
 
     async def run(self, spec: RunSpec) -> RunResult:
         """Start ``spec`` and wait for its result."""
         return await (await self.start(spec)).result()
+
+    def add_scenario_tools(self, scenario: Scenario) -> tuple[str, ...]:
+        """Register ``scenario``'s scripted tools (once) and return their names.
+
+        :raises ConfigError: another scenario already defined a different tool of that name.
+        """
+        names: list[str] = []
+        for definition in scenario.tools:
+            known = self._scenario_tools.get(definition.name)
+            if known is None:
+                self.tools.add(scripted_tool_from(definition))
+                self._scenario_tools[definition.name] = definition
+            elif known != definition:
+                raise ConfigError(
+                    f"tools.{definition.name}",
+                    f"scenario {scenario.name!r} redefines a tool another scenario defined",
+                )
+            names.append(definition.name)
+        return tuple(names)
 
     def handle(self, run_id: str) -> RunHandle | None:
         """The handle of a run that is active or recently finished."""
@@ -243,7 +269,12 @@ class Runtime:
     def active_runs(self) -> int:
         return self._active
 
-    async def _run(self, handle: RunHandle, inputs: RunInputs) -> None:
+    async def _run(
+        self,
+        handle: RunHandle,
+        inputs: RunInputs,
+        on_finished: Callable[[], object] | None,
+    ) -> None:
         try:
             async with self._limiter:
                 with self.bus.open_inbox(handle.run_id) as inbox:
@@ -253,6 +284,8 @@ class Runtime:
                     conductor = Conductor(self.bus, inputs, inbox)
                     handle._result = await conductor.run()
         finally:
+            if on_finished is not None:
+                on_finished()
             handle.status = "finished"
             handle._done.set()
             self._active -= 1

@@ -1,0 +1,42 @@
+"""Scripted tools from scenario files: fake tools whose results the scenario gives.
+
+Each run counts its own calls: call *n* of a tool (or of one of its argument ``cases``) gets
+result *n*, and the last result repeats. A result given as ``{error = "…"}`` comes back to
+the model as a tool error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.tools import Tool, ToolContext, ToolError
+from orchestrator.sim import ToolDef, ToolReply
+
+__all__ = ["scripted_tool_from"]
+
+
+def scripted_tool_from(definition: ToolDef) -> Tool[dict[str, Any]]:
+    """The tool ``definition`` describes."""
+
+    async def answer(arguments: dict[str, Any], ctx: ToolContext) -> str:
+        case = definition.match(arguments)
+        replies = definition.results if case < 0 else definition.cases[case].results
+        if not replies:
+            raise ToolError("scripted", f"{definition.name} has no result for these arguments")
+        counts: dict[int, int] = ctx.state.setdefault(f"scripted:{definition.name}", {})
+        index = counts.get(case, 0)
+        counts[case] = index + 1
+        reply = replies[min(index, len(replies) - 1)]
+        if isinstance(reply, ToolReply):
+            if reply.error is not None:
+                raise ToolError("scripted", reply.error)
+            return reply.text
+        return reply
+
+    return Tool.from_json_schema(
+        definition.name,
+        definition.description or f"The {definition.name} tool.",
+        definition.json_schema(),
+        answer,
+        idempotent=definition.idempotent,
+    )
