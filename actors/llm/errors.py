@@ -9,6 +9,7 @@ context gatekeeper owns it. Exception tree handled (openai 3.x)::
     ├── APIResponseValidationError                                 -> stream
     └── APIConnectionError        before the response / mid-stream -> connection / stream
         └── APITimeoutError                                        -> timeout
+    IncompleteStream              ended without a finish reason    -> stream
     anything else while reading the stream                         -> stream
 """
 
@@ -27,6 +28,7 @@ from bus import ModelErrorKind
 __all__ = [
     "RETRYABLE",
     "Failure",
+    "IncompleteStream",
     "classify",
     "is_context_overflow",
     "parse_retry_after",
@@ -48,6 +50,10 @@ _OVERFLOW_MESSAGE: Final = re.compile(
     re.IGNORECASE,
 )
 _NO_RETRY_CODES: Final = frozenset({"insufficient_quota"})
+
+
+class IncompleteStream(Exception):
+    """The response ended before the model said why it stopped (no ``finish_reason``)."""
 
 
 class Failure(NamedTuple):
@@ -144,5 +150,7 @@ def classify(exc: BaseException, *, streaming: bool) -> Failure:
             if is_context_overflow(None, code, type_, message):
                 return Failure("context_length", message)
             return Failure("stream", message, None, None, True)
+        case IncompleteStream():
+            return Failure("stream", str(exc), None, None, True)
         case _:
             return Failure("stream", f"malformed stream: {exc!r}"[:MESSAGE_LIMIT], None, None, True)

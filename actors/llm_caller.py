@@ -1,0 +1,353 @@
+"""The LLM caller: answers each :class:`bus.ModelRequest` with one :class:`bus.ModelReply` or
+a final :class:`bus.ModelError`, streaming :class:`bus.ModelTextDelta` on the way.
+
+One shared ``openai.AsyncOpenAI`` (``max_retries=0``) per endpoint; loopfuse retries itself so
+every attempt is seen (a :class:`bus.ModelError` with ``final=False`` per retried failure).
+Each request runs in its own task of the caller's task group, under an absolute deadline
+(keep-alive bytes do not extend it) and its own cancel scope (:class:`bus.ModelCancel`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Final, NamedTuple, assert_never, cast
+
+import anyio
+import openai
+from anyio.abc import TaskGroup, TaskStatus
+
+from actors.llm.accumulator import ReplyAccumulator
+from actors.llm.errors import Failure, IncompleteStream, classify
+from actors.llm.retry import RetryPolicy
+from actors.llm.settings import NO_API_KEY, EndpointSettings
+from actors.llm.wire import ToolSchemaError, WireTools, estimate_usage, prompt_chars, wire_messages
+from bus import Bus, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
+
+__all__ = ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
+
+logger = logging.getLogger("loopfuse.llm_caller")
+
+RUN_ID_HEADER: Final = "X-Loopfuse-Run-Id"
+"""Request header naming the run, for server logs and scripted simulators."""
+
+CLOSE_TIMEOUT_SECONDS: Final = 2.0
+"""How long closing an abandoned response (or the client) may take."""
+
+
+class LLMCallerStatistics(NamedTuple):
+    """The caller at a glance."""
+
+    in_flight: int
+    requests: int
+    replies: int
+    final_errors: int
+    retries: int
+
+
+class _Call:
+    """One request in flight."""
+
+    __slots__ = (
+        "acc",
+        "attempt_started",
+        "attempts",
+        "cancel_reason",
+        "done",
+        "request",
+        "scope",
+        "started",
+        "streaming",
+        "ttft",
+    )
+
+    def __init__(self, request: ModelRequest) -> None:
+        self.request = request
+        self.scope = anyio.CancelScope()
+        self.cancel_reason: str | None = None
+        self.acc = ReplyAccumulator()
+        self.attempts = 0
+        self.started = anyio.current_time()
+        self.attempt_started = self.started
+        self.ttft: float | None = None
+        self.streaming = False
+        self.done = False
+
+    def cancel(self, reason: str) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+            self.scope.cancel()
+
+
+class LLMCaller:
+    """The LLM caller actor for one endpoint, shared by every run of a runtime."""
+
+    def __init__(self, bus: Bus, endpoint: EndpointSettings) -> None:
+        self._bus = bus
+        self._endpoint = endpoint
+        self._policy = RetryPolicy(
+            max_attempts=endpoint.max_attempts,
+            backoff_base=endpoint.backoff_base_seconds,
+            backoff_cap=endpoint.backoff_cap_seconds,
+            retry_after_cap=endpoint.retry_after_cap_seconds,
+        )
+        self._tools = WireTools()
+        self._active: dict[tuple[str, int], _Call] = {}
+        self._client: openai.AsyncOpenAI | None = None
+        self._tg: TaskGroup | None = None
+        self._requests = self._replies = self._final_errors = self._retries = 0
+
+    def statistics(self) -> LLMCallerStatistics:
+        return LLMCallerStatistics(
+            len(self._active), self._requests, self._replies, self._final_errors, self._retries
+        )
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve requests until the bus subscription closes; then abort what is in flight
+        (each such run gets an aborted reply) and close the client."""
+        endpoint = self._endpoint
+        sub = self._bus.subscribe(ModelRequest, ModelCancel, name="llm_caller")
+        self._client = openai.AsyncOpenAI(
+            base_url=endpoint.base_url,
+            api_key=endpoint.api_key or NO_API_KEY,
+            max_retries=0,
+            timeout=openai.Timeout(
+                endpoint.request_timeout_seconds, connect=endpoint.connect_timeout_seconds
+            ),
+            default_headers=dict(endpoint.extra_headers) or None,
+        )
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await sub.serve(self._handle)
+                for call in list(self._active.values()):
+                    call.cancel("caller stopped")
+        finally:
+            self._bus.unsubscribe(sub)
+            self._tg = None
+            with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
+                await self._client.close()
+
+    # ---------------------------------------------------------------- handling
+
+    def _handle(self, msg: ModelRequest | ModelCancel) -> None:
+        match msg:
+            case ModelRequest():
+                self._start(msg)
+            case ModelCancel():
+                call = self._active.get((msg.run_id, msg.turn))
+                if call is not None:
+                    logger.debug("cancel run %s turn %d: %s", msg.run_id, msg.turn, msg.reason)
+                    call.cancel(msg.reason)
+            case _:
+                assert_never(msg)
+
+    def _start(self, request: ModelRequest) -> None:
+        self._requests += 1
+        key = (request.run_id, request.turn)
+        if key in self._active or self._tg is None:
+            self._publish_final(
+                request,
+                ModelError(
+                    run_id=request.run_id,
+                    turn=request.turn,
+                    kind="bad_request",
+                    message="a request for this turn is already in flight",
+                    final=True,
+                ),
+            )
+            return
+        call = self._active[key] = _Call(request)
+        self._tg.start_soon(self._serve, call, name=f"llm_caller {request.run_id}/{request.turn}")
+
+    async def _serve(self, call: _Call) -> None:
+        request = call.request
+        try:
+            with call.scope:
+                result = await self._with_deadline(call)
+                self._publish_final(request, result)
+                call.done = True
+            if not call.done:
+                self._publish_final(request, self._reply(call, aborted=True))
+                call.done = True
+        except Exception as exc:
+            logger.exception("LLM call of run %s turn %d failed", request.run_id, request.turn)
+            self._publish_final(
+                request,
+                ModelError(
+                    run_id=request.run_id,
+                    turn=request.turn,
+                    kind="stream",
+                    message=self._scrub(f"internal error: {exc!r}")[:500],
+                    attempt=max(call.attempts, 1),
+                    final=True,
+                ),
+            )
+            call.done = True
+        finally:
+            if not call.done:  # cancelled from outside: the run still gets its answer
+                self._publish_final(request, self._reply(call, aborted=True))
+            if self._active.get((request.run_id, request.turn)) is call:
+                del self._active[(request.run_id, request.turn)]
+
+    def _publish_final(self, request: ModelRequest, msg: ModelReply | ModelError) -> None:
+        if isinstance(msg, ModelReply):
+            self._replies += 1
+        else:
+            self._final_errors += 1
+        self._bus.publish_nowait(msg)
+
+    async def _with_deadline(self, call: _Call) -> ModelReply | ModelError:
+        request = call.request
+        budget = self._endpoint.call_deadline_seconds
+        if request.deadline_at is not None:
+            budget = min(budget, request.deadline_at - time.time())
+        deadline = anyio.current_time() + budget
+        with anyio.CancelScope(deadline=deadline):
+            return await self._attempts(call, deadline)
+        return ModelError(
+            run_id=request.run_id,
+            turn=request.turn,
+            kind="deadline",
+            message=f"no reply within the call deadline of {max(budget, 0.0):.3g}s",
+            attempt=max(call.attempts, 1),
+            final=True,
+        )
+
+    async def _attempts(self, call: _Call, deadline: float) -> ModelReply | ModelError:
+        request, endpoint = call.request, self._endpoint
+        try:
+            params = self._params(request)
+        except ToolSchemaError as exc:
+            return self._error(call, Failure("bad_request", str(exc)), final=True)
+        max_tokens = request.max_tokens or endpoint.default_max_tokens
+        escalated = False
+        failures = 0
+        while True:
+            call.attempts += 1
+            call.acc = ReplyAccumulator()
+            try:
+                await self._attempt(call, params, max_tokens)
+            except Exception as exc:
+                failure = classify(exc, streaming=call.streaming)
+                failures += 1
+                decision = self._policy.decide(
+                    failure, failures=failures, remaining=deadline - anyio.current_time()
+                )
+                if not decision.retry:
+                    if failure.retryable:
+                        failure = failure._replace(message=f"{failure.message} ({decision.reason})")
+                    return self._error(call, failure, final=True)
+                self._retries += 1
+                self._bus.publish_nowait(self._error(call, failure, final=False))
+                await anyio.sleep(decision.delay)
+                continue
+            escalate = endpoint.escalated_max_tokens
+            if (
+                call.acc.finish_reason == "length"
+                and escalate is not None
+                and not escalated
+                and (max_tokens is None or max_tokens < escalate)
+            ):
+                escalated, max_tokens = True, escalate
+                logger.info(
+                    "run %s turn %d: truncated, retrying with max_tokens=%d",
+                    request.run_id,
+                    request.turn,
+                    escalate,
+                )
+                continue
+            return self._reply(call)
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": request.model,
+            "messages": wire_messages(request.messages),
+            "extra_headers": {RUN_ID_HEADER: request.run_id},
+        }
+        if request.tools:
+            params["tools"] = self._tools(request.tools)
+        return params
+
+    async def _attempt(self, call: _Call, params: dict[str, Any], max_tokens: int | None) -> None:
+        """One HTTP attempt, its text streamed as deltas into ``call.acc``."""
+        assert self._client is not None
+        call.attempt_started = anyio.current_time()
+        call.streaming = False
+        call.ttft = None
+        kwargs = dict(params)
+        if max_tokens is not None:
+            kwargs[self._endpoint.max_tokens_param] = max_tokens
+        completions = self._client.chat.completions
+        if not self._endpoint.stream:
+            completion = await completions.create(**kwargs, stream=False)
+            text = call.acc.feed_completion(completion)
+            call.ttft = anyio.current_time() - call.attempt_started
+            if text:
+                await self._bus.publish(self._delta(call, text))
+            if call.acc.finish_reason is None:
+                raise IncompleteStream("the completion has no finish reason")
+            return
+        stream = cast(
+            openai.AsyncStream[Any],
+            await completions.create(**kwargs, stream=True, stream_options={"include_usage": True}),
+        )
+        call.streaming = True
+        try:
+            async for chunk in stream:
+                # Text is published chunk by chunk: a chunk-driven coalescer would hold text
+                # back while a server sends only keep-alives, and the loop detector needs it.
+                text = call.acc.feed_chunk(chunk)
+                if call.ttft is None and call.acc.has_output:
+                    call.ttft = anyio.current_time() - call.attempt_started
+                if text:
+                    await self._bus.publish(self._delta(call, text))
+        finally:
+            with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
+                await stream.close()
+        if call.acc.finish_reason is None:
+            raise IncompleteStream("the stream ended without a finish reason")
+
+    # ---------------------------------------------------------------- messages
+
+    @staticmethod
+    def _delta(call: _Call, text: str) -> ModelTextDelta:
+        return ModelTextDelta(run_id=call.request.run_id, turn=call.request.turn, text=text)
+
+    def _reply(self, call: _Call, *, aborted: bool = False) -> ModelReply:
+        acc, request = call.acc, call.request
+        assembled = acc.assemble(partial=aborted)
+        usage = acc.usage
+        if usage is None or aborted:
+            usage = estimate_usage(prompt_chars(request.messages), acc.completion_chars)
+        return ModelReply(
+            run_id=request.run_id,
+            turn=request.turn,
+            text=acc.text,
+            tool_calls=assembled.tool_calls,
+            finish_reason=None if aborted else acc.finish_reason,
+            usage=usage,
+            attempts=call.attempts,
+            latency_seconds=anyio.current_time() - call.started,
+            ttft_seconds=call.ttft,
+            aborted=aborted,
+            invalid_tool_calls=assembled.invalid,
+        )
+
+    def _error(self, call: _Call, failure: Failure, *, final: bool) -> ModelError:
+        return ModelError(
+            run_id=call.request.run_id,
+            turn=call.request.turn,
+            kind=failure.kind,
+            message=self._scrub(failure.message),
+            status=failure.status,
+            attempt=max(call.attempts, 1),
+            final=final,
+            retry_after=failure.retry_after,
+        )
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without the API key, should a server echo it back."""
+        key = self._endpoint.api_key
+        return text.replace(key, "***") if key else text

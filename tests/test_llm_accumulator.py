@@ -1,0 +1,243 @@
+"""The streaming reply accumulator: tool-call assembly under server quirks (ecosystem §4.3)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from openai._models import construct_type
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from actors.llm.accumulator import ReplyAccumulator, is_json
+from bus import ToolCall, Usage
+
+
+def parse(data: dict[str, object]) -> ChatCompletionChunk:
+    """A chunk built the way the SDK builds one: constructed from JSON, never validated."""
+    return cast(ChatCompletionChunk, construct_type(type_=ChatCompletionChunk, value=data))
+
+
+def frame(delta: dict[str, object], finish: str | None = None) -> ChatCompletionChunk:
+    return parse(
+        {
+            "id": "x",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+def call(
+    index: int | None, id: str | None = None, name: str | None = None, args: str | None = None
+):
+    entry: dict[str, object] = {"function": {}}
+    if index is not None:
+        entry["index"] = index
+    if id is not None:
+        entry["id"] = id
+        entry["type"] = "function"
+    if name is not None:
+        entry["function"] = {"name": name}
+    if args is not None:
+        entry["function"] = {**entry["function"], "arguments": args}  # type: ignore[dict-item]
+    return frame({"tool_calls": [entry]})
+
+
+def feed(acc: ReplyAccumulator, *chunks: ChatCompletionChunk) -> None:
+    for c in chunks:
+        acc.feed_chunk(c)
+
+
+def test_fragmented_arguments_are_concatenated_by_index() -> None:
+    acc = ReplyAccumulator()
+    feed(
+        acc,
+        frame({"role": "assistant", "content": None}),
+        call(0, "call_a", "get_weather", ""),
+        call(0, args='{"ci'),
+        call(0, args='ty":"Paris"}'),
+        frame({}, finish="tool_calls"),
+    )
+    out = acc.assemble()
+    assert out.tool_calls == (
+        ToolCall(id="call_a", name="get_weather", arguments='{"city":"Paris"}'),
+    )
+    assert out.invalid == ()
+    assert acc.finish_reason == "tool_calls"
+
+
+def test_parallel_calls_by_index_even_interleaved_in_one_chunk() -> None:
+    acc = ReplyAccumulator()
+    both = frame(
+        {
+            "tool_calls": [
+                {"index": 1, "function": {"arguments": "{}"}},
+                {"index": 0, "function": {"arguments": '"x"}'}},
+            ]
+        }
+    )
+    feed(acc, call(0, "a", "one", '{"q":'), call(1, "b", "two", ""), both)
+    assert acc.assemble().tool_calls == (
+        ToolCall(id="a", name="one", arguments='{"q":"x"}'),
+        ToolCall(id="b", name="two", arguments="{}"),
+    )
+
+
+def test_id_and_name_repeated_in_every_fragment_are_kept_once() -> None:
+    acc = ReplyAccumulator()
+    feed(
+        acc,
+        call(0, "call_1", "read_file", '{"pa'),
+        call(0, "call_1", "read_file", 'th":"a.txt"}'),
+    )
+    assert acc.assemble().tool_calls == (
+        ToolCall(id="call_1", name="read_file", arguments='{"path":"a.txt"}'),
+    )
+
+
+def test_cumulative_arguments_replace_the_buffer() -> None:
+    acc = ReplyAccumulator()
+    feed(acc, call(0, "c", "f", '{"a"'), call(0, args='{"a": 1'), call(0, args='{"a": 1}'))
+    assert acc.assemble().tool_calls[0].arguments == '{"a": 1}'
+
+
+def test_summary_chunk_repeating_the_call_is_deduplicated() -> None:
+    acc = ReplyAccumulator()
+    feed(
+        acc,
+        call(0, "c1", "search", '{"q":'),
+        call(0, args=' "cats"}'),
+        # the same call again, whole, differently spaced, at the same index …
+        call(0, "c1", "search", '{"q":"cats"}'),
+        # … and once more at another index, and once without an id at a third
+        call(1, "c1", "search", '{"q":"cats"}'),
+        call(2, None, "search", '{"q":"cats"}'),
+    )
+    out = acc.assemble()
+    assert out.tool_calls == (ToolCall(id="c1", name="search", arguments='{"q":"cats"}'),)
+
+
+def test_every_call_at_index_zero_with_distinct_ids_stays_distinct() -> None:
+    acc = ReplyAccumulator()
+    feed(acc, call(0, "a", "f", '{"n":1}'), call(0, "b", "f", '{"n":2}'))
+    assert [c.id for c in acc.assemble().tool_calls] == ["a", "b"]
+
+
+def test_missing_index_and_missing_id() -> None:
+    acc = ReplyAccumulator()
+    feed(acc, call(None, None, "f", '{"a":'), call(None, args="1}"))
+    (only,) = acc.assemble().tool_calls
+    assert only.name == "f"
+    assert only.arguments == '{"a":1}'
+    assert only.id.startswith("call_")
+    assert acc.assemble().tool_calls[0].id == only.id  # generated once
+
+
+def test_invalid_json_is_reported_not_raised() -> None:
+    acc = ReplyAccumulator()
+    feed(
+        acc,
+        call(0, "ok", "f", "{}"),
+        call(1, "bad", "g", '{"x": '),
+        call(2, "nameless", None, "{}"),
+    )
+    out = acc.assemble()
+    assert [c.id for c in out.tool_calls] == ["ok", "bad", "nameless"]
+    assert out.invalid == ("bad", "nameless")
+
+
+def test_empty_arguments_mean_no_arguments() -> None:
+    acc = ReplyAccumulator()
+    feed(acc, call(0, "c", "now", ""))
+    assert acc.assemble().tool_calls[0].arguments == "{}"
+
+
+def test_partial_assembly_drops_incomplete_calls() -> None:
+    acc = ReplyAccumulator()
+    feed(
+        acc,
+        call(0, "done", "f", '{"a":1}'),
+        call(1, "half", "g", '{"b":'),
+        call(2, "empty", "h", ""),
+    )
+    out = acc.assemble(partial=True)
+    assert [c.id for c in out.tool_calls] == ["done"]
+    assert out.invalid == ()
+
+
+def test_text_and_tool_calls_in_one_reply_with_usage_chunk() -> None:
+    acc = ReplyAccumulator()
+    texts = [
+        acc.feed_chunk(frame({"role": "assistant", "content": ""})),
+        acc.feed_chunk(frame({"content": "Let me look."})),
+        acc.feed_chunk(call(0, "c", "f", "{}")),
+        acc.feed_chunk(frame({}, finish="tool_calls")),
+        acc.feed_chunk(
+            parse(
+                {
+                    "id": "x",
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": "m",
+                    "choices": [],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    "obfuscation": "pad",
+                }
+            )
+        ),
+    ]
+    assert texts == ["", "Let me look.", "", "", ""]
+    assert acc.text == "Let me look."
+    assert len(acc.assemble().tool_calls) == 1
+    assert acc.usage == Usage(prompt_tokens=10, completion_tokens=5)
+
+
+def test_tolerates_odd_chunks() -> None:
+    acc = ReplyAccumulator()
+    odd = [
+        parse({"id": "x", "choices": None}),
+        parse({"id": "x"}),
+        parse({"choices": [{"index": 0}]}),
+        parse({"choices": [{"index": 0, "delta": {"content": None, "tool_calls": None}}]}),
+        parse({"choices": [{"index": 1, "delta": {"content": "other choice"}}]}),
+        parse({"choices": [{"index": 0, "delta": {"content": "ok", "reasoning_content": "hm"}}]}),
+        parse({"choices": [], "usage": {"prompt_tokens": "many"}}),
+    ]
+    feed(acc, *odd)
+    assert acc.text == "ok"
+    assert acc.usage is None
+    assert acc.finish_reason is None
+
+
+def test_whole_completion() -> None:
+    message = {
+        "role": "assistant",
+        "content": "hi",
+        "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        ],
+    }
+    completion = construct_type(
+        type_=ChatCompletion,
+        value={
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": message}],
+        },
+    )
+    acc = ReplyAccumulator()
+    assert acc.feed_completion(completion) == "hi"
+    assert acc.assemble().tool_calls == (ToolCall(id="c", name="f", arguments="{}"),)
+    assert acc.finish_reason == "tool_calls"
+    assert acc.usage is None
+
+
+def test_is_json() -> None:
+    assert is_json("{}")
+    assert is_json("[1, 2]")
+    assert not is_json('{"a": ')
+    assert not is_json("{}{}")
+    assert not is_json("")
