@@ -1,0 +1,59 @@
+"""Loop detection: a pure engine (usable without a bus) and its presets.
+
+:class:`LoopDetector` judges proposed tool calls (``propose``), learns their results
+(``record_result``) and watches streamed text (``feed_text``); each answer is a
+:class:`Decision` at one of three levels. The bus actor is ``actors.loop_monitor``.
+"""
+
+from __future__ import annotations
+
+from actors.loop.config import (
+    ContentConfig,
+    CycleConfig,
+    GenericRepeatConfig,
+    GlobalBreakerConfig,
+    LoopConfig,
+    LoopConfigError,
+    PingPongConfig,
+    PollConfig,
+    PollTool,
+    StrikesConfig,
+    check_config,
+    load_config,
+)
+from actors.loop.detector import LoopDetector
+from actors.loop.presets import (
+    GEMINI,
+    GEMINI_RECOVERY_TEXT,
+    OPENCLAW,
+    PRESETS,
+    STRICT,
+    STRICT_NUDGE_TEXT,
+)
+from actors.loop.verdicts import DETECTORS, Decision, Detector, Level
+
+__all__ = [
+    "DETECTORS",
+    "GEMINI",
+    "GEMINI_RECOVERY_TEXT",
+    "OPENCLAW",
+    "PRESETS",
+    "STRICT",
+    "STRICT_NUDGE_TEXT",
+    "ContentConfig",
+    "CycleConfig",
+    "Decision",
+    "Detector",
+    "GenericRepeatConfig",
+    "GlobalBreakerConfig",
+    "Level",
+    "LoopConfig",
+    "LoopConfigError",
+    "LoopDetector",
+    "PingPongConfig",
+    "PollConfig",
+    "PollTool",
+    "StrikesConfig",
+    "check_config",
+    "load_config",
+]

@@ -1,0 +1,79 @@
+"""Detector 5, cycles: a sequence of calls repeating itself (gemini-cli's tool-call check).
+
+The last ``window`` fingerprints are kept. For each period ``k`` (smallest first) the tail
+of the sequence, the proposed call included, is matched against itself shifted by ``k``;
+the count is the number of whole repetitions of the last ``k`` calls. Results are never
+looked at: A,B,A,B… trips even when the results change.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from actors.loop.config import CycleConfig
+from actors.loop.history import CallRecord
+from actors.loop.verdicts import Hit, Level, level_for
+
+__all__ = ["Cycle", "repetitions"]
+
+
+def _primitive(block: Sequence[str]) -> bool:
+    k = len(block)
+    return not any(
+        k % p == 0 and all(block[i] == block[i % p] for i in range(k)) for p in range(1, k)
+    )
+
+
+def repetitions(keys: Sequence[str], period: int) -> int:
+    """Whole repetitions of the last ``period`` keys at the end of ``keys`` (0 when the
+    block is itself a repetition of a shorter one)."""
+    n = len(keys)
+    if n < period or not _primitive(keys[n - period :]):
+        return 0
+    run = period
+    while run < n and keys[n - 1 - run] == keys[n - 1 - run + period]:
+        run += 1
+    return run // period
+
+
+def _message(level: Level, period: int, tools: str, count: int) -> str:
+    pattern = f"a cycle of {period} tool calls ({tools}) {count} times in a row"
+    if level == "warning":
+        return f"WARNING: You have repeated {pattern}. Change your approach or finish now."
+    if level == "critical":
+        return (
+            f"CRITICAL: You have repeated {pattern}. This call was not run: the cycle is not "
+            "making progress; try a different approach or finish with what you have."
+        )
+    return f"Stopped: the model repeated {pattern}."
+
+
+class Cycle:
+    """Keeps its own window of fingerprints (and tool names, for messages)."""
+
+    def __init__(self, config: CycleConfig) -> None:
+        self._config = config
+        self._keys: deque[str] = deque(maxlen=config.window)
+        self._tools: deque[str] = deque(maxlen=config.window)
+
+    def check(self, call: CallRecord, history: Sequence[CallRecord]) -> Hit | None:
+        cfg = self._config
+        if not cfg.enabled:
+            return None
+        keys = [*self._keys, call.fingerprint]
+        for period in range(cfg.min_period, cfg.max_period + 1):
+            count = repetitions(keys, period)
+            level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+            if level != "none":
+                tools = " → ".join([*self._tools, call.tool][-period:])
+                key = f"cycle:{period}:{'|'.join(sorted(keys[-period:]))}"
+                return Hit("cycle", level, count, key, _message(level, period, tools, count))
+        return None
+
+    def record(self, call: CallRecord) -> None:
+        self._keys.append(call.fingerprint)
+        self._tools.append(call.tool)
+
+    def on_result(self, call: CallRecord, previous: str | None) -> None:
+        return None

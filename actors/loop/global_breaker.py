@@ -1,0 +1,62 @@
+"""Detector 4, global breaker: calls that make no progress, whatever the tool.
+
+``streak`` (OpenClaw): the proposed call's streak of identical results in the window.
+``total``: every call of the run whose result equalled the previous result of that call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.loop.config import GlobalBreakerConfig
+from actors.loop.history import CallRecord, result_streak
+from actors.loop.verdicts import Hit, Level, level_for
+
+__all__ = ["GlobalBreaker"]
+
+
+def _message(level: Level, tool: str, count: int, total: bool) -> str:
+    what = "no-progress calls in this run" if total else "identical no-progress outcomes"
+    if level == "warning":
+        return f"WARNING: {tool}: {count} {what}. Change your approach or finish now."
+    if level == "critical":
+        return (
+            f"CRITICAL: {tool} has repeated {what} {count} times. This call was not run: "
+            "stop repeating calls that change nothing; finish with what you have."
+        )
+    return (
+        f"CRITICAL: {tool} has repeated {what} {count} times. Run stopped by the global "
+        "circuit breaker to prevent runaway loops."
+    )
+
+
+class GlobalBreaker:
+    """In ``total`` mode counts no-progress results itself; in ``streak`` mode reads the
+    window."""
+
+    def __init__(self, config: GlobalBreakerConfig) -> None:
+        self._config = config
+        self._total = 0
+
+    def check(self, call: CallRecord, history: Sequence[CallRecord]) -> Hit | None:
+        cfg = self._config
+        if not cfg.enabled:
+            return None
+        total = cfg.mode == "total"
+        latest: str | None
+        if total:
+            count, latest = self._total, "run"
+        else:
+            count, latest = result_streak(history, call.fingerprint)
+        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        if level == "none":
+            return None
+        key = f"global:{call.tool}:{call.fingerprint}:{latest or 'none'}"
+        return Hit("global_breaker", level, count, key, _message(level, call.tool, count, total))
+
+    def record(self, call: CallRecord) -> None:
+        return None
+
+    def on_result(self, call: CallRecord, previous: str | None) -> None:
+        if previous is not None and previous == call.result:
+            self._total += 1

@@ -1,0 +1,56 @@
+"""Detector 2, no-progress poll: a poll tool repeating the same call with the same result.
+
+The count is OpenClaw's streak of identical results for this call (newest first); a
+result that changes ends the streak, so a poll reporting progress never trips it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.loop.config import PollConfig
+from actors.loop.history import CallRecord, result_streak
+from actors.loop.verdicts import Hit, Level, level_for
+
+__all__ = ["PollNoProgress"]
+
+
+def _message(level: Level, tool: str, count: int) -> str:
+    if level == "warning":
+        return (
+            f"WARNING: You have called {tool} {count} times with identical arguments and no "
+            "progress. Stop polling and either (1) increase wait time between checks, or (2) "
+            "report the task as failed if the process is stuck."
+        )
+    if level == "critical":
+        return (
+            f"CRITICAL: Called {tool} with identical arguments and no progress {count} times. "
+            "This appears to be a stuck no-progress loop. This call was not run: stop polling "
+            "it, and report the task as failed if the process is stuck."
+        )
+    return f"Stopped: {tool} was polled {count} times with no progress."
+
+
+class PollNoProgress:
+    """Fires only for poll tools; keeps no counters of its own (reads the window)."""
+
+    def __init__(self, config: PollConfig) -> None:
+        self._config = config
+
+    def check(self, call: CallRecord, history: Sequence[CallRecord]) -> Hit | None:
+        cfg = self._config
+        if not cfg.enabled or not call.is_poll:
+            return None
+        streak, latest = result_streak(history, call.fingerprint)
+        count = streak + cfg.include_proposed
+        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        if level == "none":
+            return None
+        key = f"noprogress:{call.tool}:{call.fingerprint}:{latest or 'none'}"
+        return Hit("poll_no_progress", level, count, key, _message(level, call.tool, count))
+
+    def record(self, call: CallRecord) -> None:
+        return None
+
+    def on_result(self, call: CallRecord, previous: str | None) -> None:
+        return None

@@ -1,0 +1,100 @@
+"""Named presets: each behaves like that system's detection, off-by-ones included.
+
+* ``STRICT``: the writing agent's breaker (seed 000). The same call, anywhere in the run
+  (not necessarily consecutive), nudges once at its 3rd occurrence and stops the run at its
+  5th, before it runs. ``finish_exploration`` is exempt; different arguments (a continued
+  read at another offset) are different calls.
+* ``OPENCLAW``: OpenClaw's tool-loop detection (four detectors) with its enforcement:
+  a 30-call window; generic repeat warns when 10 identical calls are already in the window
+  (the 11th) and never blocks; a poll without progress warns at the 11th and is refused
+  from the 21st; ping-pong warns at the 10th alternating call and is refused at the 20th
+  when both sides' results are unchanged; the global breaker fires at the 31st identical
+  call with identical results. Warnings are given at counts 10, 20, 30 of a key only;
+  refused calls are not recorded.
+* ``GEMINI``: gemini-cli's loop detection: 5 identical consecutive calls, cycles of period
+  2..5 repeated 5 times in the last 25 calls (the 10th call of A,B…, the 15th of period 3),
+  content chanting; strike 1 refuses the call (or cuts the stream) and injects gemini's
+  recovery text, strike 2 stops the run.
+
+The deliberate differences are listed in ``docs/loop-detection.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from actors.loop.config import (
+    ContentConfig,
+    CycleConfig,
+    GenericRepeatConfig,
+    GlobalBreakerConfig,
+    LoopConfig,
+    PingPongConfig,
+    PollConfig,
+    PollTool,
+    StrikesConfig,
+)
+
+__all__ = ["GEMINI", "GEMINI_RECOVERY_TEXT", "OPENCLAW", "PRESETS", "STRICT", "STRICT_NUDGE_TEXT"]
+
+STRICT_NUDGE_TEXT: Final = (
+    "You are calling the same tool with the same arguments again. What you have read is "
+    "enough: call finish_exploration now and give your conclusions."
+)
+
+GEMINI_RECOVERY_TEXT: Final = (
+    "System: Potential loop detected. Details: {detail}. Please take a step back and confirm "
+    "you're making forward progress. If not, take a step back, analyze your previous actions "
+    "and rethink how you're approaching the problem. Avoid repeating the same tool calls or "
+    "responses without new results."
+)
+
+_OFF_POLL: Final = PollConfig(enabled=False)
+_OFF_PING_PONG: Final = PingPongConfig(enabled=False)
+_OFF_GLOBAL: Final = GlobalBreakerConfig(enabled=False)
+
+STRICT: Final = LoopConfig(
+    name="strict",
+    exempt_tools=("finish_exploration",),
+    warning_bucket=None,
+    nudge_once_per_kind=True,
+    generic_repeat=GenericRepeatConfig(
+        scope="run",
+        include_proposed=True,
+        skip_poll_tools=False,
+        warn_at=3,
+        break_at=5,
+        warn_text=STRICT_NUDGE_TEXT,
+    ),
+    poll_no_progress=_OFF_POLL,
+    ping_pong=_OFF_PING_PONG,
+    global_breaker=_OFF_GLOBAL,
+)
+
+OPENCLAW: Final = LoopConfig(
+    name="openclaw",
+    history_size=30,
+    poll_tools=(PollTool(name="command_status"), PollTool(name="process", actions=("poll", "log"))),
+    warning_bucket=10,
+    generic_repeat=GenericRepeatConfig(scope="window", warn_at=10),
+    poll_no_progress=PollConfig(warn_at=10, block_at=20),
+    ping_pong=PingPongConfig(warn_at=10, block_at=20),
+    global_breaker=GlobalBreakerConfig(mode="streak", break_at=30),
+)
+
+GEMINI: Final = LoopConfig(
+    name="gemini",
+    record_blocked=True,
+    warning_bucket=None,
+    generic_repeat=GenericRepeatConfig(
+        scope="consecutive", include_proposed=True, skip_poll_tools=False, warn_at=None, block_at=5
+    ),
+    poll_no_progress=_OFF_POLL,
+    ping_pong=_OFF_PING_PONG,
+    global_breaker=_OFF_GLOBAL,
+    cycle=CycleConfig(enabled=True, min_period=2, max_period=5, window=25, block_at=5),
+    content=ContentConfig(enabled=True),
+    strikes=StrikesConfig(stop_at=2, text=GEMINI_RECOVERY_TEXT),
+)
+
+PRESETS: Final[dict[str, LoopConfig]] = {"strict": STRICT, "openclaw": OPENCLAW, "gemini": GEMINI}

@@ -1,0 +1,77 @@
+"""What the loop detector decides: levels, detector names, decisions and their texts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+__all__ = [
+    "DETECTORS",
+    "Decision",
+    "Detector",
+    "Hit",
+    "Level",
+    "level_for",
+]
+
+Level = Literal["none", "warning", "critical", "break"]
+"""``warning``: nudge, the call runs. ``critical``: the call is refused (for content: the
+stream is cut and a nudge follows). ``break``: the run stops before the call runs."""
+
+Detector = Literal[
+    "generic_repeat", "poll_no_progress", "ping_pong", "global_breaker", "cycle", "content"
+]
+DETECTORS: tuple[Detector, ...] = (
+    "generic_repeat",
+    "poll_no_progress",
+    "ping_pong",
+    "global_breaker",
+    "cycle",
+    "content",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One detector's finding about one call, before rate limiting and escalation."""
+
+    detector: Detector
+    level: Level
+    count: int
+    key: str
+    message: str
+
+
+def level_for(count: int, warn: int | None, block: int | None, brk: int | None) -> Level:
+    """The highest level whose threshold ``count`` reaches."""
+    if brk is not None and count >= brk:
+        return "break"
+    if block is not None and count >= block:
+        return "critical"
+    if warn is not None and count >= warn:
+        return "warning"
+    return "none"
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to one proposed call or one piece of streamed text.
+
+    ``nudge`` is the text to inject before the next model call, or ``None`` when nothing is
+    to be injected (no finding, or a warning already given: ``rate_limited``).
+    ``call_id`` names the call for :meth:`LoopDetector.record_result`.
+    """
+
+    level: Level = "none"
+    detector: Detector | None = None
+    count: int = 0
+    message: str = ""
+    nudge: str | None = None
+    rate_limited: bool = False
+    call_id: str = ""
+
+    @property
+    def cause(self) -> str | None:
+        """The stop cause of this detector (``loop.<detector>``), if any."""
+        return None if self.detector is None else f"loop.{self.detector}"
