@@ -14,11 +14,11 @@ from typing import assert_never
 import anyio
 from anyio.abc import TaskStatus
 
-from bus import Bus, Progress, ProgressStatus, RunFinished, RunStarted, TurnStarted
+from bus import Bus, Progress, ProgressStatus, RunEnding, RunStarted, TurnStarted
 
 __all__ = ["ProgressReporter"]
 
-_Message = RunStarted | TurnStarted | RunFinished
+_Message = RunStarted | TurnStarted | RunEnding
 
 
 @dataclass
@@ -37,8 +37,10 @@ class ProgressReporter:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes this subscription."""
+        # Answering (waited for) only so that the last progress events precede
+        # RunFinished; it never stops or nudges a run.
         subscription = self._bus.subscribe(
-            RunStarted, TurnStarted, RunFinished, name="progress_reporter"
+            RunStarted, TurnStarted, RunEnding, name="progress_reporter", answers=True
         )
         task_status.started()
         await subscription.serve(self._handle)
@@ -56,7 +58,7 @@ class ProgressReporter:
                 running.current = msg.stage
                 limit = f" of at most {running.max_turns}" if running.max_turns else ""
                 self._emit(msg.run_id, running, msg.stage, "running", f"turn {msg.turn}{limit}")
-            case RunFinished():
+            case RunEnding():
                 ended = self._plans.pop(msg.run_id, None)
                 if ended is None:
                     return

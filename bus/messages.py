@@ -43,6 +43,7 @@ __all__ = [
     "Nudge",
     "Progress",
     "ProgressStatus",
+    "RunEnding",
     "RunFinished",
     "RunStarted",
     "StopSignal",
@@ -80,6 +81,14 @@ class RunStarted(Message, frozen=True, kw_only=True):
     max_tool_calls: int = 0
     deadline_seconds: float = 0.0
     started_at: float = 0.0
+
+
+class RunEnding(Message, frozen=True, kw_only=True):
+    """Checkpoint (settled) once the run has decided how it ends, before ``RunFinished``:
+    answers to it (the last progress events) still precede ``RunFinished``."""
+
+    exit_reason: ExitReason
+    cause: str
 
 
 class RunFinished(Message, frozen=True, kw_only=True):
@@ -298,6 +307,7 @@ class ActorFailed(Message, frozen=True, kw_only=True):
 
 BusMessage = (
     RunStarted
+    | RunEnding
     | RunFinished
     | TurnStarted
     | TurnEnded
@@ -321,6 +331,7 @@ BusMessage = (
 
 MESSAGE_TYPES: tuple[type[Message], ...] = (
     RunStarted,
+    RunEnding,
     RunFinished,
     TurnStarted,
     TurnEnded,

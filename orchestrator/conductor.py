@@ -34,6 +34,7 @@ from bus import (
     ModelReply,
     ModelRequest,
     Nudge,
+    RunEnding,
     RunFinished,
     RunStarted,
     StopSignal,
@@ -145,6 +146,9 @@ class Conductor:
             )
         result = self._result(stop)
         with anyio.CancelScope(shield=True):
+            await self._bus.publish_settled(
+                RunEnding(run_id=self._run_id, exit_reason=stop.reason, cause=stop.cause)
+            )
             await self._bus.publish(self._finished_message(result))
         return result
 
