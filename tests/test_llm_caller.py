@@ -506,3 +506,34 @@ async def test_errors_never_leak_the_api_key_and_bad_tool_schemas_fail_fast() ->
     assert (schema.kind, schema.final) == ("bad_request", True)
     assert "broken" in schema.message
     assert len(fake.requests) == 1
+
+
+@pytest.mark.asyncio
+async def test_many_runs_share_one_caller(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, "busy", '[[steps]]\ntext = "hi"\nlatency = 0.05')
+    runs = [f"run{n}" for n in range(25)]
+    async with open_simulator([scenario]) as sim, open_caller(sim.base_url) as (bus, rec):
+        for run_id in runs:
+            await bus.publish(request("busy", run_id=run_id))
+        await rec.wait_for(lambda seen: sum(isinstance(m, ModelReply) for m in seen) == len(runs))
+    replies = {m.run_id: m for m in rec.seen if isinstance(m, ModelReply)}
+    assert sorted(replies) == sorted(runs)
+    assert all(r.text == "hi" and r.attempts == 1 for r in replies.values())
+
+
+@pytest.mark.asyncio
+async def test_an_internal_fault_still_ends_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: LLMCaller, call: object, *, aborted: bool = False) -> ModelReply:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(LLMCaller, "_reply", broken)
+    scenario = write_scenario(tmp_path, "fine", '[[steps]]\ntext = "hi"')
+    async with open_simulator([scenario]) as sim, open_caller(sim.base_url) as (bus, _):
+        (error,) = await ask(bus, request("fine"))
+        (still,) = await ask(bus, request("fine", run_id="r2"))  # the caller lives on
+    assert isinstance(error, ModelError)
+    assert (error.kind, error.final) == ("stream", True)
+    assert "RuntimeError('bug')" in error.message
+    assert isinstance(still, ModelError)
