@@ -138,9 +138,8 @@ class Runtime:
         try:
             self.base_url = self.config.model.base_url
             if self.base_url is None:
-                simulator = await stack.enter_async_context(
-                    open_simulator((*shipped_scenarios(), *self._extra_scenarios))
-                )
+                served = {s.name: s for s in (*shipped_scenarios(), *self._extra_scenarios)}
+                simulator = await stack.enter_async_context(open_simulator(served.values()))
                 self.base_url = simulator.base_url
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             endpoint = self._endpoint(self.base_url)

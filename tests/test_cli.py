@@ -1,0 +1,101 @@
+"""The command line: `demo --json`, `run --scenario`, endings a person can act on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bus import CAUSES, ExitReason, Outcome, Usage, cause_hint, outcome_of
+from orchestrator.cli import main
+from orchestrator.result import RunResult, describe_ending
+from orchestrator.sim import shipped_scenarios
+
+
+def test_demo_json_shows_every_scenario_ending_as_expected(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["scenario"] for line in lines] == [s.name for s in shipped_scenarios()]
+    for line in lines:
+        assert line["exit_reason"] == line["expected_exit_reason"], line["scenario"]
+        assert line["matches"] is True
+        for key in (
+            "cause",
+            "outcome",
+            "turns",
+            "llm_requests",
+            "tool_calls",
+            "usage",
+            "incomplete",
+            "degraded",
+            "detail",
+            "hint",
+            "trace",
+            "call_log",
+        ):
+            assert key in line, key
+        assert "transcript" not in line
+
+
+def test_run_scenario_prints_an_ending_with_reason_cause_and_next_step(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["run", "--scenario", "max_turns"]) == 0
+    out = capsys.readouterr().out
+    assert "Stopped:" in out
+    assert "max_turns" in out
+    assert "budget.max_turns" in out
+    assert "Next: Raise budget.max_turns" in out
+
+
+def test_run_without_scenario_or_endpoint_is_a_clear_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["run", "--task", "x"]) == 2
+    assert "--base-url" in capsys.readouterr().err
+
+
+def test_a_bad_config_file_names_the_key(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[budget]\nmax_turns = 0\n")
+    assert main(["--config", str(config), "demo"]) == 2
+    err = capsys.readouterr().err
+    assert "budget.max_turns" in err
+    assert ">= 1" in err
+
+
+def test_unknown_scenario_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--scenario", "no_such_scenario"]) == 2
+    assert "no_such_scenario" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("reason", list(ExitReason))
+def test_every_ending_names_reason_cause_and_next_step(reason: ExitReason) -> None:
+    cause = next(iter(CAUSES))
+    result = RunResult(
+        run_id="r",
+        trace_id="t",
+        exit_reason=reason,
+        cause=cause,
+        outcome=outcome_of(reason),
+        detail="what happened",
+        hint=cause_hint(cause),
+        turns=1,
+        llm_requests=1,
+        tool_calls=0,
+        usage=Usage(),
+        output="",
+        incomplete=False,
+        degraded=False,
+        nudges=0,
+        trace=(),
+        call_log=(),
+    )
+    text = describe_ending(result)
+    assert ("Finished:" if result.outcome is Outcome.DONE else "Stopped:") in text
+    assert reason.value in text
+    assert cause in text
+    assert "Why: what happened" in text
+    assert f"Next: {cause_hint(cause)}" in text
