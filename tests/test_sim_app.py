@@ -254,10 +254,10 @@ async def drive(client: openai.AsyncOpenAI, run_id: str, outcomes: dict[str, lis
 async def test_attempts_are_counted_per_run_under_concurrency() -> None:
     outcomes: dict[str, list[str]] = {}
     async with client_for(FLAKY) as client, anyio.create_task_group() as tg:
-        for i in range(50):
+        for i in range(200):
             tg.start_soon(drive, client, f"run-{i}", outcomes)
     expected = ["429", "429", "first", "503", "second"]
-    assert outcomes == {f"run-{i}": expected for i in range(50)}
+    assert outcomes == {f"run-{i}": expected for i in range(200)}
 
 
 @pytest.mark.asyncio

@@ -153,7 +153,7 @@ async def _play(
     for sent, frame in enumerate(_frames(reply, frames)):
         if fault is not None and sent == fault.after_chunks:
             break
-        if sent and step.chunk_latency:
+        if sent:  # a checkpoint even at zero latency, so endless output never hogs the loop
             await anyio.sleep(step.chunk_latency)
         yield frame
     else:

@@ -71,23 +71,36 @@ async def open_simulator(
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
         running = RunningSimulator(host=host, port=sock.getsockname()[1])
+        error: BaseException | None = None
         async with anyio.create_task_group() as tg:
             server = await tg.start(_serve, config, sock)
             try:
                 yield running
-            except BaseException:
+            except BaseException as exc:  # re-raised below, outside the task group
+                error = exc
                 server.force_exit = True
-                raise
             finally:
                 server.should_exit = True
+        if error is not None:
+            raise error  # unwrapped: the body's exception, not an exception group
 
 
-async def serve_simulator(scenarios: Iterable[Scenario], host: str, port: int) -> None:
-    """Serve ``scenarios`` until cancelled, after printing where it listens."""
+async def serve_simulator(
+    scenarios: Iterable[Scenario],
+    host: str,
+    port: int,
+    *,
+    task_status: TaskStatus[RunningSimulator] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``scenarios`` until cancelled, after printing where it listens.
+
+    With ``await tg.start(serve_simulator, …)`` the caller gets the :class:`RunningSimulator`.
+    """
     scenarios = tuple(scenarios)
     async with open_simulator(scenarios, host=host, port=port) as running:
         names = ", ".join(s.name for s in scenarios) or "(none)"
         print(f"loopfuse simulator on {running.base_url} serving {names}", flush=True)
+        task_status.started(running)
         await anyio.sleep_forever()
 
 
