@@ -146,52 +146,38 @@ class LLMCaller:
     def _start(self, request: ModelRequest) -> None:
         self._requests += 1
         key = (request.run_id, request.turn)
+        call = _Call(request)
         if key in self._active or self._tg is None:
-            self._publish_final(
-                request,
-                ModelError(
-                    run_id=request.run_id,
-                    turn=request.turn,
-                    kind="bad_request",
-                    message="a request for this turn is already in flight",
-                    final=True,
-                ),
-            )
+            failure = Failure("bad_request", "a request for this turn is already in flight")
+            self._publish_final(call, self._error(call, failure, final=True))
             return
-        call = self._active[key] = _Call(request)
+        self._active[key] = call
         self._tg.start_soon(self._serve, call, name=f"llm_caller {request.run_id}/{request.turn}")
 
     async def _serve(self, call: _Call) -> None:
+        """Answer one request exactly once, whatever happens (cancellation included)."""
         request = call.request
         try:
             with call.scope:
                 result = await self._with_deadline(call)
-                self._publish_final(request, result)
-                call.done = True
-            if not call.done:
-                self._publish_final(request, self._reply(call, aborted=True))
-                call.done = True
+                self._publish_final(call, result)
+            if not call.done:  # ModelCancel, or the caller stopping
+                self._publish_final(call, self._reply(call, aborted=True))
         except Exception as exc:
             logger.exception("LLM call of run %s turn %d failed", request.run_id, request.turn)
-            self._publish_final(
-                request,
-                ModelError(
-                    run_id=request.run_id,
-                    turn=request.turn,
-                    kind="stream",
-                    message=self._scrub(f"internal error: {exc!r}")[:500],
-                    attempt=max(call.attempts, 1),
-                    final=True,
-                ),
-            )
-            call.done = True
+            self._publish_final(call, self._internal_error(call, exc))
         finally:
             if not call.done:  # cancelled from outside: the run still gets its answer
-                self._publish_final(request, self._reply(call, aborted=True))
+                try:
+                    aborted: ModelReply | ModelError = self._reply(call, aborted=True)
+                except Exception as exc:
+                    aborted = self._internal_error(call, exc)
+                self._publish_final(call, aborted)
             if self._active.get((request.run_id, request.turn)) is call:
                 del self._active[(request.run_id, request.turn)]
 
-    def _publish_final(self, request: ModelRequest, msg: ModelReply | ModelError) -> None:
+    def _publish_final(self, call: _Call, msg: ModelReply | ModelError) -> None:
+        call.done = True
         if isinstance(msg, ModelReply):
             self._replies += 1
         else:
@@ -346,6 +332,9 @@ class LLMCaller:
             final=final,
             retry_after=failure.retry_after,
         )
+
+    def _internal_error(self, call: _Call, exc: Exception) -> ModelError:
+        return self._error(call, Failure("stream", f"internal error: {exc!r}"[:500]), final=True)
 
     def _scrub(self, text: str) -> str:
         """``text`` without the API key, should a server echo it back."""

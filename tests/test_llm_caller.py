@@ -537,3 +537,19 @@ async def test_an_internal_fault_still_ends_the_request(
     assert (error.kind, error.final) == ("stream", True)
     assert "RuntimeError('bug')" in error.message
     assert isinstance(still, ModelError)
+
+
+@pytest.mark.asyncio
+async def test_cancel_before_the_call_starts_and_a_duplicate_request(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, "idle", '[[steps]]\ntext = "x"\nlatency = 30')
+    async with open_simulator([scenario]) as sim, open_caller(sim.base_url) as (bus, _):
+        with bus.open_inbox("r1") as inbox:
+            await bus.publish(request("idle"))
+            await bus.publish(request("idle"))  # the same turn again, while in flight
+            await bus.publish(ModelCancel(run_id="r1", turn=1, reason="stop"))
+            duplicate, reply = await answers(inbox), await answers(inbox)
+    assert isinstance(duplicate[0], ModelError)
+    assert (duplicate[0].kind, duplicate[0].final) == ("bad_request", True)
+    (aborted,) = reply
+    assert isinstance(aborted, ModelReply)
+    assert (aborted.aborted, aborted.text, aborted.tool_calls) == (True, "", ())
