@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.tools import Tool, ToolContext, ToolError
-from orchestrator.sim import ToolDef, ToolReply
+from orchestrator.sim import ToolDef
 
 __all__ = ["scripted_tool_from"]
 
@@ -19,19 +19,14 @@ def scripted_tool_from(definition: ToolDef) -> Tool[dict[str, Any]]:
     """The tool ``definition`` describes."""
 
     async def answer(arguments: dict[str, Any], ctx: ToolContext) -> str:
-        case = definition.match(arguments)
-        replies = definition.results if case < 0 else definition.cases[case].results
-        if not replies:
-            raise ToolError("scripted", f"{definition.name} has no result for these arguments")
         counts: dict[int, int] = ctx.state.setdefault(f"scripted:{definition.name}", {})
-        index = counts.get(case, 0)
-        counts[case] = index + 1
-        reply = replies[min(index, len(replies) - 1)]
-        if isinstance(reply, ToolReply):
-            if reply.error is not None:
-                raise ToolError("scripted", reply.error)
-            return reply.text
-        return reply
+        case = definition.match(arguments)
+        nth = counts.get(case, 0)
+        counts[case] = nth + 1
+        reply = definition.reply(arguments, nth)
+        if reply.error is not None:
+            raise ToolError("scripted", reply.error)
+        return reply.text
 
     return Tool.from_json_schema(
         definition.name,
