@@ -206,12 +206,21 @@ class ToolExecutor:
                 run.batches.remove(batch)
 
     async def _run_call(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
-        async with batch.limiter:
-            started = anyio.current_time()
-            outcome = await self._outcome(run, batch, slot)
+        started = anyio.current_time()
+        try:
+            async with batch.limiter:
+                started = anyio.current_time()
+                outcome = await self._outcome(run, batch, slot)
             duration = anyio.current_time() - started
-        slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
-        slot.done.set()
+            slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
+        finally:
+            # Cancelled from outside (the executor's task group): the call still gets
+            # its one result, so nothing that reads the slot waits forever.
+            if slot.result is None:
+                outcome = _aborted(slot.call, "because its task was cancelled")
+                duration = anyio.current_time() - started
+                slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
+            slot.done.set()
 
     async def _outcome(self, run: _Run, batch: _Batch, slot: _Slot) -> Outcome:
         call = slot.call

@@ -17,6 +17,7 @@ from actors.tools import (
     PATH_ERROR,
     Tool,
     ToolContext,
+    ToolError,
     ToolExecutorSettings,
     ToolRegistry,
     default_registry,
@@ -207,6 +208,40 @@ async def test_errors_are_results_and_the_actor_keeps_going() -> None:
     assert raised.result_fingerprint == fingerprint_result(raised.content, is_error=True)
     assert fine.content == "ok after"
     assert not fine.is_error
+
+
+@pytest.mark.asyncio
+async def test_misbehaving_tools_cannot_hurt_the_actor() -> None:
+    async def rogue_cancel(p: Named) -> str:
+        raise anyio.get_cancelled_exc_class()()
+
+    async def not_text(p: Named) -> str:
+        return None  # type: ignore[return-value]
+
+    async def refuses(p: Named) -> str:
+        raise ToolError("quota", "quota exceeded")
+
+    registry = ToolRegistry(
+        [
+            _tool("rogue", rogue_cancel),
+            _tool("not_text", not_text),
+            _tool("refuses", refuses),
+            _tool("ok", _ok),
+        ]
+    )
+    async with open_executor(registry) as (bus, _):
+        with bus.open_inbox("r1") as inbox:
+            await _start(bus, "r1", ("rogue", "not_text", "refuses", "ok"))
+            await _execute(bus, "r1", 1, ("rogue", ""), ("not_text", ""), ("refuses", ""))
+            rogue, none, refused = await _results(inbox, 3)
+            await _execute(bus, "r1", 2, ("ok", '{"key": "still here"}'))
+            (fine,) = await _results(inbox, 1)
+    assert rogue.error_kind == "exception"
+    assert "CancelledError" in rogue.content or "Cancelled" in rogue.content
+    assert none.error_kind == "exception"
+    assert "not text" in none.content
+    assert (refused.error_kind, refused.content) == ("quota", "quota exceeded")
+    assert fine.content == "ok still here"
 
 
 @pytest.mark.asyncio

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import anyio
+import anyio.lowlevel
 
 from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
@@ -52,6 +53,12 @@ async def invoke(
             content: object = await tool.fn(params, ctx)
     except ToolError as exc:
         return Outcome(cap_text(exc.message, max_chars), is_error=True, error_kind=exc.kind)
+    except anyio.get_cancelled_exc_class() as exc:
+        # A real cancellation is level-triggered: the checkpoint raises it again. Getting
+        # past it means the tool raised a cancellation exception of its own.
+        await anyio.lowlevel.checkpoint()
+        text = f"{tool.name} failed: it raised {type(exc).__name__} without being cancelled"
+        return Outcome(text, is_error=True, error_kind="exception")
     except Exception as exc:
         text = f"{tool.name} failed: {type(exc).__name__}: {exc}"
         return Outcome(cap_text(text, max_chars), is_error=True, error_kind="exception")
