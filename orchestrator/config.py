@@ -23,6 +23,7 @@ from orchestrator.errors import ConfigError
 __all__ = [
     "BudgetSettings",
     "Config",
+    "LoopSettings",
     "ModelSettings",
     "RunSettings",
     "RuntimeSettings",
@@ -34,6 +35,7 @@ __all__ = [
 ENV_PREFIX: Final = "LOOPFUSE_"
 ENV_CONFIG_FILE: Final = "LOOPFUSE_CONFIG"
 
+LoopPreset = Literal["strict", "openclaw", "gemini", "off"]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
@@ -67,6 +69,12 @@ class BudgetSettings(_Settings, frozen=True, kw_only=True):
     deadline_seconds: PositiveFloat = 600.0
 
 
+class LoopSettings(_Settings, frozen=True, kw_only=True):
+    """Loop detection: a named preset (``off`` turns the loop monitor off for a run)."""
+
+    preset: LoopPreset = "strict"
+
+
 class ToolSettings(_Settings, frozen=True, kw_only=True):
     """Which tools a run gets and where they may read."""
 
@@ -88,6 +96,7 @@ class Config(_Settings, frozen=True, kw_only=True):
     model: ModelSettings = ModelSettings()
     budget: BudgetSettings = BudgetSettings()
     tools: ToolSettings = ToolSettings()
+    loop: LoopSettings = LoopSettings()
     runtime: RuntimeSettings = RuntimeSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -107,6 +116,7 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     tool_timeout_seconds: PositiveFloat = 30.0
     abort_grace_seconds: NonNegativeFloat = 5.0
     truncation_recoveries: Annotated[int, msgspec.Meta(ge=0)] = 3
+    loop_preset: LoopPreset = "strict"
 
 
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -198,6 +208,7 @@ def run_settings(
         "tools": config.tools.enabled,
         "tool_timeout_seconds": config.tools.timeout_seconds,
         "abort_grace_seconds": config.tools.abort_grace_seconds,
+        "loop_preset": config.loop.preset,
     }
     data.update(overrides or {})
     return _convert(data, RunSettings, prefix="config", source=source)

@@ -32,6 +32,8 @@ from anyio.abc import TaskGroup
 from actors.budget_monitor import BudgetMonitor
 from actors.llm.settings import EndpointSettings
 from actors.llm_caller import LLMCaller
+from actors.loop import PRESETS, LoopConfig
+from actors.loop_monitor import LoopMonitor
 from actors.progress_reporter import ProgressReporter
 from actors.tool_executor import ToolExecutor
 from actors.tools import ToolRegistry, default_registry
@@ -47,6 +49,26 @@ from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenario
 __all__ = ["RunHandle", "RunSpec", "Runtime"]
 
 logger = logging.getLogger("loopfuse.runtime")
+
+
+def _all_off() -> LoopConfig:
+    base = LoopConfig(name="off")
+    sections = (
+        "generic_repeat",
+        "poll_no_progress",
+        "ping_pong",
+        "global_breaker",
+        "cycle",
+        "content",
+    )
+    return msgspec.structs.replace(
+        base,
+        **{name: msgspec.structs.replace(getattr(base, name), enabled=False) for name in sections},
+    )
+
+
+OFF: Final = _all_off()
+"""Loop detection off: what ``loop_preset = "off"`` runs with (fuses off, for comparisons)."""
 
 KEEP_FINISHED_RUNS: Final = 1_000
 """Finished runs whose events and result a runtime keeps for late readers."""
@@ -126,6 +148,7 @@ class Runtime:
         self._active = 0
         self._idle = anyio.Event()
         self._idle.set()
+        self._loop_configs: dict[str, LoopConfig] = {}
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self.base_url: str | None = None
@@ -143,9 +166,11 @@ class Runtime:
                 self.base_url = simulator.base_url
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             endpoint = self._endpoint(self.base_url)
+            self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             actors = (
                 self.event_log,
                 BudgetMonitor(self.bus),
+                self._loop_monitor,
                 ProgressReporter(self.bus),
                 ToolExecutor(self.bus, self.tools),
                 LLMCaller(self.bus, endpoint),
@@ -175,6 +200,9 @@ class Runtime:
                 await self._idle.wait()
             self.bus.close()
         return await stack.__aexit__(exc_type, exc, tb)
+
+    def _loop_config(self, run_id: str) -> LoopConfig:
+        return self._loop_configs.get(run_id, OFF)
 
     def _endpoint(self, base_url: str) -> EndpointSettings:
         model = self.config.model
@@ -229,6 +257,7 @@ class Runtime:
                 if (tool := self.tools.get(name)) and tool.finishes_stage
             ),
         )
+        self._loop_configs[run_id] = PRESETS.get(settings.loop_preset, OFF)
         handle = RunHandle(self, run_id, inputs.trace_id)
         self._handles[run_id] = handle
         self.event_log.open_run(run_id)
@@ -286,6 +315,7 @@ class Runtime:
             if on_finished is not None:
                 on_finished()
             handle.status = "finished"
+            self._loop_configs.pop(handle.run_id, None)
             handle._done.set()
             self._active -= 1
             if self._active == 0:
