@@ -29,7 +29,7 @@ from orchestrator.errors import LoopfuseError
 from orchestrator.result import RunResult, describe_ending, result_summary
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
 from orchestrator.scenario_runs import expectation_mismatches, start_scenario
-from orchestrator.sim import ScenarioError, find_scenario, serve_simulator, shipped_scenarios
+from orchestrator.sim import find_scenario, serve_simulator, shipped_scenarios
 
 __all__ = ["main"]
 
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for scenario in shipped_scenarios():
                     print(f"{scenario.name:24} {scenario.description}")
                 return 0
-    except (LoopfuseError, ScenarioError) as exc:
+    except LoopfuseError as exc:
         print(f"loopfuse: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -5,7 +5,7 @@ exceptions. What is left is a short tree::
 
     LoopfuseError
     ├── ConfigError (also ValueError)    a config key or value is wrong: .key, .reason
-    ├── ScenarioError (also ValueError)  a scenario file is wrong: .path, .key, .reason
+    ├── ScenarioError (also ValueError)  a scenario is wrong: .source, .path (key path), .reason
     └── RuntimeClosedError               the runtime is not running (not entered, or closed)
 """
 
@@ -30,13 +30,13 @@ class ConfigError(LoopfuseError, ValueError):
 
 
 class ScenarioError(LoopfuseError, ValueError):
-    """A scenario file is invalid; the message names the file, the key path and the reason."""
+    """A scenario that cannot be used: the ``source`` file, the key ``path`` and the ``reason``."""
 
-    def __init__(self, path: str, key: str, reason: str) -> None:
+    def __init__(self, source: str, path: str, reason: str) -> None:
+        self.source = source
         self.path = path
-        self.key = key
         self.reason = reason
-        super().__init__(f"{path}: {key}: {reason}" if key else f"{path}: {reason}")
+        super().__init__(f"{source}: {path}: {reason}" if path else f"{source}: {reason}")
 
 
 class RuntimeClosedError(LoopfuseError, RuntimeError):

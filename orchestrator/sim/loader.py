@@ -15,6 +15,7 @@ from typing import Final
 import msgspec
 
 from bus import ExitReason
+from orchestrator.errors import ScenarioError
 from orchestrator.sim.checks import check_scenario
 from orchestrator.sim.scenario import ERROR_SHAPES, FAULT_KINDS, Scenario, Step
 
@@ -28,16 +29,6 @@ __all__ = [
 ]
 
 SCENARIO_DIR: Final = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-class ScenarioError(ValueError):
-    """A scenario that cannot be used: ``source``, the key ``path`` and the ``reason``."""
-
-    def __init__(self, source: str, path: str, reason: str) -> None:
-        self.source = source
-        self.path = path
-        self.reason = reason
-        super().__init__(f"{source}: {path}: {reason}" if path else f"{source}: {reason}")
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
