@@ -1,0 +1,9 @@
+"""``python -m orchestrator`` is the ``loopfuse`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from orchestrator.cli import main
+
+sys.exit(main())
