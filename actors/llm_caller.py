@@ -229,7 +229,7 @@ class LLMCaller:
                 self._bus.publish_nowait(self._error(call, failure, final=False))
                 await anyio.sleep(decision.delay)
                 continue
-            escalate = endpoint.escalated_max_tokens
+            escalate = request.escalated_max_tokens or endpoint.escalated_max_tokens
             if (
                 call.acc.finish_reason == "length"
                 and escalate is not None

@@ -2,7 +2,8 @@
 
 It observes (never answers, so settling publishes do not wait for it) four messages:
 
-* :class:`~bus.RunStarted` sets up the run: its folder and the tools it enables.
+* :class:`~bus.RunStarted` sets up the run: its folder, the tools it enables and its result
+  cache (``max_cache_hits``, ``cache_ttl_seconds``, ``cache_max_entries``).
 * :class:`~bus.ToolExecute` runs the calls of one reply concurrently (at most
   ``max_parallel_calls`` at a time) and publishes their :class:`~bus.ToolResult` in call
   order, so a fast second call waits for the first's result to go out.
@@ -12,6 +13,17 @@ It observes (never answers, so settling publishes do not wait for it) four messa
 * :class:`~bus.RunFinished` cancels what the run still has running, silently, and drops its
   state.
 
+Idempotent tools' results are cached per run by call fingerprint
+(:mod:`actors.tools.cache`): a hit answers without running the tool (``cache="hit"``), a
+miss runs it (``"miss"``), and other tools are never cached (``"none"``). Only successful
+results are stored. Identical calls in flight share one execution: the later ones wait for
+the first and are then answered from the cache. The hit past ``max_cache_hits`` on one
+entry is a loop: the executor publishes ``StopSignal(hook_stopped, "loop.cache_hits")``
+(``publish_nowait``, so it precedes the call's result) and answers that call with an error
+result (``error_kind="loop"``, ``executed=False``) instead of the cached text. A batch with
+a call of a tool that is not idempotent clears the run's cache first (a side effect may
+have changed what the cached results said) and stores nothing.
+
 Errors are results, never exceptions (see :mod:`actors.tools.invoke`). Every call runs in
 the executor's task group; when the bus closes, running calls are aborted and
 :meth:`ToolExecutor.run` returns with no task left behind.
@@ -20,22 +32,37 @@ the executor's task group; when the bus closes, running calls are aborted and
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final, NamedTuple, assert_never
+from typing import Any, Final, Literal, NamedTuple, assert_never
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from actors.fingerprint import fingerprint_call, fingerprint_result
+from actors.tools.cache import CacheSettings, ResultCache
 from actors.tools.context import ToolContext
 from actors.tools.invoke import Outcome, invoke, unknown_tool
 from actors.tools.limits import ToolExecutorSettings
-from actors.tools.registry import ToolRegistry
-from bus import Bus, RunFinished, RunStarted, ToolCall, ToolExecute, ToolResult, ToolsCancel
+from actors.tools.registry import Tool, ToolRegistry
+from bus import (
+    Bus,
+    ExitReason,
+    RunFinished,
+    RunStarted,
+    StopSignal,
+    ToolCall,
+    ToolExecute,
+    ToolResult,
+    ToolsCancel,
+)
 
-__all__ = ["ToolExecutor", "ToolExecutorStatistics"]
+__all__ = ["ToolCacheStatistics", "ToolExecutor", "ToolExecutorStatistics"]
 
 SUBSCRIBER_NAME: Final = "tool_executor"
+
+LOOP_CAUSE: Final = "loop.cache_hits"
 
 _Handled = RunStarted | ToolExecute | ToolsCancel | RunFinished
 
@@ -48,10 +75,19 @@ class ToolExecutorStatistics(NamedTuple):
     calls_running: int
 
 
+class ToolCacheStatistics(NamedTuple):
+    """The result caches of every run (``entries`` is a gauge, the rest count up)."""
+
+    entries: int
+    hits: int
+    misses: int
+    loops: int
+
+
 class _Slot:
     """One call of a batch: its result once known, and its cancel scope while running."""
 
-    __slots__ = ("call", "done", "fingerprint", "result", "scope")
+    __slots__ = ("cache", "call", "done", "fingerprint", "leader", "ready", "result", "scope")
 
     def __init__(self, call: ToolCall, fingerprint: str) -> None:
         self.call = call
@@ -59,12 +95,26 @@ class _Slot:
         self.done = anyio.Event()
         self.result: ToolResult | None = None
         self.scope: anyio.CancelScope | None = None
+        self.cache: Literal["hit", "miss", "none"] = "none"
+        # Decided by the cache before the call runs: the answer (a hit or a refused loop),
+        # or the identical call in flight to wait for.
+        self.ready: Outcome | None = None
+        self.leader: _Slot | None = None
 
 
 class _Batch:
     """The calls of one :class:`~bus.ToolExecute`."""
 
-    __slots__ = ("abort_deadline", "grace", "limiter", "reason", "silent", "slots", "turn")
+    __slots__ = (
+        "abort_deadline",
+        "grace",
+        "limiter",
+        "reason",
+        "silent",
+        "slots",
+        "stores",
+        "turn",
+    )
 
     def __init__(self, msg: ToolExecute, max_parallel: int) -> None:
         self.turn = msg.turn
@@ -80,6 +130,7 @@ class _Batch:
         self.reason: str | None = None
         self.grace = 0.0
         self.silent = False
+        self.stores = True  # False when a call of the batch may have side effects
 
     def cancel(self, grace: float, reason: str) -> None:
         """Start nothing more; cancel running calls after ``grace`` seconds (idempotent)."""
@@ -95,12 +146,15 @@ class _Batch:
 
 
 class _Run:
-    __slots__ = ("batches", "ctx", "enabled")
+    __slots__ = ("batches", "cache", "ctx", "enabled", "in_flight", "loop_stopped")
 
-    def __init__(self, ctx: ToolContext, enabled: frozenset[str]) -> None:
+    def __init__(self, ctx: ToolContext, enabled: frozenset[str], cache: ResultCache) -> None:
         self.ctx = ctx
         self.enabled = enabled
         self.batches: list[_Batch] = []
+        self.cache = cache
+        self.in_flight: dict[str, _Slot] = {}  # fingerprint -> the call that computes it
+        self.loop_stopped = False
 
 
 class ToolExecutor:
@@ -109,6 +163,7 @@ class ToolExecutor:
     :param bus: where calls arrive and results go.
     :param registry: the tools; a run may call those of them it enables in ``RunStarted``.
     :param settings: deadlines, result cap, parallelism and file limits.
+    :param clock: monotonic seconds for the result caches' TTL (injected by tests).
     """
 
     def __init__(
@@ -116,12 +171,16 @@ class ToolExecutor:
         bus: Bus,
         registry: ToolRegistry,
         settings: ToolExecutorSettings | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bus = bus
         self._registry = registry
         self._settings = settings or ToolExecutorSettings()
+        self._clock = clock
         self._runs: dict[str, _Run] = {}
         self._tg: TaskGroup | None = None
+        self._hits = self._misses = self._loops = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes; ``task_status.started()`` once subscribed."""
@@ -147,6 +206,11 @@ class ToolExecutor:
         running = sum(slot.scope is not None for batch in batches for slot in batch.slots)
         return ToolExecutorStatistics(len(self._runs), len(batches), running)
 
+    def cache_statistics(self) -> ToolCacheStatistics:
+        """Cached results held now (every run), and hits, misses and loops so far."""
+        entries = sum(len(run.cache) for run in self._runs.values())
+        return ToolCacheStatistics(entries, self._hits, self._misses, self._loops)
+
     # ------------------------------------------------------------------ messages
 
     def _handle(self, msg: _Handled) -> None:
@@ -158,7 +222,7 @@ class ToolExecutor:
                         Path(msg.folder) if msg.folder else None,
                         self._settings.limits,
                     )
-                    self._runs[msg.run_id] = _Run(ctx, frozenset(msg.tools))
+                    self._runs[msg.run_id] = _Run(ctx, frozenset(msg.tools), self._cache(msg))
             case ToolExecute():
                 self._execute(msg)
             case ToolsCancel():
@@ -188,7 +252,98 @@ class ToolExecutor:
                 self._bus.publish_nowait(self._result(msg.run_id, batch, slot, outcome, 0.0))
             return
         run.batches.append(batch)
+        self._plan_cache(run, batch)
         self._tg.start_soon(self._run_batch, run, batch)
+
+    # ------------------------------------------------------------------ result cache
+
+    def _cache(self, msg: RunStarted) -> ResultCache:
+        settings = CacheSettings(
+            max_hits=max(msg.max_cache_hits, 0),
+            ttl_seconds=msg.cache_ttl_seconds if msg.cache_ttl_seconds > 0 else 1.0,
+            max_entries=max(msg.cache_max_entries, 0),
+        )
+        return ResultCache(settings, clock=self._clock)
+
+    def _tool(self, run: _Run, name: str) -> Tool[Any] | None:
+        return self._registry.get(name) if name in run.enabled else None
+
+    def _plan_cache(self, run: _Run, batch: _Batch) -> None:
+        """Decide, in call order and before anything runs, which calls the cache answers."""
+        if not run.cache.enabled:
+            return
+        tools = [self._tool(run, slot.call.name) for slot in batch.slots]
+        if any(tool is not None and not tool.idempotent for tool in tools):
+            run.cache.clear()
+            batch.stores = False
+        for slot, tool in zip(batch.slots, tools, strict=True):
+            if tool is not None and tool.idempotent:
+                self._claim(run, batch, slot)
+
+    def _claim(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
+        """Answer ``slot`` from the cache, refuse it as a loop, make it wait for the
+        identical call in flight, or make it the one that runs (and fills the cache)."""
+        key = slot.fingerprint
+        leader = run.in_flight.get(key)
+        if leader is not None and leader is not slot:
+            slot.leader = leader
+            return
+        found = run.cache.lookup(key)
+        match found.status:
+            case "hit":
+                self._hits += 1
+                slot.cache = "hit"
+                slot.ready = Outcome(found.content)
+            case "loop":
+                self._loops += 1
+                slot.cache = "none"
+                slot.ready = self._loop(run, slot, found.hits)
+            case "miss":
+                self._misses += 1
+                slot.cache = "miss"
+                if batch.stores:
+                    run.in_flight[key] = slot
+            case _:
+                assert_never(found.status)
+
+    def _loop(self, run: _Run, slot: _Slot, hits: int) -> Outcome:
+        call = slot.call
+        allowed = run.cache.settings.max_hits
+        if not run.loop_stopped:
+            run.loop_stopped = True
+            self._bus.publish_nowait(
+                StopSignal(
+                    run_id=run.ctx.run_id,
+                    reason=ExitReason.HOOK_STOPPED,
+                    cause=LOOP_CAUSE,
+                    source=SUBSCRIBER_NAME,
+                    detail=(
+                        f"{call.name} was called again with the same arguments after its "
+                        f"cached result had been returned {allowed} time(s); this call "
+                        f"(hit {hits}) was not answered."
+                    ),
+                )
+            )
+        return Outcome(
+            f"not run: {call.name} already answered these exact arguments "
+            f"{allowed + 1} time(s) (once run, then from the cache); asking again is "
+            f"treated as a loop ({LOOP_CAUSE}) and the run is stopping.",
+            is_error=True,
+            error_kind="loop",
+            executed=False,
+        )
+
+    async def _wait_for_leader(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
+        while slot.leader is not None:
+            await slot.leader.done.wait()
+            slot.leader = None
+            self._claim(run, batch, slot)
+
+    def _fill(self, run: _Run, batch: _Batch, slot: _Slot, outcome: Outcome) -> None:
+        if run.in_flight.get(slot.fingerprint) is slot:
+            del run.in_flight[slot.fingerprint]
+            if batch.stores and outcome.executed and not outcome.is_error:
+                run.cache.store(slot.fingerprint, outcome.content)
 
     # ------------------------------------------------------------------ calls
 
@@ -208,9 +363,13 @@ class ToolExecutor:
     async def _run_call(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
         started = anyio.current_time()
         try:
-            async with batch.limiter:
-                started = anyio.current_time()
-                outcome = await self._outcome(run, batch, slot)
+            await self._wait_for_leader(run, batch, slot)
+            outcome = slot.ready
+            if outcome is None:
+                async with batch.limiter:
+                    started = anyio.current_time()
+                    outcome = await self._outcome(run, batch, slot)
+                self._fill(run, batch, slot, outcome)
             duration = anyio.current_time() - started
             slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
         finally:
@@ -220,13 +379,15 @@ class ToolExecutor:
                 outcome = _aborted(slot.call, "because its task was cancelled")
                 duration = anyio.current_time() - started
                 slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
+            if run.in_flight.get(slot.fingerprint) is slot:
+                del run.in_flight[slot.fingerprint]
             slot.done.set()
 
     async def _outcome(self, run: _Run, batch: _Batch, slot: _Slot) -> Outcome:
         call = slot.call
         if batch.reason is not None:
             return _aborted(call, f"before it started: {batch.reason}")
-        tool = self._registry.get(call.name) if call.name in run.enabled else None
+        tool = self._tool(run, call.name)
         if tool is None:
             return unknown_tool(call.name, (n for n in run.enabled if n in self._registry))
         outcome: Outcome | None = None
@@ -262,6 +423,7 @@ class ToolExecutor:
             duration_seconds=duration,
             fingerprint=slot.fingerprint,
             result_fingerprint=fingerprint_result(outcome.content, is_error=outcome.is_error),
+            cache=slot.cache,
             executed=outcome.executed,
         )
 

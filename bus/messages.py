@@ -81,6 +81,12 @@ class RunStarted(Message, frozen=True, kw_only=True):
     max_tool_calls: int = 0
     deadline_seconds: float = 0.0
     started_at: float = 0.0
+    max_cache_hits: int = 2
+    """Hits allowed on one cached tool result; the next identical call is a loop."""
+    cache_ttl_seconds: float = 300.0
+    """How long a cached result of an idempotent tool is served."""
+    cache_max_entries: int = 0
+    """Cached results kept for the run (least recently used evicted); 0: no result cache."""
 
 
 class RunEnding(Message, frozen=True, kw_only=True):
@@ -147,6 +153,9 @@ class ModelRequest(Message, frozen=True, kw_only=True):
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
     deadline_at: float | None = None
+    escalated_max_tokens: int | None = None
+    """After ``finish_reason == "length"``, retry once with this ``max_tokens`` (``None``:
+    the LLM caller's endpoint setting)."""
 
 
 class ModelTextDelta(Message, frozen=True, kw_only=True):

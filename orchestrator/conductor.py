@@ -70,6 +70,9 @@ TRUNCATION_NUDGES: Final = (
     "only what is still missing, in small pieces.",
     "Still cut off. Finish now with the shortest complete version of what remains.",
 )
+TRUNCATED_CALLS_NOTE: Final = (
+    " The tool calls in that answer did not run: make them again, with smaller arguments."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +129,7 @@ class Conductor:
         self._nudges = 0
         self._stop: StopSignal | None = None
         self._truncations = 0
+        self._pieces: list[str] = []  # the pieces of an answer cut by the output limit
         self._output = ""
         self._incomplete = False
 
@@ -183,10 +187,7 @@ class Conductor:
                 await self._end_turn(0)
                 continue
             self._enter("ACT", "reply received")
-            complete_calls = tuple(
-                c for c in reply.tool_calls if c.id not in reply.invalid_tool_calls
-            )
-            truncated = reply.finish_reason == "length"
+            truncated = reply.finish_reason == "length" or _cut_mid_json(reply)
             calls = () if truncated else reply.tool_calls
             self._transcript.append(
                 ChatMessage(role="assistant", content=reply.text or None, tool_calls=calls)
@@ -203,18 +204,17 @@ class Conductor:
                 )
             )
             if truncated:
-                stop = self._on_truncated(
-                    reply, dropped=len(reply.tool_calls) - len(complete_calls)
-                )
+                stop = self._on_truncated(reply, dropped=len(reply.tool_calls))
                 if stop is not None:
                     return stop
                 await self._end_turn(0)
                 continue
             if not calls:
-                self._output = reply.text
+                self._output = self._recovered(reply.text)
                 return self._make_stop(
                     ExitReason.COMPLETED, "model.end_turn", "model", "The model ended its turn."
                 )
+            self._pieces.clear()  # tool calls: a cut answer was not continued
             finished = await self._act(calls)
             await self._end_turn(len(calls))
             if finished is not None:
@@ -238,6 +238,7 @@ class Conductor:
                 messages=tuple(self._transcript),
                 tools=self._in.tool_specs,
                 max_tokens=self._settings.max_output_tokens,
+                escalated_max_tokens=self._settings.escalated_max_tokens,
                 deadline_at=self._deadline_at,
             )
         )
@@ -291,10 +292,16 @@ class Conductor:
     def _keep_partial(self, reply: ModelReply) -> None:
         if reply.text:
             self._transcript.append(ChatMessage(role="assistant", content=reply.text))
-            self._output = reply.text
+            self._output = self._recovered(reply.text)
+
+    def _recovered(self, text: str) -> str:
+        """``text`` after the pieces of the answer it continues (the output limit cut
+        them; the model was asked to go on exactly where it stopped, so no separator)."""
+        return "".join((*self._pieces, text))
 
     def _on_truncated(self, reply: ModelReply, *, dropped: int) -> StopSignal | None:
-        self._output = reply.text
+        self._output = self._recovered(reply.text)
+        self._pieces.append(reply.text)
         if self._truncations >= self._settings.truncation_recoveries:
             self._incomplete = True
             return self._make_stop(
@@ -306,8 +313,10 @@ class Conductor:
             )
         text = TRUNCATION_NUDGES[min(self._truncations, len(TRUNCATION_NUDGES) - 1)]
         self._truncations += 1
+        if dropped:
+            text += TRUNCATED_CALLS_NOTE
         detail = f"recovery {self._truncations}" + (
-            f", {dropped} cut tool call(s)" if dropped else ""
+            f", {dropped} tool call(s) dropped" if dropped else ""
         )
         self._trace_event("truncated", detail)
         self._pending_nudges.append(
@@ -550,6 +559,9 @@ class Conductor:
                 max_turns=settings.max_turns,
                 max_tool_calls=settings.max_tool_calls,
                 deadline_seconds=settings.deadline_seconds,
+                max_cache_hits=settings.max_cache_hits,
+                cache_ttl_seconds=settings.cache_ttl_seconds,
+                cache_max_entries=settings.cache_max_entries,
                 started_at=time.time(),
             )
         )
@@ -609,3 +621,31 @@ _SEVERITY: Final = {"allow": 0, "warn": 1, "block": 2}
 
 def _call_specific(stop: StopSignal) -> bool:
     return stop.cause == "budget.max_tool_calls" or stop.cause.startswith(("loop.", "hook."))
+
+
+def _cut_mid_json(reply: ModelReply) -> bool:
+    """Whether a tool call's arguments stop mid-JSON (the output limit cut the reply, even
+    if the server did not say ``length``). Complete but malformed JSON is not a cut: that
+    call runs and the model reads the decoding error."""
+    invalid = set(reply.invalid_tool_calls)
+    return any(_unclosed_json(call.arguments) for call in reply.tool_calls if call.id in invalid)
+
+
+def _unclosed_json(text: str) -> bool:
+    """``text`` ends inside a string or with an object or array still open."""
+    depth, in_string, escaped = 0, False, False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+    return in_string or depth > 0

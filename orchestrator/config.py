@@ -58,7 +58,10 @@ class ModelSettings(_Settings, frozen=True, kw_only=True):
     backoff_cap_seconds: NonNegativeFloat = 8.0
     retry_after_cap_seconds: NonNegativeFloat = 30.0
     call_deadline_seconds: PositiveFloat = 300.0
-    max_output_tokens: Positive | None = None
+    max_output_tokens: Positive | None = 8192
+    """``max_tokens`` of one request (``None``: send none, the server decides)."""
+    escalated_max_tokens: Positive | None = 65536
+    """A reply cut by ``max_output_tokens`` is retried once, silently, with this limit."""
 
 
 class BudgetSettings(_Settings, frozen=True, kw_only=True):
@@ -82,6 +85,13 @@ class ToolSettings(_Settings, frozen=True, kw_only=True):
     enabled: tuple[str, ...] = ("list_dir", "read_file", "finish_exploration")
     timeout_seconds: PositiveFloat = 30.0
     abort_grace_seconds: NonNegativeFloat = 5.0
+    max_cache_hits: Annotated[int, msgspec.Meta(ge=0)] = 2
+    """An idempotent tool's cached result is reused this often; the next identical call
+    stops the run (``loop.cache_hits``)."""
+    cache_ttl_seconds: PositiveFloat = 300.0
+    """How long a cached result is served before the tool runs again."""
+    cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
+    """Cached results kept per run (least recently used evicted first); 0 turns the cache off."""
 
 
 class RuntimeSettings(_Settings, frozen=True, kw_only=True):
@@ -111,11 +121,15 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     max_turns: Positive
     max_tool_calls: Positive
     deadline_seconds: PositiveFloat
-    max_output_tokens: Positive | None = None
+    max_output_tokens: Positive | None = 8192
+    escalated_max_tokens: Positive | None = 65536
     tools: tuple[str, ...] = ()
     tool_timeout_seconds: PositiveFloat = 30.0
     abort_grace_seconds: NonNegativeFloat = 5.0
     truncation_recoveries: Annotated[int, msgspec.Meta(ge=0)] = 3
+    max_cache_hits: Annotated[int, msgspec.Meta(ge=0)] = 2
+    cache_ttl_seconds: PositiveFloat = 300.0
+    cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
     loop_preset: LoopPreset = "strict"
 
 
@@ -205,10 +219,14 @@ def run_settings(
         "max_tool_calls": config.budget.max_tool_calls,
         "deadline_seconds": config.budget.deadline_seconds,
         "max_output_tokens": config.model.max_output_tokens,
+        "escalated_max_tokens": config.model.escalated_max_tokens,
         "tools": config.tools.enabled,
         "tool_timeout_seconds": config.tools.timeout_seconds,
         "abort_grace_seconds": config.tools.abort_grace_seconds,
         "loop_preset": config.loop.preset,
+        "max_cache_hits": config.tools.max_cache_hits,
+        "cache_ttl_seconds": config.tools.cache_ttl_seconds,
+        "cache_max_entries": config.tools.cache_max_entries,
     }
     data.update(overrides or {})
     return _convert(data, RunSettings, prefix="config", source=source)
