@@ -28,6 +28,7 @@ from typing import Any, Final, Literal, Self
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
+from prometheus_client import CollectorRegistry
 
 from actors.budget_monitor import BudgetMonitor
 from actors.llm.settings import EndpointSettings
@@ -42,6 +43,7 @@ from orchestrator.conductor import Conductor, RunInputs
 from orchestrator.config import Config, run_settings
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.event_log import EventLog
+from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
 from orchestrator.result import RunResult
 from orchestrator.scenario_tools import scripted_tool_from
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
@@ -135,12 +137,23 @@ class Runtime:
         *,
         tools: ToolRegistry | None = None,
         scenarios: Sequence[Scenario] = (),
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config or Config()
         self.bus = Bus()
         self.tools = tools or default_registry()
         self._scenario_tools: dict[str, ToolDef] = {}
         self.event_log = EventLog(self.bus)
+        # Metrics: this runtime's own registry (serve it at /metrics); the recorder is the
+        # only code that touches a metric.
+        self.metrics_registry = metrics_registry if metrics_registry is not None else new_registry()
+        self.metrics = MetricsRecorder(
+            self.bus,
+            self.metrics_registry,
+            models=(self.config.model.model,),
+            tools=self.tools,
+            runs=self._run_counts,
+        )
         self._extra_scenarios = tuple(scenarios)
         self._limiter = anyio.CapacityLimiter(self.config.runtime.max_concurrent_runs)
         self._handles: dict[str, RunHandle] = {}
@@ -162,12 +175,14 @@ class Runtime:
             self.base_url = self.config.model.base_url
             if self.base_url is None:
                 served = {s.name: s for s in (*shipped_scenarios(), *self._extra_scenarios)}
+                self.metrics.add_models(served)  # the simulator's models are scenario names
                 simulator = await stack.enter_async_context(open_simulator(served.values()))
                 self.base_url = simulator.base_url
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             endpoint = self._endpoint(self.base_url)
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             actors = (
+                self.metrics,
                 self.event_log,
                 BudgetMonitor(self.bus),
                 self._loop_monitor,
@@ -200,6 +215,14 @@ class Runtime:
                 await self._idle.wait()
             self.bus.close()
         return await stack.__aexit__(exc_type, exc, tb)
+
+    def _run_counts(self) -> RunCounts:
+        running = int(self._limiter.borrowed_tokens)
+        return RunCounts(
+            active=running,
+            queued=max(self._active - running, 0),
+            limit=int(self._limiter.total_tokens),
+        )
 
     def _loop_config(self, run_id: str) -> LoopConfig:
         return self._loop_configs.get(run_id, OFF)

@@ -1,0 +1,122 @@
+"""Gauges that change on their own, read at scrape time from the objects that own them.
+
+Runs active and queued come from the runtime, mailbox depth and drops from the bus, SSE
+clients from the daemon (:meth:`StateCollector.set_sse_clients`): nothing has to remember to
+update a gauge, and a scrape always sees the current value.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from bus import Bus, SubscriptionStatistics
+
+__all__ = ["RunCounts", "StateCollector"]
+
+
+class RunCounts(NamedTuple):
+    """Runs of a runtime at one instant."""
+
+    active: int
+    queued: int
+    limit: int
+
+
+class StateCollector(Collector):
+    """Runs, bus mailboxes and SSE clients, computed on each scrape."""
+
+    def __init__(self, bus: Bus, runs: Callable[[], RunCounts]) -> None:
+        self._bus = bus
+        self._runs = runs
+        self._sse_clients: Callable[[], int] | None = None
+
+    def set_sse_clients(self, source: Callable[[], int] | None) -> None:
+        """Read ``loopfuse_sse_clients`` from ``source`` (the daemon's open event streams)."""
+        self._sse_clients = source
+
+    def describe(self) -> Iterator[Metric]:
+        # Names only (lets the registry refuse a duplicate), without reading any source.
+        return self._families(_State(RunCounts(0, 0, 0), 0, 0, 0, ()))
+
+    def collect(self) -> Iterator[Metric]:
+        bus = self._bus
+        sse = self._sse_clients() if self._sse_clients is not None else 0
+        state = _State(self._runs(), sse, bus.active_inboxes(), bus.published, bus.statistics())
+        return self._families(state)
+
+    @staticmethod
+    def _families(state: _State) -> Iterator[Metric]:
+        runs = state.runs
+        yield GaugeMetricFamily("loopfuse_runs_active", "Runs executing now.", value=runs.active)
+        yield GaugeMetricFamily(
+            "loopfuse_runs_queued", "Runs accepted and waiting for a free slot.", value=runs.queued
+        )
+        yield GaugeMetricFamily(
+            "loopfuse_runs_max_concurrent",
+            "How many runs may execute at once (runtime.max_concurrent_runs).",
+            value=runs.limit,
+        )
+        yield GaugeMetricFamily(
+            "loopfuse_sse_clients", "Open server-sent event streams.", value=state.sse_clients
+        )
+        yield GaugeMetricFamily(
+            "loopfuse_bus_run_inboxes",
+            "Run control inboxes open on the bus (one per executing run).",
+            value=state.inboxes,
+        )
+        yield CounterMetricFamily(
+            "loopfuse_bus_published_messages",
+            "Messages published on the bus.",
+            value=state.published,
+        )
+        yield from _mailboxes(state.subscriptions)
+
+
+class _State(NamedTuple):
+    runs: RunCounts
+    sse_clients: int
+    inboxes: int
+    published: int
+    subscriptions: tuple[SubscriptionStatistics, ...]
+
+
+def _mailboxes(subscriptions: tuple[SubscriptionStatistics, ...]) -> Iterator[Metric]:
+    labels = ["subscriber"]
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+        "depth": GaugeMetricFamily(
+            "loopfuse_bus_mailbox_depth",
+            "Messages waiting in a subscriber's mailbox.",
+            labels=labels,
+        ),
+        "capacity": GaugeMetricFamily(
+            "loopfuse_bus_mailbox_capacity", "Size of a subscriber's mailbox.", labels=labels
+        ),
+        "handled": CounterMetricFamily(
+            "loopfuse_bus_handled_messages", "Messages a subscriber handled.", labels=labels
+        ),
+        "dropped": CounterMetricFamily(
+            "loopfuse_bus_dropped_messages",
+            "Messages lost because a dropping subscriber's mailbox was full.",
+            labels=labels,
+        ),
+        "failed": CounterMetricFamily(
+            "loopfuse_bus_handler_failures",
+            "Messages whose handler raised (each ends that message's run).",
+            labels=labels,
+        ),
+    }
+    # Subscribers sharing a name are summed, so no series is exposed twice.
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(families, 0))
+    for stats in subscriptions:
+        row = totals[stats.name]
+        for field in families:
+            row[field] += getattr(stats, field)
+    for name in sorted(totals):
+        for field, family in families.items():
+            family.add_metric([name], totals[name][field])
+    yield from families.values()

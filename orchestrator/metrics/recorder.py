@@ -1,0 +1,372 @@
+"""The metrics recorder: the one bus subscriber that turns messages into Prometheus metrics.
+
+It is an **observer that drops**: it subscribes to every message type with
+``on_full="drop"`` and a large mailbox (:data:`METRICS_MAILBOX_SIZE`). A run never waits for
+it (a lossless observer would make a publisher wait whenever its mailbox is full, and
+metrics must never slow a run); when it cannot keep up, the bus counts what it lost and
+``loopfuse_bus_dropped_messages_total{subscriber="metrics_recorder"}`` shows it, which
+the ``LoopfuseMetricsDropping`` alert watches. Per-run state is bounded
+(:data:`MAX_TRACKED_RUNS`), so a lost ``RunFinished`` cannot make it grow forever. A bug in
+the recorder is counted (``loopfuse_metrics_recorder_errors_total``) and logged, never
+raised: a metrics fault must not end a run.
+
+What the bus does not carry yet has a method here (the seams): :meth:`record_cost`,
+:meth:`record_context_action`, :meth:`observe_store_write`, :meth:`set_context_window`
+and :meth:`set_sse_clients`. Whoever owns that fact calls the method (or publishes a
+message whose ``case`` below calls it); no other code touches a metric.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple, assert_never
+
+import anyio
+from anyio.abc import TaskStatus
+from prometheus_client import CollectorRegistry
+
+from actors.loop_monitor import SOURCE as LOOP_MONITOR
+from bus import (
+    AbortRequested,
+    ActorFailed,
+    Bus,
+    BusMessage,
+    ExitReason,
+    ModelCancel,
+    ModelError,
+    ModelReplied,
+    ModelReply,
+    ModelRequest,
+    ModelTextDelta,
+    Nudge,
+    Progress,
+    RunEnding,
+    RunFinished,
+    RunStarted,
+    StopSignal,
+    ToolCallProposed,
+    ToolExecute,
+    ToolResult,
+    ToolsCancel,
+    ToolVerdict,
+    TurnEnded,
+    TurnStarted,
+)
+from orchestrator.metrics.collectors import RunCounts, StateCollector
+from orchestrator.metrics.definitions import Metrics
+from orchestrator.metrics.labels import (
+    CONTEXT_ACTIONS,
+    OTHER,
+    TRUNCATION_RECOVER,
+    BoundedLabel,
+    cause_label,
+    exemplar,
+    loop_detector,
+    nudge_kind,
+    tool_outcome,
+    truncation_step,
+)
+
+__all__ = ["MAX_TRACKED_RUNS", "METRICS_MAILBOX_SIZE", "SUBSCRIBER", "MetricsRecorder"]
+
+logger = logging.getLogger("loopfuse.metrics")
+
+SUBSCRIBER: Final = "metrics_recorder"
+
+METRICS_MAILBOX_SIZE: Final = 16_384
+"""Messages the recorder may fall behind by before it drops (and counts) new ones."""
+
+MAX_TRACKED_RUNS: Final = 100_000
+"""Runs whose state the recorder keeps at most; the oldest is forgotten beyond that."""
+
+
+@dataclass(slots=True)
+class _Run:
+    model: str
+    model_label: str
+    exemplar: dict[str, str]
+    started: float
+    retries: int = 0
+    truncations: int = 0
+    calls: dict[str, str] = field(default_factory=dict)
+
+
+class _Verdict(NamedTuple):
+    run_id: str
+    level: str
+
+
+class MetricsRecorder:
+    """Records every bus message of a runtime into metrics registered on ``registry``.
+
+    :param models: model names that keep their own ``model`` label (others: ``other``).
+    :param tools: tool names (a live container such as the tool registry) that keep their
+        own ``tool`` label.
+    :param runs: reads the runtime's run counts at scrape time.
+    :param context_windows: context window (tokens) per model name, for
+        ``loopfuse_model_prompt_window_ratio``.
+    :param clock: monotonic seconds, for run durations.
+    :param mailbox_size: messages it may fall behind by before it drops new ones.
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        registry: CollectorRegistry,
+        *,
+        models: Iterable[str] = (),
+        tools: Container[str] = (),
+        runs: Callable[[], RunCounts] | None = None,
+        context_windows: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        mailbox_size: int = METRICS_MAILBOX_SIZE,
+    ) -> None:
+        self._bus = bus
+        self._mailbox_size = mailbox_size
+        self.metrics = Metrics(registry)
+        self._models = BoundedLabel()
+        self._tools = BoundedLabel(tools)
+        self._windows: dict[str, int] = {}
+        self._clock = clock
+        self._runs: dict[str, _Run] = {}
+        self._verdict: _Verdict | None = None
+        self.collector = StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0)))
+        registry.register(self.collector)
+        self.add_models(models)
+        self.metrics.add_tools(self._tools.values())
+        for model, tokens in (context_windows or {}).items():
+            self.set_context_window(model, tokens)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Record until the bus closes this subscription."""
+        subscription = self._bus.subscribe(
+            name=SUBSCRIBER, on_full="drop", capacity=self._mailbox_size
+        )
+        try:
+            await subscription.serve(self._record, task_status=task_status)
+        finally:
+            self._bus.unsubscribe(subscription)
+
+    def _record(self, msg: BusMessage) -> None:
+        try:
+            self.handle(msg)
+        except Exception:
+            logger.exception("metrics recorder failed on %s", type(msg).__name__)
+            self.metrics.recorder_errors.inc()
+
+    # ------------------------------------------------------------------ label sets
+
+    def add_models(self, models: Iterable[str]) -> None:
+        """Give each of ``models`` its own ``model`` label (zero series created now)."""
+        names = tuple(models)
+        self._models.add(names)
+        self.metrics.add_models(names)
+
+    # ------------------------------------------------------------------ seams
+
+    def record_cost(self, model: str, usd: float) -> None:
+        """Add ``usd`` spent on ``model`` (the cost feature calls this per reply)."""
+        if usd > 0:
+            self.metrics.model_cost.labels(self._models(model)).inc(usd)
+
+    def record_context_action(self, action: str) -> None:
+        """Count one transcript ``collapse`` or ``compact`` (the context gatekeeper's).
+
+        :raises ValueError: ``action`` is not one of :data:`~labels.CONTEXT_ACTIONS`.
+        """
+        if action not in CONTEXT_ACTIONS:
+            raise ValueError(f"context action {action!r} is not one of {CONTEXT_ACTIONS}")
+        self.metrics.context_actions.labels(action).inc()
+
+    def observe_store_write(self, seconds: float) -> None:
+        """Record one durable-store write (commit) that took ``seconds``."""
+        self.metrics.store_write_duration.observe(seconds)
+
+    def set_context_window(self, model: str, tokens: int) -> None:
+        """Use ``tokens`` as ``model``'s context window for the prompt/window ratio.
+
+        :raises ValueError: ``tokens`` is not positive.
+        """
+        if tokens <= 0:
+            raise ValueError(f"context window of {model!r} must be positive, got {tokens}")
+        self._windows[model] = tokens
+
+    def set_sse_clients(self, source: Callable[[], int] | None) -> None:
+        """Read ``loopfuse_sse_clients`` from ``source`` at each scrape (the daemon's)."""
+        self.collector.set_sse_clients(source)
+
+    def tracked_runs(self) -> int:
+        """Runs whose state the recorder holds (started, not yet finished)."""
+        return len(self._runs)
+
+    # ------------------------------------------------------------------ messages
+
+    def handle(self, msg: BusMessage) -> None:
+        """Record one message; never blocks."""
+        m = self.metrics
+        m.bus_messages.labels(type(msg).__name__).inc()
+        paired = self._resolve_verdict(msg)
+        match msg:
+            case RunStarted():
+                m.runs_started.inc()
+                self._start(msg)
+            case RunFinished():
+                self._finish(msg)
+            case TurnStarted():
+                m.turns.inc()
+            case ModelRequest():
+                run = self._run(msg.run_id)
+                run.retries = 0
+                if msg.model != run.model:
+                    run.model, run.model_label = msg.model, self._models(msg.model)
+            case ModelError():
+                run = self._run(msg.run_id)
+                m.model_requests.labels(run.model_label, msg.kind).inc()
+                if not msg.final:
+                    run.retries += 1
+            case ModelReply():
+                self._reply(msg)
+            case ModelReplied():
+                if msg.finish_reason == "length":
+                    self._run(msg.run_id).truncations += 1
+            case ToolCallProposed():
+                self._run(msg.run_id).calls[msg.call.id] = self._tools(msg.call.name)
+            case ToolVerdict():
+                self._verdict_seen(msg)
+            case ToolResult():
+                self._tool_result(msg)
+            case Nudge():
+                m.nudges.labels(nudge_kind(msg.kind)).inc()
+                if not paired and msg.source == LOOP_MONITOR and msg.kind.startswith("loop."):
+                    # A nudge without a verdict: a streamed-content loop, cut (critical).
+                    m.loop_detections.labels(loop_detector(msg.kind), "critical").inc()
+            case StopSignal():
+                if msg.cause.startswith("loop."):
+                    m.loop_detections.labels(loop_detector(msg.cause), "break").inc()
+            case (
+                RunEnding()
+                | TurnEnded()
+                | Progress()
+                | ModelTextDelta()
+                | ModelCancel()
+                | ToolExecute()
+                | ToolsCancel()
+                | AbortRequested()
+                | ActorFailed()
+            ):
+                pass
+            case _:
+                assert_never(msg)
+
+    # ------------------------------------------------------------------ internals
+
+    def _start(self, msg: RunStarted) -> None:
+        self._runs.pop(msg.run_id, None)
+        self._runs[msg.run_id] = _Run(
+            model=msg.model,
+            model_label=self._models(msg.model),
+            exemplar=exemplar(msg.run_id, msg.trace_id),
+            started=self._clock(),
+        )
+        while len(self._runs) > MAX_TRACKED_RUNS:
+            del self._runs[next(iter(self._runs))]
+
+    def _run(self, run_id: str) -> _Run:
+        """The state of ``run_id``; made up (unknown model, started now) if its
+        ``RunStarted`` was not seen."""
+        run = self._runs.get(run_id)
+        if run is None:
+            run = _Run(
+                model="", model_label=OTHER, exemplar=exemplar(run_id), started=self._clock()
+            )
+            self._runs[run_id] = run
+            while len(self._runs) > MAX_TRACKED_RUNS:
+                del self._runs[next(iter(self._runs))]
+        return run
+
+    def _finish(self, msg: RunFinished) -> None:
+        m = self.metrics
+        run = self._runs.pop(msg.run_id, None)
+        reason = msg.exit_reason.value
+        cause = cause_label(msg.cause)
+        ex = run.exemplar if run is not None else exemplar(msg.run_id)
+        m.runs_finished.labels(reason, cause, msg.outcome.value).inc(exemplar=ex)
+        m.run_turns.labels(reason).observe(msg.turns)
+        if run is None:
+            return
+        m.run_duration.labels(reason).observe(max(self._clock() - run.started, 0.0), ex)
+        if msg.exit_reason is ExitReason.BLOCKING_LIMIT:
+            m.blocked_requests.labels(run.model_label).inc()
+        # Each reply cut by the output limit was answered with a recovery nudge, except
+        # the last one when the run gave up.
+        recoveries = run.truncations - (1 if msg.cause == "truncation.gave_up" else 0)
+        for number in range(1, recoveries + 1):
+            m.truncation_recoveries.labels(truncation_step(number)).inc()
+        if recoveries > 0:
+            m.nudges.labels(TRUNCATION_RECOVER).inc(recoveries)
+        if msg.cause == "truncation.gave_up":
+            m.truncation_recoveries.labels("gave_up").inc()
+
+    def _reply(self, msg: ModelReply) -> None:
+        m = self.metrics
+        run = self._run(msg.run_id)
+        model = run.model_label
+        # Attempts beyond the retried failures were silent retries with a higher output
+        # limit (the first step of truncation recovery).
+        escalations = max(msg.attempts - 1 - run.retries, 0)
+        if escalations:
+            m.model_requests.labels(model, "ok").inc(escalations)
+            m.truncation_recoveries.labels("escalate").inc(escalations)
+        m.model_requests.labels(model, "aborted" if msg.aborted else "ok").inc()
+        m.model_duration.labels(model).observe(msg.latency_seconds, run.exemplar)
+        if msg.ttft_seconds is not None:
+            m.model_ttft.labels(model).observe(msg.ttft_seconds, run.exemplar)
+        usage = msg.usage
+        m.model_tokens.labels(model, "input").inc(usage.prompt_tokens)
+        m.model_tokens.labels(model, "output").inc(usage.completion_tokens)
+        if usage.prompt_tokens > 0:
+            m.prompt_tokens.labels(model).observe(usage.prompt_tokens)
+            window = self._windows.get(run.model)
+            if window is not None:
+                m.prompt_window_ratio.labels(model).observe(usage.prompt_tokens / window)
+
+    def _tool_result(self, msg: ToolResult) -> None:
+        run = self._runs.get(msg.run_id)
+        tool = run.calls.pop(msg.call_id, None) if run is not None else None
+        tool = tool or self._tools(msg.tool)
+        self.metrics.tool_calls.labels(tool, tool_outcome(msg)).inc()
+        if msg.executed and msg.cache != "hit":
+            ex = run.exemplar if run is not None else None
+            self.metrics.tool_duration.labels(tool).observe(msg.duration_seconds, ex)
+
+    def _verdict_seen(self, msg: ToolVerdict) -> None:
+        if msg.verdict == "allow":
+            return
+        if msg.verdict == "block":
+            run = self._runs.get(msg.run_id)
+            tool = run.calls.pop(msg.call_id, None) if run is not None else None
+            if tool is not None:  # once per call, however many monitors block it
+                self.metrics.tool_calls.labels(tool, "blocked").inc()
+        if msg.source == LOOP_MONITOR:
+            # The detector is named by the nudge the loop monitor publishes right after.
+            self._verdict = _Verdict(msg.run_id, "warning" if msg.verdict == "warn" else "critical")
+
+    def _resolve_verdict(self, msg: BusMessage) -> bool:
+        """Count a pending loop verdict; True when ``msg`` is the nudge that names it."""
+        pending, self._verdict = self._verdict, None
+        if pending is None:
+            return False
+        paired = (
+            isinstance(msg, Nudge)
+            and msg.run_id == pending.run_id
+            and msg.source == LOOP_MONITOR
+            and msg.kind.startswith("loop.")
+        )
+        detector = loop_detector(msg.kind) if isinstance(msg, Nudge) and paired else OTHER
+        self.metrics.loop_detections.labels(detector, pending.level).inc()
+        return paired
