@@ -18,6 +18,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from actors.loop import LoopConfig, LoopConfigError, check_config
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "RuntimeSettings",
     "ToolSettings",
     "load_config",
+    "merge_loop_overrides",
     "run_settings",
 ]
 
@@ -131,6 +133,8 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     cache_ttl_seconds: PositiveFloat = 300.0
     cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
     loop_preset: LoopPreset = "strict"
+    loop: dict[str, Any] = {}
+    """Loop config keys merged onto ``loop_preset`` (see :func:`merge_loop_overrides`)."""
 
 
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -230,3 +234,38 @@ def run_settings(
     }
     data.update(overrides or {})
     return _convert(data, RunSettings, prefix="config", source=source)
+
+
+def _merged(base: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base) if isinstance(base, dict) else {}
+    for key, value in overrides.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, dict):
+            merged[key] = _merged(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def merge_loop_overrides(
+    base: LoopConfig, overrides: Mapping[str, Any], *, source: str = "run"
+) -> LoopConfig:
+    """``base`` (a loop preset) with a run's ``loop`` table on top: tables merge key by key
+    (``ping_pong = {break_at = 30}`` keeps the preset's other ping-pong keys), anything else
+    replaces (``poll_tools = [...]`` replaces the preset's list).
+
+    :raises ConfigError: a key is unknown or a value is bad, as the loop package checks
+        them; the key is named ``config.loop.<key>``.
+    """
+    if not overrides:
+        return base
+    data = _merged(msgspec.to_builtins(base), overrides)
+    try:
+        config = msgspec.convert(data, LoopConfig)
+    except msgspec.ValidationError as exc:
+        raise _config_error(str(exc), prefix="config.loop", source=source) from None
+    try:
+        return check_config(config)
+    except LoopConfigError as exc:
+        key, _, reason = str(exc).partition(": ")
+        raise ConfigError(f"config.loop.{key}", reason or str(exc), source=source) from None

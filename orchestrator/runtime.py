@@ -40,7 +40,7 @@ from actors.tool_executor import ToolExecutor
 from actors.tools import ToolRegistry, default_registry
 from bus import AbortRequested, Bus, Message
 from orchestrator.conductor import Conductor, RunInputs
-from orchestrator.config import Config, run_settings
+from orchestrator.config import Config, merge_loop_overrides, run_settings
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.event_log import EventLog
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
@@ -259,6 +259,7 @@ class Runtime:
         if self._tg is None or self._stack is None:
             raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
         settings = run_settings(self.config, spec.overrides)
+        loop_config = merge_loop_overrides(PRESETS.get(settings.loop_preset, OFF), settings.loop)
         unknown = [name for name in settings.tools if self.tools.get(name) is None]
         if unknown:
             raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")
@@ -280,7 +281,7 @@ class Runtime:
                 if (tool := self.tools.get(name)) and tool.finishes_stage
             ),
         )
-        self._loop_configs[run_id] = PRESETS.get(settings.loop_preset, OFF)
+        self._loop_configs[run_id] = loop_config
         handle = RunHandle(self, run_id, inputs.trace_id)
         self._handles[run_id] = handle
         self.event_log.open_run(run_id)
