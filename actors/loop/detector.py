@@ -13,7 +13,8 @@
 
 Order (OpenClaw's): a ``break`` from any detector wins; otherwise the first finding of
 global breaker, poll, ping-pong, generic repeat, cycle. A refused call is not recorded
-unless ``record_blocked`` (gemini-cli counts it).
+unless ``record_blocked`` (gemini-cli counts it); a recorded refusal gets the call's last
+result, so it counts as no progress.
 """
 
 from __future__ import annotations
@@ -103,8 +104,11 @@ class LoopDetector:
         hits = [hit for d in self._detectors if (hit := d.check(call, history)) is not None]
         hit = next((h for h in hits if h.level == "break"), hits[0] if hits else None)
         decision = _NONE if hit is None else self._decide(hit, tool, arguments_json)
-        if decision.level in ("none", "warning") or self.config.record_blocked:
+        if decision.level in ("none", "warning"):
             self._record(call)
+        elif self.config.record_blocked:
+            self._record(call)
+            self._record_refusal(call)
         return msgspec.structs.replace(decision, call_id=call_id)
 
     def record_result(
@@ -124,6 +128,14 @@ class LoopDetector:
         self._last_results[call.fingerprint] = call.result
         for detector in self._detectors:
             detector.on_result(call, previous)
+
+    def _record_refusal(self, call: CallRecord) -> None:
+        """A refused call changed nothing: its result is the call's last result, so it
+        counts as no progress (OpenClaw's later "tool-loop-veto" outcome) and a level above
+        ``block_at`` stays reachable for the detectors that look at results."""
+        previous = self._last_results.get(call.fingerprint)
+        if previous is not None:
+            self.record_result(call.call_id, result_fingerprint=previous)
 
     def _is_poll(self, tool: str, arguments_json: str) -> bool:
         actions = self._polls.get(tool)
