@@ -81,6 +81,9 @@ class RunStarted(Message, frozen=True, kw_only=True):
     max_tool_calls: int = 0
     deadline_seconds: float = 0.0
     started_at: float = 0.0
+    resumed_from_turn: int | None = None
+    """Set when a run goes on after a restart: the last turn it had completed before
+    (0: it starts over from its task). ``None`` for a run's first start."""
     max_cache_hits: int = 2
     """Hits allowed on one cached tool result; the next identical call is a loop."""
     cache_ttl_seconds: float = 300.0

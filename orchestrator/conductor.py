@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 import anyio
+import msgspec
 
 from actors.fingerprint import fingerprint_call
 from bus import (
@@ -55,7 +57,7 @@ from bus import (
 from orchestrator.config import RunSettings
 from orchestrator.result import CallLogEntry, RunResult, RunState, TraceEntry
 
-__all__ = ["Conductor", "RunInputs"]
+__all__ = ["Conductor", "RunCheckpoint", "RunInputs"]
 
 logger = logging.getLogger("loopfuse.conductor")
 
@@ -75,6 +77,29 @@ TRUNCATED_CALLS_NOTE: Final = (
 )
 
 
+class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's state after a completed turn: what it takes to resume it elsewhere or later.
+
+    The transcript is the state; the counters carry on so that budgets and the result
+    count the turns before the resume too.
+    """
+
+    run_id: str
+    trace_id: str
+    turn: int
+    elapsed_seconds: float
+    transcript: tuple[ChatMessage, ...]
+    llm_requests: int = 0
+    tool_calls: int = 0
+    usage: Usage = Usage()
+    nudges: int = 0
+    injected: tuple[tuple[str, str], ...] = ()
+    truncations: int = 0
+    output: str = ""
+    trace: tuple[TraceEntry, ...] = ()
+    call_log: tuple[CallLogEntry, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunInputs:
     """Everything one run needs, fixed before it starts."""
@@ -89,6 +114,11 @@ class RunInputs:
     folder: str | None = None
     stage: str = "agent"
     plan: tuple[str, ...] = ("agent",)
+    resume: RunCheckpoint | None = None
+    """Go on after this checkpoint's turn (its transcript) instead of starting afresh;
+    an empty transcript starts from the task, still marked as resumed."""
+    on_checkpoint: Callable[[RunCheckpoint], None] | None = None
+    """Called after every completed turn with the state to resume from (must not block)."""
 
 
 @dataclass
@@ -132,6 +162,8 @@ class Conductor:
         self._pieces: list[str] = []  # the pieces of an answer cut by the output limit
         self._output = ""
         self._incomplete = False
+        if inputs.resume is not None:
+            self._restore(inputs.resume)
 
     # ------------------------------------------------------------------ entry point
 
@@ -159,9 +191,10 @@ class Conductor:
     # ------------------------------------------------------------------ the loop
 
     async def _loop(self) -> StopSignal:
-        if self._in.system:
-            self._transcript.append(ChatMessage(role="system", content=self._in.system))
-        self._transcript.append(ChatMessage(role="user", content=self._in.task))
+        if not self._transcript:  # not resumed from a checkpoint that has one
+            if self._in.system:
+                self._transcript.append(ChatMessage(role="system", content=self._in.system))
+            self._transcript.append(ChatMessage(role="user", content=self._in.task))
         while (early := self._inbox.receive_nowait()) is not None:  # e.g. aborted while queued
             self._control(early)
         if self._stop is not None:
@@ -225,6 +258,44 @@ class Conductor:
         await self._checkpoint(
             TurnEnded(run_id=self._run_id, turn=self._turn, tool_calls=tool_calls)
         )
+        if self._in.on_checkpoint is not None:
+            self._in.on_checkpoint(self._snapshot())
+
+    # ------------------------------------------------------------------ resuming
+
+    def _snapshot(self) -> RunCheckpoint:
+        return RunCheckpoint(
+            run_id=self._run_id,
+            trace_id=self._in.trace_id,
+            turn=self._turn,
+            elapsed_seconds=time.monotonic() - self._started,
+            transcript=tuple(self._transcript),
+            llm_requests=self._llm_requests,
+            tool_calls=self._tool_calls,
+            usage=self._usage,
+            nudges=self._nudges,
+            injected=tuple(sorted(self._injected)),
+            truncations=self._truncations,
+            output=self._output,
+            trace=tuple(self._trace),
+            call_log=tuple(self._call_log),
+        )
+
+    def _restore(self, point: RunCheckpoint) -> None:
+        self._started = time.monotonic() - point.elapsed_seconds
+        self._deadline_at -= point.elapsed_seconds
+        self._transcript = list(point.transcript)
+        self._turn = point.turn
+        self._llm_requests = point.llm_requests
+        self._tool_calls = point.tool_calls
+        self._usage = point.usage
+        self._nudges = point.nudges
+        self._injected = set(point.injected)
+        self._truncations = point.truncations
+        self._output = point.output
+        self._trace = [*point.trace]
+        self._call_log = list(point.call_log)
+        self._trace_event("resumed", f"after turn {point.turn}")
 
     # ------------------------------------------------------------------ model call
 
@@ -546,6 +617,10 @@ class Conductor:
 
     async def _publish_started(self) -> None:
         settings = self._settings
+        resume = self._in.resume
+        # A resumed run's budgets go on from where it was: the deadline counts the time
+        # it ran before, the tool-call budget the calls it proposed.
+        max_tool_calls = max(1, settings.max_tool_calls - len(self._call_log))
         await self._bus.publish(
             RunStarted(
                 run_id=self._run_id,
@@ -557,12 +632,13 @@ class Conductor:
                 folder=self._in.folder,
                 tools=tuple(spec.name for spec in self._in.tool_specs),
                 max_turns=settings.max_turns,
-                max_tool_calls=settings.max_tool_calls,
+                max_tool_calls=max_tool_calls,
                 deadline_seconds=settings.deadline_seconds,
                 max_cache_hits=settings.max_cache_hits,
                 cache_ttl_seconds=settings.cache_ttl_seconds,
                 cache_max_entries=settings.cache_max_entries,
-                started_at=time.time(),
+                started_at=time.time() - (time.monotonic() - self._started),
+                resumed_from_turn=resume.turn if resume is not None else None,
             )
         )
 

@@ -24,6 +24,7 @@ from orchestrator.errors import ConfigError
 __all__ = [
     "BudgetSettings",
     "Config",
+    "DaemonSettings",
     "LoopSettings",
     "ModelSettings",
     "RunSettings",
@@ -102,6 +103,37 @@ class RuntimeSettings(_Settings, frozen=True, kw_only=True):
     max_concurrent_runs: Positive = 64
 
 
+OnCrash = Literal["resume", "abort"]
+
+
+class DaemonSettings(_Settings, frozen=True, kw_only=True):
+    """``loopfuse serve``: where it listens, who may call it, its limits and its store.
+
+    API tokens are never in the file: ``token_env`` names the environment variable that
+    holds them (comma-separated); with none set, the API is open (bind to loopback only).
+    """
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8470
+    token_env: str = "LOOPFUSE_API_TOKENS"
+    metrics_auth: bool = False
+    queue_size: Annotated[int, msgspec.Meta(ge=0)] = 256
+    retry_after_seconds: Positive = 2
+    max_body_bytes: Positive = 1_048_576
+    event_cap: Positive = 20_000
+    heartbeat_seconds: PositiveFloat = 15.0
+    drain_seconds: NonNegativeFloat = 20.0
+    store_path: str = ""
+    """The SQLite file; empty: ``$XDG_STATE_HOME/loopfuse/daemon.db``."""
+    retention_seconds: PositiveFloat = 7 * 24 * 3600.0
+    retention_max_runs: Positive = 100_000
+    on_crash: OnCrash = "resume"
+    """What a restart does with a run that was running: resume it from its last completed
+    turn, or end it (``abort.crash``). A run's ``config.on_crash`` overrides it."""
+    scenarios: tuple[str, ...] = ()
+    """Scenario files served besides the shipped ones (``{"scenario": NAME}`` runs)."""
+
+
 class Config(_Settings, frozen=True, kw_only=True):
     """Everything loopfuse reads at start."""
 
@@ -110,6 +142,7 @@ class Config(_Settings, frozen=True, kw_only=True):
     tools: ToolSettings = ToolSettings()
     loop: LoopSettings = LoopSettings()
     runtime: RuntimeSettings = RuntimeSettings()
+    daemon: DaemonSettings = DaemonSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
@@ -133,6 +166,7 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     cache_ttl_seconds: PositiveFloat = 300.0
     cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
     loop_preset: LoopPreset = "strict"
+    on_crash: OnCrash = "resume"
     loop: dict[str, Any] = {}
     """Loop config keys merged onto ``loop_preset`` (see :func:`merge_loop_overrides`)."""
 
@@ -228,6 +262,7 @@ def run_settings(
         "tool_timeout_seconds": config.tools.timeout_seconds,
         "abort_grace_seconds": config.tools.abort_grace_seconds,
         "loop_preset": config.loop.preset,
+        "on_crash": config.daemon.on_crash,
         "max_cache_hits": config.tools.max_cache_hits,
         "cache_ttl_seconds": config.tools.cache_ttl_seconds,
         "cache_max_entries": config.tools.cache_max_entries,

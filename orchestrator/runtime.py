@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal, Protocol, Self
 
 import anyio
 import msgspec
@@ -39,7 +39,7 @@ from actors.progress_reporter import ProgressReporter
 from actors.tool_executor import ToolExecutor
 from actors.tools import ToolRegistry, default_registry
 from bus import AbortRequested, Bus, Message
-from orchestrator.conductor import Conductor, RunInputs
+from orchestrator.conductor import Conductor, RunCheckpoint, RunInputs
 from orchestrator.config import Config, merge_loop_overrides, run_settings
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.event_log import EventLog
@@ -48,7 +48,7 @@ from orchestrator.result import RunResult
 from orchestrator.scenario_tools import scripted_tool_from
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 
-__all__ = ["RunHandle", "RunSpec", "Runtime"]
+__all__ = ["RunHandle", "RunJournal", "RunSpec", "Runtime", "StartPoint"]
 
 logger = logging.getLogger("loopfuse.runtime")
 
@@ -95,6 +95,26 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     trace_id: str | None = None
 
 
+class StartPoint(msgspec.Struct, frozen=True, kw_only=True):
+    """How a :class:`RunJournal` wants a run started: its trace id, and the checkpoint it
+    resumes from (``None``: a first start)."""
+
+    trace_id: str | None = None
+    resume: RunCheckpoint | None = None
+
+
+class RunJournal(Protocol):
+    """Keeps runs durable across restarts (the daemon's store implements it).
+
+    :meth:`start_point` is asked when a run with a given id starts; :meth:`checkpoint` is
+    told every completed turn of every run and must not block.
+    """
+
+    def start_point(self, run_id: str) -> StartPoint | None: ...
+
+    def checkpoint(self, checkpoint: RunCheckpoint) -> None: ...
+
+
 class RunHandle:
     """A run that was started: follow its events, abort it, await its result."""
 
@@ -122,7 +142,9 @@ class RunHandle:
         the run ends (the same events the daemon streams)."""
         return self._runtime.event_log.follow(self.run_id, after=after)
 
-    async def abort(self, detail: str = "", *, source: Literal["caller", "api"] = "caller") -> None:
+    async def abort(
+        self, detail: str = "", *, source: Literal["caller", "api", "shutdown"] = "caller"
+    ) -> None:
         """Ask the run to stop now; idempotent. Streaming is cut and tools get a grace
         period; everything done so far is kept in the result."""
         await self._runtime._abort(self, source, detail)
@@ -137,9 +159,13 @@ class Runtime:
         *,
         tools: ToolRegistry | None = None,
         scenarios: Sequence[Scenario] = (),
+        journal: RunJournal | None = None,
+        keep_finished_runs: int = KEEP_FINISHED_RUNS,
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config or Config()
+        self._journal = journal
+        self._keep_finished_runs = keep_finished_runs
         self.bus = Bus()
         self.tools = tools or default_registry()
         self._scenario_tools: dict[str, ToolDef] = {}
@@ -267,9 +293,12 @@ class Runtime:
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
         tool_specs = self.tools.specs(settings.tools)
+        point = self._journal.start_point(run_id) if self._journal is not None else None
         inputs = RunInputs(
             run_id=run_id,
-            trace_id=spec.trace_id or uuid.uuid4().hex,
+            trace_id=spec.trace_id or (point and point.trace_id) or uuid.uuid4().hex,
+            resume=point.resume if point is not None else None,
+            on_checkpoint=self._journal.checkpoint if self._journal is not None else None,
             task=spec.task,
             system=spec.system,
             folder=spec.folder or self.config.tools.folder,
@@ -348,7 +377,7 @@ class Runtime:
 
     def _retire(self, run_id: str) -> None:
         self._finished.append(run_id)
-        while len(self._finished) > KEEP_FINISHED_RUNS:
+        while len(self._finished) > self._keep_finished_runs:
             old = self._finished.popleft()
             self._handles.pop(old, None)
             self.event_log.close_run(old)

@@ -1,0 +1,56 @@
+"""Bearer-token authentication: tokens from the environment, compared in constant time.
+
+``daemon.token_env`` names an environment variable holding one or more tokens separated by
+commas. With none, every request is let through (the daemon binds to loopback by default).
+``/healthz``, ``/readyz`` and the OpenAPI document are always open; ``/metrics`` is open
+unless ``daemon.metrics_auth``. Tokens are never logged, and a refusal never says which part
+of a token was wrong.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = ["OPEN_PATHS", "Authenticator"]
+
+OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/v1/openapi.json"})
+
+
+class Authenticator:
+    """Decides whether a request's ``Authorization`` header is acceptable for a path."""
+
+    def __init__(self, tokens: tuple[str, ...], *, metrics_auth: bool) -> None:
+        self._tokens = tuple(token.encode() for token in tokens)
+        self._metrics_auth = metrics_auth
+
+    @classmethod
+    def from_environment(
+        cls, token_env: str, *, metrics_auth: bool, environ: Mapping[str, str] | None = None
+    ) -> Authenticator:
+        environ = os.environ if environ is None else environ
+        raw = environ.get(token_env, "")
+        tokens = tuple(token.strip() for token in raw.split(",") if token.strip())
+        return cls(tokens, metrics_auth=metrics_auth)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._tokens)
+
+    def needs_token(self, path: str) -> bool:
+        if not self._tokens or path in OPEN_PATHS:
+            return False
+        return path != "/metrics" or self._metrics_auth
+
+    def accepts(self, authorization: str | None) -> bool:
+        """``True`` for ``Bearer <one of the tokens>``; every token is compared, always."""
+        if authorization is None:
+            return False
+        scheme, _, presented = authorization.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        given = presented.strip().encode()
+        matches = [hmac.compare_digest(given, token) for token in self._tokens]
+        return any(matches)

@@ -1,0 +1,160 @@
+"""The daemon's lifetime: store, runtime, recorder, recovery and retention, in order.
+
+:meth:`Daemon.running` is what the ASGI lifespan enters. Start-up: open the store and its
+writer; start the runtime (``async with Runtime(...)``) with the store as its journal;
+start the event recorder; recover the runs a previous process left active; prune old runs.
+Only then does the API answer (``/readyz`` says so). Shutdown (:meth:`Daemon.shutdown`,
+or the lifespan's end): drain (no new runs; running ones get ``daemon.drain_seconds``;
+the rest are aborted with ``abort.shutdown``), end the event streams, leave the runtime,
+and commit what the store still holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Final
+
+import anyio
+from anyio.abc import TaskGroup
+from prometheus_client import CollectorRegistry
+
+from orchestrator.config import Config
+from orchestrator.daemon.auth import Authenticator
+from orchestrator.daemon.metrics import DaemonCollector, daemon_registry
+from orchestrator.daemon.recorder import EventRecorder
+from orchestrator.daemon.recovery import StoreJournal
+from orchestrator.daemon.service import RunService
+from orchestrator.daemon.store import Store
+from orchestrator.runtime import Runtime
+from orchestrator.sim import Scenario, find_scenario, shipped_scenarios
+
+__all__ = ["Daemon", "default_store_path"]
+
+logger = logging.getLogger("loopfuse.daemon")
+
+KEEP_FINISHED_IN_MEMORY: Final = 32
+"""Finished runs the runtime keeps in memory; the store has the rest."""
+RETENTION_INTERVAL_SECONDS: Final = 600.0
+
+
+def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/loopfuse/daemon.db`` (``~/.local/state`` when unset)."""
+    environ = os.environ if environ is None else environ
+    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "loopfuse" / "daemon.db"
+
+
+class Daemon:
+    """One daemon: its config, and once running its service, store and metrics."""
+
+    def __init__(self, config: Config, *, environ: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        settings = config.daemon
+        self.auth = Authenticator.from_environment(
+            settings.token_env, metrics_auth=settings.metrics_auth, environ=environ
+        )
+        self.store_path = (
+            Path(settings.store_path) if settings.store_path else default_store_path(environ)
+        )
+        self.extra_scenarios: tuple[Scenario, ...] = tuple(
+            find_scenario(path) for path in settings.scenarios
+        )
+        self.closing = anyio.Event()
+        self.ready = False
+        self.streams = 0
+        self._service: RunService | None = None
+        self._store: Store | None = None
+        self.registry: CollectorRegistry | None = None
+
+    @property
+    def service(self) -> RunService:
+        assert self._service is not None, "the daemon is not running"
+        return self._service
+
+    @property
+    def store(self) -> Store:
+        assert self._store is not None, "the daemon is not running"
+        return self._store
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Daemon]:
+        """Run the daemon for the ``async with`` body (the ASGI lifespan)."""
+        store = await anyio.to_thread.run_sync(Store, self.store_path)
+        self._store = store
+        async with anyio.create_task_group() as outer:
+            await outer.start(store.run)
+            try:
+                journal = StoreJournal(store)
+                async with self._runtime(journal) as runtime:
+                    recorder = EventRecorder(runtime.bus, store, cap=self.config.daemon.event_cap)
+                    await outer.start(recorder.run)
+                    async with anyio.create_task_group() as tg:
+                        service = self._service_for(runtime, store, recorder, journal, tg)
+                        yield await self._start(service, runtime, store, tg)
+                        await self.shutdown(self.config.daemon.drain_seconds)
+                        tg.cancel_scope.cancel()
+            finally:
+                store.close()
+        logger.info("stopped", extra={"store": str(self.store_path)})
+
+    def _runtime(self, journal: StoreJournal) -> Runtime:
+        return Runtime(
+            self.config,
+            scenarios=self.extra_scenarios,
+            journal=journal,
+            keep_finished_runs=KEEP_FINISHED_IN_MEMORY,
+        )
+
+    def _service_for(
+        self,
+        runtime: Runtime,
+        store: Store,
+        recorder: EventRecorder,
+        journal: StoreJournal,
+        tg: TaskGroup,
+    ) -> RunService:
+        # Scenario runs need the embedded simulator: their model is the scenario's script.
+        scenarios = (
+            {s.name: s for s in (*shipped_scenarios(), *self.extra_scenarios)}
+            if self.config.model.base_url is None
+            else {}
+        )
+        return RunService(self.config, runtime, store, recorder, journal, scenarios, tg)
+
+    async def _start(
+        self, service: RunService, runtime: Runtime, store: Store, tg: TaskGroup
+    ) -> Daemon:
+        self._service = service
+        self.registry = daemon_registry(runtime)
+        self.registry.register(DaemonCollector(service, store, lambda: self.streams))
+        await service.recover()
+        tg.start_soon(self._retain, store)
+        self.ready = True
+        logger.info(
+            "ready",
+            extra={"store": str(self.store_path), "auth": self.auth.enabled},
+        )
+        return self
+
+    async def shutdown(self, drain_seconds: float) -> None:
+        """Drain the runs (see :meth:`RunService.drain`), then end every event stream."""
+        if self._service is not None and not self.closing.is_set():
+            self.ready = False
+            await self._service.drain(drain_seconds)
+            self.closing.set()
+
+    async def _retain(self, store: Store) -> None:
+        settings = self.config.daemon
+        interval = min(RETENTION_INTERVAL_SECONDS, settings.retention_seconds / 10)
+        while True:
+            committed = store.prune(
+                ended_before=time.time() - settings.retention_seconds,
+                keep=settings.retention_max_runs,
+            )
+            await committed.wait()
+            await anyio.sleep(interval)

@@ -1,0 +1,138 @@
+"""Durable runs across restarts: the store-backed journal and the crash ending.
+
+:class:`StoreJournal` is the runtime's :class:`~orchestrator.runtime.RunJournal`: every
+completed turn's checkpoint (the transcript and the counters) goes into the run's row, and
+a run the daemon starts again after a crash is handed the checkpoint to resume from.
+
+A run that was running when the process died either resumes (``on_crash = "resume"``, the
+default) or is ended as it would have been by an abort at that moment: ``aborted_streaming``
+if the model was being asked, ``aborted_tools`` if tools were running, cause
+``abort.crash``. :func:`crash_ending` builds the events and the result for that ending.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Final
+
+import msgspec
+
+from bus import (
+    AbortRequested,
+    ExitReason,
+    Message,
+    RunFinished,
+    Usage,
+    cause_hint,
+    outcome_of,
+)
+from orchestrator.conductor import RunCheckpoint
+from orchestrator.daemon.store import Store, StoredEvent
+from orchestrator.result import RunResult, TraceEntry
+from orchestrator.runtime import StartPoint
+
+__all__ = ["CHECKPOINT_DECODER", "StoreJournal", "crash_ending", "phase_of"]
+
+CHECKPOINT_DECODER: Final = msgspec.json.Decoder(RunCheckpoint)
+_ENCODER: Final = msgspec.json.Encoder()
+
+# Which abort a crash amounts to, from the last step the run was seen taking.
+_STREAMING: Final = frozenset({"RunStarted", "TurnStarted", "ModelRequest", "ModelTextDelta"})
+_TOOLS: Final = frozenset(
+    {"ModelReplied", "ToolCallProposed", "ToolVerdict", "ToolExecute", "ToolResult", "TurnEnded"}
+)
+
+
+class StoreJournal:
+    """Checkpoints into the store; start points for the runs the daemon (re)starts."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._points: dict[str, StartPoint] = {}
+
+    def expect(self, run_id: str, point: StartPoint) -> None:
+        """Start ``run_id`` at ``point`` when the runtime starts it."""
+        self._points[run_id] = point
+
+    def forget(self, run_id: str) -> None:
+        self._points.pop(run_id, None)
+
+    def start_point(self, run_id: str) -> StartPoint | None:
+        return self._points.pop(run_id, None)
+
+    def checkpoint(self, checkpoint: RunCheckpoint) -> None:
+        self._store.update_run(checkpoint.run_id, checkpoint=_ENCODER.encode(checkpoint))
+
+
+def phase_of(tail: Sequence[StoredEvent]) -> ExitReason:
+    """``aborted_tools`` if the newest step in ``tail`` belongs to tools, else
+    ``aborted_streaming`` (the model was being asked, or nothing had happened yet)."""
+    for event in reversed(tail):
+        if event.type in _TOOLS:
+            return ExitReason.ABORTED_TOOLS
+        if event.type in _STREAMING:
+            return ExitReason.ABORTED_STREAMING
+    return ExitReason.ABORTED_STREAMING
+
+
+def crash_ending(
+    run_id: str,
+    trace_id: str,
+    reason: ExitReason,
+    checkpoint: RunCheckpoint | None,
+    detail: str,
+) -> tuple[tuple[Message, ...], RunResult]:
+    """The events that end a crashed run (an abort by ``crash``, then ``RunFinished``) and
+    its result, which keeps what the last checkpoint had."""
+    cause = "abort.crash"
+    point = checkpoint or RunCheckpoint(
+        run_id=run_id, trace_id=trace_id, turn=0, elapsed_seconds=0.0, transcript=()
+    )
+    finished = RunFinished(
+        run_id=run_id,
+        exit_reason=reason,
+        cause=cause,
+        outcome=outcome_of(reason),
+        detail=detail,
+        hint=cause_hint(cause),
+        turns=point.turn,
+        llm_requests=point.llm_requests,
+        tool_calls=point.tool_calls,
+        usage=point.usage or Usage(),
+    )
+    final = TraceEntry(
+        at=round(point.elapsed_seconds, 6),
+        turn=point.turn,
+        state="FAILED",
+        event=f"{reason.value}/{cause}",
+        detail=detail,
+    )
+    result = RunResult(
+        run_id=run_id,
+        trace_id=trace_id,
+        exit_reason=reason,
+        cause=cause,
+        outcome=finished.outcome,
+        detail=detail,
+        hint=finished.hint,
+        turns=point.turn,
+        llm_requests=point.llm_requests,
+        tool_calls=point.tool_calls,
+        usage=point.usage,
+        output=point.output,
+        incomplete=False,
+        degraded=False,
+        nudges=point.nudges,
+        trace=(*point.trace, final),
+        call_log=point.call_log,
+        transcript=point.transcript,
+    )
+    abort = AbortRequested(run_id=run_id, source="crash", detail=detail)
+    return (abort, finished), result
+
+
+def crash_detail(pid_note: str = "") -> str:
+    """The detail of a crash ending."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return f"The daemon stopped while this run was active; found at restart ({when}){pid_note}."

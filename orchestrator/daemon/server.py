@@ -1,0 +1,152 @@
+"""Serving the daemon: uvicorn on a socket, inside an anyio task group, signals handled here.
+
+:func:`open_daemon` (``async with``) serves until its body ends, then drains without grace
+and stops; tests and ``loopfuse demo`` use it. :func:`serve_daemon` is ``loopfuse serve``:
+it prints where it listens and where the metrics are, then serves until SIGTERM or SIGINT.
+The first signal drains (no new runs, ``daemon.drain_seconds`` for running ones, then
+``abort.shutdown``), ends the event streams, stops the server and returns 0; a second
+signal exits at once (status 1): SQLite's WAL keeps the store consistent and the next start
+recovers the runs that were active.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Generator
+from dataclasses import dataclass
+from typing import Final, TextIO
+
+import anyio
+import uvicorn
+from anyio.abc import TaskStatus
+
+from orchestrator.config import Config
+from orchestrator.daemon.app import create_app
+from orchestrator.daemon.lifespan import Daemon
+
+__all__ = ["RunningDaemon", "open_daemon", "serve_daemon"]
+
+logger = logging.getLogger("loopfuse.daemon")
+
+# How long open connections may keep uvicorn alive once the daemon has drained.
+GRACEFUL_SHUTDOWN_SECONDS: Final = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RunningDaemon:
+    """A daemon that listens: where, and its state."""
+
+    host: str
+    port: int
+    daemon: Daemon
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn that reports its start and leaves signals to the caller."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._on_started()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def _serve(
+    config: uvicorn.Config,
+    sock: socket.socket,
+    *,
+    task_status: TaskStatus[_Server] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    server: _Server
+
+    def started() -> None:
+        task_status.started(server)
+
+    server = _Server(config, started)
+    with anyio.CancelScope(shield=True):  # only should_exit stops it: shutdown completes
+        await server.serve(sockets=[sock])
+    if not server.started:
+        raise RuntimeError(f"the daemon failed to start on {sock.getsockname()}")
+
+
+@contextlib.asynccontextmanager
+async def open_daemon(
+    config: Config, *, host: str | None = None, port: int | None = None
+) -> AsyncIterator[RunningDaemon]:
+    """Serve the daemon for the ``async with`` body (port 0 picks a free port). It answers
+    once recovery is done; on exit it drains with ``drain`` seconds of grace (default 0:
+    abort what still runs) and stops."""
+    host = host if host is not None else config.daemon.host
+    port = port if port is not None else config.daemon.port
+    daemon = Daemon(config)
+    app = create_app(config, daemon=daemon)
+    sock = socket.create_server((host, port))
+    with sock:
+        uv_config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        )
+        running = RunningDaemon(host=host, port=sock.getsockname()[1], daemon=daemon)
+        async with anyio.create_task_group() as tg:
+            server = await tg.start(_serve, uv_config, sock)
+            try:
+                yield running
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await daemon.shutdown(0.0)
+                server.should_exit = True
+
+
+async def serve_daemon(
+    config: Config,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """``loopfuse serve``: serve until a signal; returns the exit status."""
+    out = out or sys.stdout
+    async with open_daemon(config, host=host, port=port) as running:
+        print(
+            f"loopfuse daemon listening on {running.url} (API {running.url}/v1, "
+            f"metrics {running.url}/metrics, store {running.daemon.store_path})",
+            file=out,
+            flush=True,
+        )
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as tg:
+                async for signum in signals:
+                    if tg.cancel_scope.cancel_called:
+                        break
+                    name = signal.Signals(signum).name
+                    if running.daemon.closing.is_set() or running.daemon.service.draining:
+                        logger.warning("second %s: exiting now", name)
+                        os._exit(1)
+                    logger.info("%s: draining", name)
+                    tg.start_soon(_drain_then_stop, running.daemon, tg.cancel_scope)
+    return 0
+
+
+async def _drain_then_stop(daemon: Daemon, scope: anyio.CancelScope) -> None:
+    await daemon.shutdown(daemon.config.daemon.drain_seconds)
+    scope.cancel()

@@ -1,0 +1,419 @@
+"""The run service: what the API does to runs, on top of the runtime and the store.
+
+* :meth:`RunService.submit` validates a request, admits it (at most
+  ``runtime.max_concurrent_runs`` running plus ``daemon.queue_size`` waiting; beyond that a
+  429), starts it, and returns only once its row is committed: a run answered with 202 is
+  never lost.
+* :meth:`RunService.recover` runs at start-up, before the API answers: every run the store
+  says was queued or running is started again, resumed from its last completed turn, or
+  ended with ``abort.crash``, as its ``on_crash`` says.
+* :meth:`RunService.drain` stops admissions, lets running runs finish within a timeout,
+  then aborts the rest (``abort.shutdown``).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+import anyio
+import msgspec
+from anyio.abc import TaskGroup
+
+from bus import ENCODER, ExitReason, RunFinished
+from orchestrator.conductor import RunCheckpoint
+from orchestrator.config import Config, run_settings
+from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.recorder import EventRecorder
+from orchestrator.daemon.recovery import (
+    CHECKPOINT_DECODER,
+    StoreJournal,
+    crash_detail,
+    crash_ending,
+    phase_of,
+)
+from orchestrator.daemon.schemas import RunRequest
+from orchestrator.daemon.store import RunRow, Store
+from orchestrator.errors import ConfigError
+from orchestrator.result import RunResult, result_summary
+from orchestrator.runtime import RunHandle, RunSpec, Runtime, StartPoint
+from orchestrator.scenario_runs import start_scenario
+from orchestrator.sim import Scenario
+
+__all__ = ["RunService", "ServiceStatistics"]
+
+logger = logging.getLogger("loopfuse.daemon")
+
+_ENCODER: Final = msgspec.json.Encoder(order="sorted")
+_REQUEST: Final = msgspec.json.Decoder(RunRequest)
+_FINISHED: Final = msgspec.json.Decoder(RunFinished)
+
+# How long aborted runs get to end during a drain before the runtime's own shutdown.
+ABORT_WAIT_SECONDS: Final = 15.0
+# Events read back from a crashed run to tell what it was doing.
+CRASH_TAIL: Final = 32
+
+
+class ServiceStatistics(NamedTuple):
+    """The service at a glance (exported as metrics)."""
+
+    in_flight: int
+    capacity: int
+    accepted: int
+    rejected_full: int
+    rejected_draining: int
+    resumed: int
+    crash_aborted: int
+
+
+def _log(message: str, run_id: str, trace_id: str, **fields: Any) -> None:
+    logger.info(message, extra={"run_id": run_id, "trace_id": trace_id, **fields})
+
+
+class RunService:
+    """Submits, aborts, recovers and drains the daemon's runs."""
+
+    def __init__(
+        self,
+        config: Config,
+        runtime: Runtime,
+        store: Store,
+        recorder: EventRecorder,
+        journal: StoreJournal,
+        scenarios: Mapping[str, Scenario],
+        task_group: TaskGroup,
+    ) -> None:
+        self._config = config
+        self._runtime = runtime
+        self._store = store
+        self._recorder = recorder
+        self._journal = journal
+        self._scenarios = dict(scenarios)
+        self._tg = task_group
+        self.capacity = config.runtime.max_concurrent_runs + config.daemon.queue_size
+        self.draining = False
+        self._in_flight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._claimed_keys: dict[str, str] = {}
+        self._live: dict[str, RunHandle] = {}
+        self._accepted = 0
+        self._rejected_full = 0
+        self._rejected_draining = 0
+        self._resumed = 0
+        self._crash_aborted = 0
+        self._ended: collections.Counter[str] = collections.Counter()
+
+    def statistics(self) -> ServiceStatistics:
+        return ServiceStatistics(
+            self._in_flight,
+            self.capacity,
+            self._accepted,
+            self._rejected_full,
+            self._rejected_draining,
+            self._resumed,
+            self._crash_aborted,
+        )
+
+    def ended(self, reason: ExitReason) -> int:
+        """Runs that ended with ``reason`` since start-up."""
+        return self._ended[reason.value]
+
+    # ------------------------------------------------------------------ submitting
+
+    async def submit(self, request: RunRequest) -> tuple[RunRow, bool]:
+        """Store and start ``request``; returns its row and whether it is new (``False``:
+        an earlier run with the same idempotency key).
+
+        :raises ApiError: 422 bad request, 409 key reused differently, 429 full, 503 draining.
+        """
+        self._check_open()
+        digest = hashlib.blake2b(
+            _ENCODER.encode(msgspec.structs.replace(request, idempotency_key=None)),
+            digest_size=16,
+        ).hexdigest()
+        key = request.idempotency_key
+        if key is not None:
+            earlier = await self._earlier(key, digest)
+            if earlier is not None:
+                return earlier, False
+            if key in self._claimed_keys:  # a concurrent request with that key won
+                raise ApiError(409, "idempotency_conflict", "that idempotency key is in use")
+            self._check_open()
+        self._check_room()
+        run_id, trace_id = uuid.uuid4().hex, uuid.uuid4().hex
+        if key is not None:
+            self._claimed_keys[key] = run_id
+        try:
+            on_crash = self._on_crash(request)
+            row = RunRow(
+                id=run_id,
+                trace_id=trace_id,
+                status="queued",
+                on_crash=on_crash,
+                request=_ENCODER.encode(request),
+                request_hash=digest,
+                idempotency_key=key,
+                created_at=time.time(),
+            )
+            finished = await self._launch(row, request, StartPoint(trace_id=trace_id))
+            self._store.insert_run(row)  # queued before any of its events can be
+            await self._store.flush()
+        finally:
+            if key is not None:
+                self._claimed_keys.pop(key, None)
+        self._accepted += 1
+        self._watch(row, finished)
+        _log("run accepted", run_id, trace_id, on_crash=on_crash)
+        return row, True
+
+    def _check_open(self) -> None:
+        if self.draining:
+            self._rejected_draining += 1
+            raise ApiError(
+                503,
+                "draining",
+                "the daemon is shutting down and accepts no new runs",
+                headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
+            )
+
+    def _check_room(self) -> None:
+        if self._in_flight >= self.capacity:
+            self._rejected_full += 1
+            logger.warning("run refused: queue full", extra={"in_flight": self._in_flight})
+            raise ApiError(
+                429,
+                "queue_full",
+                f"{self._in_flight} runs are running or queued, the limit "
+                "(runtime.max_concurrent_runs + daemon.queue_size); retry later",
+                headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
+            )
+
+    async def _earlier(self, key: str, digest: str) -> RunRow | None:
+        row = await self._store.find_key(key)
+        if row is not None and row.request_hash != digest:
+            raise ApiError(
+                409,
+                "idempotency_conflict",
+                "this idempotency key was used for a different request",
+                key="idempotency_key",
+            )
+        return row
+
+    def _on_crash(self, request: RunRequest) -> str:
+        """The run's effective ``on_crash`` (validating its overrides on the way)."""
+        overrides: dict[str, Any] = dict(request.config)
+        if request.scenario is not None:
+            scenario = self._scenario(request)
+            overrides = {"model": scenario.name, **scenario.config, **overrides}
+        elif request.task is None:
+            raise ApiError(422, "missing_field", "give a `task` or a `scenario`", key="task")
+        try:
+            return run_settings(self._config, overrides).on_crash
+        except ConfigError as exc:
+            raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
+
+    def _scenario(self, request: RunRequest) -> Scenario:
+        for name in ("task", "system", "folder"):
+            if getattr(request, name) is not None:
+                raise ApiError(
+                    422,
+                    "conflicting_fields",
+                    f"`{name}` cannot be combined with `scenario`",
+                    key=name,
+                )
+        assert request.scenario is not None
+        scenario = self._scenarios.get(request.scenario)
+        if scenario is None:
+            raise ApiError(
+                422,
+                "unknown_scenario",
+                f"no scenario named {request.scenario!r}; GET /v1/scenarios lists them",
+                key="scenario",
+            )
+        return scenario
+
+    def scenario_names(self) -> list[str]:
+        return sorted(self._scenarios)
+
+    # ------------------------------------------------------------------ running
+
+    async def _launch(self, row: RunRow, request: RunRequest, point: StartPoint) -> anyio.Event:
+        """Start ``row``'s run now (it waits for a slot in the runtime); the returned event is
+        set once its last event is queued in the store."""
+        self._journal.expect(row.id, point)
+        recorded = self._recorder.track(row.id, last_seq=row.last_event, dropped=row.events_dropped)
+        try:
+            handle = await self._start(row.id, request)
+        except ConfigError as exc:
+            self._journal.forget(row.id)
+            self._recorder.forget(row.id)
+            raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
+        except BaseException:
+            self._journal.forget(row.id)
+            self._recorder.forget(row.id)
+            raise
+        self._live[row.id] = handle
+        self._in_flight += 1
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        return recorded
+
+    async def _start(self, run_id: str, request: RunRequest) -> RunHandle:
+        if request.scenario is not None:
+            scenario = self._scenario(request)
+            if request.config:
+                scenario = msgspec.structs.replace(
+                    scenario, config={**scenario.config, **request.config}
+                )
+            return await start_scenario(self._runtime, scenario, run_id=run_id)
+        assert request.task is not None
+        spec = RunSpec(
+            task=request.task,
+            system=request.system,
+            folder=request.folder,
+            overrides=dict(request.config),
+            run_id=run_id,
+        )
+        return await self._runtime.start(spec)
+
+    def _watch(self, row: RunRow, recorded: anyio.Event) -> None:
+        self._tg.start_soon(self._finish, row, recorded, name=f"finish {row.id}")
+
+    async def _finish(self, row: RunRow, recorded: anyio.Event) -> None:
+        result = await self._live[row.id].result()
+        # RunFinished is queued in the store before the row says "ended", so a row that
+        # says "ended" always has its stream's last event.
+        await recorded.wait()
+        self._end(row, result)
+        self._release(row.id)
+        _log(
+            "run ended",
+            row.id,
+            row.trace_id,
+            exit_reason=result.exit_reason.value,
+            cause=result.cause,
+            turns=result.turns,
+        )
+
+    def _end(self, row: RunRow, result: RunResult) -> None:
+        self._store.update_run(
+            row.id,
+            status="ended",
+            ended_at=time.time(),
+            exit_reason=result.exit_reason.value,
+            cause=result.cause,
+            result=_ENCODER.encode(result_summary(result)),
+        )
+        self._ended[result.exit_reason.value] += 1
+
+    def _release(self, run_id: str) -> None:
+        self._live.pop(run_id, None)
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    async def abort(self, run_id: str) -> RunRow:
+        """Ask a live run to stop (``abort.caller``, source ``api``).
+
+        :raises ApiError: 404 unknown run, 409 it already ended.
+        """
+        row = await self._store.get_run(run_id)
+        handle = self._live.get(run_id)
+        if row is None:
+            raise ApiError(404, "unknown_run", f"no run {run_id!r}")
+        if handle is None or handle.done or row.status == "ended":
+            raise ApiError(409, "run_ended", f"run {run_id!r} has already ended")
+        await handle.abort("Aborted through the API.", source="api")
+        _log("run abort requested", row.id, row.trace_id)
+        return row
+
+    # ------------------------------------------------------------------ restart and shutdown
+
+    async def recover(self) -> None:
+        """Start again, resume or end every run the store left queued or running."""
+        for row in await self._store.unfinished():
+            request = _REQUEST.decode(row.request)
+            tail = await self._store.tail(row.id, CRASH_TAIL)
+            if tail and tail[-1].type == "RunFinished":
+                self._end_from_finished(row, _FINISHED.decode(tail[-1].data))
+                continue
+            raw = await self._store.checkpoint(row.id)
+            checkpoint = CHECKPOINT_DECODER.decode(raw) if raw is not None else None
+            if row.status == "queued":
+                point = StartPoint(trace_id=row.trace_id)
+                action = "restarted (was queued)"
+            elif row.on_crash == "resume":
+                resume = checkpoint or RunCheckpoint(
+                    run_id=row.id,
+                    trace_id=row.trace_id,
+                    turn=0,
+                    elapsed_seconds=0.0,
+                    transcript=(),
+                )
+                point = StartPoint(trace_id=row.trace_id, resume=resume)
+                action = f"resumed after turn {resume.turn}"
+                self._resumed += 1
+            else:
+                self._crash_abort(row, phase_of(tail), checkpoint)
+                continue
+            try:
+                recorded = await self._launch(row, request, point)
+            except (ApiError, ConfigError) as exc:
+                logger.error(
+                    "run could not be restarted: %s",
+                    exc,
+                    extra={"run_id": row.id, "trace_id": row.trace_id},
+                )
+                self._crash_abort(row, phase_of(tail), checkpoint)
+                continue
+            self._watch(row, recorded)
+            _log(f"run {action}", row.id, row.trace_id)
+        await self._store.flush()
+
+    def _crash_abort(self, row: RunRow, reason: Any, checkpoint: Any) -> None:
+        events, result = crash_ending(row.id, row.trace_id, reason, checkpoint, crash_detail())
+        seq = row.last_event
+        for event in events:
+            seq += 1
+            self._store.append_event(row.id, seq, type(event).__name__, ENCODER.encode(event))
+        self._end(row, result)
+        self._crash_aborted += 1
+        _log("run ended by the crash", row.id, row.trace_id, exit_reason=result.exit_reason.value)
+
+    def _end_from_finished(self, row: RunRow, finished: RunFinished) -> None:
+        self._store.update_run(
+            row.id,
+            status="ended",
+            ended_at=time.time(),
+            exit_reason=finished.exit_reason.value,
+            cause=finished.cause,
+            result=_ENCODER.encode(
+                {**msgspec.to_builtins(finished), "run_id": row.id, "trace_id": row.trace_id}
+            ),
+        )
+        _log("run had ended before the restart", row.id, row.trace_id)
+
+    async def drain(self, grace_seconds: float) -> None:
+        """Accept no more runs; give running ones ``grace_seconds``, then abort the rest
+        (``abort.shutdown``) and wait for them to end."""
+        if not self.draining:
+            self.draining = True
+            logger.info(
+                "draining", extra={"in_flight": self._in_flight, "grace_seconds": grace_seconds}
+            )
+        with anyio.move_on_after(grace_seconds):
+            await self._idle.wait()
+        if self._in_flight:
+            logger.info("aborting the runs still active", extra={"in_flight": self._in_flight})
+            for handle in list(self._live.values()):
+                if not handle.done:
+                    await handle.abort("The daemon is shutting down.", source="shutdown")
+            with anyio.move_on_after(ABORT_WAIT_SECONDS):
+                await self._idle.wait()
+        await self._store.flush()
+        logger.info("drained", extra={"in_flight": self._in_flight})

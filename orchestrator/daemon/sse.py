@@ -1,0 +1,111 @@
+"""Server-Sent Events for one run: every stored event in order, live, resumable.
+
+Frames follow the WHATWG format: each bus message is a default (``message``) event whose
+``id`` is the run's sequence number and whose ``data`` is the message as JSON (its ``type``
+names it). A stream starts with ``retry: 3000``, sends a ``: ping`` comment after every
+``heartbeat`` seconds without events, and ends with ``event: end`` after the run's
+``RunFinished``, once its result is stored (data: id, status, exit reason, last event id,
+dropped-event count). ``Last-Event-ID`` or
+``?after=N`` resumes after event N: no gaps, no duplicates. If the daemon shuts down first,
+the stream ends with ``event: shutdown``; reconnect with the last id.
+
+Streams read the store, never the bus: a slow client falls behind on its own, and a run
+that ended (even before a restart) replays the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Final
+
+import anyio
+import msgspec
+
+from orchestrator.daemon.store import Store
+
+__all__ = ["RETRY_MILLISECONDS", "event_stream", "frame"]
+
+RETRY_MILLISECONDS: Final = 3000
+READ_BATCH: Final = 500
+HEADERS: Final = {
+    "Cache-Control": "no-store",
+    "X-Accel-Buffering": "no",
+    "Connection": "keep-alive",
+}
+
+
+def frame(data: bytes, *, event: str | None = None, id: int | None = None) -> bytes:
+    """One SSE frame; ``data`` is JSON without newlines."""
+    head = b""
+    if id is not None:
+        head += b"id: %d\n" % id
+    if event is not None:
+        head += b"event: " + event.encode() + b"\n"
+    return head + b"data: " + data + b"\n\n"
+
+
+async def event_stream(
+    store: Store,
+    run_id: str,
+    *,
+    after: int,
+    heartbeat: float,
+    closing: anyio.Event,
+) -> AsyncIterator[bytes]:
+    """The frames of ``run_id``'s events after ``after``, until its ``RunFinished``."""
+    yield b"retry: %d\n\n" % RETRY_MILLISECONDS
+    last = after
+    while True:
+        committed = store.watch(run_id)  # before reading: a commit after the read wakes us
+        events = await store.events(run_id, after=last, limit=READ_BATCH)
+        for event in events:
+            yield frame(event.data, id=event.seq)
+            last = event.seq
+            if event.type == "RunFinished":
+                yield await _end(store, run_id, "end", closing)
+                return
+        if events:
+            continue
+        if closing.is_set():
+            yield await _end(store, run_id, "shutdown", closing)
+            return
+        if not await _wait(committed, closing, heartbeat):
+            if await store.get_run(run_id) is None:  # pruned while we watched
+                yield await _end(store, run_id, "end", closing)
+                return
+            yield b": ping\n\n"
+
+
+async def _wait(committed: anyio.Event, closing: anyio.Event, seconds: float) -> bool:
+    """Wait for ``committed`` or ``closing``; ``False`` if ``seconds`` passed first."""
+    with anyio.move_on_after(seconds):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_cancel_when, closing, tg.cancel_scope)
+            await committed.wait()
+            tg.cancel_scope.cancel()
+        return True
+    return False
+
+
+async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def _end(store: Store, run_id: str, event: str, closing: anyio.Event) -> bytes:
+    """The last frame. After ``RunFinished``, ``end`` waits until the run's row says
+    ``ended`` (its result is then readable with ``GET /v1/runs/{id}``)."""
+    while True:
+        committed = store.watch(run_id)
+        row = await store.get_run(run_id)
+        if row is None or row.status == "ended" or event != "end" or closing.is_set():
+            break
+        await _wait(committed, closing, 60.0)
+    body = {
+        "id": run_id,
+        "status": row.status if row is not None else "deleted",
+        "exit_reason": row.exit_reason if row is not None else None,
+        "last_event_id": row.last_event if row is not None else 0,
+        "events_dropped": row.events_dropped if row is not None else 0,
+    }
+    return frame(msgspec.json.encode(body), event=event)

@@ -1,0 +1,465 @@
+"""The durable store: runs and their events in SQLite (WAL), written by group commit.
+
+Writes are queued by plain calls that never block the event loop (:meth:`Store.insert_run`,
+:meth:`Store.append_event`, :meth:`Store.update_run` …) and committed by one writer task
+(:meth:`Store.run`): each commit takes everything queued so far and writes it in one
+transaction in a worker thread, so a busy daemon pays one fsync per commit, not one per
+event. While a commit is in progress the next batch fills up by itself. Whoever needs
+durability awaits :meth:`Store.flush` (the API does, before it answers 202).
+
+Reads run in worker threads on their own connections (WAL lets them read while the writer
+writes). :meth:`Store.watch` hands out an event that is set after the next commit touching
+a run, so a reader that registers before it reads never misses a commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, NamedTuple, TypeVar
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+
+__all__ = ["MAX_PENDING_EVENTS", "RunRow", "Store", "StoreStatistics", "StoredEvent"]
+
+MAX_PENDING_EVENTS: Final = 20_000
+"""Queued, uncommitted events above which :meth:`Store.wait_for_room` makes writers wait."""
+
+READERS: Final = 4
+"""Worker threads (and connections) that serve reads."""
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS runs (
+    cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    trace_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    on_crash TEXT NOT NULL,
+    request BLOB NOT NULL,
+    request_hash TEXT NOT NULL,
+    idempotency_key TEXT UNIQUE,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    ended_at REAL,
+    exit_reason TEXT,
+    cause TEXT,
+    result BLOB,
+    last_event INTEGER NOT NULL DEFAULT 0,
+    events_dropped INTEGER NOT NULL DEFAULT 0,
+    checkpoint BLOB
+);
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, cursor);
+CREATE INDEX IF NOT EXISTS runs_by_end ON runs (ended_at) WHERE status = 'ended';
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+"""
+
+_COLUMNS: Final = (
+    "cursor, id, trace_id, status, on_crash, request, request_hash, idempotency_key, "
+    "created_at, started_at, ended_at, exit_reason, cause, result, last_event, events_dropped"
+)
+
+_UPDATABLE: Final = frozenset(
+    {
+        "trace_id",
+        "status",
+        "started_at",
+        "ended_at",
+        "exit_reason",
+        "cause",
+        "result",
+        "events_dropped",
+        "checkpoint",
+    }
+)
+
+_T = TypeVar("_T")
+
+
+class RunRow(msgspec.Struct, kw_only=True):
+    """A run as stored (``request`` and ``result`` are JSON bytes)."""
+
+    id: str
+    trace_id: str
+    status: str
+    on_crash: str
+    request: bytes
+    request_hash: str
+    idempotency_key: str | None = None
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_reason: str | None = None
+    cause: str | None = None
+    result: bytes | None = None
+    last_event: int = 0
+    events_dropped: int = 0
+    cursor: int = 0
+
+
+class StoredEvent(NamedTuple):
+    """One stored bus message of a run: its sequence number, type name and JSON."""
+
+    seq: int
+    type: str
+    data: bytes
+
+
+class StoreStatistics(NamedTuple):
+    """The writer at a glance (exported as metrics)."""
+
+    commits: int
+    events_written: int
+    pending_events: int
+    last_batch_events: int
+
+
+@dataclass
+class _Batch:
+    runs: list[RunRow] = field(default_factory=list)
+    events: list[tuple[str, int, str, bytes]] = field(default_factory=list)
+    updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_event: dict[str, int] = field(default_factory=dict)
+    calls: list[Callable[[sqlite3.Connection], None]] = field(default_factory=list)
+    committed: anyio.Event = field(default_factory=anyio.Event)
+
+    def __bool__(self) -> bool:
+        return bool(self.runs or self.events or self.updates or self.calls)
+
+    def touched(self) -> set[str]:
+        return {row.id for row in self.runs} | set(self.last_event) | set(self.updates)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+class Store:
+    """Runs and events in one SQLite file; see the module docstring for the write path."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = _connect(self.path)
+        mode = self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
+        self._writer.executescript(_SCHEMA)
+        self._readers: list[sqlite3.Connection] = []
+        self._read_limiter = anyio.CapacityLimiter(READERS)
+        self._write_limiter = anyio.CapacityLimiter(1)
+        self._batch = _Batch()
+        self._inflight: _Batch | None = None
+        self._wake = anyio.Event()
+        self._closed = False
+        self._stopped = anyio.Event()
+        self._watchers: dict[str, anyio.Event] = {}
+        self._commits = 0
+        self._events_written = 0
+        self._last_batch_events = 0
+
+    # ------------------------------------------------------------------ writer
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Commit queued writes until :meth:`close`, then commit the rest and close the file."""
+        task_status.started()
+        try:
+            while True:
+                if not self._batch:
+                    if self._closed:
+                        return
+                    await self._wake.wait()
+                    self._wake = anyio.Event()
+                    continue
+                batch, self._batch = self._batch, _Batch()
+                self._inflight = batch
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(self._commit, batch, limiter=self._write_limiter)
+                self._inflight = None
+                self._commits += 1
+                self._events_written += len(batch.events)
+                self._last_batch_events = len(batch.events)
+                batch.committed.set()
+                for run_id in batch.touched():
+                    watcher = self._watchers.pop(run_id, None)
+                    if watcher is not None:
+                        watcher.set()
+        finally:
+            self._stopped.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._close_connections)
+
+    def close(self) -> None:
+        """Let the writer commit what is queued, then stop (:meth:`run` returns)."""
+        self._closed = True
+        self._wake.set()
+
+    def _commit(self, batch: _Batch) -> None:
+        conn = self._writer
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT INTO runs (id, trace_id, status, on_crash, request, request_hash, "
+                "idempotency_key, created_at, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        r.id,
+                        r.trace_id,
+                        r.status,
+                        r.on_crash,
+                        r.request,
+                        r.request_hash,
+                        r.idempotency_key,
+                        r.created_at,
+                        r.started_at,
+                    )
+                    for r in batch.runs
+                ],
+            )
+            conn.executemany(
+                "INSERT OR REPLACE INTO events (run_id, seq, type, data) VALUES (?, ?, ?, ?)",
+                batch.events,
+            )
+            conn.executemany(
+                "UPDATE runs SET last_event = max(last_event, ?) WHERE id = ?",
+                [(seq, run_id) for run_id, seq in batch.last_event.items()],
+            )
+            for run_id, columns in batch.updates.items():
+                assignments = ", ".join(f"{name} = ?" for name in columns)
+                conn.execute(
+                    f"UPDATE runs SET {assignments} WHERE id = ?", (*columns.values(), run_id)
+                )
+            for call in batch.calls:
+                call(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _close_connections(self) -> None:
+        for conn in (self._writer, *self._readers):
+            conn.close()
+        self._readers.clear()
+
+    def _queued(self) -> _Batch:
+        if self._closed and self._stopped.is_set():
+            raise RuntimeError("the store is closed")
+        self._wake.set()
+        return self._batch
+
+    # ------------------------------------------------------------------ queued writes
+
+    def insert_run(self, row: RunRow) -> None:
+        """Queue a new run."""
+        self._queued().runs.append(row)
+
+    def append_event(self, run_id: str, seq: int, kind: str, data: bytes) -> None:
+        """Queue event ``seq`` of ``run_id``."""
+        batch = self._queued()
+        batch.events.append((run_id, seq, kind, data))
+        batch.last_event[run_id] = max(seq, batch.last_event.get(run_id, 0))
+
+    def update_run(self, run_id: str, **columns: Any) -> None:
+        """Queue new values for some of a run's columns (later updates win)."""
+        unknown = set(columns) - _UPDATABLE
+        if unknown:
+            raise ValueError(f"not updatable: {sorted(unknown)}")
+        self._queued().updates.setdefault(run_id, {}).update(columns)
+
+    def execute(self, call: Callable[[sqlite3.Connection], None]) -> anyio.Event:
+        """Queue ``call`` to run inside the next commit's transaction; the returned event is
+        set once that commit is durable."""
+        batch = self._queued()
+        batch.calls.append(call)
+        return batch.committed
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far is committed."""
+        if self._batch:
+            await self._queued().committed.wait()
+        elif self._inflight is not None:
+            await self._inflight.committed.wait()
+
+    async def wait_for_room(self) -> None:
+        """Wait while too many events are queued (how a slow disk slows writers down)."""
+        while len(self._batch.events) >= MAX_PENDING_EVENTS:
+            await self._batch.committed.wait()
+
+    def watch(self, run_id: str) -> anyio.Event:
+        """An event set after the next commit that touches ``run_id``."""
+        watcher = self._watchers.get(run_id)
+        if watcher is None:
+            watcher = self._watchers[run_id] = anyio.Event()
+        return watcher
+
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(
+            self._commits, self._events_written, len(self._batch.events), self._last_batch_events
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    async def _read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
+        def work() -> _T:
+            conn = self._readers.pop() if self._readers else _connect(self.path)
+            try:
+                return query(conn)
+            finally:
+                self._readers.append(conn)
+
+        return await anyio.to_thread.run_sync(work, limiter=self._read_limiter)
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        rows = await self._read(
+            lambda c: c.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchall()
+        )
+        return _row(rows[0]) if rows else None
+
+    async def find_key(self, key: str) -> RunRow | None:
+        """The run created with idempotency key ``key``."""
+        rows = await self._read(
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM runs WHERE idempotency_key = ?", (key,)
+            ).fetchall()
+        )
+        return _row(rows[0]) if rows else None
+
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        exit_reason: str | None = None,
+        before: int | None = None,
+        limit: int = 50,
+    ) -> list[RunRow]:
+        """Runs newest first, filtered, with ``cursor < before``; at most ``limit``."""
+        where, args = ["1 = 1"], list[Any]()
+        for column, value in (("status", status), ("exit_reason", exit_reason)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                args.append(value)
+        if before is not None:
+            where.append("cursor < ?")
+            args.append(before)
+        sql = (
+            f"SELECT {_COLUMNS} FROM runs WHERE {' AND '.join(where)} ORDER BY cursor DESC LIMIT ?"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall())
+        return [_row(row) for row in rows]
+
+    async def events(self, run_id: str, *, after: int = 0, limit: int = 500) -> list[StoredEvent]:
+        """Committed events of ``run_id`` with ``seq > after``, in order."""
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT seq, type, data FROM events WHERE run_id = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (run_id, after, limit),
+            ).fetchall()
+        )
+        return [StoredEvent(seq, kind, bytes(data)) for seq, kind, data in rows]
+
+    async def tail(self, run_id: str, count: int) -> list[StoredEvent]:
+        """The last ``count`` committed events of ``run_id``, in order."""
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT seq, type, data FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT ?",
+                (run_id, count),
+            ).fetchall()
+        )
+        return [StoredEvent(seq, kind, bytes(data)) for seq, kind, data in reversed(rows)]
+
+    async def checkpoint(self, run_id: str) -> bytes | None:
+        rows = await self._read(
+            lambda c: c.execute("SELECT checkpoint FROM runs WHERE id = ?", (run_id,)).fetchall()
+        )
+        return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    async def unfinished(self) -> list[RunRow]:
+        """Runs that were queued or running when the store was last written, oldest first."""
+        rows = await self._read(
+            lambda c: c.execute(
+                f"SELECT {_COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
+            ).fetchall()
+        )
+        return [_row(row) for row in rows]
+
+    async def journal_mode(self) -> str:
+        rows = await self._read(lambda c: c.execute("PRAGMA journal_mode").fetchall())
+        return str(rows[0][0])
+
+    # ------------------------------------------------------------------ retention
+
+    def prune(self, *, ended_before: float, keep: int) -> anyio.Event:
+        """Queue the deletion of ended runs (and their events) that ended before
+        ``ended_before`` or are beyond the ``keep`` most recent ended runs."""
+
+        def delete(conn: sqlite3.Connection) -> None:
+            doomed = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT id FROM runs WHERE status = 'ended' AND ended_at < ? "
+                    "UNION SELECT id FROM (SELECT id FROM runs WHERE status = 'ended' "
+                    "ORDER BY ended_at DESC LIMIT -1 OFFSET ?)",
+                    (ended_before, keep),
+                )
+            ]
+            _delete_runs(conn, doomed)
+
+        return self.execute(delete)
+
+
+def _delete_runs(conn: sqlite3.Connection, ids: Iterable[str]) -> None:
+    pairs = [(run_id,) for run_id in ids]
+    conn.executemany("DELETE FROM events WHERE run_id = ?", pairs)
+    conn.executemany("DELETE FROM runs WHERE id = ?", pairs)
+
+
+def _row(values: tuple[Any, ...]) -> RunRow:
+    (
+        cursor,
+        run_id,
+        trace_id,
+        status,
+        on_crash,
+        request,
+        request_hash,
+        idempotency_key,
+        created_at,
+        started_at,
+        ended_at,
+        exit_reason,
+        cause,
+        result,
+        last_event,
+        events_dropped,
+    ) = values
+    return RunRow(
+        cursor=cursor,
+        id=run_id,
+        trace_id=trace_id,
+        status=status,
+        on_crash=on_crash,
+        request=bytes(request),
+        request_hash=request_hash,
+        idempotency_key=idempotency_key,
+        created_at=created_at,
+        started_at=started_at,
+        ended_at=ended_at,
+        exit_reason=exit_reason,
+        cause=cause,
+        result=bytes(result) if result is not None else None,
+        last_event=last_event,
+        events_dropped=events_dropped,
+    )

@@ -1,0 +1,72 @@
+"""Helpers for the daemon tests (no tests here): configs, a slow scenario, waiting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from orchestrator.config import Config, DaemonSettings, RuntimeSettings
+from orchestrator.daemon.client import DaemonClient
+
+SLOW = """
+description = "A slow model reading one file forever: ends at max_turns."
+task = "Read a.txt again and again."
+
+[config]
+max_turns = {max_turns}
+loop_preset = "off"
+
+[folder]
+"a.txt" = "hello"
+
+[[steps]]
+latency = {latency}
+tool_calls = [{{ name = "read_file", arguments = {{ path = "a.txt" }} }}]
+repeat = true
+
+[expect]
+exit_reason = "max_turns"
+"""
+
+
+def write_slow(
+    tmp_path: Path, name: str = "slow", *, max_turns: int = 50, latency: float = 0.2
+) -> str:
+    path = tmp_path / f"{name}.toml"
+    path.write_text(SLOW.format(max_turns=max_turns, latency=latency), encoding="utf-8")
+    return str(path)
+
+
+def daemon_config(tmp_path: Path, *, concurrent: int = 8, **daemon: Any) -> Config:
+    settings: dict[str, Any] = {"store_path": str(tmp_path / "daemon.db"), "port": 0, **daemon}
+    return Config(
+        daemon=DaemonSettings(**settings),
+        runtime=RuntimeSettings(max_concurrent_runs=concurrent),
+    )
+
+
+async def events_until(
+    client: DaemonClient, run_id: str, predicate: Any, *, after: int | None = None
+) -> list[dict[str, Any]]:
+    """The run's events (as dicts with their ``id``) up to the first that ``predicate`` accepts."""
+    seen: list[dict[str, Any]] = []
+    async for event in client.events(run_id, after=after):
+        if event.event != "message":
+            break
+        data = {"id": event.id, **json.loads(event.data)}
+        seen.append(data)
+        if predicate(data):
+            return seen
+    raise AssertionError(f"the stream of {run_id} ended before the condition held: {seen[-3:]}")
+
+
+async def wait_ended(client: DaemonClient, run_id: str) -> dict[str, Any]:
+    """Follow the run's stream to its ``end`` (sent once the result is stored), then
+    return the run."""
+    async for event in client.events(run_id):
+        last = event
+    assert last.event == "end", last
+    run = await client.run(run_id)
+    assert run["status"] == "ended", run
+    return run
