@@ -1,4 +1,4 @@
-"""The budget monitor: hard limits on turns, tool calls and wall-clock time.
+"""The budget monitor: hard limits on turns, tool calls, wall-clock time, tokens and cost.
 
 * ``max_turns`` is checked when a turn ends (after its tools ran, before the next model
   call), so the last turn's tools do run.
@@ -6,6 +6,12 @@
 * ``deadline_seconds``: one timer task serves every run (a heap of deadlines), so a run
   that is waiting on a slow model or tool is stopped when its time is up, not at the next
   checkpoint; checkpoints check the clock too.
+* tokens and cost (:mod:`actors.token_budget` decides): each ``ModelReplied`` carries the
+  run's total usage. In ceiling mode a warning nudge comes once at 90% of the output-token
+  budget, and the output-token, input-token and cost ceilings stop the run when a turn ends
+  (its tools ran; no further model call is made). In target mode a reply that ends the turn
+  below 90% of the target is answered with a ``continues`` nudge, or with a stop on
+  diminishing returns.
 
 Every limit ends the run with ``max_turns`` and its own cause.
 """
@@ -21,9 +27,12 @@ from typing import assert_never
 import anyio
 from anyio.abc import TaskStatus
 
+from actors.token_budget import BudgetNudge, BudgetStop, TokenAccount, TokenLimits
 from bus import (
     Bus,
     ExitReason,
+    ModelReplied,
+    Nudge,
     RunFinished,
     RunStarted,
     StopSignal,
@@ -34,7 +43,7 @@ from bus import (
 
 __all__ = ["BudgetMonitor"]
 
-_Message = RunStarted | RunFinished | TurnStarted | TurnEnded | ToolCallProposed
+_Message = RunStarted | RunFinished | TurnStarted | TurnEnded | ToolCallProposed | ModelReplied
 
 
 @dataclass
@@ -42,12 +51,14 @@ class _RunBudget:
     max_turns: int
     max_tool_calls: int
     deadline_at: float | None
+    tokens: TokenAccount | None = None
     proposed: int = 0
     stopped: bool = False
 
 
 class BudgetMonitor:
-    """Publishes a ``StopSignal`` when a run exceeds its turns, tool calls or deadline."""
+    """Publishes a ``StopSignal`` when a run exceeds its turns, tool calls, deadline, tokens
+    or cost, and the token budget's ``Nudge``s (warning at 90%, target continuations)."""
 
     def __init__(self, bus: Bus, *, clock: Callable[[], float] = time.time) -> None:
         self._bus = bus
@@ -64,6 +75,7 @@ class BudgetMonitor:
             TurnStarted,
             TurnEnded,
             ToolCallProposed,
+            ModelReplied,
             name="budget_monitor",
             answers=True,
         )
@@ -80,7 +92,20 @@ class BudgetMonitor:
         match msg:
             case RunStarted():
                 deadline = msg.started_at + msg.deadline_seconds if msg.deadline_seconds else None
-                self._runs[msg.run_id] = _RunBudget(msg.max_turns, msg.max_tool_calls, deadline)
+                limits = TokenLimits(
+                    output_tokens=msg.output_token_budget,
+                    input_tokens=msg.input_token_budget,
+                    cost=msg.cost_budget,
+                    mode=msg.budget_mode,
+                    input_price_per_million=msg.input_price_per_million,
+                    output_price_per_million=msg.output_price_per_million,
+                )
+                self._runs[msg.run_id] = _RunBudget(
+                    msg.max_turns,
+                    msg.max_tool_calls,
+                    deadline,
+                    TokenAccount(limits) if limits.any else None,
+                )
                 if deadline is not None:
                     heapq.heappush(self._deadlines, (deadline, msg.run_id))
                     if self._deadlines[0][1] == msg.run_id:
@@ -97,6 +122,19 @@ class BudgetMonitor:
                         "budget.max_turns",
                         f"Reached the limit of {budget.max_turns} turns (max_turns).",
                     )
+                if budget is not None and budget.tokens is not None:
+                    self._answer(msg.run_id, budget.tokens.exhausted())
+            case ModelReplied():
+                budget = self._runs.get(msg.run_id)
+                if budget is None or budget.tokens is None or budget.stopped:
+                    return
+                total = msg.total_usage
+                answer = budget.tokens.replied(
+                    total.prompt_tokens,
+                    total.completion_tokens,
+                    ended_turn=msg.tool_calls == 0 and msg.finish_reason != "length",
+                )
+                self._answer(msg.run_id, answer)
             case ToolCallProposed():
                 budget = self._runs.get(msg.run_id)
                 if budget is None:
@@ -111,6 +149,25 @@ class BudgetMonitor:
                     )
             case _:
                 assert_never(msg)
+
+    def _answer(self, run_id: str, answer: BudgetNudge | BudgetStop | None) -> None:
+        match answer:
+            case None:
+                pass
+            case BudgetStop(cause=cause, detail=detail):
+                self._stop(run_id, cause, detail)
+            case BudgetNudge(kind=kind, text=text, continues=continues):
+                self._bus.publish_nowait(
+                    Nudge(
+                        run_id=run_id,
+                        kind=kind,
+                        text=text,
+                        source="budget_monitor",
+                        continues=continues,
+                    )
+                )
+            case _:
+                assert_never(answer)
 
     def _check_deadline(self, run_id: str) -> None:
         budget = self._runs.get(run_id)

@@ -81,6 +81,16 @@ class RunStarted(Message, frozen=True, kw_only=True):
     max_tool_calls: int = 0
     deadline_seconds: float = 0.0
     started_at: float = 0.0
+    output_token_budget: int = 0
+    """Completion tokens of the whole run: a ceiling (``budget_mode``), 0 for none."""
+    input_token_budget: int = 0
+    """Prompt tokens summed over the run's requests, 0 for none."""
+    cost_budget: float = 0.0
+    """Cost ceiling in the currency of the prices below, 0 for none."""
+    budget_mode: Literal["ceiling", "target"] = "ceiling"
+    """``target``: ``output_token_budget`` is a volume to reach, not a ceiling."""
+    input_price_per_million: float = 0.0
+    output_price_per_million: float = 0.0
     resumed_from_turn: int | None = None
     """Set when a run goes on after a restart: the last turn it had completed before
     (0: it starts over from its task). ``None`` for a run's first start."""
@@ -292,6 +302,9 @@ class Nudge(Message, frozen=True, kw_only=True):
     kind: str
     text: str
     source: str
+    continues: bool = False
+    """An answer to a reply without tool calls: continue the run (inject this nudge and
+    call the model again) instead of completing it."""
 
 
 class StopSignal(Message, frozen=True, kw_only=True):

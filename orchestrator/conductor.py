@@ -76,6 +76,12 @@ TRUNCATED_CALLS_NOTE: Final = (
     " The tool calls in that answer did not run: make them again, with smaller arguments."
 )
 
+ANSWER_NUDGE_KIND: Final = "stop.answer"
+ANSWER_NUDGE: Final = (
+    "The run has been stopped by a limit. Answer now with what you have gathered: no tools, "
+    "no apology; say what is still missing."
+)
+
 
 class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
     """A run's state after a completed turn: what it takes to resume it elsewhere or later.
@@ -162,6 +168,8 @@ class Conductor:
         self._pieces: list[str] = []  # the pieces of an answer cut by the output limit
         self._output = ""
         self._incomplete = False
+        self._degraded = False
+        self._continued: list[str] = []  # texts of turns a monitor continued (token target)
         if inputs.resume is not None:
             self._restore(inputs.resume)
 
@@ -180,6 +188,8 @@ class Conductor:
             stop = self._make_stop(
                 ExitReason.HOOK_STOPPED, "internal.error", "conductor", repr(exc)
             )
+        if self._settings.on_stop == "answer" and _answerable(stop):
+            await self._final_answer(stop)
         result = self._result(stop)
         with anyio.CancelScope(shield=True):
             await self._bus.publish_settled(
@@ -243,7 +253,15 @@ class Conductor:
                 await self._end_turn(0)
                 continue
             if not calls:
-                self._output = self._recovered(reply.text)
+                if any(nudge.continues for nudge in self._pending_nudges):
+                    # A monitor answered this end of turn with "keep working" (token target).
+                    self._continued.append(self._recovered(reply.text))
+                    self._pieces.clear()
+                    self._output = _joined(self._continued)
+                    self._trace_event("continued", "a monitor asked for more")
+                    await self._end_turn(0)
+                    continue
+                self._output = _joined([*self._continued, self._recovered(reply.text)])
                 return self._make_stop(
                     ExitReason.COMPLETED, "model.end_turn", "model", "The model ended its turn."
                 )
@@ -339,6 +357,89 @@ class Conductor:
                         raise _Stopped(self._stop or self._model_error_stop(msg))
                 case _:
                     self._control(msg)
+
+    # ------------------------------------------------------------------ on_stop = "answer"
+
+    async def _final_answer(self, stop: StopSignal) -> None:
+        """One last model call without tools after a budget or loop stop, so the run leaves
+        an answer (``degraded``). Bounded by ``answer_max_tokens`` and
+        ``answer_deadline_seconds``, counted against no budget (no checkpoints); a failure
+        only leaves a trace entry, and the ending stays ``stop``'s."""
+        self._enter("PLAN", f"final answer after {stop.cause}")
+        try:
+            reply = await self._ask_for_answer()
+        except Exception as exc:
+            logger.exception("run %s: the final answer failed", self._run_id)
+            reply, failure = None, repr(exc)
+        else:
+            failure = "no reply" if reply is None else ""
+        if reply is not None:
+            self._usage = self._usage + reply.usage
+            if reply.aborted or not reply.text.strip():
+                failure = "cut off" if reply.aborted else "empty reply"
+        if failure or reply is None:
+            self._trace_event("final answer failed", failure)
+            return
+        self._transcript.append(ChatMessage(role="assistant", content=reply.text))
+        self._output = reply.text
+        self._degraded = True
+        self._incomplete = self._incomplete or reply.finish_reason == "length"
+        self._trace_event("final answer", f"{reply.usage.completion_tokens} completion tokens")
+
+    async def _ask_for_answer(self) -> ModelReply | None:
+        settings = self._settings
+        self._close_open_calls()
+        self._transcript.append(
+            ChatMessage(role="user", content=nudge_text(ANSWER_NUDGE_KIND, ANSWER_NUDGE))
+        )
+        self._nudges += 1
+        self._trace_event("nudge", ANSWER_NUDGE_KIND)
+        turn = self._turn + 1  # its own request key: never confused with a cut-off reply
+        self._llm_requests += 1
+        await self._bus.publish(
+            ModelRequest(
+                run_id=self._run_id,
+                turn=turn,
+                model=settings.model,
+                messages=tuple(self._transcript),
+                max_tokens=settings.answer_max_tokens,
+                deadline_at=time.time() + settings.answer_deadline_seconds,
+            )
+        )
+        cancelled = False
+        with anyio.move_on_after(settings.answer_deadline_seconds + CANCEL_CONFIRM_SECONDS):
+            while True:
+                msg = await self._inbox.receive()
+                match msg:
+                    case ModelReply(turn=reply_turn) if reply_turn == turn:
+                        return msg
+                    case ModelError(turn=error_turn) if error_turn == turn:
+                        self._trace_event(f"final answer: model error ({msg.kind})", msg.message)
+                        if msg.final:
+                            return None
+                    case AbortRequested() if not cancelled:
+                        cancelled = True
+                        await self._bus.publish(
+                            ModelCancel(run_id=self._run_id, turn=turn, reason="abort")
+                        )
+                    case _:
+                        pass  # the ending is decided: later stops and nudges change nothing
+        return None
+
+    def _close_open_calls(self) -> None:
+        """Answer the last assistant message's calls that have no result (a stop decided
+        at the reply), so the transcript is a valid request."""
+        answered = {m.tool_call_id for m in self._transcript if m.role == "tool"}
+        last = next((m for m in reversed(self._transcript) if m.role == "assistant"), None)
+        for call in last.tool_calls if last is not None else ():
+            if call.id not in answered:
+                self._transcript.append(
+                    ChatMessage(
+                        role="tool",
+                        tool_call_id=call.id,
+                        content="Error: not run: the run was stopping.",
+                    )
+                )
 
     def _model_error_stop(self, error: ModelError) -> StopSignal:
         detail = f"{error.kind} after {error.attempt} attempt(s): {error.message}"
@@ -639,6 +740,12 @@ class Conductor:
                 cache_max_entries=settings.cache_max_entries,
                 started_at=time.time() - (time.monotonic() - self._started),
                 resumed_from_turn=resume.turn if resume is not None else None,
+                output_token_budget=settings.output_token_budget or 0,
+                input_token_budget=settings.input_token_budget or 0,
+                cost_budget=settings.cost_budget or 0.0,
+                budget_mode=settings.budget_mode,
+                input_price_per_million=settings.input_price_per_million or 0.0,
+                output_price_per_million=settings.output_price_per_million or 0.0,
             )
         )
 
@@ -668,7 +775,7 @@ class Conductor:
             usage=self._usage,
             output=self._output,
             incomplete=self._incomplete,
-            degraded=False,
+            degraded=self._degraded,
             nudges=self._nudges,
             trace=tuple(self._trace),
             call_log=tuple(self._call_log),
@@ -697,6 +804,15 @@ _SEVERITY: Final = {"allow": 0, "warn": 1, "block": 2}
 
 def _call_specific(stop: StopSignal) -> bool:
     return stop.cause == "budget.max_tool_calls" or stop.cause.startswith(("loop.", "hook."))
+
+
+def _answerable(stop: StopSignal) -> bool:
+    """A budget or loop stop; not an abort, a model or context failure, a hook, a bug."""
+    return stop.cause.startswith(("budget.", "loop."))
+
+
+def _joined(texts: list[str]) -> str:
+    return "\n\n".join(text for text in texts if text)
 
 
 def _cut_mid_json(reply: ModelReply) -> bool:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 import msgspec
 
 from actors.loop import LoopConfig, LoopConfigError, check_config
+from actors.token_budget import BudgetMode
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "Config",
     "DaemonSettings",
     "LoopSettings",
+    "ModelPrice",
     "ModelSettings",
     "RunSettings",
     "RuntimeSettings",
@@ -42,6 +44,7 @@ LoopPreset = Literal["strict", "openclaw", "gemini", "off"]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+OnStop = Literal["keep", "answer"]
 
 
 class _Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -73,6 +76,25 @@ class BudgetSettings(_Settings, frozen=True, kw_only=True):
     max_turns: Positive = 20
     max_tool_calls: Positive = 100
     deadline_seconds: PositiveFloat = 600.0
+    max_output_tokens: Positive | None = None
+    """Completion tokens of the whole run (``model.max_output_tokens`` caps one reply)."""
+    max_input_tokens: Positive | None = None
+    """Prompt tokens summed over the run's requests."""
+    max_cost: PositiveFloat | None = None
+    """In the currency of ``[prices]``; needs a price for the run's model."""
+    mode: BudgetMode = "ceiling"
+    """``target``: ``max_output_tokens`` is a volume to reach (continue below 90%)."""
+    on_stop: OnStop = "keep"
+    """``answer``: after a budget or loop stop, one last model call without tools."""
+    answer_max_tokens: Positive = 1024
+    answer_deadline_seconds: PositiveFloat = 60.0
+
+
+class ModelPrice(_Settings, frozen=True, kw_only=True):
+    """A model's price per million tokens (``[prices."gpt-4o"]``), for cost budgets."""
+
+    input_per_million: NonNegativeFloat
+    output_per_million: NonNegativeFloat
 
 
 class LoopSettings(_Settings, frozen=True, kw_only=True):
@@ -142,6 +164,7 @@ class Config(_Settings, frozen=True, kw_only=True):
     tools: ToolSettings = ToolSettings()
     loop: LoopSettings = LoopSettings()
     runtime: RuntimeSettings = RuntimeSettings()
+    prices: dict[str, ModelPrice] = {}
     daemon: DaemonSettings = DaemonSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -169,6 +192,16 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     on_crash: OnCrash = "resume"
     loop: dict[str, Any] = {}
     """Loop config keys merged onto ``loop_preset`` (see :func:`merge_loop_overrides`)."""
+    output_token_budget: Positive | None = None
+    input_token_budget: Positive | None = None
+    cost_budget: PositiveFloat | None = None
+    budget_mode: BudgetMode = "ceiling"
+    input_price_per_million: NonNegativeFloat | None = None
+    """From ``[prices."<model>"]`` unless overridden."""
+    output_price_per_million: NonNegativeFloat | None = None
+    on_stop: OnStop = "keep"
+    answer_max_tokens: Positive = 1024
+    answer_deadline_seconds: PositiveFloat = 60.0
 
 
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -241,7 +274,44 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError("(file)", f"not valid TOML: {exc}", source=source) from None
     _apply_environment(data, environ)
+    _check_prices(data.get("prices"), source=source or "env")
     return _convert(data, Config, prefix="", source=source or "env")
+
+
+def _check_prices(prices: Any, *, source: str) -> None:
+    """Check each ``[prices."<model>"]`` table alone, so an error names its model."""
+    if isinstance(prices, Mapping):
+        for model, price in prices.items():
+            _convert(price, ModelPrice, prefix=f'prices."{model}"', source=source)
+
+
+def _with_prices(config: Config, settings: RunSettings, *, source: str) -> RunSettings:
+    """``settings`` with the run model's prices filled in; a cost budget needs them."""
+    price = config.prices.get(settings.model)
+    if price is not None:
+        settings = msgspec.structs.replace(
+            settings,
+            input_price_per_million=(
+                price.input_per_million
+                if settings.input_price_per_million is None
+                else settings.input_price_per_million
+            ),
+            output_price_per_million=(
+                price.output_per_million
+                if settings.output_price_per_million is None
+                else settings.output_price_per_million
+            ),
+        )
+    if settings.cost_budget is not None and (
+        settings.input_price_per_million is None or settings.output_price_per_million is None
+    ):
+        raise ConfigError(
+            f'prices."{settings.model}"',
+            f"a cost budget needs the price of model {settings.model!r}: set "
+            "input_per_million and output_per_million",
+            source=source,
+        )
+    return settings
 
 
 def run_settings(
@@ -249,7 +319,8 @@ def run_settings(
 ) -> RunSettings:
     """The flat settings of one run: ``config``'s defaults with ``overrides`` on top.
 
-    :raises ConfigError: an override names an unknown key or has a bad value.
+    :raises ConfigError: an override names an unknown key or has a bad value, or a cost
+        budget is set for a model with no price (key ``prices."<model>"``).
     """
     data: dict[str, Any] = {
         "model": config.model.model,
@@ -266,9 +337,17 @@ def run_settings(
         "max_cache_hits": config.tools.max_cache_hits,
         "cache_ttl_seconds": config.tools.cache_ttl_seconds,
         "cache_max_entries": config.tools.cache_max_entries,
+        "output_token_budget": config.budget.max_output_tokens,
+        "input_token_budget": config.budget.max_input_tokens,
+        "cost_budget": config.budget.max_cost,
+        "budget_mode": config.budget.mode,
+        "on_stop": config.budget.on_stop,
+        "answer_max_tokens": config.budget.answer_max_tokens,
+        "answer_deadline_seconds": config.budget.answer_deadline_seconds,
     }
     data.update(overrides or {})
-    return _convert(data, RunSettings, prefix="config", source=source)
+    settings = _convert(data, RunSettings, prefix="config", source=source)
+    return _with_prices(config, settings, source=source)
 
 
 def _merged(base: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
