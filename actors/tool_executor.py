@@ -222,7 +222,7 @@ class ToolExecutor:
                         Path(msg.folder) if msg.folder else None,
                         self._settings.limits,
                     )
-                    self._runs[msg.run_id] = _Run(ctx, frozenset(msg.tools), self._cache(msg))
+                    self._runs[msg.run_id] = _Run(ctx, frozenset(msg.tools), self._new_cache(msg))
             case ToolExecute():
                 self._execute(msg)
             case ToolsCancel():
@@ -257,12 +257,10 @@ class ToolExecutor:
 
     # ------------------------------------------------------------------ result cache
 
-    def _cache(self, msg: RunStarted) -> ResultCache:
-        settings = CacheSettings(
-            max_hits=max(msg.max_cache_hits, 0),
-            ttl_seconds=msg.cache_ttl_seconds if msg.cache_ttl_seconds > 0 else 1.0,
-            max_entries=max(msg.cache_max_entries, 0),
-        )
+    def _new_cache(self, msg: RunStarted) -> ResultCache:
+        """The run's cache. Out-of-range settings raise (naming the key), which fails the run
+        as an actor failure; the config loader refuses them long before."""
+        settings = CacheSettings(msg.max_cache_hits, msg.cache_ttl_seconds, msg.cache_max_entries)
         return ResultCache(settings, clock=self._clock)
 
     def _tool(self, run: _Run, name: str) -> Tool[Any] | None:

@@ -16,6 +16,7 @@ from actors.fingerprint import fingerprint_call
 from actors.tool_executor import LOOP_CAUSE, ToolCacheStatistics, ToolExecutor
 from actors.tools import Tool, ToolContext, ToolError, ToolRegistry
 from bus import (
+    ActorFailed,
     Bus,
     ExitReason,
     Inbox,
@@ -389,3 +390,17 @@ async def test_runs_have_their_own_caches_and_finished_runs_drop_theirs() -> Non
                 await anyio.wait_all_tasks_blocked()
             assert executor.statistics().runs == 0
             assert executor.cache_statistics().entries == 0
+
+
+@pytest.mark.asyncio
+async def test_out_of_range_cache_settings_fail_the_run_naming_the_key() -> None:
+    tools = Tools()
+    async with open_executor(tools.registry()) as (bus, executor):
+        with bus.open_inbox("r1") as inbox:
+            await start(bus, cache_ttl_seconds=0.0)
+            with anyio.fail_after(WAIT):
+                failed = await inbox.receive()
+            assert isinstance(failed, ActorFailed)
+            assert failed.actor == "tool_executor"
+            assert "ttl_seconds: must be > 0" in failed.error
+            assert executor.statistics().runs == 0
