@@ -7,6 +7,9 @@
     loopfuse run --base-url URL --model M --task TEXT [--folder DIR] [--json]
     loopfuse sim [--host H] [--port P] [--scenario PATH ...]
     loopfuse scenarios                          list the shipped scenarios
+    loopfuse serve [--host H] [--port P]        the daemon: HTTP API, SSE, /metrics
+    loopfuse runs [--status S] [--json]         the daemon's runs
+    loopfuse watch ID [--after N] [--json]      follow a run's events live
 
 Every ending printed for a person says that the run stopped, why, and what to do next.
 Ctrl-C aborts a run cleanly (its work so far is kept and printed); a second Ctrl-C quits.
@@ -24,6 +27,9 @@ import anyio
 import msgspec
 
 from orchestrator.config import Config, ModelSettings, load_config
+from orchestrator.daemon.commands import COMMANDS as DAEMON_COMMANDS
+from orchestrator.daemon.commands import add_commands as add_daemon_commands
+from orchestrator.daemon.commands import run_command as run_daemon_command
 from orchestrator.demo import format_table, run_demo
 from orchestrator.errors import LoopfuseError
 from orchestrator.result import RunResult, describe_ending, result_summary
@@ -58,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--scenario", action="append", default=[], help="extra scenario files")
 
     commands.add_parser("scenarios", help="list the shipped scenarios")
+    add_daemon_commands(commands)
     return parser
 
 
@@ -76,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 scenarios = [*shipped_scenarios(), *(find_scenario(p) for p in args.scenario)]
                 anyio.run(serve_simulator, scenarios, args.host, args.port)
                 return 0
+            case command if command in DAEMON_COMMANDS:
+                return run_daemon_command(config, args)
             case "scenarios":
                 for scenario in shipped_scenarios():
                     print(f"{scenario.name:24} {scenario.description}")

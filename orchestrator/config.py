@@ -39,6 +39,11 @@ __all__ = [
 
 ENV_PREFIX: Final = "LOOPFUSE_"
 ENV_CONFIG_FILE: Final = "LOOPFUSE_CONFIG"
+ENV_NOT_CONFIG: Final = frozenset(
+    {ENV_CONFIG_FILE, "LOOPFUSE_URL", "LOOPFUSE_TOKEN", "LOOPFUSE_API_TOKENS"}
+)
+"""Variables with the prefix that are not config keys: the config file, the daemon's API
+tokens (``daemon.token_env``) and the URL and token its command-line clients use."""
 
 LoopPreset = Literal["strict", "openclaw", "gemini", "off"]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
@@ -240,7 +245,7 @@ def _env_value(text: str) -> Any:
 
 def _apply_environment(data: dict[str, Any], environ: Mapping[str, str]) -> None:
     for name, text in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == ENV_CONFIG_FILE:
+        if not name.startswith(ENV_PREFIX) or name in ENV_NOT_CONFIG:
             continue
         parts = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
         if not all(parts):

@@ -10,19 +10,21 @@ from orchestrator.config import Config, DaemonSettings, RuntimeSettings
 from orchestrator.daemon.client import DaemonClient
 
 SLOW = """
-description = "A slow model reading one file forever: ends at max_turns."
-task = "Read a.txt again and again."
+description = "A slow model reading a file line by line: ends at max_turns."
+task = "Read a.txt line by line."
 
 [config]
 max_turns = {max_turns}
 loop_preset = "off"
 
 [folder]
-"a.txt" = "hello"
+"a.txt" = {lines}
 
 [[steps]]
 latency = {latency}
-tool_calls = [{{ name = "read_file", arguments = {{ path = "a.txt" }} }}]
+tool_calls = [
+  {{ name = "read_file", arguments = {{ path = "a.txt", offset = "{{n}}", limit = 1 }} }},
+]
 repeat = true
 
 [expect]
@@ -34,7 +36,9 @@ def write_slow(
     tmp_path: Path, name: str = "slow", *, max_turns: int = 50, latency: float = 0.2
 ) -> str:
     path = tmp_path / f"{name}.toml"
-    path.write_text(SLOW.format(max_turns=max_turns, latency=latency), encoding="utf-8")
+    lines = json.dumps("".join(f"line {n}\n" for n in range(max_turns + 1)))
+    text = SLOW.format(max_turns=max_turns, latency=latency, lines=lines)
+    path.write_text(text, encoding="utf-8")
     return str(path)
 
 

@@ -19,7 +19,7 @@ __all__ = ["JsonFormatter", "configure_logging"]
 
 _STANDARD: Final = frozenset(
     logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None).__dict__
-) | {"message", "asctime", "taskName"}
+) | {"message", "asctime", "taskName", "color_message"}
 _ENCODER: Final = msgspec.json.Encoder()
 
 

@@ -1,0 +1,150 @@
+"""``loopfuse serve``, ``loopfuse runs`` and ``loopfuse watch``: the daemon at a terminal.
+
+``serve`` runs the daemon until SIGTERM/SIGINT. ``runs`` and ``watch`` are thin clients of
+its API: the URL is ``--url``, else ``$LOOPFUSE_URL``, else the configured host and port;
+the bearer token is ``$LOOPFUSE_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Final
+
+import anyio
+import msgspec
+
+from orchestrator.config import Config
+from orchestrator.daemon.client import DaemonClient, DaemonError
+from orchestrator.daemon.logs import configure_logging
+from orchestrator.daemon.server import serve_daemon
+
+__all__ = ["COMMANDS", "add_commands", "run_command"]
+
+COMMANDS: Final = ("serve", "runs", "watch")
+_decode = msgspec.json.Decoder(dict[str, Any])
+_SHOWN: Final = ("turn", "stage", "status", "kind", "tool", "exit_reason", "cause", "detail")
+
+
+def add_commands(commands: Any) -> None:
+    """Add the three subcommands to ``loopfuse``'s subparsers."""
+    serve = commands.add_parser("serve", help="run the daemon (HTTP API, SSE, /metrics)")
+    serve.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
+    serve.add_argument("--host", help="address to bind (default: daemon.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: daemon.port; 0 picks one)")
+
+    runs = commands.add_parser("runs", help="list the daemon's runs")
+    runs.add_argument("--url", help="the daemon (default: $LOOPFUSE_URL or the config)")
+    runs.add_argument("--status", choices=("queued", "running", "ended"))
+    runs.add_argument("--exit-reason")
+    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--json", action="store_true", help="the API's JSON page")
+
+    watch = commands.add_parser("watch", help="follow a run's events live, then its ending")
+    watch.add_argument("id", help="the run's id")
+    watch.add_argument("--url", help="the daemon (default: $LOOPFUSE_URL or the config)")
+    watch.add_argument("--after", type=int, help="start after this event id")
+    watch.add_argument("--json", action="store_true", help="each event as a JSON line")
+
+
+def run_command(config: Config, args: argparse.Namespace) -> int:
+    """Run ``serve``, ``runs`` or ``watch``; returns the exit status."""
+    if args.command == "serve":
+        configure_logging(config.log_level)
+        return anyio.run(_serve, config, args.host, args.port)
+    url = args.url or os.environ.get("LOOPFUSE_URL") or _url(config)
+    try:
+        if args.command == "runs":
+            return anyio.run(_runs, url, args)
+        return anyio.run(_watch, url, args)
+    except DaemonError as exc:
+        print(f"loopfuse {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"loopfuse {args.command}: cannot reach the daemon at {url}: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _serve(config: Config, host: str | None, port: int | None) -> int:
+    return await serve_daemon(config, host=host, port=port)
+
+
+def _url(config: Config) -> str:
+    host = config.daemon.host
+    return f"http://{f'[{host}]' if ':' in host else host}:{config.daemon.port}"
+
+
+def _client(url: str) -> DaemonClient:
+    return DaemonClient(url, token=os.environ.get("LOOPFUSE_TOKEN") or None)
+
+
+async def _runs(url: str, args: argparse.Namespace) -> int:
+    query: dict[str, str | int] = {"limit": args.limit}
+    if args.status:
+        query["status"] = args.status
+    if args.exit_reason:
+        query["exit_reason"] = args.exit_reason
+    async with _client(url) as client:
+        page = await client.runs(**query)
+    if args.json:
+        print(msgspec.json.encode(page).decode())
+        return 0
+    rows = [("id", "status", "exit reason", "cause", "events", "request")]
+    for run in page["runs"]:
+        request = run["request"]
+        what = f"scenario {request['scenario']}" if request.get("scenario") else request["task"]
+        rows.append(
+            (
+                run["id"],
+                run["status"],
+                run["exit_reason"] or "-",
+                run["cause"] or "-",
+                str(run["events"]),
+                what[:40],
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    if page.get("next_cursor"):
+        print(f"(more: --limit or the API's cursor {page['next_cursor']})")
+    return 0
+
+
+async def _watch(url: str, args: argparse.Namespace) -> int:
+    async with _client(url) as client:
+        async for event in client.events(args.id, after=args.after):
+            if event.event != "message":
+                if event.event == "shutdown":
+                    print("(the daemon is shutting down; watch again to go on)", file=sys.stderr)
+                    return 1
+                break
+            if args.json:
+                print(event.data, flush=True)
+            else:
+                print(_describe(event.id, _decode.decode(event.data)), flush=True)
+        if args.json:
+            return 0
+        run = await client.run(args.id)
+    result = run.get("result") or {}
+    verb = "Finished" if result.get("outcome") == "done" else "Stopped"
+    print(f"{verb}: run {run['id']} ended with {run['exit_reason']} (cause {run['cause']}).")
+    if result.get("detail"):
+        print(f"Why: {result['detail']}")
+    if result.get("hint"):
+        print(f"Next: {result['hint']}")
+    return 0
+
+
+def _describe(event_id: int | None, data: dict[str, Any]) -> str:
+    """One line per event: its id, type and the few fields a person reads."""
+    parts = [f"{event_id or '-':>5}", f"{data.get('type', '?'):<16}"]
+    if data.get("type") == "ModelTextDelta":
+        parts.append(repr(data.get("text", ""))[:80])
+    elif data.get("type") == "ToolCallProposed":
+        call = data.get("call", {})
+        parts.append(f"{call.get('name')}({call.get('arguments', '')[:60]})")
+    else:
+        parts.extend(f"{key}={data[key]}" for key in _SHOWN if data.get(key) not in (None, ""))
+    return " ".join(parts)[:160]
