@@ -32,6 +32,9 @@ __all__ = [
     "AbortRequested",
     "ActorFailed",
     "BusMessage",
+    "ContextAction",
+    "ContextActionKind",
+    "Fold",
     "Message",
     "ModelCancel",
     "ModelError",
@@ -43,6 +46,7 @@ __all__ = [
     "Nudge",
     "Progress",
     "ProgressStatus",
+    "PromptRejected",
     "RunEnding",
     "RunFinished",
     "RunStarted",
@@ -81,6 +85,8 @@ class RunStarted(Message, frozen=True, kw_only=True):
     max_tool_calls: int = 0
     deadline_seconds: float = 0.0
     started_at: float = 0.0
+    tool_specs: tuple[ToolSpec, ...] = ()
+    """The schemas of ``tools`` as the model sees them (the context gatekeeper counts them)."""
     output_token_budget: int = 0
     """Completion tokens of the whole run: a ceiling (``budget_mode``), 0 for none."""
     input_token_budget: int = 0
@@ -132,6 +138,10 @@ class TurnStarted(Message, frozen=True, kw_only=True):
     turn: int
     stage: str
     prompt_messages: int
+    appended: tuple[ChatMessage, ...] = ()
+    """The transcript's messages added since the previous checkpoint that carried them
+    (its last ``prompt_messages`` − ``len(appended)`` messages are unchanged): how the
+    context gatekeeper follows the prompt, counting each message once."""
 
 
 class TurnEnded(Message, frozen=True, kw_only=True):
@@ -166,6 +176,9 @@ class ModelRequest(Message, frozen=True, kw_only=True):
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
     deadline_at: float | None = None
+    purpose: Literal["turn", "compact"] = "turn"
+    """``compact``: a summary of early history asked for by the context gatekeeper (no
+    tools), not a turn of the run's transcript."""
     escalated_max_tokens: int | None = None
     """After ``finish_reason == "length"``, retry once with this ``max_tokens`` (``None``:
     the LLM caller's endpoint setting)."""
@@ -307,6 +320,67 @@ class Nudge(Message, frozen=True, kw_only=True):
     call the model again) instead of completing it."""
 
 
+class Fold(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool result to fold: the transcript ``index`` of the tool message answering
+    ``call_id``, and the ``stub`` that replaces its content."""
+
+    index: int
+    call_id: str
+    stub: str
+
+
+ContextActionKind = Literal["collapse", "compact", "blocked", "silent_truncation"]
+
+
+class PromptRejected(Message, frozen=True, kw_only=True):
+    """Checkpoint (settled) after the endpoint refused a turn's prompt as too long (the LLM
+    caller's final ``ModelError(kind="context_length")``): the context gatekeeper answers
+    with a :class:`ContextAction` (collapse, then compact) or a ``prompt_too_long`` stop,
+    and the conductor sends the turn again. ``attempt`` counts this turn's refusals;
+    ``prompt_messages`` and ``appended`` are as in :class:`TurnStarted`."""
+
+    turn: int
+    attempt: int
+    prompt_messages: int
+    appended: tuple[ChatMessage, ...] = ()
+    status: int | None = None
+    message: str = ""
+
+
+class ContextAction(Message, frozen=True, kw_only=True):
+    """What the context gatekeeper did to a run's prompt, or asks the conductor to do.
+
+    * ``collapse``: put each fold's ``stub`` in place of its tool result, before the limit
+      (``reactive`` false) or after a refusal;
+    * ``compact``: summarise transcript messages ``start``..``end`` (exclusive; turns
+      ``first_turn``..``last_turn``) with a model call without tools (at most
+      ``summary_max_tokens``, shown at most ``history_chars`` of them) and put the summary
+      in their place;
+    * ``blocked``: the prompt does not fit; a ``blocking_limit`` stop follows, no request;
+    * ``silent_truncation``: the endpoint reported ``reported_tokens``, far below the
+      estimate: it probably cut the prompt without saying so.
+
+    Token figures are the gatekeeper's estimates: before (``estimate_tokens``) and after
+    (``after_tokens``) the action, against ``limit_tokens``.
+    """
+
+    turn: int
+    kind: ContextActionKind
+    reactive: bool = False
+    estimate_tokens: int = 0
+    after_tokens: int = 0
+    limit_tokens: int = 0
+    reported_tokens: int = 0
+    folds: tuple[Fold, ...] = ()
+    start: int = 0
+    end: int = 0
+    first_turn: int = 0
+    last_turn: int = 0
+    summary_max_tokens: int = 0
+    history_chars: int = 0
+    detail: str = ""
+
+
 class StopSignal(Message, frozen=True, kw_only=True):
     """End the run: ``reason`` is one of the seven, ``cause`` from the closed set."""
 
@@ -352,6 +426,8 @@ BusMessage = (
     | StopSignal
     | AbortRequested
     | ActorFailed
+    | PromptRejected
+    | ContextAction
 )
 
 MESSAGE_TYPES: tuple[type[Message], ...] = (
@@ -376,6 +452,8 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     StopSignal,
     AbortRequested,
     ActorFailed,
+    PromptRejected,
+    ContextAction,
 )
 
 # Messages that the bus also delivers to the run's own control inbox (the conductor).
@@ -389,6 +467,7 @@ INBOX_TYPES: frozenset[type[Message]] = frozenset(
         StopSignal,
         AbortRequested,
         ActorFailed,
+        ContextAction,
     }
 )
 

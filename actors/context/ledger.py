@@ -1,0 +1,109 @@
+"""A run's prompt, message by message, as token estimates: what the gatekeeper keeps.
+
+The ledger mirrors the conductor's transcript by position. It grows by the messages the
+conductor reports (``extend``), and changes exactly where the gatekeeper asked the
+conductor to change the transcript (``fold``, ``splice``). Every message is counted once,
+when it first appears, so a turn costs O(new messages), never a re-count of the whole
+transcript.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from actors.context.tokens import Estimate, Estimator
+from bus import ChatMessage, Fold, Role
+
+__all__ = ["Entry", "PromptLedger"]
+
+
+@dataclass(slots=True)
+class Entry:
+    """One transcript message as the ledger knows it."""
+
+    role: Role
+    estimate: Estimate
+    chars: int
+    """Characters of its content."""
+    turn: int
+    """The turn that added it (0: the system prompt and the task)."""
+    tool: str | None = None
+    """For a tool result: the tool that produced it."""
+    call_id: str | None = None
+    folded: bool = False
+    summary: bool = False
+
+
+class PromptLedger:
+    """Token estimates of one run's transcript, kept in step with it."""
+
+    def __init__(self, estimator: Estimator) -> None:
+        self.estimator = estimator
+        self.entries: list[Entry] = []
+        self.total = Estimate()
+        self._call_names: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def extend(self, messages: Iterable[ChatMessage], turn: int) -> None:
+        """Append ``messages`` (added in ``turn``), counting each."""
+        for message in messages:
+            entry = self._entry(message, turn)
+            self.entries.append(entry)
+            self.total = self.total + entry.estimate
+
+    def fold(self, fold: Fold) -> Estimate:
+        """Put ``fold.stub`` in place of a tool result; returns the tokens saved."""
+        entry = self.entries[fold.index]
+        stub = self.estimator.message(
+            ChatMessage(role="tool", tool_call_id=fold.call_id, content=fold.stub)
+        )
+        saved = entry.estimate - stub
+        self.total = self.total - saved
+        entry.estimate, entry.chars, entry.folded = stub, len(fold.stub), True
+        return saved
+
+    def splice(self, start: int, end: int, message: ChatMessage, turn: int) -> None:
+        """Replace entries ``start``..``end`` (exclusive) by ``message`` (a summary)."""
+        entry = self._entry(message, turn)
+        entry.summary = True
+        removed = Estimate()
+        for old in self.entries[start:end]:
+            removed = removed + old.estimate
+        self.entries[start:end] = [entry]
+        self.total = self.total - removed + entry.estimate
+
+    def reset(self) -> None:
+        """Forget everything (before counting a transcript afresh)."""
+        self.entries.clear()
+        self._call_names.clear()
+        self.total = Estimate()
+
+    def last_assistant(self) -> int:
+        """Index of the last assistant message, or -1."""
+        for index in range(len(self.entries) - 1, -1, -1):
+            if self.entries[index].role == "assistant":
+                return index
+        return -1
+
+    def first_user(self) -> int:
+        """Index of the first user message (the task), or -1."""
+        return next((i for i, entry in enumerate(self.entries) if entry.role == "user"), -1)
+
+    def _entry(self, message: ChatMessage, turn: int) -> Entry:
+        tool = None
+        if message.role == "assistant":
+            for call in message.tool_calls:
+                self._call_names[call.id] = call.name
+        elif message.role == "tool" and message.tool_call_id is not None:
+            tool = self._call_names.pop(message.tool_call_id, None)
+        return Entry(
+            role=message.role,
+            estimate=self.estimator.message(message),
+            chars=len(message.content or ""),
+            turn=turn,
+            tool=tool,
+            call_id=message.tool_call_id,
+        )

@@ -1,0 +1,80 @@
+"""The context limits of one run: its window and what is kept free of it."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+__all__ = ["SAFETY_BUFFER", "ContextPolicy", "policy_problems"]
+
+SAFETY_BUFFER: Final = 3_000
+"""Tokens kept free below the window for estimation error (Claude Code's figure)."""
+
+
+class ContextPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """What the context gatekeeper enforces for one run.
+
+    A request goes out only if its estimated prompt is at most :attr:`limit`:
+    ``window - safety_buffer - output_reserve``.
+    """
+
+    window: int
+    """The model's context window (tokens)."""
+    safety_buffer: int = SAFETY_BUFFER
+    output_reserve: int = 0
+    """Tokens reserved for the answer: the requests' ``max_tokens``."""
+    collapse_at: float = 0.8
+    """Fold old tool results once the estimate passes this share of the limit; 0: never
+    before a refusal."""
+    collapse_to: float = 0.6
+    """…until the estimate is below this share of the limit (fewer, larger folds keep an
+    endpoint's prompt cache valid longer)."""
+    keep_recent_turns: int = 2
+    """Turns a compaction keeps verbatim."""
+    fold_min_chars: int = 400
+    """Shorter tool results are never folded (a stub would save next to nothing)."""
+    summary_max_tokens: int = 1_024
+    """The compaction call's ``max_tokens``."""
+    silent_truncation_ratio: float = 0.5
+    """Reported prompt tokens below this share of the estimate are flagged."""
+
+    @property
+    def limit(self) -> int:
+        """The largest prompt estimate that may be sent."""
+        return self.window - self.safety_buffer - self.output_reserve
+
+
+def policy_problems(policy: ContextPolicy) -> list[tuple[str, str]]:
+    """``(field, reason)`` for each value that makes ``policy`` unusable; empty when fine."""
+    problems: list[tuple[str, str]] = []
+    if policy.window < 1:
+        problems.append(("window", "must be at least 1"))
+    if policy.safety_buffer < 0:
+        problems.append(("safety_buffer", "must not be negative"))
+    if policy.output_reserve < 0:
+        problems.append(("output_reserve", "must not be negative"))
+    if not problems and policy.limit < 1:
+        problems.append(
+            (
+                "safety_buffer",
+                f"the safety buffer ({policy.safety_buffer:,}) and the output reservation "
+                f"({policy.output_reserve:,}) leave no room in the {policy.window:,}-token "
+                "context window",
+            )
+        )
+    if not 0.0 <= policy.collapse_at <= 1.0:
+        problems.append(("collapse_at", "must be between 0 (off) and 1"))
+    if not 0.0 < policy.collapse_to <= 1.0:
+        problems.append(("collapse_to", "must be above 0 and at most 1"))
+    elif policy.collapse_at and policy.collapse_to > policy.collapse_at:
+        problems.append(("collapse_to", "must not be above collapse_at"))
+    if policy.keep_recent_turns < 1:
+        problems.append(("keep_recent_turns", "must be at least 1"))
+    if policy.fold_min_chars < 1:
+        problems.append(("fold_min_chars", "must be at least 1"))
+    if policy.summary_max_tokens < 1:
+        problems.append(("summary_max_tokens", "must be at least 1"))
+    if not 0.0 < policy.silent_truncation_ratio < 1.0:
+        problems.append(("silent_truncation_ratio", "must be between 0 and 1 (exclusive)"))
+    return problems

@@ -1,0 +1,434 @@
+"""The context gatekeeper: no request goes out that cannot fit the model's context window.
+
+It answers (``answers=True``) and only ever with :meth:`Bus.publish_nowait`:
+
+* ``TurnStarted`` (before every model call): the prompt's estimate is the run's ledger
+  (one estimate per transcript message; the checkpoint's ``appended`` messages are counted,
+  nothing else), the tool schemas, calibrated per model. Past ``collapse_at`` of the limit
+  it folds old, already answered tool results (``ContextAction(collapse)``). Past the limit
+  (``window - safety_buffer - output_reserve``) it answers ``ContextAction(blocked)`` and
+  ``StopSignal(blocking_limit, context.blocking_limit)``: the turn's request is never sent.
+* ``PromptRejected`` (the endpoint said "too long" anyway): first a collapse of every
+  answered tool result, then a compaction (``ContextAction(compact)``: the conductor asks
+  the model to summarise early history), then ``StopSignal(prompt_too_long,
+  context.prompt_too_long)``. A step that cannot change anything is skipped.
+* ``ModelRequest``: what was really sent (nudges included) joins the ledger; a requested
+  compaction is applied to it at the retried request, which carries the summary.
+* ``ModelReplied``: the reported ``usage.prompt_tokens`` calibrates the model's ratio, or,
+  when far below the estimate, is flagged as ``ContextAction(silent_truncation)`` (Ollama
+  cuts prompts without an error); the run goes on.
+
+Runs without a policy (``policy_for`` gives ``None``) are not watched.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple, assert_never
+
+import anyio
+from anyio.abc import TaskStatus
+
+from actors.context import (
+    SUMMARY_NUDGE_KIND,
+    Calibration,
+    ContextPolicy,
+    Estimate,
+    Estimator,
+    PromptLedger,
+    Span,
+    TextCounter,
+    plan_collapse,
+    plan_compaction,
+)
+from bus import (
+    NUDGE_MARKER,
+    Bus,
+    ChatMessage,
+    ContextAction,
+    ExitReason,
+    Fold,
+    ModelReplied,
+    ModelRequest,
+    PromptRejected,
+    RunFinished,
+    RunStarted,
+    StopSignal,
+    TurnStarted,
+)
+
+__all__ = ["SOURCE", "ContextGatekeeper", "GatekeeperStatistics"]
+
+logger = logging.getLogger("loopfuse.context")
+
+SOURCE: Final = "context_gatekeeper"
+
+HISTORY_CHARS_PER_TOKEN: Final = 3
+"""Characters of history shown to the summariser per token of room (a cautious ratio)."""
+
+_WINDOW_IN_MESSAGE: Final = re.compile(r"maximum context length is (\d[\d,]*)", re.IGNORECASE)
+_SUMMARY_PREFIX: Final = f"{NUDGE_MARKER}{SUMMARY_NUDGE_KIND}]"
+
+_Message = RunStarted | RunFinished | TurnStarted | ModelRequest | ModelReplied | PromptRejected
+
+
+class GatekeeperStatistics(NamedTuple):
+    """The gatekeeper at a glance."""
+
+    runs: int
+    texts_counted: int
+    resyncs: int
+    blocked: int
+    collapses: int
+    compactions: int
+    silent_truncations: int
+
+
+@dataclass(slots=True)
+class _Run:
+    run_id: str
+    model: str
+    policy: ContextPolicy
+    ledger: PromptLedger
+    tools: Estimate
+    window: int
+    stale: bool = False
+    stopped: bool = False
+    sent: Estimate | None = None
+    sent_turn: int = 0
+    pending: Span | None = None
+    recovery_turn: int = 0
+    tried: set[str] = field(default_factory=set)
+
+    @property
+    def limit(self) -> int:
+        return self.window - self.policy.safety_buffer - self.policy.output_reserve
+
+
+class ContextGatekeeper:
+    """Context limits for every run of a bus.
+
+    :param policy_for: each run's :class:`ContextPolicy` from its run id (``None``: the
+        run is not watched).
+    :param counter: counts text for every model (tests pass a spy); default: each model's
+        own vocabulary or the fallback's (:class:`~actors.context.Estimator`).
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        policy_for: Callable[[str], ContextPolicy | None],
+        *,
+        counter: TextCounter | None = None,
+        calibration: Calibration | None = None,
+    ) -> None:
+        self._bus = bus
+        self._policy_for = policy_for
+        self._counter = counter
+        self.calibration = calibration or Calibration()
+        self._runs: dict[str, _Run] = {}
+        self._counted_by_finished = 0
+        self._resyncs = self._blocked = self._collapses = 0
+        self._compactions = self._silent = 0
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until the bus closes this subscription; started once subscribed."""
+        subscription = self._bus.subscribe(
+            RunStarted,
+            RunFinished,
+            TurnStarted,
+            ModelRequest,
+            ModelReplied,
+            PromptRejected,
+            name=SOURCE,
+            answers=True,
+        )
+        task_status.started()
+        await subscription.serve(self._handle)
+
+    def statistics(self) -> GatekeeperStatistics:
+        counted = self._counted_by_finished + sum(
+            run.ledger.estimator.calls for run in self._runs.values()
+        )
+        return GatekeeperStatistics(
+            len(self._runs),
+            counted,
+            self._resyncs,
+            self._blocked,
+            self._collapses,
+            self._compactions,
+            self._silent,
+        )
+
+    def estimate(self, run_id: str) -> int | None:
+        """The current calibrated prompt estimate of a watched run (tokens)."""
+        run = self._runs.get(run_id)
+        return None if run is None else self._prompt(run)
+
+    # ------------------------------------------------------------------ handling
+
+    def _handle(self, msg: _Message) -> None:
+        match msg:
+            case RunStarted():
+                self._start(msg)
+            case RunFinished():
+                run = self._runs.pop(msg.run_id, None)
+                if run is not None:
+                    self._counted_by_finished += run.ledger.estimator.calls
+            case TurnStarted():
+                run = self._runs.get(msg.run_id)
+                if run is not None and not run.stopped:
+                    self._sync(run, msg.appended, msg.prompt_messages, max(msg.turn - 1, 0))
+                    self._check(run, msg)
+            case ModelRequest():
+                run = self._runs.get(msg.run_id)
+                if run is not None and msg.purpose == "turn":
+                    self._sent(run, msg)
+            case ModelReplied():
+                run = self._runs.get(msg.run_id)
+                if run is not None:
+                    self._replied(run, msg)
+            case PromptRejected():
+                run = self._runs.get(msg.run_id)
+                if run is not None and not run.stopped:
+                    self._sync(run, msg.appended, msg.prompt_messages, msg.turn)
+                    self._rejected(run, msg)
+            case _:
+                assert_never(msg)
+
+    def _start(self, msg: RunStarted) -> None:
+        policy = self._policy_for(msg.run_id)
+        if policy is None:
+            return
+        estimator = Estimator(msg.model, counter=self._counter)
+        self._runs[msg.run_id] = _Run(
+            run_id=msg.run_id,
+            model=msg.model,
+            policy=policy,
+            ledger=PromptLedger(estimator),
+            tools=estimator.tools(msg.tool_specs),
+            window=policy.window,
+        )
+
+    def _sync(
+        self, run: _Run, appended: Sequence[ChatMessage], prompt_messages: int, turn: int
+    ) -> None:
+        """Add the reported messages the ledger does not have yet (aligned by position)."""
+        first = prompt_messages - len(appended)
+        skip = len(run.ledger) - first
+        if run.stale or first < 0 or skip < 0 or skip > len(appended):
+            if not run.stale:
+                logger.warning(
+                    "run %s: the transcript (%d messages) and the context ledger (%d) "
+                    "disagree; estimates resume at the next request",
+                    run.run_id,
+                    prompt_messages,
+                    len(run.ledger),
+                )
+            run.stale = True
+            return
+        run.ledger.extend(appended[skip:], turn)
+
+    # ------------------------------------------------------------------ before a request
+
+    def _prompt(self, run: _Run) -> int:
+        raw = run.ledger.total.tokens + run.tools.tokens
+        return self.calibration.apply(run.model, raw)
+
+    def _check(self, run: _Run, msg: TurnStarted) -> None:
+        if run.stale:
+            return
+        policy, limit = run.policy, run.limit
+        prompt = self._prompt(run)
+        if policy.collapse_at and prompt > policy.collapse_at * limit:
+            excess = prompt - policy.collapse_to * limit
+            needed = math.ceil(excess / self.calibration.ratio(run.model))
+            folds, _ = plan_collapse(run.ledger, min_chars=policy.fold_min_chars, needed=needed)
+            if folds:
+                after = self._fold(run, folds)
+                self._collapse_action(run, msg.turn, folds, prompt, after, reactive=False)
+                prompt = after
+        if prompt <= limit:
+            return
+        self._blocked += 1
+        detail = (
+            f"The prompt of turn {msg.turn} is estimated at {prompt:,} tokens; the "
+            f"{run.window:,}-token window of {run.model!r}, less a safety buffer of "
+            f"{policy.safety_buffer:,} and {policy.output_reserve:,} reserved for the "
+            f"answer, leaves room for {limit:,}. No request was sent."
+        )
+        self._publish(
+            ContextAction(
+                run_id=msg.run_id,
+                turn=msg.turn,
+                kind="blocked",
+                estimate_tokens=prompt,
+                after_tokens=prompt,
+                limit_tokens=limit,
+                detail=detail,
+            )
+        )
+        self._stop(run, msg.run_id, ExitReason.BLOCKING_LIMIT, "context.blocking_limit", detail)
+
+    def _fold(self, run: _Run, folds: Sequence[Fold]) -> int:
+        for fold in folds:
+            run.ledger.fold(fold)
+        self._collapses += 1
+        return self._prompt(run)
+
+    def _collapse_action(
+        self,
+        run: _Run,
+        turn: int,
+        folds: tuple[Fold, ...],
+        before: int,
+        after: int,
+        *,
+        reactive: bool,
+    ) -> None:
+        why = "the endpoint refused the prompt" if reactive else "the prompt neared the limit"
+        self._publish(
+            ContextAction(
+                run_id=run.run_id,
+                turn=turn,
+                kind="collapse",
+                reactive=reactive,
+                estimate_tokens=before,
+                after_tokens=after,
+                limit_tokens=run.limit,
+                folds=folds,
+                detail=f"Folded {len(folds)} old tool result(s) ({why}): "
+                f"{before:,} → {after:,} tokens (estimate).",
+            )
+        )
+
+    # ------------------------------------------------------------------ requests and replies
+
+    def _sent(self, run: _Run, msg: ModelRequest) -> None:
+        ledger = run.ledger
+        span, run.pending = run.pending, None
+        if span is not None and not run.stale:
+            expected = len(ledger) - (span.end - span.start) + 1
+            summary = msg.messages[span.start] if span.start < len(msg.messages) else None
+            if (
+                summary is not None
+                and len(msg.messages) >= expected
+                and (summary.content or "").startswith(_SUMMARY_PREFIX)
+            ):
+                ledger.splice(span.start, span.end, summary, span.last_turn)
+            else:
+                run.stale = True
+        if run.stale or len(msg.messages) < len(ledger):
+            # Out of step (should not happen): count the request afresh, once.
+            self._resyncs += 1
+            ledger.reset()
+            ledger.extend(msg.messages, msg.turn)
+            run.stale = False
+        else:
+            ledger.extend(msg.messages[len(ledger) :], msg.turn)
+        run.sent = ledger.total + run.tools
+        run.sent_turn = msg.turn
+
+    def _replied(self, run: _Run, msg: ModelReplied) -> None:
+        sent, run.sent = run.sent, None
+        usage = msg.usage
+        if sent is None or msg.turn != run.sent_turn or usage.estimated:
+            return
+        reported = usage.prompt_tokens
+        if reported <= 0:
+            return
+        if reported < run.policy.silent_truncation_ratio * sent.floor:
+            self._silent += 1
+            self._publish(
+                ContextAction(
+                    run_id=msg.run_id,
+                    turn=msg.turn,
+                    kind="silent_truncation",
+                    estimate_tokens=sent.floor,
+                    reported_tokens=reported,
+                    limit_tokens=run.limit,
+                    detail=(
+                        f"The endpoint counted {reported:,} prompt tokens where at least "
+                        f"{sent.floor:,} were sent: it probably cut the prompt without an "
+                        "error (Ollama does at num_ctx); the model may not have seen the "
+                        "task or the latest results."
+                    ),
+                )
+            )
+            return
+        self.calibration.observe(run.model, sent.tokens, reported)
+
+    # ------------------------------------------------------------------ after a refusal
+
+    def _rejected(self, run: _Run, msg: PromptRejected) -> None:
+        found = _WINDOW_IN_MESSAGE.search(msg.message)
+        if found is not None:
+            run.window = min(run.window, int(found[1].replace(",", "")))
+        if run.recovery_turn != msg.turn:
+            run.recovery_turn, run.tried = msg.turn, set()
+        policy = run.policy
+        if not run.stale and "collapse" not in run.tried:
+            run.tried.add("collapse")
+            folds, _ = plan_collapse(run.ledger, min_chars=policy.fold_min_chars)
+            if folds:
+                before = self._prompt(run)
+                after = self._fold(run, folds)
+                self._collapse_action(run, msg.turn, folds, before, after, reactive=True)
+                return
+        if not run.stale and "compact" not in run.tried:
+            run.tried.add("compact")
+            span = plan_compaction(run.ledger, keep_turns=policy.keep_recent_turns)
+            if span is not None:
+                self._compactions += 1
+                run.pending = span
+                room = run.window - policy.safety_buffer - policy.summary_max_tokens
+                self._publish(
+                    ContextAction(
+                        run_id=msg.run_id,
+                        turn=msg.turn,
+                        kind="compact",
+                        reactive=True,
+                        estimate_tokens=self._prompt(run),
+                        limit_tokens=run.limit,
+                        start=span.start,
+                        end=span.end,
+                        first_turn=span.first_turn,
+                        last_turn=span.last_turn,
+                        summary_max_tokens=policy.summary_max_tokens,
+                        history_chars=HISTORY_CHARS_PER_TOKEN * max(room, 1_000),
+                        detail=(
+                            f"Compacting {_turns(span.first_turn, span.last_turn)} "
+                            f"({span.end - span.start} messages) into a summary."
+                        ),
+                    )
+                )
+                return
+        tried = sorted(run.tried & {"collapse", "compact"})
+        done = f"after {' and '.join(tried)}" if tried else "with nothing left to fold or compact"
+        self._stop(
+            run,
+            msg.run_id,
+            ExitReason.PROMPT_TOO_LONG,
+            "context.prompt_too_long",
+            f"The endpoint refused the prompt of turn {msg.turn} as too long {msg.attempt} "
+            f"time(s), {done}: {msg.message or f'status {msg.status}'}",
+        )
+
+    # ------------------------------------------------------------------ answers
+
+    def _stop(self, run: _Run, run_id: str, reason: ExitReason, cause: str, detail: str) -> None:
+        run.stopped = True
+        self._publish(
+            StopSignal(run_id=run_id, reason=reason, cause=cause, source=SOURCE, detail=detail)
+        )
+
+    def _publish(self, msg: ContextAction | StopSignal) -> None:
+        self._bus.publish_nowait(msg)
+
+
+def _turns(first: int, last: int) -> str:
+    return f"turn {first}" if first == last else f"turns {first}-{last}"
