@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +183,7 @@ async def test_a_second_signal_exits_at_once_and_the_store_survives(tmp_path: Pa
             process.send_signal(signal.SIGTERM)
         assert await anyio.to_thread.run_sync(lambda: process.wait(timeout=10)) == 1
 
-    with sqlite3.connect(tmp_path / "daemon.db") as db:
+    with closing(sqlite3.connect(tmp_path / "daemon.db")) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     with daemon_process(config, log) as (_, url):
         async with DaemonClient(url) as client:

@@ -66,13 +66,14 @@ async def event_stream(
                 return
         if events:
             continue
+        row = await store.get_run(run_id)
+        if row is None or row.status == "ended":  # resumed past the end, or pruned
+            yield await _end(store, run_id, "end", closing)
+            return
         if closing.is_set():
             yield await _end(store, run_id, "shutdown", closing)
             return
         if not await _wait(committed, closing, heartbeat):
-            if await store.get_run(run_id) is None:  # pruned while we watched
-                yield await _end(store, run_id, "end", closing)
-                return
             yield b": ping\n\n"
 
 

@@ -1,0 +1,119 @@
+"""Event streams: ids, resumption without gaps or duplicates, heartbeats, replay from the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from orchestrator.daemon import open_daemon
+from orchestrator.daemon.client import DaemonClient
+from tests.test_daemon_support import daemon_config, events_until, wait_ended, write_slow
+
+
+@pytest.mark.asyncio
+async def test_last_event_id_resumes_a_live_stream_without_gaps_or_duplicates(
+    tmp_path: Path,
+) -> None:
+    config = daemon_config(tmp_path, scenarios=(write_slow(tmp_path, max_turns=4, latency=0.05),))
+    async with open_daemon(config) as running, DaemonClient(running.url) as client:
+        run_id = (await client.submit({"scenario": "slow"}))["id"]
+        with anyio.fail_after(30):
+            first = await events_until(client, run_id, lambda e: e["type"] == "ModelRequest")
+            # The client drops the connection here; the run goes on without it.
+            rest = await events_until(
+                client, run_id, lambda e: e["type"] == "RunFinished", after=first[-1]["id"]
+            )
+            whole = await events_until(client, run_id, lambda e: e["type"] == "RunFinished")
+    assert [e["id"] for e in first + rest] == list(range(1, len(first) + len(rest) + 1))
+    assert first + rest == whole
+    assert whole[-1]["type"] == "RunFinished"
+
+
+@pytest.mark.asyncio
+async def test_after_query_and_header_resume_an_ended_run(tmp_path: Path) -> None:
+    async with open_daemon(daemon_config(tmp_path)) as running:
+        async with DaemonClient(running.url) as client:
+            run_id = (await client.submit({"scenario": "max_turns"}))["id"]
+            with anyio.fail_after(20):
+                await wait_ended(client, run_id)
+        async with httpx.AsyncClient(base_url=running.url) as http:
+            by_query = await http.get(f"/v1/runs/{run_id}/events?after=30")
+            by_header = await http.get(
+                f"/v1/runs/{run_id}/events?after=1", headers={"Last-Event-ID": "31"}
+            )
+            past_end = await http.get(f"/v1/runs/{run_id}/events?after=999")
+            bad = await http.get(f"/v1/runs/{run_id}/events?after=-1")
+    assert by_query.headers["content-type"].startswith("text/event-stream")
+    assert by_query.headers["x-accel-buffering"] == "no"
+    ids = [line for line in by_query.text.splitlines() if line.startswith("id:")]
+    assert ids == ["id: 31", "id: 32", "id: 33"]
+    assert by_query.text.startswith("retry: 3000")
+    assert "event: end" in by_query.text
+    end = by_query.text.split("event: end\ndata: ")[1].splitlines()[0]
+    assert json.loads(end) == {
+        "id": run_id,
+        "status": "ended",
+        "exit_reason": "max_turns",
+        "last_event_id": 33,
+        "events_dropped": 0,
+    }
+    # The header wins over the query (a browser's reconnect carries it).
+    assert [line for line in by_header.text.splitlines() if line.startswith("id:")] == [
+        "id: 32",
+        "id: 33",
+    ]
+    assert "id:" not in past_end.text
+    assert "event: end" in past_end.text
+    assert bad.status_code == 400
+
+
+@pytest.mark.asyncio
+async def test_heartbeats_while_a_run_waits(tmp_path: Path) -> None:
+    config = daemon_config(
+        tmp_path, concurrent=1, heartbeat_seconds=0.05, scenarios=(write_slow(tmp_path),)
+    )
+    async with open_daemon(config) as running, DaemonClient(running.url) as client:
+        busy = (await client.submit({"scenario": "slow"}))["id"]
+        waiting = (await client.submit({"scenario": "slow"}))["id"]
+        with anyio.fail_after(10):
+            async for event in client.events(waiting, pings=True):
+                if event.event == "ping":
+                    break
+                raise AssertionError(f"a queued run has no events yet: {event}")
+        status = (await client.run(waiting))["status"]
+        for run_id in (busy, waiting):
+            await client.abort(run_id)
+    assert status == "queued"
+
+
+@pytest.mark.asyncio
+async def test_an_ended_run_replays_from_the_store_after_a_restart(tmp_path: Path) -> None:
+    config = daemon_config(tmp_path)
+    async with open_daemon(config) as running, DaemonClient(running.url) as client:
+        run_id = (await client.submit({"scenario": "path_escape"}))["id"]
+        with anyio.fail_after(20):
+            before = await events_until(client, run_id, lambda e: e["type"] == "RunFinished")
+    async with open_daemon(config) as running, DaemonClient(running.url) as client:
+        with anyio.fail_after(20):
+            after = await events_until(client, run_id, lambda e: e["type"] == "RunFinished")
+            run = await client.run(run_id)
+    assert after == before
+    assert run["exit_reason"] == "completed"
+
+
+@pytest.mark.asyncio
+async def test_the_event_cap_keeps_the_first_events_and_the_ending(tmp_path: Path) -> None:
+    config = daemon_config(tmp_path, event_cap=5)
+    async with open_daemon(config) as running, DaemonClient(running.url) as client:
+        run_id = (await client.submit({"scenario": "max_turns"}))["id"]
+        with anyio.fail_after(20):
+            events = await events_until(client, run_id, lambda e: e["type"] == "RunFinished")
+            run = await wait_ended(client, run_id)
+    assert [e["id"] for e in events] == [1, 2, 3, 4, 5, 6]
+    assert events[-1]["type"] == "RunFinished"
+    assert run["events_dropped"] == 33 - 6
+    assert run["exit_reason"] == "max_turns"  # the cap limits what is kept, not the run
