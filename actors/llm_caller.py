@@ -93,6 +93,7 @@ class LLMCaller:
         )
         self._tools = WireTools()
         self._active: dict[tuple[str, int], _Call] = {}
+        self._no_escalation: set[str] = set()
         self._client: openai.AsyncOpenAI | None = None
         self._tg: TaskGroup | None = None
         self._requests = self._replies = self._final_errors = self._retries = 0
@@ -209,6 +210,7 @@ class LLMCaller:
             return self._error(call, Failure("bad_request", str(exc)), final=True)
         max_tokens = request.max_tokens or endpoint.default_max_tokens
         escalated = False
+        cut: ReplyAccumulator | None = None
         failures = 0
         while True:
             call.attempts += 1
@@ -217,6 +219,20 @@ class LLMCaller:
                 await self._attempt(call, params, max_tokens)
             except Exception as exc:
                 failure = classify(exc, streaming=call.streaming)
+                if cut is not None and failure.kind == "bad_request":
+                    # The endpoint refuses the escalated output limit (its own cap is lower):
+                    # answer with the cut reply, so the conductor's recovery takes over, and
+                    # never escalate for this model again.
+                    logger.warning(
+                        "model %s refused max_tokens=%s; keeping the cut reply (%s)",
+                        request.model,
+                        max_tokens,
+                        failure.message,
+                    )
+                    self._no_escalation.add(request.model)
+                    call.acc = cut
+                    return self._reply(call)
+                cut = None
                 failures += 1
                 decision = self._policy.decide(
                     failure, failures=failures, remaining=deadline - anyio.current_time()
@@ -234,9 +250,10 @@ class LLMCaller:
                 call.acc.finish_reason == "length"
                 and escalate is not None
                 and not escalated
+                and request.model not in self._no_escalation
                 and (max_tokens is None or max_tokens < escalate)
             ):
-                escalated, max_tokens = True, escalate
+                escalated, max_tokens, cut = True, escalate, call.acc
                 logger.info(
                     "run %s turn %d: truncated, retrying with max_tokens=%d",
                     request.run_id,

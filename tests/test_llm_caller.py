@@ -553,3 +553,26 @@ async def test_cancel_before_the_call_starts_and_a_duplicate_request(tmp_path: P
     (aborted,) = reply
     assert isinstance(aborted, ModelReply)
     assert (aborted.aborted, aborted.text, aborted.tool_calls) == (True, "", ())
+
+
+@pytest.mark.asyncio
+async def test_an_endpoint_that_refuses_the_escalated_limit_keeps_the_cut_reply() -> None:
+    cut = [chunk({"role": "assistant", "content": "partial "}), chunk({}, finish="length")]
+    refused = JSONResponse(
+        {"error": {"message": "max_tokens is too large: 64000", "type": "invalid_request_error"}},
+        status_code=400,
+    )
+    fake = FakeServer(cut, refused, cut)
+    async with (
+        open_fake_server(fake) as base_url,
+        open_caller(base_url, escalated_max_tokens=64000) as (bus, _),
+    ):
+        (first,) = await ask(bus, request("capped", max_tokens=10))
+        (second,) = await ask(bus, request("capped", run_id="r2", max_tokens=10))
+    for reply in (first, second):
+        assert isinstance(reply, ModelReply)
+        assert (reply.text, reply.finish_reason) == ("partial ", "length")
+    assert first.attempts == 2
+    assert second.attempts == 1  # the model's cap is remembered: no second refusal
+    sent = [body.get("max_tokens") for _, body in fake.requests]
+    assert sent == [10, 64000, 10]
