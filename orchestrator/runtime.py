@@ -202,6 +202,7 @@ class Runtime:
             if self.base_url is None:
                 served = {s.name: s for s in (*shipped_scenarios(), *self._extra_scenarios)}
                 self.metrics.add_models(served)  # the simulator's models are scenario names
+                self.metrics.add_tools(t.name for s in served.values() for t in s.tools)
                 simulator = await stack.enter_async_context(open_simulator(served.values()))
                 self.base_url = simulator.base_url
             self._tg = await stack.enter_async_context(anyio.create_task_group())

@@ -409,6 +409,26 @@ def test_blocked_requests_are_counted_per_model() -> None:
     assert value(registry, "loopfuse_context_blocked_requests_total", model=MODEL) == 1
 
 
+def test_spend_is_usage_times_the_runs_prices() -> None:
+    rec, registry = recorder()
+    rec.handle(
+        RunStarted(
+            run_id="r1",
+            trace_id="t",
+            task="x",
+            model=MODEL,
+            input_price_per_million=2.0,
+            output_price_per_million=10.0,
+        )
+    )
+    usage = Usage(prompt_tokens=500_000, completion_tokens=100_000)
+    rec.handle(ModelReply(run_id="r1", turn=1, text="", usage=usage))
+    assert value(registry, "loopfuse_model_cost_total", model=MODEL) == pytest.approx(2.0)
+    rec.handle(started("free"))  # no prices: no spend
+    rec.handle(ModelReply(run_id="free", turn=1, text="", usage=usage))
+    assert value(registry, "loopfuse_model_cost_total", model=MODEL) == pytest.approx(2.0)
+
+
 # --------------------------------------------------------------------------- seams
 
 
@@ -417,8 +437,8 @@ def test_seams_for_what_the_bus_does_not_carry_yet() -> None:
     rec.record_cost(MODEL, 0.25)
     rec.record_cost("unknown-model", 0.5)
     rec.record_cost(MODEL, 0.0)
-    assert value(registry, "loopfuse_model_cost_usd_total", model=MODEL) == 0.25
-    assert value(registry, "loopfuse_model_cost_usd_total", model=OTHER) == 0.5
+    assert value(registry, "loopfuse_model_cost_total", model=MODEL) == 0.25
+    assert value(registry, "loopfuse_model_cost_total", model=OTHER) == 0.5
     rec.record_context_action("collapse")
     rec.record_context_action("compact")
     rec.record_context_action("compact")

@@ -180,7 +180,9 @@ class Metrics:
             ("model", "token_type"),
         )
         self.model_cost = counter(
-            "loopfuse_model_cost_usd", "Estimated spend on model calls, in US dollars.", ("model",)
+            "loopfuse_model_cost",
+            "Spend on model calls: tokens times the configured prices, in their currency.",
+            ("model",),
         )
         # ------------------------------------------------------------ tools
         self.tool_calls = counter(
@@ -207,7 +209,7 @@ class Metrics:
         )
         self.context_actions = counter(
             "loopfuse_context_actions",
-            "Transcript collapses and compactions, by action.",
+            "Transcript collapses and compactions (and silent truncations seen), by action.",
             ("action",),
         )
         self.blocked_requests = counter(

@@ -86,7 +86,9 @@ TRUNCATION_STEPS: Final = (
 """Truncation recovery (seed 001): a silent retry with a higher output limit, then up to
 three (configurable) recovery nudges, then giving up."""
 
-CONTEXT_ACTIONS: Final = ("collapse", "compact")
+CONTEXT_ACTIONS: Final = ("collapse", "compact", "silent_truncation")
+"""What the context gatekeeper did to a prompt (``silent_truncation``: the endpoint
+reported far fewer prompt tokens than estimated)."""
 
 MESSAGE_TYPE_NAMES: Final = tuple(kind.__name__ for kind in MESSAGE_TYPES)
 

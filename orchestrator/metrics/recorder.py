@@ -10,7 +10,8 @@ the ``LoopfuseMetricsDropping`` alert watches. Per-run state is bounded
 the recorder is counted (``loopfuse_metrics_recorder_errors_total``) and logged, never
 raised: a metrics fault must not end a run.
 
-What the bus does not carry yet has a method here (the seams): :meth:`record_cost`,
+Cost is computed from each reply's usage and the run's prices (``RunStarted``). What the
+bus does not carry yet has a method here (the seams): :meth:`record_cost`,
 :meth:`record_context_action`, :meth:`observe_store_write`, :meth:`set_context_window`
 and :meth:`set_sse_clients`. Whoever owns that fact calls the method (or publishes a
 message whose ``case`` below calls it); no other code touches a metric.
@@ -89,6 +90,8 @@ class _Run:
     model_label: str
     exemplar: dict[str, str]
     started: float
+    input_price: float = 0.0
+    output_price: float = 0.0
     retries: int = 0
     truncations: int = 0
     calls: dict[str, str] = field(default_factory=dict)
@@ -167,15 +170,25 @@ class MetricsRecorder:
         self._models.add(names)
         self.metrics.add_models(names)
 
+    def add_tools(self, tools: Iterable[str]) -> None:
+        """Give each of ``tools`` its own ``tool`` label (zero series created now), for tools
+        registered after the recorder was made (a scenario's scripted tools)."""
+        names = tuple(tools)
+        self._tools.add(names)
+        self.metrics.add_tools(names)
+
     # ------------------------------------------------------------------ seams
 
-    def record_cost(self, model: str, usd: float) -> None:
-        """Add ``usd`` spent on ``model`` (the cost feature calls this per reply)."""
-        if usd > 0:
-            self.metrics.model_cost.labels(self._models(model)).inc(usd)
+    def record_cost(self, model: str, cost: float) -> None:
+        """Add ``cost`` (in the currency of the configured prices) spent on ``model``, for
+        spend the bus does not show (replies' usage times the run's prices is counted
+        already)."""
+        if cost > 0:
+            self.metrics.model_cost.labels(self._models(model)).inc(cost)
 
     def record_context_action(self, action: str) -> None:
-        """Count one transcript ``collapse`` or ``compact`` (the context gatekeeper's).
+        """Count one ``collapse`` or ``compact`` of a transcript, or a ``silent_truncation``
+        seen (the context gatekeeper's).
 
         :raises ValueError: ``action`` is not one of :data:`~labels.CONTEXT_ACTIONS`.
         """
@@ -272,6 +285,8 @@ class MetricsRecorder:
             model_label=self._models(msg.model),
             exemplar=exemplar(msg.run_id, msg.trace_id),
             started=self._clock(),
+            input_price=msg.input_price_per_million / 1_000_000,
+            output_price=msg.output_price_per_million / 1_000_000,
         )
         while len(self._runs) > MAX_TRACKED_RUNS:
             del self._runs[next(iter(self._runs))]
@@ -329,6 +344,9 @@ class MetricsRecorder:
         usage = msg.usage
         m.model_tokens.labels(model, "input").inc(usage.prompt_tokens)
         m.model_tokens.labels(model, "output").inc(usage.completion_tokens)
+        cost = usage.prompt_tokens * run.input_price + usage.completion_tokens * run.output_price
+        if cost > 0:
+            m.model_cost.labels(model).inc(cost)
         if usage.prompt_tokens > 0:
             m.prompt_tokens.labels(model).observe(usage.prompt_tokens)
             window = self._windows.get(run.model)
