@@ -98,12 +98,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _demo(config: Config, as_json: bool) -> int:
-    rows = await run_demo(config)
+    demo = await run_demo(config, live=None if as_json else sys.stdout)
+    rows = demo.rows
     if as_json:
         for row in rows:
             sys.stdout.write(_json.encode(row.as_json()).decode() + "\n")
     else:
+        print()
         format_table(rows, sys.stdout)
+        print(f"\nA few lines of {demo.metrics_url} (scraped before the daemon stopped):")
+        for line in demo.metrics:
+            print(f"  {line}")
     return 0 if all(not row.mismatches for row in rows) else 1
 
 

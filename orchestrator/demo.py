@@ -1,25 +1,33 @@
-"""``loopfuse demo``: every shipped scenario at once against the embedded simulator.
+"""``loopfuse demo``: every shipped scenario at once, through the daemon.
 
-Prints a table (scenario, exit reason, cause, turns, model requests, tool calls) or, with
+It starts the daemon (loopback, a temporary store, the embedded simulator as its model),
+submits every scenario through the API, follows each run live over its event stream,
+reads each result back from the API, and shows a few lines of ``/metrics``. It prints a
+table (scenario, exit reason, cause, turns, model requests, tool calls) or, with
 ``--json``, one JSON object per line and scenario: ``scenario``, ``expected_exit_reason``,
 ``matches`` and every field of the run result except the transcript.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Sequence
-from typing import TextIO
+from pathlib import Path
+from typing import Final, NamedTuple, TextIO
 
 import anyio
 import msgspec
 
 from orchestrator.config import Config
+from orchestrator.daemon import open_daemon
+from orchestrator.daemon.client import DaemonClient
 from orchestrator.result import RunResult, result_summary
-from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import expectation_mismatches, run_scenario
+from orchestrator.scenario_runs import expectation_mismatches
 from orchestrator.sim import Scenario, shipped_scenarios
 
-__all__ = ["DemoRow", "format_table", "run_demo"]
+__all__ = ["Demo", "DemoRow", "format_table", "run_demo"]
+
+METRICS_SHOWN: Final = 10
 
 
 class DemoRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,21 +48,52 @@ class DemoRow(msgspec.Struct, frozen=True, kw_only=True):
         }
 
 
+class Demo(NamedTuple):
+    """What ``loopfuse demo`` saw: a row per scenario, and a few lines of ``/metrics``."""
+
+    rows: list[DemoRow]
+    metrics_url: str
+    metrics: list[str]
+
+
 async def run_demo(
-    config: Config | None = None, scenarios: Sequence[Scenario] | None = None
-) -> list[DemoRow]:
-    """Run ``scenarios`` (default: every shipped one) concurrently; rows in input order."""
+    config: Config | None = None,
+    scenarios: Sequence[Scenario] | None = None,
+    *,
+    live: TextIO | None = None,
+) -> Demo:
+    """Run ``scenarios`` (default: every shipped one) concurrently through a daemon of
+    their own; rows in input order. ``live`` gets a line as each followed run ends."""
     chosen = list(scenarios if scenarios is not None else shipped_scenarios())
     results: dict[int, RunResult] = {}
-    async with Runtime(config) as runtime:
+    with tempfile.TemporaryDirectory(prefix="loopfuse-demo-") as folder:
+        demo_config = _demo_config(config or Config(), Path(folder), len(chosen))
+        shipped = {scenario.name for scenario in shipped_scenarios()}
+        extra = [scenario for scenario in chosen if scenario.name not in shipped]
+        async with (
+            open_daemon(demo_config, scenarios=extra) as running,
+            DaemonClient(running.url) as client,
+        ):
 
-        async def one(index: int, scenario: Scenario) -> None:
-            results[index] = await run_scenario(runtime, scenario)
+            async def follow(index: int, run_id: str) -> None:
+                events = [event async for event in client.events(run_id)]
+                run = await client.run(run_id)
+                results[index] = msgspec.convert(run["result"], RunResult)
+                if live is not None:
+                    live.write(
+                        f"  {chosen[index].name:<24} followed live: {len(events) - 1:>4} events,"
+                        f" ended {run['exit_reason']} ({run['cause']})\n"
+                    )
 
-        async with anyio.create_task_group() as tg:
-            for index, scenario in enumerate(chosen):
-                tg.start_soon(one, index, scenario)
-    return [
+            submitted = [
+                (await client.submit({"scenario": scenario.name}))["id"] for scenario in chosen
+            ]
+            async with anyio.create_task_group() as tg:
+                for index, run_id in enumerate(submitted):
+                    tg.start_soon(follow, index, run_id)
+            metrics = _interesting(await client.metrics())
+            metrics_url = f"{running.url}/metrics"
+    rows = [
         DemoRow(
             scenario=scenario.name,
             expected_exit_reason=scenario.expect.exit_reason.value,
@@ -63,6 +102,43 @@ async def run_demo(
         )
         for index, scenario in enumerate(chosen)
     ]
+    return Demo(rows, metrics_url, metrics)
+
+
+def _demo_config(config: Config, folder: Path, runs: int) -> Config:
+    """``config`` served on loopback by the simulator, with a throw-away store, no tokens
+    and room for every run."""
+    model = msgspec.structs.replace(config.model, base_url=None)
+    daemon = msgspec.structs.replace(
+        config.daemon,
+        host="127.0.0.1",
+        port=0,
+        store_path=str(folder / "demo.db"),
+        token_env="",
+        queue_size=max(config.daemon.queue_size, runs),
+        scenarios=(),
+    )
+    return msgspec.structs.replace(config, model=model, daemon=daemon)
+
+
+def _interesting(exposition: str) -> list[str]:
+    """A few lines of a scrape: the daemon's own counters, then the runs by ending."""
+    samples = [
+        line
+        for line in exposition.splitlines()
+        if line.startswith("loopfuse_") and "_created" not in line and not line.endswith(" 0.0")
+    ]
+    first = (
+        "loopfuse_runs_started_total",
+        "loopfuse_daemon_runs_accepted_total",
+        "loopfuse_daemon_store_commits_total",
+        "loopfuse_daemon_store_events_written_total",
+    )
+    chosen = [line for name in first for line in samples if line.split(" ")[0] == name]
+    chosen += [line for line in samples if line.startswith("loopfuse_runs_finished_total")]
+    if len(chosen) < METRICS_SHOWN:
+        chosen += [line for line in samples if line.startswith("loopfuse_daemon_runs_ended")]
+    return chosen[:METRICS_SHOWN]
 
 
 def format_table(rows: Sequence[DemoRow], out: TextIO) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Final
@@ -52,7 +52,13 @@ def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
 class Daemon:
     """One daemon: its config, and once running its service, store and metrics."""
 
-    def __init__(self, config: Config, *, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        environ: Mapping[str, str] | None = None,
+        scenarios: Sequence[Scenario] = (),
+    ) -> None:
         self.config = config
         settings = config.daemon
         self.auth = Authenticator.from_environment(
@@ -61,8 +67,9 @@ class Daemon:
         self.store_path = (
             Path(settings.store_path) if settings.store_path else default_store_path(environ)
         )
-        self.extra_scenarios: tuple[Scenario, ...] = tuple(
-            find_scenario(path) for path in settings.scenarios
+        self.extra_scenarios: tuple[Scenario, ...] = (
+            *(find_scenario(path) for path in settings.scenarios),
+            *scenarios,
         )
         self.closing = anyio.Event()
         self.ready = False

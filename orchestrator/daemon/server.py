@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Final, TextIO
 
@@ -28,6 +28,7 @@ from anyio.abc import TaskStatus
 from orchestrator.config import Config
 from orchestrator.daemon.app import create_app
 from orchestrator.daemon.lifespan import Daemon
+from orchestrator.sim import Scenario
 
 __all__ = ["RunningDaemon", "open_daemon", "serve_daemon"]
 
@@ -88,14 +89,18 @@ async def _serve(
 
 @contextlib.asynccontextmanager
 async def open_daemon(
-    config: Config, *, host: str | None = None, port: int | None = None
+    config: Config,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    scenarios: Sequence[Scenario] = (),
 ) -> AsyncIterator[RunningDaemon]:
-    """Serve the daemon for the ``async with`` body (port 0 picks a free port). It answers
-    once recovery is done; on exit it drains with ``drain`` seconds of grace (default 0:
-    abort what still runs) and stops."""
+    """Serve the daemon for the ``async with`` body (port 0 picks a free port), with
+    ``scenarios`` served besides the shipped ones. It answers once recovery is done; on
+    exit it aborts what still runs (``abort.shutdown``) and stops."""
     host = host if host is not None else config.daemon.host
     port = port if port is not None else config.daemon.port
-    daemon = Daemon(config)
+    daemon = Daemon(config, scenarios=scenarios)
     app = create_app(config, daemon=daemon)
     sock = socket.create_server((host, port))
     with sock:
@@ -136,8 +141,6 @@ async def serve_daemon(
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as tg:
                 async for signum in signals:
-                    if tg.cancel_scope.cancel_called:
-                        break
                     name = signal.Signals(signum).name
                     if running.daemon.closing.is_set() or running.daemon.service.draining:
                         logger.warning("second %s: exiting now", name)

@@ -67,9 +67,13 @@ async def event_stream(
         if events:
             continue
         row = await store.get_run(run_id)
-        if row is None or row.status == "ended":  # resumed past the end, or pruned
+        if row is None or (row.status == "ended" and last >= row.last_event):
+            # Resumed past the end, or pruned. (An ended row's events are all committed:
+            # if it has more than we read, the next read gets them.)
             yield await _end(store, run_id, "end", closing)
             return
+        if row.status == "ended":
+            continue
         if closing.is_set():
             yield await _end(store, run_id, "shutdown", closing)
             return
