@@ -27,6 +27,7 @@ import pytest
 import uvicorn
 from prometheus_client import CollectorRegistry, generate_latest, make_asgi_app
 
+from orchestrator.config import Config, ModelPrice
 from orchestrator.runtime import Runtime
 from orchestrator.scenario_runs import run_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
@@ -54,9 +55,7 @@ VARIABLES: Final = {
 # Panels whose series wait for features other engineers are building: each must parse and
 # evaluate, but may hold only zeros (or nothing) after the demo. The rest must show data.
 WAITING: Final = {
-    "Spend per hour": "cost (record_cost, from per-model prices)",
-    "Prompt / context window": "context windows in the config (set_context_window)",
-    "Collapses, compactions, blocked requests": "the context gatekeeper",
+    "Collapses, compactions, blocked requests": "the context gatekeeper in the runtime",
     "SSE clients": "the daemon's SSE streams (set_sse_clients)",
     "Store write latency": "the daemon's store (observe_store_write)",
     "Dropped messages": "nothing is dropped in a healthy run",
@@ -68,7 +67,7 @@ WAITING: Final = {
 
 
 # A model that fails once, then answers: the demo's model errors are otherwise a race (a
-# deadline can cut a call before or after it fails).
+# deadline can cut a call before or after it fails). It has a price, so spend shows.
 FLAKY: Final = parse_scenario(
     """
 task = "Answer once the endpoint recovers."
@@ -276,7 +275,8 @@ async def run_demo(runtime: Runtime, scenarios: list[Scenario]) -> None:
 @pytest.mark.asyncio
 async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path: Path) -> None:
     scenarios = [*shipped_scenarios(), FLAKY]
-    async with Runtime(scenarios=[FLAKY]) as runtime:
+    prices = {"flaky": ModelPrice(input_per_million=3.0, output_per_million=15.0)}
+    async with Runtime(Config(prices=prices), scenarios=[FLAKY]) as runtime:
         registry = runtime.metrics_registry
         async with (
             serve_metrics(registry) as port,

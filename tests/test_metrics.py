@@ -15,6 +15,7 @@ import orchestrator.metrics as metrics_api
 from actors.loop_monitor import SOURCE as LOOP_MONITOR
 from bus import (
     Bus,
+    ContextAction,
     ExitReason,
     ModelError,
     ModelReplied,
@@ -429,11 +430,29 @@ def test_spend_is_usage_times_the_runs_prices() -> None:
     assert value(registry, "loopfuse_model_cost_total", model=MODEL) == pytest.approx(2.0)
 
 
+def test_context_actions_and_the_window_ratio_from_the_gatekeepers_table() -> None:
+    rec, registry = recorder(models=("gpt-4o",))
+    for kind in ("collapse", "compact", "compact", "silent_truncation", "blocked"):
+        rec.handle(ContextAction(run_id="r1", turn=1, kind=kind))
+    actions = "loopfuse_context_actions_total"
+    assert value(registry, actions, action="collapse") == 1
+    assert value(registry, actions, action="compact") == 2
+    assert value(registry, actions, action="silent_truncation") == 1
+    rec.handle(started(model="gpt-4o"))
+    rec.handle(ModelReply(run_id="r1", turn=1, text="", usage=Usage(prompt_tokens=64_000)))
+    ratio = "loopfuse_model_prompt_window_ratio_sum"
+    assert value(registry, ratio, model="gpt-4o") == 0.5  # gpt-4o: 128,000 tokens
+    rec.handle(started("r2", model="unknown-model"))
+    rec.handle(ModelReply(run_id="r2", turn=1, text="", usage=Usage(prompt_tokens=16_384)))
+    assert value(registry, ratio, model=OTHER) == 0.5  # the default window: 32,768
+
+
 # --------------------------------------------------------------------------- seams
 
 
 def test_seams_for_what_the_bus_does_not_carry_yet() -> None:
-    rec, registry = recorder(context_windows={MODEL: 8000})
+    rec, registry = recorder()
+    rec.set_context_window(MODEL, 8000)
     rec.record_cost(MODEL, 0.25)
     rec.record_cost("unknown-model", 0.5)
     rec.record_cost(MODEL, 0.0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple, assert_never
 
@@ -29,12 +29,14 @@ import anyio
 from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry
 
+from actors.context import window_for
 from actors.loop_monitor import SOURCE as LOOP_MONITOR
 from bus import (
     AbortRequested,
     ActorFailed,
     Bus,
     BusMessage,
+    ContextAction,
     ExitReason,
     ModelCancel,
     ModelError,
@@ -44,6 +46,7 @@ from bus import (
     ModelTextDelta,
     Nudge,
     Progress,
+    PromptRejected,
     RunEnding,
     RunFinished,
     RunStarted,
@@ -109,8 +112,9 @@ class MetricsRecorder:
     :param tools: tool names (a live container such as the tool registry) that keep their
         own ``tool`` label.
     :param runs: reads the runtime's run counts at scrape time.
-    :param context_windows: context window (tokens) per model name, for
-        ``loopfuse_model_prompt_window_ratio``.
+    :param context_window: the context window (tokens) of a model name, for
+        ``loopfuse_model_prompt_window_ratio``; by default the context gatekeeper's table
+        (:func:`actors.context.window_for`). :meth:`set_context_window` overrides it.
     :param clock: monotonic seconds, for run durations.
     :param mailbox_size: messages it may fall behind by before it drops new ones.
     """
@@ -123,7 +127,7 @@ class MetricsRecorder:
         models: Iterable[str] = (),
         tools: Container[str] = (),
         runs: Callable[[], RunCounts] | None = None,
-        context_windows: Mapping[str, int] | None = None,
+        context_window: Callable[[str], int | None] = window_for,
         clock: Callable[[], float] = time.monotonic,
         mailbox_size: int = METRICS_MAILBOX_SIZE,
     ) -> None:
@@ -133,6 +137,7 @@ class MetricsRecorder:
         self._models = BoundedLabel()
         self._tools = BoundedLabel(tools)
         self._windows: dict[str, int] = {}
+        self._window_of = context_window
         self._clock = clock
         self._runs: dict[str, _Run] = {}
         self._verdict: _Verdict | None = None
@@ -140,8 +145,6 @@ class MetricsRecorder:
         registry.register(self.collector)
         self.add_models(models)
         self.metrics.add_tools(self._tools.values())
-        for model, tokens in (context_windows or {}).items():
-            self.set_context_window(model, tokens)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -261,6 +264,10 @@ class MetricsRecorder:
             case StopSignal():
                 if msg.cause.startswith("loop."):
                     m.loop_detections.labels(loop_detector(msg.cause), "break").inc()
+            case ContextAction():
+                # "blocked" is counted from the run's ending (blocking_limit), once.
+                if msg.kind in CONTEXT_ACTIONS:
+                    m.context_actions.labels(msg.kind).inc()
             case (
                 RunEnding()
                 | TurnEnded()
@@ -271,6 +278,7 @@ class MetricsRecorder:
                 | ToolsCancel()
                 | AbortRequested()
                 | ActorFailed()
+                | PromptRejected()  # the refusal is counted as ModelError(context_length)
             ):
                 pass
             case _:
@@ -349,9 +357,17 @@ class MetricsRecorder:
             m.model_cost.labels(model).inc(cost)
         if usage.prompt_tokens > 0:
             m.prompt_tokens.labels(model).observe(usage.prompt_tokens)
-            window = self._windows.get(run.model)
-            if window is not None:
+            window = self._window(run)
+            if window:
                 m.prompt_window_ratio.labels(model).observe(usage.prompt_tokens / window)
+
+    def _window(self, run: _Run) -> int | None:
+        window = self._windows.get(run.model)
+        if window is None:
+            window = self._window_of(run.model)
+            if window is not None and run.model_label != OTHER:  # cache known models only
+                self._windows[run.model] = window
+        return window
 
     def _tool_result(self, msg: ToolResult) -> None:
         run = self._runs.get(msg.run_id)
