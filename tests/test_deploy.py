@@ -58,7 +58,17 @@ def exposed_names() -> set[str]:
         names.add(family.name)  # as prose names a histogram
         names.update(sample.name for sample in family.samples)
         names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
-    return names
+    return names | daemon_names()
+
+
+def daemon_names() -> set[str]:
+    """The daemon collector's series (``loopfuse_daemon_*``), read from its source."""
+    source = (ROOT / "orchestrator" / "daemon" / "metrics.py").read_text(encoding="utf-8")
+    found = re.findall(r'(Counter|Gauge)MetricFamily\(\s*f"\{PREFIX\}_(\w+)"', source)
+    assert found, "the daemon's metric names moved; update this reader"
+    return {
+        f"loopfuse_daemon_{name}" + ("_total" if kind == "Counter" else "") for kind, name in found
+    }
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:

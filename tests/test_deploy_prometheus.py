@@ -1,7 +1,7 @@
-"""The metrics against a real Prometheus: the demo scenarios run through a Runtime whose
-registry is served on loopback, a Prometheus (Debian's ``prometheus``) scrapes it every
-second, and every PromQL expression of the dashboard and of the alert rules is evaluated
-through its HTTP API.
+"""The metrics against a real Prometheus: the daemon serves on loopback, the demo scenarios
+are submitted through its API, a Prometheus (Debian's ``prometheus``) scrapes its
+``/metrics`` every second, and every PromQL expression of the dashboard and of the alert
+rules is evaluated through Prometheus's HTTP API.
 
 Skipped, with the reason, only where the ``prometheus`` binary is not installed
 (``apt-get install -y prometheus`` provides it and ``promtool``).
@@ -18,19 +18,18 @@ import socket
 import subprocess
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
 
 import anyio
 import pytest
-import uvicorn
-from prometheus_client import CollectorRegistry, generate_latest, make_asgi_app
 
-from orchestrator.config import Config, ModelPrice
-from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import run_scenario
-from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
+from orchestrator.config import Config, DaemonSettings, ModelPrice
+from orchestrator.daemon import open_daemon
+from orchestrator.daemon.client import DaemonClient
+from orchestrator.sim import parse_scenario, shipped_scenarios
+from tests.test_daemon_support import wait_ended
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 DASHBOARD: Final = ROOT / "deploy" / "grafana" / "dashboards" / "loopfuse.json"
@@ -56,8 +55,6 @@ VARIABLES: Final = {
 # evaluate, but may hold only zeros (or nothing) after the demo. The rest must show data.
 WAITING: Final = {
     "Collapses, compactions, blocked requests": "the context gatekeeper in the runtime",
-    "SSE clients": "the daemon's SSE streams (set_sse_clients)",
-    "Store write latency": "the daemon's store (observe_store_write)",
     "Dropped messages": "nothing is dropped in a healthy run",
     "Runs active": "every run has ended when the test looks",
     "Runs queued": "every run has ended when the test looks",
@@ -80,43 +77,6 @@ exit_reason = "completed"
     source="flaky.toml",
     name="flaky",
 )
-
-
-class _Server(uvicorn.Server):
-    """uvicorn reporting its start; signals stay with the test runner."""
-
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_started = on_started
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self._on_started()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
-@contextlib.asynccontextmanager
-async def serve_metrics(registry: CollectorRegistry) -> AsyncIterator[int]:
-    """Serve ``registry`` at ``/metrics`` on 127.0.0.1 (a free port, yielded)."""
-    sock = socket.create_server(("127.0.0.1", 0))
-    with sock:
-        config = uvicorn.Config(
-            make_asgi_app(registry), log_config=None, log_level="warning", lifespan="off"
-        )
-        started = anyio.Event()
-        server = _Server(config, started.set)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            with anyio.fail_after(10):
-                await started.wait()
-            try:
-                yield sock.getsockname()[1]
-            finally:
-                server.should_exit = True
 
 
 def free_port() -> int:
@@ -266,85 +226,82 @@ def has_value(result: list[dict[str, Any]]) -> bool:
     return False
 
 
-async def run_demo(runtime: Runtime, scenarios: list[Scenario]) -> None:
-    async with anyio.create_task_group() as tg:
-        for scenario in scenarios:
-            tg.start_soon(run_scenario, runtime, scenario)
-
-
 @pytest.mark.asyncio
 async def test_dashboard_and_alerts_against_a_real_prometheus(tmp_path: Path) -> None:
-    scenarios = [*shipped_scenarios(), FLAKY]
-    prices = {"flaky": ModelPrice(input_per_million=3.0, output_per_million=15.0)}
-    async with Runtime(Config(prices=prices), scenarios=[FLAKY]) as runtime:
-        registry = runtime.metrics_registry
-        async with (
-            serve_metrics(registry) as port,
-            open_prometheus(tmp_path, port) as prometheus,
-        ):
-            await wait_for(prometheus, 'up{job="loopfuse"} == 1', bool, 30)
-            with anyio.fail_after(120):
-                await run_demo(runtime, scenarios)
-            # Wait until Prometheus has scraped the final counts (a bounded poll).
-            finished = f"sum(loopfuse_runs_finished_total) == {len(scenarios)}"
-            await wait_for(prometheus, finished, bool, 30)
+    names = [scenario.name for scenario in (*shipped_scenarios(), FLAKY)]
+    config = Config(
+        daemon=DaemonSettings(store_path=str(tmp_path / "daemon.db"), port=0),
+        prices={"flaky": ModelPrice(input_per_million=3.0, output_per_million=15.0)},
+    )
+    async with (
+        open_daemon(config, scenarios=[FLAKY]) as daemon,
+        DaemonClient(daemon.url) as client,
+        open_prometheus(tmp_path, daemon.port) as prometheus,
+    ):
+        await wait_for(prometheus, 'up{job="loopfuse"} == 1', bool, 30)
+        with anyio.fail_after(120):
+            accepted = [await client.submit({"scenario": name}) for name in names]
+            for run in accepted:
+                await wait_ended(client, run["id"])
+        # Wait until Prometheus has scraped the final counts (a bounded poll).
+        finished = f"sum(loopfuse_runs_finished_total) == {len(names)}"
+        await wait_for(prometheus, finished, bool, 30)
 
-            failures = []
-            shows_data: dict[str, bool] = {}
-            for title, expr in dashboard_targets():
-                body = await prometheus.query(expr)
-                if body["status"] != "success":
-                    failures.append(f"{title}: {expr}: {body.get('error')}")
-                    continue
-                shows_data[title] = shows_data.get(title, False) or has_value(
-                    body["data"]["result"]
-                )
-            assert failures == []
-            assert len(shows_data) > 30
-            empty = [title for title, ok in shows_data.items() if not ok and title not in WAITING]
-            assert empty == [], "dashboard panels without data after the demo"
-            assert set(WAITING) <= set(shows_data)
+        failures = []
+        shows_data: dict[str, bool] = {}
+        for title, expr in dashboard_targets():
+            body = await prometheus.query(expr)
+            if body["status"] != "success":
+                failures.append(f"{title}: {expr}: {body.get('error')}")
+                continue
+            shows_data[title] = shows_data.get(title, False) or has_value(body["data"]["result"])
+        assert failures == []
+        assert len(shows_data) > 30
+        empty = [title for title, ok in shows_data.items() if not ok and title not in WAITING]
+        assert empty == [], "dashboard panels without data after the demo"
+        assert set(WAITING) <= set(shows_data)
 
-            alerts = alert_expressions()
-            assert len(alerts) == 8
-            for name, expr in alerts:
-                body = await prometheus.query(expr)
-                assert body["status"] == "success", (name, expr, body.get("error"))
+        alerts = alert_expressions()
+        assert len(alerts) == 8
+        for name, expr in alerts:
+            body = await prometheus.query(expr)
+            assert body["status"] == "success", (name, expr, body.get("error"))
 
-            # Every rule is loaded and evaluates without error; none fires on a healthy demo
-            # except those the demo's own stops can trip (loops, budgets: too few runs).
-            rules = await prometheus.get("/api/v1/rules")
-            loaded = [rule for group in rules["data"]["groups"] for rule in group["rules"]]
-            assert {rule["name"] for rule in loaded} == {name for name, _ in alerts}
-            assert {rule["health"] for rule in loaded} <= {"ok", "unknown"}
-            with anyio.fail_after(15):
-                while {rule["health"] for rule in loaded} != {"ok"}:
-                    await anyio.sleep(0.25)
-                    rules = await prometheus.get("/api/v1/rules")
-                    loaded = [rule for group in rules["data"]["groups"] for rule in group["rules"]]
-            assert all(rule.get("lastError", "") == "" for rule in loaded)
-            firing = {rule["name"] for rule in loaded if rule.get("state") == "firing"}
-            assert "LoopfuseDown" not in firing
-            assert "LoopfuseMetricsDropping" not in firing
+        # Every rule is loaded and evaluates without error; none fires on a healthy demo
+        # except those the demo's own stops can trip (loops, budgets: too few runs).
+        rules = await prometheus.get("/api/v1/rules")
+        loaded = [rule for group in rules["data"]["groups"] for rule in group["rules"]]
+        assert {rule["name"] for rule in loaded} == {name for name, _ in alerts}
+        assert {rule["health"] for rule in loaded} <= {"ok", "unknown"}
+        with anyio.fail_after(15):
+            while {rule["health"] for rule in loaded} != {"ok"}:
+                await anyio.sleep(0.25)
+                rules = await prometheus.get("/api/v1/rules")
+                loaded = [rule for group in rules["data"]["groups"] for rule in group["rules"]]
+        assert all(rule.get("lastError", "") == "" for rule in loaded)
+        firing = {rule["name"] for rule in loaded if rule.get("state") == "firing"}
+        assert "LoopfuseDown" not in firing
+        assert "LoopfuseMetricsDropping" not in firing
 
-            # Run ids travel as exemplars (OpenMetrics), never as labels.
-            exemplars = await prometheus.get(
-                "/api/v1/query_exemplars",
-                {"query": "loopfuse_runs_finished_total", "start": "0", "end": "9999999999"},
-            )
-            run_ids = {
-                exemplar["labels"].get("run_id")
-                for series in exemplars["data"]
-                for exemplar in series["exemplars"]
-            }
-            assert run_ids
-            assert None not in run_ids
-            series = await prometheus.get("/api/v1/labels")
-            assert "run_id" not in series["data"]
+        # Run ids travel as exemplars (OpenMetrics), never as labels.
+        exemplars = await prometheus.get(
+            "/api/v1/query_exemplars",
+            {"query": "loopfuse_runs_finished_total", "start": "0", "end": "9999999999"},
+        )
+        run_ids = {
+            exemplar["labels"].get("run_id")
+            for series in exemplars["data"]
+            for exemplar in series["exemplars"]
+        }
+        assert run_ids
+        assert None not in run_ids
+        series = await prometheus.get("/api/v1/labels")
+        assert "run_id" not in series["data"]
 
-            # What Prometheus scraped in the text format lints clean.
-            text = generate_latest(registry)
-            lint = await anyio.run_process(
-                [PROMTOOL or "promtool", "check", "metrics"], input=text, check=False
-            )
-            assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()
+        # What the daemon serves in the text format lints clean.
+        text = (await client.metrics()).encode()
+        assert "# EOF" not in text.decode()  # not OpenMetrics
+        lint = await anyio.run_process(
+            [PROMTOOL or "promtool", "check", "metrics"], input=text, check=False
+        )
+        assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()

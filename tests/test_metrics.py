@@ -137,7 +137,6 @@ def test_every_closed_label_set_has_zero_series_before_anything_happens() -> Non
     assert value(registry, "loopfuse_truncation_recoveries_total", step="gave_up") == 0
     assert value(registry, "loopfuse_context_actions_total", action="compact") == 0
     assert value(registry, "loopfuse_runs_active") == 0
-    assert value(registry, "loopfuse_sse_clients") == 0
     assert value(registry, "loopfuse_store_write_duration_seconds_count") == 0
 
 
@@ -466,8 +465,6 @@ def test_seams_for_what_the_bus_does_not_carry_yet() -> None:
         rec.record_context_action("fold")
     rec.observe_store_write(0.003)
     assert value(registry, "loopfuse_store_write_duration_seconds_count") == 1
-    rec.set_sse_clients(lambda: 3)
-    assert value(registry, "loopfuse_sse_clients") == 3
     rec.handle(started())
     rec.handle(ModelReply(run_id="r1", turn=1, text="", usage=Usage(prompt_tokens=6000)))
     assert value(registry, "loopfuse_model_prompt_window_ratio_sum", model=MODEL) == 0.75

@@ -1,8 +1,8 @@
 """Gauges that change on their own, read at scrape time from the objects that own them.
 
-Runs active and queued come from the runtime, mailbox depth and drops from the bus, SSE
-clients from the daemon (:meth:`StateCollector.set_sse_clients`): nothing has to remember to
-update a gauge, and a scrape always sees the current value.
+Runs active and queued come from the runtime, mailbox depth and drops from the bus: nothing
+has to remember to update a gauge, and a scrape always sees the current value. (The daemon's
+own figures, SSE clients included, come from its collector, ``loopfuse_daemon_*``.)
 """
 
 from __future__ import annotations
@@ -28,25 +28,19 @@ class RunCounts(NamedTuple):
 
 
 class StateCollector(Collector):
-    """Runs, bus mailboxes and SSE clients, computed on each scrape."""
+    """Runs and bus mailboxes, computed on each scrape."""
 
     def __init__(self, bus: Bus, runs: Callable[[], RunCounts]) -> None:
         self._bus = bus
         self._runs = runs
-        self._sse_clients: Callable[[], int] | None = None
-
-    def set_sse_clients(self, source: Callable[[], int] | None) -> None:
-        """Read ``loopfuse_sse_clients`` from ``source`` (the daemon's open event streams)."""
-        self._sse_clients = source
 
     def describe(self) -> Iterator[Metric]:
         # Names only (lets the registry refuse a duplicate), without reading any source.
-        return self._families(_State(RunCounts(0, 0, 0), 0, 0, 0, ()))
+        return self._families(_State(RunCounts(0, 0, 0), 0, 0, ()))
 
     def collect(self) -> Iterator[Metric]:
         bus = self._bus
-        sse = self._sse_clients() if self._sse_clients is not None else 0
-        state = _State(self._runs(), sse, bus.active_inboxes(), bus.published, bus.statistics())
+        state = _State(self._runs(), bus.active_inboxes(), bus.published, bus.statistics())
         return self._families(state)
 
     @staticmethod
@@ -60,9 +54,6 @@ class StateCollector(Collector):
             "loopfuse_runs_max_concurrent",
             "How many runs may execute at once (runtime.max_concurrent_runs).",
             value=runs.limit,
-        )
-        yield GaugeMetricFamily(
-            "loopfuse_sse_clients", "Open server-sent event streams.", value=state.sse_clients
         )
         yield GaugeMetricFamily(
             "loopfuse_bus_run_inboxes",
@@ -79,7 +70,6 @@ class StateCollector(Collector):
 
 class _State(NamedTuple):
     runs: RunCounts
-    sse_clients: int
     inboxes: int
     published: int
     subscriptions: tuple[SubscriptionStatistics, ...]

@@ -12,8 +12,8 @@ raised: a metrics fault must not end a run.
 
 Cost is computed from each reply's usage and the run's prices (``RunStarted``). What the
 bus does not carry yet has a method here (the seams): :meth:`record_cost`,
-:meth:`record_context_action`, :meth:`observe_store_write`, :meth:`set_context_window`
-and :meth:`set_sse_clients`. Whoever owns that fact calls the method (or publishes a
+:meth:`record_context_action`, :meth:`observe_store_write` and :meth:`set_context_window`.
+Whoever owns that fact calls the method (or publishes a
 message whose ``case`` below calls it); no other code touches a metric.
 """
 
@@ -211,10 +211,6 @@ class MetricsRecorder:
         if tokens <= 0:
             raise ValueError(f"context window of {model!r} must be positive, got {tokens}")
         self._windows[model] = tokens
-
-    def set_sse_clients(self, source: Callable[[], int] | None) -> None:
-        """Read ``loopfuse_sse_clients`` from ``source`` at each scrape (the daemon's)."""
-        self.collector.set_sse_clients(source)
 
     def tracked_runs(self) -> int:
         """Runs whose state the recorder holds (started, not yet finished)."""
