@@ -49,7 +49,8 @@ def daemon_process(config: Path, log: Path) -> Iterator[tuple[subprocess.Popen[s
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # Scenario runs' folders go under the test's directory, even those a kill leaves.
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(config.parent)},
         )
     try:
         assert process.stdout is not None

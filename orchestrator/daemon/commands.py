@@ -52,7 +52,11 @@ def run_command(config: Config, args: argparse.Namespace) -> int:
     """Run ``serve``, ``runs`` or ``watch``; returns the exit status."""
     if args.command == "serve":
         configure_logging(config.log_level)
-        return anyio.run(_serve, config, args.host, args.port)
+        try:
+            return anyio.run(_serve, config, args.host, args.port)
+        except OSError as exc:
+            print(f"loopfuse serve: cannot listen or open the store: {exc}", file=sys.stderr)
+            return 1
     url = args.url or os.environ.get("LOOPFUSE_URL") or _url(config)
     try:
         if args.command == "runs":

@@ -12,6 +12,7 @@ recovers the runs that were active.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -132,6 +133,13 @@ async def serve_daemon(
     """``loopfuse serve``: serve until a signal; returns the exit status."""
     out = out or sys.stdout
     async with open_daemon(config, host=host, port=port) as running:
+        if (
+            not running.daemon.auth.enabled
+            and not ipaddress.ip_address(socket.gethostbyname(running.host)).is_loopback
+        ):
+            logger.warning(
+                "the API is open to the network: no tokens in $%s", config.daemon.token_env
+            )
         print(
             f"loopfuse daemon listening on {running.url} (API {running.url}/v1, "
             f"metrics {running.url}/metrics, store {running.daemon.store_path})",

@@ -163,12 +163,12 @@ class RunService:
             )
             finished = await self._launch(row, request, StartPoint(trace_id=trace_id))
             self._store.insert_run(row)  # queued before any of its events can be
-            await self._store.flush()
+            self._watch(row, finished)
+            await self._store.flush()  # committed before the 202
         finally:
             if key is not None:
                 self._claimed_keys.pop(key, None)
         self._accepted += 1
-        self._watch(row, finished)
         _log("run accepted", run_id, trace_id, on_crash=on_crash)
         return row, True
 
@@ -337,45 +337,52 @@ class RunService:
     async def recover(self) -> None:
         """Start again, resume or end every run the store left queued or running."""
         for row in await self._store.unfinished():
-            request = _REQUEST.decode(row.request)
-            tail = await self._store.tail(row.id, CRASH_TAIL)
-            if tail and tail[-1].type == "RunFinished":
-                self._end_from_finished(row, _FINISHED.decode(tail[-1].data))
-                continue
-            raw = await self._store.checkpoint(row.id)
-            checkpoint = CHECKPOINT_DECODER.decode(raw) if raw is not None else None
-            if row.status == "queued":
-                point = StartPoint(trace_id=row.trace_id)
-                action = "restarted (was queued)"
-            elif row.on_crash == "resume":
-                resume = checkpoint or RunCheckpoint(
-                    run_id=row.id,
-                    trace_id=row.trace_id,
-                    turn=0,
-                    elapsed_seconds=0.0,
-                    transcript=(),
-                )
-                point = StartPoint(trace_id=row.trace_id, resume=resume)
-                action = f"resumed after turn {resume.turn}"
-                self._resumed += 1
-            else:
-                self._crash_abort(row, phase_of(tail), checkpoint)
-                continue
             try:
-                recorded = await self._launch(row, request, point)
-            except (ApiError, ConfigError) as exc:
-                logger.error(
-                    "run could not be restarted: %s",
-                    exc,
-                    extra={"run_id": row.id, "trace_id": row.trace_id},
+                await self._recover(row)
+            except Exception:  # one bad row must not keep the daemon down
+                logger.exception(
+                    "run could not be recovered", extra={"run_id": row.id, "trace_id": row.trace_id}
                 )
-                self._crash_abort(row, phase_of(tail), checkpoint)
-                continue
-            self._watch(row, recorded)
-            _log(f"run {action}", row.id, row.trace_id)
+                self._crash_abort(row, ExitReason.ABORTED_STREAMING, None)
         await self._store.flush()
 
-    def _crash_abort(self, row: RunRow, reason: Any, checkpoint: Any) -> None:
+    async def _recover(self, row: RunRow) -> None:
+        request = _REQUEST.decode(row.request)
+        tail = await self._store.tail(row.id, CRASH_TAIL)
+        if tail and tail[-1].type == "RunFinished":
+            self._end_from_finished(row, _FINISHED.decode(tail[-1].data))
+            return
+        raw = await self._store.checkpoint(row.id)
+        checkpoint = CHECKPOINT_DECODER.decode(raw) if raw is not None else None
+        if row.status == "queued":
+            point = StartPoint(trace_id=row.trace_id)
+            action = "restarted (was queued)"
+        elif row.on_crash == "resume":
+            resume = checkpoint or RunCheckpoint(
+                run_id=row.id, trace_id=row.trace_id, turn=0, elapsed_seconds=0.0, transcript=()
+            )
+            point = StartPoint(trace_id=row.trace_id, resume=resume)
+            action = f"resumed after turn {resume.turn}"
+        else:
+            self._crash_abort(row, phase_of(tail), checkpoint)
+            return
+        try:
+            recorded = await self._launch(row, request, point)
+        except (ApiError, ConfigError) as exc:
+            logger.error(
+                "run could not be restarted: %s",
+                exc,
+                extra={"run_id": row.id, "trace_id": row.trace_id},
+            )
+            self._crash_abort(row, phase_of(tail), checkpoint)
+            return
+        self._resumed += point.resume is not None
+        self._watch(row, recorded)
+        _log(f"run {action}", row.id, row.trace_id)
+
+    def _crash_abort(
+        self, row: RunRow, reason: ExitReason, checkpoint: RunCheckpoint | None
+    ) -> None:
         events, result = crash_ending(row.id, row.trace_id, reason, checkpoint, crash_detail())
         seq = row.last_event
         for event in events:
