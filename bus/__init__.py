@@ -5,7 +5,16 @@ Knows nothing of OpenAI, HTTP or Prometheus; imports nothing else of loopfuse.
 
 from __future__ import annotations
 
-from bus.bus import MAILBOX_SIZE, Bus, Handler, Inbox, Subscription, SubscriptionStatistics
+from bus.bus import (
+    MAILBOX_SIZE,
+    Bus,
+    Handler,
+    Inbox,
+    Job,
+    RunHandler,
+    Subscription,
+    SubscriptionStatistics,
+)
 from bus.exit import CAUSES, ExitReason, Outcome, cause_hint, is_known_cause, outcome_of
 from bus.messages import (
     DECODER,
@@ -72,6 +81,7 @@ __all__ = [
     "Fold",
     "Handler",
     "Inbox",
+    "Job",
     "Message",
     "ModelCancel",
     "ModelError",
@@ -88,6 +98,7 @@ __all__ = [
     "Role",
     "RunEnding",
     "RunFinished",
+    "RunHandler",
     "RunStarted",
     "StopSignal",
     "Subscription",

@@ -37,6 +37,8 @@ __all__ = [
     "Bus",
     "Handler",
     "Inbox",
+    "Job",
+    "RunHandler",
     "Subscription",
     "SubscriptionStatistics",
 ]
@@ -47,6 +49,9 @@ MAILBOX_SIZE: Final = 4096
 """Default capacity of a subscriber's mailbox (messages)."""
 
 Handler = Callable[[Any], Awaitable[None] | None]
+Job = Callable[[], Awaitable[None]]
+RunHandler = Callable[[Any], Job | None]
+"""A :meth:`Subscription.serve_per_run` handler: ``None`` when done, or a job to await."""
 OnFull = Literal["wait", "drop"]
 
 
@@ -209,6 +214,86 @@ class Subscription:
         finally:
             self.mailbox.close()
             self.mailbox.release_all()
+
+    async def serve_per_run(
+        self, handler: RunHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Like :meth:`serve`, but a run whose handling must wait holds up only that run.
+
+        ``handler`` decides at once: it returns ``None`` when the message is handled, or a
+        job (a zero-argument async function) that finishes handling it. A run with a job
+        in progress gets a lane (one task) that runs its jobs and handles its later
+        messages in order; other runs' messages are handled meanwhile. Each message is
+        acknowledged once its handling finished, so settling publishes keep the barrier
+        rule. A lane holds only its run's outstanding messages (a run waits for each of
+        its settled checkpoints), so lanes stay short. Failures are isolated as in
+        :meth:`serve`; when serving stops, every queued message is acknowledged.
+        """
+        lanes: dict[str, deque[_Item]] = {}
+        try:
+            async with anyio.create_task_group() as tg:
+                task_status.started()
+                while batch := await self.mailbox.get_batch():
+                    for item in batch:
+                        run_id = item[0].run_id
+                        lane = lanes.get(run_id)
+                        if lane is not None:
+                            lane.append(item)
+                            continue
+                        job = self._decide(handler, item[0])
+                        if job is None:
+                            self._acknowledge(item[1])
+                            continue
+                        lanes[run_id] = deque((item,))
+                        tg.start_soon(self._lane, handler, lanes, run_id, job)
+        finally:
+            for lane in lanes.values():  # lanes cancelled before they began
+                for _, ticket in lane:
+                    self._acknowledge(ticket)
+            lanes.clear()
+            self.mailbox.close()
+            self.mailbox.release_all()
+
+    async def _lane(
+        self,
+        handler: RunHandler,
+        lanes: dict[str, deque[_Item]],
+        run_id: str,
+        job: Job | None,
+    ) -> None:
+        lane = lanes[run_id]
+        try:
+            while lane:
+                msg, ticket = lane[0]
+                if job is None:
+                    job = self._decide(handler, msg)
+                if job is not None:
+                    try:
+                        await job()
+                    except Exception as exc:
+                        self.failed += 1
+                        self._bus.report_failure(self.name, msg, exc)
+                    job = None
+                lane.popleft()
+                self._acknowledge(ticket)
+        finally:
+            del lanes[run_id]
+            for _, ticket in lane:  # cancelled: release the rest of this run
+                self._acknowledge(ticket)
+            lane.clear()
+
+    def _decide(self, handler: RunHandler, msg: Message) -> Job | None:
+        try:
+            return handler(msg)
+        except Exception as exc:
+            self.failed += 1
+            self._bus.report_failure(self.name, msg, exc)
+            return None
+
+    def _acknowledge(self, ticket: _Ticket | None) -> None:
+        self.handled += 1
+        if ticket is not None:
+            ticket.done()
 
     def close(self) -> None:
         """Stop after the messages already queued; :meth:`serve` then returns."""
