@@ -1,0 +1,291 @@
+"""The hook runner: runs each run's hooks on the bus and answers before the settle returns.
+
+It answers (``answers=True``) only with :meth:`Bus.publish_nowait`:
+
+* :class:`~bus.ToolCallProposed` → the run's ``pre_tool`` hooks for that tool, concurrently;
+  the first ``deny`` → ``StopSignal(hook_stopped, hook.<name>)``, else the first ``block`` →
+  ``ToolVerdict(block)`` whose message the model reads as the tool error.
+* :class:`~bus.ModelReplied` without tool calls (a final answer; not a truncated one) → the
+  run's ``stop`` hooks, given the answer's text (from the :class:`~bus.ModelReply` before
+  it); a ``block`` vetoes the answer with a ``Nudge(kind="hook.<name>", continues=True)``
+  (the conductor injects it and calls the model again), at most once per run: after a
+  veto the run's stop hooks do not run again, so the next final answer is accepted; a
+  ``deny`` stops the run.
+
+The subscription is served per run (:meth:`Subscription.serve_per_run`): a run's hooks are
+awaited inside the handling of its message, so its answers precede the settle, while other
+runs' messages (and hooks) go on meanwhile. A second, observing subscription receives
+:class:`~bus.AbortRequested` out of turn and cancels that run's hooks at once (their
+processes are killed); the run then answers nothing more. Per-run state is created at
+``RunStarted`` for runs that have hooks and dropped at ``RunFinished``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, assert_never
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+
+from actors.hooks.command import run_command
+from actors.hooks.config import CommandHook, Hook, HookEvent, HookFunction, HookInput
+from actors.hooks.outcome import HookOutcome, command_outcome, function_outcome, most_severe
+from actors.hooks.python import call_function
+from bus import (
+    AbortRequested,
+    Bus,
+    ExitReason,
+    Job,
+    ModelReplied,
+    ModelReply,
+    Nudge,
+    RunFinished,
+    RunStarted,
+    StopSignal,
+    ToolCallProposed,
+    ToolVerdict,
+)
+
+__all__ = ["SOURCE", "HookRunner"]
+
+logger = logging.getLogger("loopfuse.hooks")
+
+SOURCE: Final = "hook_runner"
+
+_Message = RunStarted | RunFinished | ToolCallProposed | ModelReply | ModelReplied
+_encode = msgspec.json.Encoder().encode
+
+
+@dataclass(slots=True)
+class _Run:
+    hooks: tuple[Hook, ...]
+    folder: str | None
+    text: str = ""
+    vetoed: bool = False
+    stopped: bool = False
+    aborted: bool = False
+    scope: anyio.CancelScope | None = None
+
+
+class HookRunner:
+    """Runs the hooks of every run of a bus.
+
+    :param hooks: one tuple of hooks for every run, or a function giving each run's hooks
+        from its run id (read once, at ``RunStarted``).
+    :param functions: the Python hook functions by name (read when a hook runs).
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        hooks: Sequence[Hook] | Callable[[str], Sequence[Hook]] = (),
+        functions: Mapping[str, HookFunction] | None = None,
+        *,
+        name: str = SOURCE,
+    ) -> None:
+        self._bus = bus
+        self._hooks = hooks
+        self._functions: Mapping[str, HookFunction] = functions if functions is not None else {}
+        self._name = name
+        self._runs: dict[str, _Run] = {}
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Serve until the bus closes these subscriptions; started once subscribed."""
+        answering = self._bus.subscribe(
+            RunStarted,
+            RunFinished,
+            ToolCallProposed,
+            ModelReply,
+            ModelReplied,
+            name=self._name,
+            answers=True,
+        )
+        aborts = self._bus.subscribe(AbortRequested, name=f"{self._name}.aborts")
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(aborts.serve, self._on_abort)
+                await tg.start(answering.serve_per_run, self.handle)
+                task_status.started()
+        finally:
+            self._bus.unsubscribe(answering)
+            self._bus.unsubscribe(aborts)
+            self._runs.clear()
+
+    def active_runs(self) -> int:
+        """Runs whose state is held (started with hooks, not finished)."""
+        return len(self._runs)
+
+    def running(self) -> int:
+        """Runs whose hooks are running now."""
+        return sum(state.scope is not None for state in self._runs.values())
+
+    def handle(self, msg: _Message) -> Job | None:
+        """Handle one message: ``None`` when done, or the job that runs its hooks."""
+        match msg:
+            case RunStarted():
+                configured = self._hooks(msg.run_id) if callable(self._hooks) else self._hooks
+                if configured:
+                    self._runs[msg.run_id] = _Run(tuple(configured), msg.folder)
+            case RunFinished():
+                self._runs.pop(msg.run_id, None)
+            case ToolCallProposed():
+                state = self._live(msg.run_id)
+                if state is not None:
+                    calls = [h for h in state.hooks if h.applies_to("pre_tool", msg.call.name)]
+                    if calls:
+                        return functools.partial(self._judge_call, state, msg, calls)
+            case ModelReply():
+                if (state := self._runs.get(msg.run_id)) is not None:
+                    state.text = msg.text
+            case ModelReplied():
+                state = self._live(msg.run_id)
+                final = not msg.tool_calls and msg.finish_reason != "length"
+                if state is not None and final and not state.vetoed:
+                    answers = [h for h in state.hooks if h.applies_to("stop")]
+                    if answers:
+                        return functools.partial(self._judge_answer, state, msg, answers)
+            case _:
+                assert_never(msg)
+        return None
+
+    # ------------------------------------------------------------------ judging
+
+    def _live(self, run_id: str) -> _Run | None:
+        state = self._runs.get(run_id)
+        if state is None or state.stopped or state.aborted:
+            return None
+        return state
+
+    async def _judge_call(self, state: _Run, msg: ToolCallProposed, hooks: list[Hook]) -> None:
+        call = msg.call
+        outcomes = await self._run_hooks(
+            state,
+            hooks,
+            "pre_tool",
+            run_id=msg.run_id,
+            turn=msg.turn,
+            tool=call.name,
+            call_id=call.id,
+            arguments=_arguments(call.arguments),
+        )
+        worst = most_severe(outcomes) if outcomes is not None else None
+        if worst is None:
+            return
+        if worst.action == "deny":
+            self._stop(state, msg.run_id, worst, f"the call {call.name} ({call.id})")
+            return
+        self._bus.publish_nowait(
+            ToolVerdict(
+                run_id=msg.run_id,
+                turn=msg.turn,
+                call_id=call.id,
+                verdict="block",
+                source=f"hook.{worst.hook}",
+                message=worst.block_message(),
+            )
+        )
+
+    async def _judge_answer(self, state: _Run, msg: ModelReplied, hooks: list[Hook]) -> None:
+        outcomes = await self._run_hooks(
+            state, hooks, "stop", run_id=msg.run_id, turn=msg.turn, text=state.text
+        )
+        if outcomes is None:
+            return
+        worst = most_severe(outcomes)
+        if worst is None:
+            return
+        if worst.action == "deny":
+            self._stop(state, msg.run_id, worst, "the final answer")
+            return
+        state.vetoed = True
+        for outcome in outcomes:
+            if outcome.action == "block":
+                self._bus.publish_nowait(
+                    Nudge(
+                        run_id=msg.run_id,
+                        kind=f"hook.{outcome.hook}",
+                        text=outcome.veto_message(),
+                        source=self._name,
+                        continues=True,
+                    )
+                )
+
+    async def _run_hooks(
+        self, state: _Run, hooks: list[Hook], event: HookEvent, **fields: Any
+    ) -> list[HookOutcome] | None:
+        """Every hook's outcome, in ``hooks`` order; ``None`` when the run was aborted."""
+        outcomes: list[HookOutcome | None] = [None] * len(hooks)
+        with anyio.CancelScope() as scope:
+            state.scope = scope
+            try:
+                async with anyio.create_task_group() as tg:
+                    for index, hook in enumerate(hooks):
+                        payload = HookInput(hook=hook.name, event=event, **fields)
+                        tg.start_soon(self._run_one, hook, payload, state.folder, outcomes, index)
+            finally:
+                state.scope = None
+        if state.aborted or scope.cancelled_caught:
+            return None
+        return [outcome for outcome in outcomes if outcome is not None]
+
+    async def _run_one(
+        self,
+        hook: Hook,
+        payload: HookInput,
+        cwd: str | None,
+        outcomes: list[HookOutcome | None],
+        index: int,
+    ) -> None:
+        if isinstance(hook, CommandHook):
+            result = await run_command(
+                hook.command, _encode(payload) + b"\n", time_limit=hook.timeout_seconds, cwd=cwd
+            )
+            outcome = command_outcome(hook, result)
+        else:
+            function = self._functions.get(hook.function)
+            if function is None:
+                why = f"no Python hook function registered as {hook.function!r}"
+                outcome = HookOutcome(hook.name, hook.on_error, "", why)
+            else:
+                called = await call_function(function, payload, time_limit=hook.timeout_seconds)
+                outcome = function_outcome(hook, called)
+        if outcome.failure is not None:
+            logger.warning(
+                "hook %s of run %s failed (%s); on_error=%s",
+                hook.name,
+                payload.run_id,
+                outcome.failure,
+                hook.on_error,
+            )
+        outcomes[index] = outcome
+
+    def _stop(self, state: _Run, run_id: str, outcome: HookOutcome, subject: str) -> None:
+        state.stopped = True
+        self._bus.publish_nowait(
+            StopSignal(
+                run_id=run_id,
+                reason=ExitReason.HOOK_STOPPED,
+                cause=f"hook.{outcome.hook}",
+                source=self._name,
+                detail=outcome.deny_detail(subject),
+            )
+        )
+
+    def _on_abort(self, msg: AbortRequested) -> None:
+        state = self._runs.get(msg.run_id)
+        if state is not None:
+            state.aborted = True
+            if state.scope is not None:
+                state.scope.cancel()
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return text
