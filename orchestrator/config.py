@@ -18,6 +18,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from actors.hooks import Hook
 from actors.loop import LoopConfig, LoopConfigError, check_config
 from actors.token_budget import BudgetMode
 from orchestrator.errors import ConfigError
@@ -171,6 +172,8 @@ class Config(_Settings, frozen=True, kw_only=True):
     runtime: RuntimeSettings = RuntimeSettings()
     prices: dict[str, ModelPrice] = {}
     daemon: DaemonSettings = DaemonSettings()
+    hooks: tuple[Hook, ...] = ()
+    """``[[hooks]]``: every run's hooks unless a run sets its own (``docs/hooks.md``)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
@@ -194,6 +197,8 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     cache_ttl_seconds: PositiveFloat = 300.0
     cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
     loop_preset: LoopPreset = "strict"
+    hooks: tuple[Hook, ...] = ()
+    """Pre-tool and stop hooks (``docs/hooks.md``); a run's list replaces the config's."""
     on_crash: OnCrash = "resume"
     loop: dict[str, Any] = {}
     """Loop config keys merged onto ``loop_preset`` (see :func:`merge_loop_overrides`)."""
@@ -338,6 +343,7 @@ def run_settings(
         "tool_timeout_seconds": config.tools.timeout_seconds,
         "abort_grace_seconds": config.tools.abort_grace_seconds,
         "loop_preset": config.loop.preset,
+        "hooks": config.hooks,
         "on_crash": config.daemon.on_crash,
         "max_cache_hits": config.tools.max_cache_hits,
         "cache_ttl_seconds": config.tools.cache_ttl_seconds,

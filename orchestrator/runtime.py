@@ -20,7 +20,7 @@ import logging
 import os
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol, Self
@@ -31,6 +31,7 @@ from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 from actors.budget_monitor import BudgetMonitor
+from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
 from actors.llm.settings import EndpointSettings
 from actors.llm_caller import LLMCaller
 from actors.loop import PRESETS, LoopConfig
@@ -161,6 +162,7 @@ class Runtime:
         scenarios: Sequence[Scenario] = (),
         journal: RunJournal | None = None,
         keep_finished_runs: int = KEEP_FINISHED_RUNS,
+        hook_functions: Mapping[str, HookFunction] | None = None,
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config or Config()
@@ -188,6 +190,9 @@ class Runtime:
         self._idle = anyio.Event()
         self._idle.set()
         self._loop_configs: dict[str, LoopConfig] = {}
+        self._hook_functions: dict[str, HookFunction] = dict(hook_functions or {})
+        self._run_hooks: dict[str, tuple[Hook, ...]] = {}
+        self.hook_runner = HookRunner(self.bus, self._hooks_of, self._hook_functions)
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self.base_url: str | None = None
@@ -216,6 +221,7 @@ class Runtime:
                 ProgressReporter(self.bus),
                 ToolExecutor(self.bus, self.tools),
                 LLMCaller(self.bus, endpoint),
+                self.hook_runner,
             )
             for actor in actors:
                 await self._tg.start(actor.run)
@@ -254,6 +260,17 @@ class Runtime:
     def _loop_config(self, run_id: str) -> LoopConfig:
         return self._loop_configs.get(run_id, OFF)
 
+    def _hooks_of(self, run_id: str) -> tuple[Hook, ...]:
+        return self._run_hooks.get(run_id, ())
+
+    def add_hook_function(self, name: str, function: HookFunction) -> None:
+        """Register ``function`` as the Python hook ``name`` (a hook config's ``function``)."""
+        self._hook_functions[name] = function
+
+    def _check_hooks(self, hooks: tuple[Hook, ...]) -> None:
+        for key, reason in check_hooks(hooks, self._hook_functions):
+            raise ConfigError(f"config.hooks.{key}", reason)
+
     def _endpoint(self, base_url: str) -> EndpointSettings:
         model = self.config.model
         try:
@@ -274,11 +291,16 @@ class Runtime:
     # ------------------------------------------------------------------ runs
 
     async def start(
-        self, spec: RunSpec, *, on_finished: Callable[[], object] | None = None
+        self,
+        spec: RunSpec,
+        *,
+        on_finished: Callable[[], object] | None = None,
+        watch: Callable[[RunHandle], Awaitable[object]] | None = None,
     ) -> RunHandle:
         """Accept ``spec`` and return its handle at once; the run starts when a slot frees.
 
         ``on_finished`` is called once the run has ended (to release what it used).
+        ``watch`` runs beside the run (e.g. to abort it on a condition) until it ends.
 
         :raises ConfigError: an override names an unknown key or has a bad value.
         :raises RuntimeClosedError: the runtime is not running.
@@ -290,6 +312,7 @@ class Runtime:
         unknown = [name for name in settings.tools if self.tools.get(name) is None]
         if unknown:
             raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")
+        self._check_hooks(settings.hooks)
         run_id = spec.run_id or uuid.uuid4().hex
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
@@ -312,12 +335,16 @@ class Runtime:
             ),
         )
         self._loop_configs[run_id] = loop_config
+        if settings.hooks:
+            self._run_hooks[run_id] = settings.hooks
         handle = RunHandle(self, run_id, inputs.trace_id)
         self._handles[run_id] = handle
         self.event_log.open_run(run_id)
         self._active += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         self._tg.start_soon(self._run, handle, inputs, on_finished, name=f"run {run_id}")
+        if watch is not None:
+            self._tg.start_soon(self._watch, handle, watch, name=f"watch {run_id}")
         return handle
 
     async def run(self, spec: RunSpec) -> RunResult:
@@ -370,11 +397,27 @@ class Runtime:
                 on_finished()
             handle.status = "finished"
             self._loop_configs.pop(handle.run_id, None)
+            self._run_hooks.pop(handle.run_id, None)
             handle._done.set()
             self._active -= 1
             if self._active == 0:
                 self._idle.set()
             self._retire(handle.run_id)
+
+    @staticmethod
+    async def _watch(handle: RunHandle, watch: Callable[[RunHandle], Awaitable[object]]) -> None:
+        """Run ``watch`` until ``handle``'s run ends; its failure is logged, never raised."""
+
+        async def watching() -> None:
+            try:
+                await watch(handle)
+            except Exception:
+                logger.exception("the watcher of run %s failed", handle.run_id)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watching)
+            await handle._done.wait()
+            tg.cancel_scope.cancel()
 
     def _retire(self, run_id: str) -> None:
         self._finished.append(run_id)

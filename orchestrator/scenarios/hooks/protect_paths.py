@@ -1,0 +1,44 @@
+"""Block (exit 2) a call whose ``path`` argument lies inside a protected folder.
+
+Usage: ``{python} -m orchestrator.scenarios.hooks.protect_paths FOLDER [FOLDER ...]``
+(folders relative to the run's folder, e.g. ``raw/``). Any other call is allowed (exit 0).
+The model reads the message on stderr as the tool error.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import sys
+from collections.abc import Sequence
+
+EXIT_ALLOW = 0
+EXIT_BLOCK = 2
+
+
+def _inside(path: str, folder: str) -> bool:
+    path = posixpath.normpath(path)
+    folder = posixpath.normpath(folder)
+    return path == folder or path.startswith(folder + "/")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    folders = list(sys.argv[1:] if argv is None else argv)
+    call = json.loads(sys.stdin.readline() or "{}")
+    arguments = call.get("arguments")
+    path = arguments.get("path") if isinstance(arguments, dict) else None
+    if not isinstance(path, str):
+        return EXIT_ALLOW
+    for folder in folders:
+        if _inside(path, folder):
+            print(
+                f"{path} is inside the protected folder {folder}: raw data must never be "
+                "changed or deleted. Leave it alone and work on other files.",
+                file=sys.stderr,
+            )
+            return EXIT_BLOCK
+    return EXIT_ALLOW
+
+
+if __name__ == "__main__":
+    sys.exit(main())
