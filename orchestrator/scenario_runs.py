@@ -2,18 +2,23 @@
 
 A scenario names the simulator's script (the run's model is the scenario's name), the
 files the run may read (written to a temporary folder that lives as long as the run), the
-fake tools it may call, config overrides, and the result it expects.
+fake tools it may call, config overrides, and the result it expects. Its ``abort`` trigger
+plays the caller who aborts the run (as Ctrl-C would) once enough text streamed or a given
+tool's result came back.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bus import ModelTextDelta, ToolResult
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
 from orchestrator.sim import Scenario
+from orchestrator.sim.scenario import AbortTrigger
 
 __all__ = ["expectation_mismatches", "run_scenario", "start_scenario"]
 
@@ -25,6 +30,27 @@ def _write_folder(root: Path, files: dict[str, str]) -> None:
             raise ValueError(f"scenario folder entry {relative!r} points outside the folder")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content, encoding="utf-8")
+
+
+def _abort_when(trigger: AbortTrigger) -> Callable[[RunHandle], Awaitable[None]]:
+    """A run watcher that aborts the run, as its caller, once ``trigger`` fires."""
+
+    async def watch(handle: RunHandle) -> None:
+        streamed = 0
+        async for event in handle.events():
+            if isinstance(event, ModelTextDelta) and trigger.after_text_chars is not None:
+                streamed += len(event.text)
+                if streamed >= trigger.after_text_chars:
+                    why = f"{streamed} characters of text had streamed"
+                    break
+            elif isinstance(event, ToolResult) and event.tool == trigger.after_tool_result:
+                why = f"the result of {event.tool} had come back"
+                break
+        else:
+            return
+        await handle.abort(trigger.detail or f"Aborted by the scenario: {why}.")
+
+    return watch
 
 
 async def start_scenario(
@@ -48,6 +74,7 @@ async def start_scenario(
                 run_id=run_id,
             ),
             on_finished=folder.cleanup,
+            watch=_abort_when(scenario.abort) if scenario.abort is not None else None,
         )
     except BaseException:
         folder.cleanup()

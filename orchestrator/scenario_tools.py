@@ -2,12 +2,15 @@
 
 Each run counts its own calls: call *n* of a tool (or of one of its argument ``cases``) gets
 result *n*, and the last result repeats. A result given as ``{error = "…"}`` comes back to
-the model as a tool error.
+the model as a tool error. A tool with ``delay_seconds`` takes that long to answer (it can be
+cancelled meanwhile, like any tool).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import anyio
 
 from actors.tools import Tool, ToolContext, ToolError
 from orchestrator.sim import ToolDef
@@ -19,6 +22,8 @@ def scripted_tool_from(definition: ToolDef) -> Tool[dict[str, Any]]:
     """The tool ``definition`` describes."""
 
     async def answer(arguments: dict[str, Any], ctx: ToolContext) -> str:
+        if definition.delay_seconds:
+            await anyio.sleep(definition.delay_seconds)  # the scripted tool's own work
         counts: dict[int, int] = ctx.state.setdefault(f"scripted:{definition.name}", {})
         case = definition.match(arguments)
         nth = counts.get(case, 0)

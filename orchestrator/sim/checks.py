@@ -44,6 +44,7 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
             yield f"tracks.{name}", "invalid track name (not 'main'; letters, digits, _ . -)"
         yield from _check_track(f"tracks.{name}", steps)
     yield from _check_branches(scenario)
+    yield from _check_abort(scenario)
     yield from _check_expect(scenario)
 
 
@@ -71,6 +72,8 @@ def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
         for j, case in enumerate(tool.cases):
             if not case.results:
                 yield f"{at}.cases[{j}].results", "must not be empty"
+        if tool.delay_seconds < 0:
+            yield f"{at}.delay_seconds", "must not be negative"
 
 
 def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
@@ -144,6 +147,19 @@ def _check_branches(scenario: Scenario) -> Iterator[Problem]:
     for name in scenario.tracks:
         if name not in targets:
             yield f"tracks.{name}", "no branch switches to this track"
+
+
+def _check_abort(scenario: Scenario) -> Iterator[Problem]:
+    abort = scenario.abort
+    if abort is None:
+        return
+    conditions = (abort.after_text_chars, abort.after_tool_result)
+    if sum(condition is not None for condition in conditions) != 1:
+        yield "abort", "set exactly one of after_text_chars, after_tool_result"
+    if abort.after_text_chars is not None and abort.after_text_chars < 1:
+        yield "abort.after_text_chars", "must be at least 1"
+    if abort.after_tool_result is not None and not _TOOL_NAME.match(abort.after_tool_result):
+        yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
 
 
 def _check_expect(scenario: Scenario) -> Iterator[Problem]:

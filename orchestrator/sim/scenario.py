@@ -20,6 +20,7 @@ __all__ = [
     "FAULT_KINDS",
     "MAIN_TRACK",
     "PARAMETER_TYPES",
+    "AbortTrigger",
     "Branch",
     "ErrorShape",
     "Expect",
@@ -138,7 +139,8 @@ class ToolDef(_Spec, frozen=True, kw_only=True):
     ``parameters`` is a JSON schema (a table with ``type = "object"``) or a simple map
     ``{arg = "string" | "integer" | …}``; a type ending in ``?`` makes the argument optional.
     ``results`` are returned one per call, the last repeating; a matching ``cases`` entry
-    (first match wins) replaces them.
+    (first match wins) replaces them. ``delay_seconds`` makes every call take that long
+    (a slow tool, e.g. for aborts).
     """
 
     name: str
@@ -147,6 +149,7 @@ class ToolDef(_Spec, frozen=True, kw_only=True):
     idempotent: bool = False
     results: tuple[str | ToolReply, ...] = ()
     cases: tuple[ToolCase, ...] = ()
+    delay_seconds: float = 0.0
 
     @property
     def has_json_schema(self) -> bool:
@@ -197,6 +200,20 @@ class Expect(_Spec, frozen=True, kw_only=True):
     nudges: int | None = None
 
 
+class AbortTrigger(_Spec, frozen=True, kw_only=True):
+    """Abort the run (as its caller would) once this happens; exactly one condition is set.
+
+    ``after_text_chars``: that many characters of model text have streamed.
+    ``after_tool_result``: the result of a call of the tool of that name has come back
+    (the other calls of its batch started with it and may still be running).
+    The simulator ignores it; the scenario runner watches the run's events.
+    """
+
+    after_text_chars: int | None = None
+    after_tool_result: str | None = None
+    detail: str = ""
+
+
 class Scenario(_Spec, frozen=True, kw_only=True):
     """One scripted model plus the run around it; ``name`` is the model name to request."""
 
@@ -212,6 +229,7 @@ class Scenario(_Spec, frozen=True, kw_only=True):
     branches: tuple[Branch, ...] = ()
     context_window: int | None = None
     context_error: ErrorShape = "openai"
+    abort: AbortTrigger | None = None
     expect: Expect
 
     def track(self, name: str) -> tuple[Step, ...]:
