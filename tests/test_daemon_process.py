@@ -18,6 +18,7 @@ import anyio
 import httpx
 import pytest
 
+from orchestrator.cli import main
 from orchestrator.daemon.client import DaemonClient
 from tests.test_daemon_support import events_until, wait_ended, write_slow
 
@@ -191,3 +192,30 @@ async def test_a_second_signal_exits_at_once_and_the_store_survives(tmp_path: Pa
             with anyio.fail_after(30):
                 run = await wait_ended(client, long)
     assert run["cause"] == "abort.crash"
+
+
+def test_runs_and_watch_at_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, log = write_config(tmp_path), tmp_path / "daemon.log"
+    with daemon_process(config, log) as (_, url):
+        run_id = httpx.post(f"{url}/v1/runs", json={"scenario": "max_turns"}).json()["id"]
+        assert main(["watch", run_id, "--url", url]) == 0
+        watched = capsys.readouterr().out
+        assert main(["runs", "--url", url, "--status", "ended"]) == 0
+        listed = capsys.readouterr().out
+        assert main(["watch", run_id, "--url", url, "--json", "--after", "30"]) == 0
+        tail = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert main(["watch", "no-such-run", "--url", url]) == 1
+        missing = capsys.readouterr().err
+    lines = watched.splitlines()
+    assert lines[0].split()[:2] == ["1", "RunStarted"]
+    assert any(line.split()[:2] == ["33", "RunFinished"] for line in lines)
+    assert f"Stopped: run {run_id} ended with max_turns (cause budget.max_turns)." in watched
+    assert "Next: Raise budget.max_turns" in watched
+    assert run_id in listed
+    assert "budget.max_turns" in listed
+    assert [event["type"] for event in tail] == [  # events 31 to 33
+        "RunEnding",
+        "Progress",
+        "RunFinished",
+    ]
+    assert "unknown_run" in missing

@@ -117,3 +117,22 @@ async def test_the_event_cap_keeps_the_first_events_and_the_ending(tmp_path: Pat
     assert events[-1]["type"] == "RunFinished"
     assert run["events_dropped"] == 33 - 6
     assert run["exit_reason"] == "max_turns"  # the cap limits what is kept, not the run
+
+
+@pytest.mark.asyncio
+async def test_a_client_that_never_reads_does_not_slow_the_run(tmp_path: Path) -> None:
+    async with (
+        open_daemon(daemon_config(tmp_path)) as running,
+        DaemonClient(running.url) as client,
+        httpx.AsyncClient(base_url=running.url, timeout=None) as stalled,
+    ):
+        run_id = (await client.submit({"scenario": "long_legit_read"}))["id"]
+        # Open the stream, read its headers, and read nothing more until the run has ended.
+        async with stalled.stream("GET", f"/v1/runs/{run_id}/events") as response:
+            assert response.status_code == 200
+            with anyio.fail_after(30):
+                run = await wait_ended(client, run_id)
+                late = [line async for line in response.aiter_lines() if line.startswith("id:")]
+    assert run["exit_reason"] == "completed"
+    assert run["events"] > 100
+    assert late == [f"id: {n}" for n in range(1, run["events"] + 1)]  # and it still gets it all
