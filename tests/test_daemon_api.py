@@ -13,7 +13,6 @@ import pytest
 from bus import ExitReason
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient, DaemonError
-from orchestrator.sim import shipped_scenarios
 from tests.test_daemon_support import daemon_config, events_until, wait_ended, write_slow
 
 SECRET_TOKEN = "tok-RECOGNISABLE-4242"
@@ -46,24 +45,17 @@ async def test_submit_poll_stream_and_result(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_task_run_and_every_shipped_scenario_through_the_api(tmp_path: Path) -> None:
-    async with (
-        open_daemon(daemon_config(tmp_path)) as running,
-        DaemonClient(running.url) as client,
-    ):
-        ids = {
-            s.name: (await client.submit({"scenario": s.name}))["id"] for s in shipped_scenarios()
-        }
-        task = await client.submit({"task": "Say hello.", "config": {"model": "completed"}})
-        with anyio.fail_after(60):
-            runs = {name: await wait_ended(client, run_id) for name, run_id in ids.items()}
-            task_run = await wait_ended(client, task["id"])
-    for scenario in shipped_scenarios():
-        assert runs[scenario.name]["exit_reason"] == scenario.expect.exit_reason.value, (
-            scenario.name
-        )
-    assert task_run["exit_reason"] == "completed"
-    assert task_run["request"]["task"] == "Say hello."
+async def test_a_task_run_with_overrides(tmp_path: Path) -> None:
+    # Every shipped scenario goes through the daemon in `loopfuse demo` (tests/test_cli.py).
+    async with open_daemon(daemon_config(tmp_path)) as running, DaemonClient(running.url) as client:
+        body = {"task": "Say hello.", "system": "Be brief.", "config": {"model": "completed"}}
+        task = await client.submit(body)
+        with anyio.fail_after(20):
+            run = await wait_ended(client, task["id"])
+    assert run["exit_reason"] == "completed"
+    assert run["request"]["task"] == "Say hello."
+    assert run["request"]["config"] == {"model": "completed"}
+    assert run["on_crash"] == "resume"
 
 
 @pytest.mark.asyncio
