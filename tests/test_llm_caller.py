@@ -569,8 +569,9 @@ async def test_an_endpoint_that_refuses_the_escalated_limit_keeps_the_cut_reply(
     ):
         (first,) = await ask(bus, request("capped", max_tokens=10))
         (second,) = await ask(bus, request("capped", run_id="r2", max_tokens=10))
+    assert isinstance(first, ModelReply)
+    assert isinstance(second, ModelReply)
     for reply in (first, second):
-        assert isinstance(reply, ModelReply)
         assert (reply.text, reply.finish_reason) == ("partial ", "length")
     assert first.attempts == 2
     assert second.attempts == 1  # the model's cap is remembered: no second refusal
