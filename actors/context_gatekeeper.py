@@ -103,6 +103,7 @@ class _Run:
     pending: Span | None = None
     recovery_turn: int = 0
     tried: set[str] = field(default_factory=set)
+    done: list[str] = field(default_factory=list)
 
     @property
     def limit(self) -> int:
@@ -369,7 +370,7 @@ class ContextGatekeeper:
         if found is not None:
             run.window = min(run.window, int(found[1].replace(",", "")))
         if run.recovery_turn != msg.turn:
-            run.recovery_turn, run.tried = msg.turn, set()
+            run.recovery_turn, run.tried, run.done = msg.turn, set(), []
         policy = run.policy
         if not run.stale and "collapse" not in run.tried:
             run.tried.add("collapse")
@@ -378,12 +379,14 @@ class ContextGatekeeper:
                 before = self._prompt(run)
                 after = self._fold(run, folds)
                 self._collapse_action(run, msg.turn, folds, before, after, reactive=True)
+                run.done.append("collapsing")
                 return
         if not run.stale and "compact" not in run.tried:
             run.tried.add("compact")
             span = plan_compaction(run.ledger, keep_turns=policy.keep_recent_turns)
             if span is not None:
                 self._compactions += 1
+                run.done.append("compacting")
                 run.pending = span
                 room = run.window - policy.safety_buffer - policy.summary_max_tokens
                 self._publish(
@@ -407,8 +410,7 @@ class ContextGatekeeper:
                     )
                 )
                 return
-        tried = sorted(run.tried & {"collapse", "compact"})
-        done = f"after {' and '.join(tried)}" if tried else "with nothing left to fold or compact"
+        done = f"after {' and '.join(run.done)}" if run.done else "with nothing to fold or compact"
         self._stop(
             run,
             msg.run_id,

@@ -21,12 +21,14 @@ from typing import Final, Literal
 import anyio
 import msgspec
 
+from actors.context import apply_folds, compaction_prompt, summary_message
 from actors.fingerprint import fingerprint_call
 from bus import (
     AbortRequested,
     ActorFailed,
     Bus,
     ChatMessage,
+    ContextAction,
     ExitReason,
     Inbox,
     Message,
@@ -36,6 +38,7 @@ from bus import (
     ModelReply,
     ModelRequest,
     Nudge,
+    PromptRejected,
     RunEnding,
     RunFinished,
     RunStarted,
@@ -64,6 +67,10 @@ logger = logging.getLogger("loopfuse.conductor")
 # How long to wait for the LLM caller / tool executor to confirm a cancellation before the
 # run ends without them; only reached if an actor is broken.
 CANCEL_CONFIRM_SECONDS: Final = 10.0
+
+# Refusals of one turn's prompt as too long after which the run stops even if the context
+# gatekeeper still answers (it stops after collapse and compaction; this bounds a bug).
+MAX_CONTEXT_RECOVERIES: Final = 3
 
 TRUNCATION_NUDGES: Final = (
     "Your previous answer was cut off by the output limit. Continue exactly where you "
@@ -134,6 +141,13 @@ class _Turn:
     verdicts: dict[str, ToolVerdict] = field(default_factory=dict)
 
 
+class _PromptTooLong(Exception):
+    """Internal: the endpoint refused the turn's prompt as too long (a final error)."""
+
+    def __init__(self, error: ModelError) -> None:
+        self.error = error
+
+
 class _Stopped(Exception):
     """Internal: raised to unwind the loop once a stop has been decided."""
 
@@ -168,6 +182,8 @@ class Conductor:
         self._pieces: list[str] = []  # the pieces of an answer cut by the output limit
         self._output = ""
         self._incomplete = False
+        self._context_seen = 0  # transcript messages the context gatekeeper was shown
+        self._context_action: ContextAction | None = None
         self._degraded = False
         self._continued: list[str] = []  # texts of turns a monitor continued (token target)
         if inputs.resume is not None:
@@ -218,10 +234,11 @@ class Conductor:
                     turn=self._turn,
                     stage=self._in.stage,
                     prompt_messages=len(self._transcript),
+                    appended=self._appended(),
                 )
             )
             self._inject_nudges()
-            reply = await self._call_model()
+            reply = await self._model_reply()
             self._usage = self._usage + reply.usage
             if reply.aborted:
                 # Cut by a monitor (content loop) without a stop: keep what streamed, go on.
@@ -353,6 +370,8 @@ class Conductor:
                         f"model error ({msg.kind})",
                         msg.message,
                     )
+                    if msg.final and msg.kind == "context_length" and self._stop is None:
+                        raise _PromptTooLong(msg)
                     if msg.final:
                         raise _Stopped(self._stop or self._model_error_stop(msg))
                 case _:
@@ -495,6 +514,132 @@ class Conductor:
             Nudge(run_id=self._run_id, kind="truncation.recover", text=text, source="conductor")
         )
         return None
+
+    # ------------------------------------------------------------------ context limits
+
+    def _appended(self) -> tuple[ChatMessage, ...]:
+        """The transcript's messages the context gatekeeper has not been shown yet."""
+        appended = tuple(self._transcript[self._context_seen :])
+        self._context_seen = len(self._transcript)
+        return appended
+
+    async def _model_reply(self) -> ModelReply:
+        """The turn's reply. When the endpoint refuses the prompt as too long, the context
+        gatekeeper answers (collapse, then compaction, then a stop) and the turn is sent
+        again."""
+        refusals = 0
+        while True:
+            try:
+                return await self._call_model()
+            except _PromptTooLong as refused:
+                refusals += 1
+                await self._recover_context(refused.error, refusals)
+
+    async def _recover_context(self, error: ModelError, attempt: int) -> None:
+        self._context_action = None
+        await self._checkpoint(
+            PromptRejected(
+                run_id=self._run_id,
+                turn=self._turn,
+                attempt=attempt,
+                prompt_messages=len(self._transcript),
+                appended=self._appended(),
+                status=error.status,
+                message=error.message,
+            )
+        )
+        action = self._take_context_action()
+        if action is None or attempt > MAX_CONTEXT_RECOVERIES:
+            # Nobody can make the prompt shorter: the refusal ends the run.
+            raise _Stopped(self._model_error_stop(error))
+        if action.kind == "compact":
+            await self._compact(action)
+
+    def _take_context_action(self) -> ContextAction | None:
+        action, self._context_action = self._context_action, None
+        return action
+
+    def _on_context_action(self, action: ContextAction) -> None:
+        if action.kind == "collapse":
+            missed = apply_folds(self._transcript, action.folds)
+            if missed:
+                logger.error("run %s: %d fold(s) did not match", self._run_id, len(missed))
+        self._trace_event(f"context {action.kind.replace('_', ' ')}", action.detail)
+        if action.kind in ("collapse", "compact") and action.turn == self._turn:
+            self._context_action = action
+
+    async def _compact(self, action: ContextAction) -> None:
+        """Put the model's summary of messages ``start``..``end`` in their place (a model
+        call without tools); an empty or failed summary ends the run ``prompt_too_long``."""
+        start, end = action.start, action.end
+        self._llm_requests += 1
+        await self._bus.publish(
+            ModelRequest(
+                run_id=self._run_id,
+                turn=self._turn,
+                model=self._settings.model,
+                messages=compaction_prompt(
+                    self._transcript[start:end],
+                    first_turn=action.first_turn,
+                    last_turn=action.last_turn,
+                    history_chars=action.history_chars,
+                    summary_max_tokens=action.summary_max_tokens,
+                ),
+                max_tokens=action.summary_max_tokens,
+                deadline_at=self._deadline_at,
+                purpose="compact",
+            )
+        )
+        reply = await self._summary_reply()
+        text = reply.text.strip()
+        if reply.aborted or not text:
+            raise _Stopped(
+                self._make_stop(
+                    ExitReason.PROMPT_TOO_LONG,
+                    "context.prompt_too_long",
+                    "conductor",
+                    "The endpoint refused the prompt as too long and the summary meant to "
+                    "shorten it came back empty.",
+                )
+            )
+        self._transcript[start:end] = [summary_message(text, action.first_turn, action.last_turn)]
+        self._context_seen -= end - start - 1
+        self._trace_event(
+            "context compacted", f"{end - start} messages → a summary of {len(text):,} chars"
+        )
+
+    async def _summary_reply(self) -> ModelReply:
+        cancelled = False
+        while True:
+            if self._stop is not None and not cancelled:
+                cancelled = True
+                await self._bus.publish(
+                    ModelCancel(run_id=self._run_id, turn=self._turn, reason=self._stop.cause)
+                )
+            msg = await self._receive(confirming=cancelled)
+            if msg is None:  # the caller never confirmed the cancellation
+                raise _Stopped(self._require_stop())
+            match msg:
+                case ModelReply(turn=turn) if turn == self._turn:
+                    self._usage = self._usage + msg.usage
+                    if self._stop is not None:
+                        raise _Stopped(self._stop)
+                    return msg
+                case ModelError(turn=turn) if turn == self._turn:
+                    self._trace_event(f"compaction: model error ({msg.kind})", msg.message)
+                    if msg.final:
+                        raise _Stopped(
+                            self._stop
+                            or self._make_stop(
+                                ExitReason.PROMPT_TOO_LONG,
+                                "context.prompt_too_long",
+                                "conductor",
+                                "The endpoint refused the prompt as too long and the call "
+                                f"to summarise it failed ({msg.kind}): {msg.message}",
+                            )
+                        )
+                case _:
+                    self._control(msg)
 
     # ------------------------------------------------------------------ tools
 
@@ -670,6 +815,8 @@ class Conductor:
                         f"actor {msg.actor} failed: {msg.error}",
                     )
                 )
+            case ContextAction():
+                self._on_context_action(msg)
             case _:
                 logger.debug("run %s: ignored stale %s", self._run_id, type(msg).__name__)
 
@@ -732,6 +879,7 @@ class Conductor:
                 plan=self._in.plan,
                 folder=self._in.folder,
                 tools=tuple(spec.name for spec in self._in.tool_specs),
+                tool_specs=self._in.tool_specs,
                 max_turns=settings.max_turns,
                 max_tool_calls=max_tool_calls,
                 deadline_seconds=settings.deadline_seconds,

@@ -18,6 +18,13 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from actors.context import (
+    DEFAULT_WINDOW,
+    SAFETY_BUFFER,
+    ContextPolicy,
+    policy_problems,
+    window_for,
+)
 from actors.hooks import Hook
 from actors.loop import LoopConfig, LoopConfigError, check_config
 from actors.token_budget import BudgetMode
@@ -26,6 +33,7 @@ from orchestrator.errors import ConfigError
 __all__ = [
     "BudgetSettings",
     "Config",
+    "ContextSettings",
     "DaemonSettings",
     "LoopSettings",
     "ModelPrice",
@@ -33,6 +41,7 @@ __all__ = [
     "RunSettings",
     "RuntimeSettings",
     "ToolSettings",
+    "context_policy",
     "load_config",
     "merge_loop_overrides",
     "run_settings",
@@ -131,6 +140,33 @@ class RuntimeSettings(_Settings, frozen=True, kw_only=True):
     max_concurrent_runs: Positive = 64
 
 
+class ContextSettings(_Settings, frozen=True, kw_only=True):
+    """The context gatekeeper: each model's window and what is kept free of it
+    (``docs/context.md``). A request is sent only if its prompt estimate is at most
+    ``window - safety_buffer_tokens - output reservation``."""
+
+    default_window: Positive = DEFAULT_WINDOW
+    """Tokens of a model that neither ``windows`` nor the built-in table names."""
+    windows: dict[str, Positive] = {}
+    """Model-name prefix → context window in tokens (``"gpt-4o" = 128000``), consulted
+    before the built-in table (``actors.context.MODEL_WINDOWS``)."""
+    safety_buffer_tokens: Annotated[int, msgspec.Meta(ge=0)] = SAFETY_BUFFER
+    output_reserve_tokens: Annotated[int, msgspec.Meta(ge=0)] = 4_096
+    """Reserved for the answer when ``model.max_output_tokens`` is not set (else that)."""
+    collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.8
+    """Fold old tool results once the estimate passes this share of the limit; 0: only
+    after the endpoint refused a prompt."""
+    collapse_to: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.6
+    """…until it is below this share of the limit."""
+    keep_recent_turns: Positive = 2
+    """Turns a compaction keeps word for word."""
+    fold_min_chars: Positive = 400
+    summary_max_tokens: Positive = 1_024
+    silent_truncation_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.5
+    """Reported prompt tokens below this share of the estimate are flagged as a silent
+    truncation (an event, not a stop)."""
+
+
 OnCrash = Literal["resume", "abort"]
 
 
@@ -170,6 +206,7 @@ class Config(_Settings, frozen=True, kw_only=True):
     tools: ToolSettings = ToolSettings()
     loop: LoopSettings = LoopSettings()
     runtime: RuntimeSettings = RuntimeSettings()
+    context: ContextSettings = ContextSettings()
     prices: dict[str, ModelPrice] = {}
     daemon: DaemonSettings = DaemonSettings()
     hooks: tuple[Hook, ...] = ()
@@ -197,6 +234,13 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     cache_ttl_seconds: PositiveFloat = 300.0
     cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
     loop_preset: LoopPreset = "strict"
+    context_window: Positive | None = None
+    """The model's context window in tokens; ``None``: ``[context]`` by model name."""
+    context_safety_buffer: Annotated[int, msgspec.Meta(ge=0)] = SAFETY_BUFFER
+    context_output_reserve: Annotated[int, msgspec.Meta(ge=0)] = 4_096
+    """Reserved for the answer when ``max_output_tokens`` is not set."""
+    context_collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.8
+    context_keep_turns: Positive = 2
     hooks: tuple[Hook, ...] = ()
     """Pre-tool and stop hooks (``docs/hooks.md``); a run's list replaces the config's."""
     on_crash: OnCrash = "resume"
@@ -284,6 +328,7 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError("(file)", f"not valid TOML: {exc}", source=source) from None
     _apply_environment(data, environ)
+    _check_context_windows(data.get("context"), source=source or "env")
     _check_prices(data.get("prices"), source=source or "env")
     return _convert(data, Config, prefix="", source=source or "env")
 
@@ -324,6 +369,57 @@ def _with_prices(config: Config, settings: RunSettings, *, source: str) -> RunSe
     return settings
 
 
+_CONTEXT_KEYS: Final = {
+    "window": "config.context_window",
+    "safety_buffer": "config.context_safety_buffer",
+    "output_reserve": "config.context_output_reserve",
+    "collapse_at": "config.context_collapse_at",
+    "keep_recent_turns": "config.context_keep_turns",
+}
+
+
+def context_policy(config: Config, settings: RunSettings) -> ContextPolicy:
+    """The context limits of a run: its window (``context_window``, else by model name
+    from ``[context]``) and the room kept free of it.
+
+    :raises ConfigError: they leave no room for a prompt, or a value is out of range.
+    """
+    context = config.context
+    window = settings.context_window or window_for(
+        settings.model, context.windows, default=context.default_window
+    )
+    collapse_at = settings.context_collapse_at
+    policy = ContextPolicy(
+        window=window,
+        safety_buffer=settings.context_safety_buffer,
+        output_reserve=settings.max_output_tokens or settings.context_output_reserve,
+        collapse_at=collapse_at,
+        collapse_to=min(context.collapse_to, collapse_at) if collapse_at else context.collapse_to,
+        keep_recent_turns=settings.context_keep_turns,
+        fold_min_chars=context.fold_min_chars,
+        summary_max_tokens=context.summary_max_tokens,
+        silent_truncation_ratio=context.silent_truncation_ratio,
+    )
+    for name, reason in policy_problems(policy):
+        key = _CONTEXT_KEYS.get(name, f"context.{name}")
+        raise ConfigError(key, f"{reason} (model {settings.model!r})")
+    return policy
+
+
+def _check_context_windows(context: Any, *, source: str) -> None:
+    """Check ``[context.windows]`` entry by entry, so an error names its model."""
+    windows = context.get("windows") if isinstance(context, Mapping) else None
+    if not isinstance(windows, Mapping):
+        return
+    for model, window in windows.items():
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ConfigError(
+                f'context.windows."{model}"',
+                f"must be a whole number of tokens, at least 1 (got {window!r})",
+                source=source,
+            )
+
+
 def run_settings(
     config: Config, overrides: Mapping[str, Any] | None = None, *, source: str = "run"
 ) -> RunSettings:
@@ -343,6 +439,10 @@ def run_settings(
         "tool_timeout_seconds": config.tools.timeout_seconds,
         "abort_grace_seconds": config.tools.abort_grace_seconds,
         "loop_preset": config.loop.preset,
+        "context_safety_buffer": config.context.safety_buffer_tokens,
+        "context_output_reserve": config.context.output_reserve_tokens,
+        "context_collapse_at": config.context.collapse_at,
+        "context_keep_turns": config.context.keep_recent_turns,
         "hooks": config.hooks,
         "on_crash": config.daemon.on_crash,
         "max_cache_hits": config.tools.max_cache_hits,

@@ -31,6 +31,8 @@ from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 from actors.budget_monitor import BudgetMonitor
+from actors.context import ContextPolicy
+from actors.context_gatekeeper import ContextGatekeeper
 from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
 from actors.llm.settings import EndpointSettings
 from actors.llm_caller import LLMCaller
@@ -41,7 +43,7 @@ from actors.tool_executor import ToolExecutor
 from actors.tools import ToolRegistry, default_registry
 from bus import AbortRequested, Bus, Message
 from orchestrator.conductor import Conductor, RunCheckpoint, RunInputs
-from orchestrator.config import Config, merge_loop_overrides, run_settings
+from orchestrator.config import Config, context_policy, merge_loop_overrides, run_settings
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.event_log import EventLog
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
@@ -190,6 +192,7 @@ class Runtime:
         self._idle = anyio.Event()
         self._idle.set()
         self._loop_configs: dict[str, LoopConfig] = {}
+        self._context_policies: dict[str, ContextPolicy] = {}
         self._hook_functions: dict[str, HookFunction] = dict(hook_functions or {})
         self._run_hooks: dict[str, tuple[Hook, ...]] = {}
         self.hook_runner = HookRunner(self.bus, self._hooks_of, self._hook_functions)
@@ -213,6 +216,7 @@ class Runtime:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             endpoint = self._endpoint(self.base_url)
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
+            self.context_gatekeeper = ContextGatekeeper(self.bus, self._context_policies.get)
             actors = (
                 self.metrics,
                 self.event_log,
@@ -220,6 +224,7 @@ class Runtime:
                 self._loop_monitor,
                 ProgressReporter(self.bus),
                 ToolExecutor(self.bus, self.tools),
+                self.context_gatekeeper,
                 LLMCaller(self.bus, endpoint),
                 self.hook_runner,
             )
@@ -317,6 +322,7 @@ class Runtime:
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
         tool_specs = self.tools.specs(settings.tools)
+        policy = context_policy(self.config, settings)
         point = self._journal.start_point(run_id) if self._journal is not None else None
         inputs = RunInputs(
             run_id=run_id,
@@ -337,6 +343,7 @@ class Runtime:
         self._loop_configs[run_id] = loop_config
         if settings.hooks:
             self._run_hooks[run_id] = settings.hooks
+        self._context_policies[run_id] = policy
         handle = RunHandle(self, run_id, inputs.trace_id)
         self._handles[run_id] = handle
         self.event_log.open_run(run_id)
@@ -397,6 +404,7 @@ class Runtime:
                 on_finished()
             handle.status = "finished"
             self._loop_configs.pop(handle.run_id, None)
+            self._context_policies.pop(handle.run_id, None)
             self._run_hooks.pop(handle.run_id, None)
             handle._done.set()
             self._active -= 1

@@ -79,28 +79,20 @@ class Estimate:
 
 @functools.cache
 def bpe_counter(encoding: Encoding) -> TextCounter:
-    """A counter for an OpenAI vocabulary from ``bpe-openai``, loaded once per process.
-
-    Its Rust tokenizer counts without building token lists (``_bindings``, typed by the
-    wheel's stub); should that module move, the tiktoken-compatible API is used instead.
+    """A counter for an OpenAI vocabulary from ``bpe-openai`` (its tiktoken-compatible
+    API), loaded once per process.
 
     :raises ImportError: ``bpe-openai`` is not installed.
     """
     with warnings.catch_warnings():  # its data loader uses a deprecated importlib call
         warnings.simplefilter("ignore", DeprecationWarning)
-        try:
-            bindings: Any = importlib.import_module("bpe_openai._bindings")
-            count: TextCounter = bindings.tokenizer_for_encoding(encoding).count
-            return count
-        except (ImportError, AttributeError):
-            pass
         module: Any = importlib.import_module("bpe_openai")
         vocabulary = module.get_encoding(encoding)
 
-    def count_tokens(text: str) -> int:
+    def count(text: str) -> int:
         return len(vocabulary.encode_ordinary(text))
 
-    return count_tokens
+    return count
 
 
 class Estimator:
