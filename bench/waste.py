@@ -10,8 +10,8 @@ twice through the runtime and the embedded simulator, as a real run does:
 * **on**: the scenario as shipped (its loop preset and per-run ``loop`` overrides);
 * **off**: the same script with ``loop_preset = "off"``, no loop overrides, the result
   cache off (its hit limit is a loop fuse too), ``max_turns`` raised to the cap (200), the
-  tool-call budget out of the way and a large deadline. A scripted loop repeats forever, so
-  the off run ends only at the turn cap.
+  tool-call budget and the context window out of the way and a large deadline. A scripted
+  loop repeats forever, so the off run ends only at the turn cap.
 
 For each run it reports model requests and total tokens (prompt + completion, as the
 endpoint reported them; the simulator counts request bytes / 4) until the run stopped, and
@@ -24,12 +24,12 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
 import anyio
 import msgspec
 
-from orchestrator.config import Config
+from orchestrator.config import Config, RunSettings
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
 from orchestrator.scenario_runs import run_scenario
@@ -51,7 +51,16 @@ DEFAULT_SCENARIOS: Final = ("dead_loop", "ping_pong")
 OFF_MAX_TURNS: Final = 200
 """The turn cap of a fuses-off run: what a looping model costs without loop detection."""
 OFF_DEADLINE_SECONDS: Final = 3600.0
-_OFF_MAX_TOOL_CALLS: Final = 1_000_000
+_OFF_SETTINGS: Final[dict[str, Any]] = {
+    "loop_preset": "off",
+    "loop": {},
+    "cache_max_entries": 0,  # the result cache's hit limit is a loop fuse too
+    "max_tool_calls": 1_000_000,
+    "context_window": 100_000_000,  # no blocking_limit and no collapse before the cap
+}
+"""Run settings of a fuses-off run. Only the keys this version's ``RunSettings`` has are
+applied (a fuse added later brings its key); an off run stopped by anything but the turn
+cap is reported (``reached_cap`` false), never hidden."""
 
 
 class Figures(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,13 +115,11 @@ def fuses_off(
     deadline_seconds: float = OFF_DEADLINE_SECONDS,
 ) -> Scenario:
     """``scenario`` with loop detection off and only the turn cap left to stop it."""
+    known = RunSettings.__struct_fields__
     config = {
         **scenario.config,
-        "loop_preset": "off",
-        "loop": {},
-        "cache_max_entries": 0,
+        **{key: value for key, value in _OFF_SETTINGS.items() if key in known},
         "max_turns": max_turns,
-        "max_tool_calls": _OFF_MAX_TOOL_CALLS,
         "deadline_seconds": deadline_seconds,
     }
     return msgspec.structs.replace(scenario, config=config)
