@@ -195,7 +195,12 @@ class Runtime:
         self._context_policies: dict[str, ContextPolicy] = {}
         self._hook_functions: dict[str, HookFunction] = dict(hook_functions or {})
         self._run_hooks: dict[str, tuple[Hook, ...]] = {}
-        self.hook_runner = HookRunner(self.bus, self._hooks_of, self._hook_functions)
+        self.hook_runner = HookRunner(
+            self.bus,
+            self._hooks_of,
+            self._hook_functions,
+            hide_env=(self.config.model.api_key_env, self.config.daemon.token_env),
+        )
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self.base_url: str | None = None

@@ -230,3 +230,36 @@ async def test_a_run_with_hooks_and_runs_without_run_side_by_side() -> None:
         assert runtime.hook_runner.active_runs() == 0
     for name, result in results.items():
         assert expectation_mismatches(SHIPPED[name], result) == [], name
+
+
+@pytest.mark.asyncio
+async def test_command_hooks_do_not_get_loopfuses_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-hooks")
+    monkeypatch.setenv("LOOPFUSE_API_TOKENS", "token-not-for-hooks")
+    monkeypatch.setenv("LOOPFUSE_TEST_VISIBLE", "yes")
+    seen = tmp_path / "env.json"
+    dump = tmp_path / "dump_env.py"
+    dump.write_text(
+        textwrap.dedent(
+            f"""
+            import json, os, sys
+            sys.stdin.read()
+            names = ("OPENAI_API_KEY", "LOOPFUSE_API_TOKENS", "LOOPFUSE_TEST_VISIBLE", "PATH")
+            json.dump({{name: name in os.environ for name in names}}, open({str(seen)!r}, "w"))
+            """
+        )
+    )
+    hooks = [{"name": "env", "kind": "command", "command": ["{python}", str(dump)]}]
+    completed = SHIPPED["completed"]
+    with_hook = msgspec.structs.replace(completed, config={**completed.config, "hooks": hooks})
+    async with Runtime() as runtime:
+        result = await run_scenario(runtime, with_hook)
+    assert result.exit_reason is ExitReason.COMPLETED
+    assert json.loads(seen.read_text()) == {
+        "OPENAI_API_KEY": False,
+        "LOOPFUSE_API_TOKENS": False,
+        "LOOPFUSE_TEST_VISIBLE": True,
+        "PATH": True,
+    }

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
 import anyio
@@ -96,12 +96,14 @@ async def run_command(
     *,
     time_limit: float,
     cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
     max_output: int = MAX_OUTPUT_BYTES,
 ) -> CommandResult:
     """Run ``command`` with ``stdin``; never raises for the command's own faults.
 
     A process still running after ``time_limit`` seconds (or when the caller is cancelled)
     is killed with its process group. ``{python}`` as an argument is the interpreter.
+    ``env`` replaces the environment (default: this process's).
     """
     argv = _argv(command)
     try:
@@ -111,6 +113,7 @@ async def run_command(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=cwd,
+            env=env,
             start_new_session=_POSIX,
         )
     except OSError as exc:

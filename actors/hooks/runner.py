@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, assert_never
 
@@ -78,6 +79,8 @@ class HookRunner:
     :param hooks: one tuple of hooks for every run, or a function giving each run's hooks
         from its run id (read once, at ``RunStarted``).
     :param functions: the Python hook functions by name (read when a hook runs).
+    :param hide_env: environment variables command hooks do not get (the ones that hold
+        secrets, such as the model's API key); the rest of the environment is passed on.
     """
 
     def __init__(
@@ -86,11 +89,13 @@ class HookRunner:
         hooks: Sequence[Hook] | Callable[[str], Sequence[Hook]] = (),
         functions: Mapping[str, HookFunction] | None = None,
         *,
+        hide_env: Collection[str] = (),
         name: str = SOURCE,
     ) -> None:
         self._bus = bus
         self._hooks = hooks
         self._functions: Mapping[str, HookFunction] = functions if functions is not None else {}
+        self._hide_env = frozenset(hide_env)
         self._name = name
         self._runs: dict[str, _Run] = {}
 
@@ -243,7 +248,11 @@ class HookRunner:
     ) -> None:
         if isinstance(hook, CommandHook):
             result = await run_command(
-                hook.command, _encode(payload) + b"\n", time_limit=hook.timeout_seconds, cwd=cwd
+                hook.command,
+                _encode(payload) + b"\n",
+                time_limit=hook.timeout_seconds,
+                cwd=cwd,
+                env=self._environment(),
             )
             outcome = command_outcome(hook, result)
         else:
@@ -263,6 +272,11 @@ class HookRunner:
                 hook.on_error,
             )
         outcomes[index] = outcome
+
+    def _environment(self) -> dict[str, str] | None:
+        if not self._hide_env:
+            return None
+        return {key: value for key, value in os.environ.items() if key not in self._hide_env}
 
     def _stop(self, state: _Run, run_id: str, outcome: HookOutcome, subject: str) -> None:
         state.stopped = True
