@@ -209,7 +209,7 @@ def test_a_recorded_refusal_keeps_a_ping_pong_tail_growing() -> None:
     assert seen == ["none"] * 3 + ["warning"] * 2 + ["critical", "critical", "break"]
 
 
-def test_a_refusal_of_a_call_never_run_before_has_no_result_to_repeat() -> None:
+def test_gemini_still_counts_a_refusal_of_calls_without_results() -> None:
     detector = LoopDetector(PRESETS["gemini"])
     calls = [("a", "{}"), ("b", "{}")] * 5
     decisions = [detector.propose(*call) for call in calls]
