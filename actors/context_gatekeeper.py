@@ -410,7 +410,12 @@ class ContextGatekeeper:
                     )
                 )
                 return
-        done = f"after {' and '.join(run.done)}" if run.done else "with nothing to fold or compact"
+        if run.done:
+            done = f"after {' and '.join(run.done)}"
+        elif run.stale:
+            done = "with the transcript out of step, so nothing was folded or compacted"
+        else:
+            done = "with nothing to fold or compact"
         self._stop(
             run,
             msg.run_id,

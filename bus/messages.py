@@ -13,6 +13,12 @@ Flow of one turn (who publishes what)::
     conductor     ToolExecute ──────────────────────────────────────▶ tool executor
     tool executor ToolResult* ──────────────────────────────────────▶ conductor (inbox)
     conductor     TurnEnded ─settle─▶ (budget monitor: max_turns …)
+
+The context gatekeeper answers ``TurnStarted`` with ``ContextAction(collapse|blocked)`` and a
+``blocking_limit`` stop; when the endpoint refuses the prompt as too long (a final
+``ModelError(kind="context_length")``) the conductor publishes ``PromptRejected`` ─settle─▶
+and the gatekeeper answers ``ContextAction(collapse|compact)`` (the turn is sent again) or a
+``prompt_too_long`` stop.
 """
 
 from __future__ import annotations
