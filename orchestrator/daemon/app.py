@@ -50,7 +50,6 @@ from orchestrator.daemon.store import RunRow
 __all__ = ["create_app"]
 
 _ENCODER: Final = msgspec.json.Encoder()
-_REQUEST: Final = msgspec.json.Decoder(RunRequest)
 _RESULT: Final = msgspec.json.Decoder(dict[str, Any])
 _AT_PATH: Final = re.compile(r"^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _UNKNOWN: Final = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
@@ -232,7 +231,7 @@ class _Api:
         daemon = self._daemon
         if daemon.ready:
             return _json(Health(status="ok"))
-        if daemon._service is not None and daemon.service.draining:
+        if daemon.draining:
             return _json(Health(status="draining", reason="shutting down"), 503)
         return _json(Health(status="starting", reason="recovering runs"), 503)
 
@@ -257,7 +256,7 @@ def _view(row: RunRow, *, with_result: bool = True) -> RunView:
         on_crash=row.on_crash,  # type: ignore[arg-type]
         events=row.last_event,
         events_dropped=row.events_dropped,
-        request=_REQUEST.decode(row.request),
+        request=REQUEST_DECODER.decode(row.request),
         result=_RESULT.decode(row.result) if with_result and row.result is not None else None,
     )
 

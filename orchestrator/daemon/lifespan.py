@@ -84,6 +84,10 @@ class Daemon:
         return self._service
 
     @property
+    def draining(self) -> bool:
+        return self._service is not None and self._service.draining
+
+    @property
     def store(self) -> Store:
         assert self._store is not None, "the daemon is not running"
         return self._store

@@ -32,7 +32,7 @@ from orchestrator.daemon.store import Store, StoredEvent
 from orchestrator.result import RunResult, TraceEntry
 from orchestrator.runtime import StartPoint
 
-__all__ = ["CHECKPOINT_DECODER", "StoreJournal", "crash_ending", "phase_of"]
+__all__ = ["CHECKPOINT_DECODER", "StoreJournal", "crash_detail", "crash_ending", "phase_of"]
 
 CHECKPOINT_DECODER: Final = msgspec.json.Decoder(RunCheckpoint)
 _ENCODER: Final = msgspec.json.Encoder()
@@ -132,7 +132,7 @@ def crash_ending(
     return (abort, finished), result
 
 
-def crash_detail(pid_note: str = "") -> str:
+def crash_detail() -> str:
     """The detail of a crash ending."""
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return f"The daemon stopped while this run was active; found at restart ({when}){pid_note}."
+    return f"The daemon stopped while this run was active; found at restart ({when})."

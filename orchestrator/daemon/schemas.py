@@ -26,8 +26,6 @@ __all__ = [
 RunStatus = Literal["queued", "running", "ended"]
 """``queued``: accepted, waiting for a slot; ``running``: started; ``ended``: has a result."""
 
-IDEMPOTENCY_KEY_MAX: Final = 200
-
 
 class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/runs``: a task for the model, or a shipped scenario by name.

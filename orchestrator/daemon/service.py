@@ -37,7 +37,7 @@ from orchestrator.daemon.recovery import (
     crash_ending,
     phase_of,
 )
-from orchestrator.daemon.schemas import RunRequest
+from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
 from orchestrator.daemon.store import RunRow, Store
 from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult, result_summary
@@ -50,7 +50,6 @@ __all__ = ["RunService", "ServiceStatistics"]
 logger = logging.getLogger("loopfuse.daemon")
 
 _ENCODER: Final = msgspec.json.Encoder(order="sorted")
-_REQUEST: Final = msgspec.json.Decoder(RunRequest)
 _FINISHED: Final = msgspec.json.Decoder(RunFinished)
 
 # How long aborted runs get to end during a drain before the runtime's own shutdown.
@@ -347,7 +346,7 @@ class RunService:
         await self._store.flush()
 
     async def _recover(self, row: RunRow) -> None:
-        request = _REQUEST.decode(row.request)
+        request = REQUEST_DECODER.decode(row.request)
         tail = await self._store.tail(row.id, CRASH_TAIL)
         if tail and tail[-1].type == "RunFinished":
             self._end_from_finished(row, _FINISHED.decode(tail[-1].data))
@@ -376,7 +375,8 @@ class RunService:
             )
             self._crash_abort(row, phase_of(tail), checkpoint)
             return
-        self._resumed += point.resume is not None
+        if point.resume is not None:
+            self._resumed += 1
         self._watch(row, recorded)
         _log(f"run {action}", row.id, row.trace_id)
 
