@@ -131,7 +131,12 @@ async def test_kill_9_mid_run_then_every_accepted_run_ends_as_its_config_says(
         None
     ]
     assert runs[queued]["exit_reason"] == "max_turns"
-    assert "run resumed after turn" in log.read_text()
+    logged = [json.loads(line) for line in log.read_text().splitlines()]  # JSON lines only
+    lines = {(entry["message"], entry.get("run_id")): entry for entry in logged}
+    assert lines["run accepted", resumed]["trace_id"] == runs[resumed]["trace_id"]
+    assert lines["run ended by the crash", ended]["exit_reason"] == runs[ended]["exit_reason"]
+    resumes = [e for e in logged if e["message"].startswith("run resumed after turn")]
+    assert [e["run_id"] for e in resumes] == [resumed]
 
 
 async def _poll_until_draining(http: httpx.AsyncClient) -> httpx.Response:
