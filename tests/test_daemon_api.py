@@ -301,3 +301,18 @@ async def test_metrics_text_and_openmetrics(tmp_path: Path) -> None:
         assert f'loopfuse_daemon_runs_ended_total{{exit_reason="{reason.value}"}}' in text.text
     assert open_metrics.headers["content-type"].startswith("application/openmetrics-text")
     assert open_metrics.text.rstrip().endswith("# EOF")
+
+
+@pytest.mark.asyncio
+async def test_retention_prunes_ended_runs_beyond_the_limit_at_start(tmp_path: Path) -> None:
+    async with open_daemon(daemon_config(tmp_path)) as running, DaemonClient(running.url) as client:
+        ids = [(await client.submit({"scenario": "completed"}))["id"] for _ in range(3)]
+        with anyio.fail_after(20):
+            for run_id in ids:
+                await wait_ended(client, run_id)
+    config = daemon_config(tmp_path, retention_max_runs=1)
+    async with open_daemon(config) as running, httpx.AsyncClient(base_url=running.url) as http:
+        # The daemon answers once its start-up pruning is committed.
+        statuses = [(await http.get(f"/v1/runs/{run_id}")).status_code for run_id in ids]
+    assert statuses[-1] == 200
+    assert statuses[:2] == [404, 404]

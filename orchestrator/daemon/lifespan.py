@@ -144,6 +144,7 @@ class Daemon:
         self.registry = daemon_registry(runtime)
         self.registry.register(DaemonCollector(service, store, lambda: self.streams))
         await service.recover()
+        await self._prune(store)
         tg.start_soon(self._retain, store)
         self.ready = True
         logger.info(
@@ -160,12 +161,16 @@ class Daemon:
             self.closing.set()
 
     async def _retain(self, store: Store) -> None:
+        """Prune every ``min(RETENTION_INTERVAL_SECONDS, retention_seconds / 10)``."""
         settings = self.config.daemon
         interval = min(RETENTION_INTERVAL_SECONDS, settings.retention_seconds / 10)
         while True:
-            committed = store.prune(
-                ended_before=time.time() - settings.retention_seconds,
-                keep=settings.retention_max_runs,
-            )
-            await committed.wait()
             await anyio.sleep(interval)
+            await self._prune(store)
+
+    async def _prune(self, store: Store) -> None:
+        settings = self.config.daemon
+        await store.prune(
+            ended_before=time.time() - settings.retention_seconds,
+            keep=settings.retention_max_runs,
+        ).wait()
