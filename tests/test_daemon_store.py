@@ -15,6 +15,7 @@ import pytest
 
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.logs import JsonFormatter, configure_logging
+from orchestrator.daemon.retention import prune
 from orchestrator.daemon.store import RunRow, Store
 
 
@@ -70,7 +71,7 @@ async def test_retention_prunes_old_and_surplus_ended_runs_only(tmp_path: Path) 
         for name, age in (("old", 1000), ("mid", 50), ("new", 10)):
             store.update_run(name, status="ended", ended_at=now - age)
         await store.flush()
-        await store.prune(ended_before=now - 500, keep=1).wait()  # age drops old, count mid
+        await prune(store, ended_before=now - 500, keep=1)  # age drops old, count mid
         left = {r.id for r in await store.list_runs()}
         orphans = [await store.events(name) for name in ("old", "mid")]
         store.close()

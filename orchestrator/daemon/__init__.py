@@ -8,9 +8,10 @@ SIGTERM; retention; JSON logs; ``/metrics``. See ``docs/daemon.md``.
 
 Modules, one concept each: ``app`` (routes, auth guard, errors), ``schemas`` (API bodies),
 ``sse`` (event streams), ``store`` (SQLite), ``recorder`` (bus → store), ``recovery``
-(journal, crash endings), ``service`` (submit/abort/recover/drain), ``auth``, ``metrics``,
-``logs``, ``lifespan`` (start-up and shutdown order), ``server`` (uvicorn, signals),
-``client`` (the CLI's API client), ``openapi``.
+(journal, crash endings), ``service`` (submit/abort/recover/drain), ``retention``,
+``auth``, ``metrics``, ``logs``, ``lifespan`` (start-up and shutdown order), ``server``
+(uvicorn, signals), ``client`` (the CLI's API client), ``commands`` (serve/runs/watch),
+``openapi``.
 """
 
 from __future__ import annotations

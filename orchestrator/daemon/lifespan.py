@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 from orchestrator.config import Config
+from orchestrator.daemon import retention
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.metrics import DaemonCollector, daemon_registry
 from orchestrator.daemon.recorder import EventRecorder
@@ -39,7 +39,6 @@ logger = logging.getLogger("loopfuse.daemon")
 
 KEEP_FINISHED_IN_MEMORY: Final = 32
 """Finished runs the runtime keeps in memory; the store has the rest."""
-RETENTION_INTERVAL_SECONDS: Final = 600.0
 
 
 def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -144,8 +143,8 @@ class Daemon:
         self.registry = daemon_registry(runtime)
         self.registry.register(DaemonCollector(service, store, lambda: self.streams))
         await service.recover()
-        await self._prune(store)
-        tg.start_soon(self._retain, store)
+        await retention.prune_now(store, self.config.daemon)
+        tg.start_soon(retention.keep_pruning, store, self.config.daemon)
         self.ready = True
         logger.info(
             "ready",
@@ -159,18 +158,3 @@ class Daemon:
             self.ready = False
             await self._service.drain(drain_seconds)
             self.closing.set()
-
-    async def _retain(self, store: Store) -> None:
-        """Prune every ``min(RETENTION_INTERVAL_SECONDS, retention_seconds / 10)``."""
-        settings = self.config.daemon
-        interval = min(RETENTION_INTERVAL_SECONDS, settings.retention_seconds / 10)
-        while True:
-            await anyio.sleep(interval)
-            await self._prune(store)
-
-    async def _prune(self, store: Store) -> None:
-        settings = self.config.daemon
-        await store.prune(
-            ended_before=time.time() - settings.retention_seconds,
-            keep=settings.retention_max_runs,
-        ).wait()

@@ -15,7 +15,7 @@ a run, so a reader that registers before it reads never misses a commit.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NamedTuple, TypeVar
@@ -399,67 +399,13 @@ class Store:
         rows = await self._read(lambda c: c.execute("PRAGMA journal_mode").fetchall())
         return str(rows[0][0])
 
-    # ------------------------------------------------------------------ retention
 
-    def prune(self, *, ended_before: float, keep: int) -> anyio.Event:
-        """Queue the deletion of ended runs (and their events) that ended before
-        ``ended_before`` or are beyond the ``keep`` most recent ended runs."""
-
-        def delete(conn: sqlite3.Connection) -> None:
-            doomed = [
-                row[0]
-                for row in conn.execute(
-                    "SELECT id FROM runs WHERE status = 'ended' AND ended_at < ? "
-                    "UNION SELECT id FROM (SELECT id FROM runs WHERE status = 'ended' "
-                    "ORDER BY ended_at DESC LIMIT -1 OFFSET ?)",
-                    (ended_before, keep),
-                )
-            ]
-            _delete_runs(conn, doomed)
-
-        return self.execute(delete)
-
-
-def _delete_runs(conn: sqlite3.Connection, ids: Iterable[str]) -> None:
-    pairs = [(run_id,) for run_id in ids]
-    conn.executemany("DELETE FROM events WHERE run_id = ?", pairs)
-    conn.executemany("DELETE FROM runs WHERE id = ?", pairs)
+_NAMES: Final = tuple(name.strip() for name in _COLUMNS.split(","))
 
 
 def _row(values: tuple[Any, ...]) -> RunRow:
-    (
-        cursor,
-        run_id,
-        trace_id,
-        status,
-        on_crash,
-        request,
-        request_hash,
-        idempotency_key,
-        created_at,
-        started_at,
-        ended_at,
-        exit_reason,
-        cause,
-        result,
-        last_event,
-        events_dropped,
-    ) = values
-    return RunRow(
-        cursor=cursor,
-        id=run_id,
-        trace_id=trace_id,
-        status=status,
-        on_crash=on_crash,
-        request=bytes(request),
-        request_hash=request_hash,
-        idempotency_key=idempotency_key,
-        created_at=created_at,
-        started_at=started_at,
-        ended_at=ended_at,
-        exit_reason=exit_reason,
-        cause=cause,
-        result=bytes(result) if result is not None else None,
-        last_event=last_event,
-        events_dropped=events_dropped,
-    )
+    fields = dict(zip(_NAMES, values, strict=True))
+    for blob in ("request", "result"):
+        if fields[blob] is not None:
+            fields[blob] = bytes(fields[blob])
+    return RunRow(**fields)
