@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from bus import NUDGE_MARKER, ExitReason, ModelReply, RunFinished, ToolCall, nudge_text
-from orchestrator.conductor import TRUNCATED_CALLS_NOTE, TRUNCATION_NUDGES, _cut_mid_json
+from orchestrator.conductor.model_call import TRUNCATED_CALLS_NOTE, TRUNCATION_NUDGES, cut_mid_json
 from orchestrator.result import RunResult, describe_ending
 from orchestrator.runtime import Runtime
 from orchestrator.scenario_runs import expectation_mismatches, start_scenario
@@ -243,6 +243,6 @@ async def test_complete_calls_of_a_reply_cut_by_length_do_not_run() -> None:
 def test_cut_mid_json_means_unclosed_not_malformed(arguments: str, cut: bool) -> None:
     call = ToolCall(id="c1", name="query_order", arguments=arguments)
     reply = ModelReply(run_id="r", turn=1, text="", tool_calls=(call,), invalid_tool_calls=("c1",))
-    assert _cut_mid_json(reply) is cut
+    assert cut_mid_json(reply) is cut
     valid = ModelReply(run_id="r", turn=1, text="", tool_calls=(call,))
-    assert _cut_mid_json(valid) is False  # only calls the caller found invalid count
+    assert cut_mid_json(valid) is False  # only calls the caller found invalid count
