@@ -124,7 +124,7 @@ async def test_a_stop_hook_vetoes_the_first_final_answer_once(tmp_path: Path) ->
     veto = nudge_text("hook.ci", "Run the tests before you say you are done.")
     assert [m.content for m in result.transcript if m.role == "user"][-1] == veto
     assert result.transcript[-1].content == "I ran the tests: all pass."
-    assert result.output.endswith("I ran the tests: all pass.")
+    assert result.output == "I ran the tests: all pass."  # the vetoed "Done." is not kept
 
 
 GUARDED = scenario(

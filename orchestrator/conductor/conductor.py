@@ -114,12 +114,16 @@ class Conductor(FinalAnswer):
                 await self._end_turn(0)
                 continue
             if not calls:
-                if any(nudge.continues for nudge in self._pending_nudges):
-                    # A monitor answered this end of turn with "keep working" (token target).
-                    self._continued.append(self._recovered(reply.text))
+                continuing = [n for n in self._pending_nudges if n.continues]
+                if continuing:
+                    # A monitor answered this end of turn: "keep working" (a token target:
+                    # the answer grows, so its parts are kept) or a stop hook's veto (the
+                    # answer is refused, so only the next one counts).
+                    if any(n.kind.startswith("budget.") for n in continuing):
+                        self._continued.append(self._recovered(reply.text))
                     self._pieces.clear()
                     self._output = joined(self._continued)
-                    self._trace_event("continued", "a monitor asked for more")
+                    self._trace_event("continued", ", ".join(n.kind for n in continuing))
                     await self._end_turn(0)
                     continue
                 self._output = joined([*self._continued, self._recovered(reply.text)])
