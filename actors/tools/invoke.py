@@ -72,8 +72,21 @@ async def invoke(
     return Outcome(cap_text(content, max_chars))
 
 
+def _valid_utf8(text: str) -> str:
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte decodes to: escape it as itself
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def cap_text(text: str, max_chars: int) -> str:
-    """``text`` cut to ``max_chars`` characters, with a note saying how much was cut."""
+    """``text`` cut to ``max_chars`` characters, with a note saying how much was cut.
+
+    Lone surrogates (bytes that were not UTF-8, decoded with ``surrogateescape``) become
+    ``\\xNN`` escapes: the request that carries the text to the model must be valid UTF-8.
+    """
+    if not text.isascii():
+        text = _valid_utf8(text)
     if len(text) <= max_chars:
         return text
     cut = len(text) - max_chars
