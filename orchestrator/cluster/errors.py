@@ -1,0 +1,15 @@
+"""Refusals of fleet operations."""
+
+from __future__ import annotations
+
+__all__ = ["ClusterError"]
+
+
+class ClusterError(Exception):
+    """A fleet operation refused: ``status`` is the HTTP status that fits, ``code`` a word."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message

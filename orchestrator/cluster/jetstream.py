@@ -1,0 +1,131 @@
+"""Connecting to NATS, creating the fleet's streams and buckets, and retrying through outages."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final, NamedTuple, TypeVar
+
+import anyio
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import (
+    DiscardPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.kv import KeyValue
+
+from orchestrator.cluster.settings import ClusterSettings
+
+__all__ = ["Buckets", "connect", "ensure_layout", "retrying"]
+
+logger = logging.getLogger("loopfuse.cluster")
+
+T = TypeVar("T")
+
+RETRY_FIRST: Final = 0.05
+RETRY_MAX: Final = 1.0
+EVENTS_PER_RUN: Final = 100_000
+"""Cap on one run's messages in the events stream (older ones go first)."""
+
+
+class Buckets(NamedTuple):
+    """The fleet's key-value buckets."""
+
+    state: KeyValue
+    checkpoints: KeyValue
+    nodes: KeyValue
+
+
+async def connect(settings: ClusterSettings, *, name: str) -> Client:
+    """A connection that reconnects for ever (a NATS restart must not end a daemon)."""
+
+    async def disconnected() -> None:
+        logger.warning("nats disconnected", extra={"node": name})
+
+    async def reconnected() -> None:
+        logger.info("nats reconnected", extra={"node": name})
+
+    async def error(exc: Exception) -> None:
+        logger.debug("nats: %s", exc, extra={"node": name})
+
+    return await nats.connect(
+        settings.nats_url,
+        name=name,
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.25,
+        connect_timeout=5,
+        disconnected_cb=disconnected,
+        reconnected_cb=reconnected,
+        error_cb=error,
+    )
+
+
+async def ensure_layout(js: JetStreamContext, settings: ClusterSettings) -> Buckets:
+    """Create the streams and buckets the fleet needs (idempotent; the first daemon wins)."""
+    await _stream(
+        js,
+        StreamConfig(
+            name=settings.runs_stream,
+            subjects=[settings.submit_subject],
+            retention=RetentionPolicy.WORK_QUEUE,
+            storage=StorageType.FILE,
+            duplicate_window=settings.duplicate_window_seconds,
+        ),
+    )
+    await _stream(
+        js,
+        StreamConfig(
+            name=settings.events_stream,
+            subjects=[settings.events_subject("*")],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_age=settings.events_max_age_seconds,
+            max_msgs_per_subject=EVENTS_PER_RUN,
+            discard=DiscardPolicy.OLD,
+            duplicate_window=settings.duplicate_window_seconds,
+        ),
+    )
+    return Buckets(
+        state=await _bucket(js, KeyValueConfig(bucket=settings.state_bucket, history=1)),
+        checkpoints=await _bucket(js, KeyValueConfig(bucket=settings.checkpoint_bucket)),
+        nodes=await _bucket(
+            js, KeyValueConfig(bucket=settings.nodes_bucket, ttl=settings.node_ttl_seconds)
+        ),
+    )
+
+
+async def _stream(js: JetStreamContext, config: StreamConfig) -> None:
+    assert config.name is not None
+    try:
+        await js.stream_info(config.name)
+    except NotFoundError:
+        await js.add_stream(config)
+
+
+async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    try:
+        return await js.key_value(config.bucket)
+    except NotFoundError:
+        return await js.create_key_value(config)
+
+
+async def retrying(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """``await call()`` until it succeeds: NATS errors (a restart, a reconnect, a timeout)
+    are retried with backoff; nothing accepted is dropped because NATS was away."""
+    delay = RETRY_FIRST
+    while True:
+        try:
+            return await call()
+        except (nats.errors.Error, TimeoutError) as exc:
+            if isinstance(exc, NotFoundError | BadRequestError):  # an answer, not an outage
+                raise
+            logger.info("retrying %s: %s", what, type(exc).__name__)
+            await anyio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX)

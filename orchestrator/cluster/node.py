@@ -1,0 +1,614 @@
+"""One daemon of a fleet: takes runs from the work queue, runs them, answers for any run.
+
+:meth:`ClusterNode.running` connects to NATS, creates the layout if needed, starts a
+:class:`~orchestrator.runtime.Runtime` whose journal writes checkpoints to KV, and then:
+
+* pulls submissions from the shared ``workers`` consumer only while it has a free run slot
+  (``runtime.max_concurrent_runs``), so a busy daemon leaves work to the others;
+* takes a run by compare-and-set on its ``runstate`` entry (``queued`` → ``running``,
+  owner = this node); a delivery of a run that another live daemon owns is an ownership
+  conflict and is not run; a run whose owner is gone (no heartbeat key) is taken over
+  and resumed from its last checkpoint or ended with ``abort.crash``, as its ``on_crash``
+  says (the single-node restart rule);
+* signals ``in_progress`` on the message while the run is active, publishes its events,
+  stores its final state in ``runstate``, and only then acknowledges the message: a run
+  whose end was not stored is delivered again;
+* aborts its runs when their entry turns ``aborting`` (KV watch) or a message arrives on
+  ``<prefix>.run.<id>.abort``, whichever comes first.
+
+:meth:`submit`, :meth:`abort`, :meth:`state` and :meth:`events` work for any run of the
+fleet, wherever it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, Final, NamedTuple
+
+import anyio
+import msgspec
+import nats.errors
+from anyio.abc import TaskGroup
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+
+from bus import RunFinished
+from orchestrator.cluster.errors import ClusterError
+from orchestrator.cluster.events import ClusterEvent, last_event, run_events
+from orchestrator.cluster.jetstream import Buckets, connect, ensure_layout, retrying
+from orchestrator.cluster.publisher import EventPublisher, KvJournal
+from orchestrator.cluster.settings import ClusterSettings
+from orchestrator.cluster.state import STATE_DECODER, STATE_ENCODER, RunState
+from orchestrator.conductor import RunCheckpoint
+from orchestrator.config import Config, run_settings
+from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash_ending, phase_of
+from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
+from orchestrator.daemon.store import StoredEvent
+from orchestrator.errors import ConfigError
+from orchestrator.result import RunResult, result_summary
+from orchestrator.runtime import RunHandle, RunSpec, Runtime, StartPoint
+from orchestrator.scenario_runs import start_scenario
+from orchestrator.sim import Scenario, shipped_scenarios
+
+__all__ = ["ClusterNode", "NodeStatistics"]
+
+logger = logging.getLogger("loopfuse.cluster")
+
+RUN_HEADER: Final = "Loopfuse-Run-Id"
+CONSUMER: Final = "workers"
+FETCH_SECONDS: Final = 0.5
+KEEP_FINISHED_IN_MEMORY: Final = 32
+_REQUEST: Final = msgspec.json.Encoder(order="sorted")
+_FINISHED: Final = msgspec.json.Decoder(RunFinished)
+
+
+class NodeStatistics(NamedTuple):
+    """One daemon's share of the fleet's work (exported as its own metrics)."""
+
+    node: str
+    in_flight: int
+    slots: int
+    submitted: int
+    duplicates: int
+    taken: int
+    finished: int
+    resumed: int
+    crash_ended: int
+    redelivered: int
+    ownership_conflicts: int
+
+
+class ClusterNode:
+    """A daemon's membership of a fleet (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: Config,
+        settings: ClusterSettings,
+        *,
+        name: str | None = None,
+        scenarios: Sequence[Scenario] = (),
+        pull: bool = True,
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.name = name or f"node-{uuid.uuid4().hex[:8]}"
+        self.slots = config.runtime.max_concurrent_runs
+        self._extra_scenarios = tuple(scenarios)
+        self._scenarios = (
+            {s.name: s for s in (*shipped_scenarios(), *scenarios)}
+            if config.model.base_url is None
+            else {}
+        )
+        self._pull = pull
+        self._nc: Client | None = None
+        self._js: JetStreamContext | None = None
+        self._buckets: Buckets | None = None
+        self._runtime: Runtime | None = None
+        self._publisher: EventPublisher | None = None
+        self._journal: KvJournal | None = None
+        self._live: dict[str, RunHandle] = {}
+        self._in_flight = 0
+        self._slot_freed = anyio.Event()
+        self._stopping = False
+        self._counts: dict[str, int] = dict.fromkeys(
+            (
+                "submitted",
+                "duplicates",
+                "taken",
+                "finished",
+                "resumed",
+                "crash_ended",
+                "redelivered",
+                "ownership_conflicts",
+            ),
+            0,
+        )
+
+    # ------------------------------------------------------------------ lifetime
+
+    @property
+    def js(self) -> JetStreamContext:
+        assert self._js is not None, "the node is not running"
+        return self._js
+
+    @property
+    def buckets(self) -> Buckets:
+        assert self._buckets is not None, "the node is not running"
+        return self._buckets
+
+    @property
+    def runtime(self) -> Runtime:
+        assert self._runtime is not None, "the node is not running"
+        return self._runtime
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[ClusterNode]:
+        """Be a member of the fleet for the ``async with`` body. On leaving, stop pulling and
+        hand the runs still active back to the queue (another daemon resumes them)."""
+        nc = await connect(self.settings, name=self.name)
+        self._nc, self._js = nc, nc.jetstream()
+        try:
+            self._buckets = await ensure_layout(self._js, self.settings)
+            self._journal = KvJournal(self._buckets.checkpoints)
+            async with Runtime(
+                self.config,
+                scenarios=self._extra_scenarios,
+                journal=self._journal,
+                keep_finished_runs=KEEP_FINISHED_IN_MEMORY,
+            ) as runtime:
+                self._runtime = runtime
+                self._publisher = EventPublisher(runtime.bus, self._js, self.settings)
+                async with anyio.create_task_group() as tg:
+                    await tg.start(self._publisher.run)
+                    await tg.start(self._journal.run)
+                    await self._beat()
+                    tg.start_soon(self._heartbeat)
+                    await self._listen_for_aborts(tg)
+                    if self._pull:
+                        await tg.start(self._work, tg)
+                    logger.info("joined the fleet", extra={"node": self.name})
+                    yield self
+                    self._stopping = True
+                    tg.cancel_scope.cancel()
+        finally:
+            await self._leave(nc)
+
+    async def _leave(self, nc: Client) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            if self._buckets is not None and nc.is_connected:
+                try:
+                    await self._buckets.nodes.delete(self.name)
+                except nats.errors.Error:
+                    pass
+            await nc.close()
+        logger.info("left the fleet", extra={"node": self.name})
+
+    async def _beat(self) -> None:
+        await retrying("heartbeat", lambda: self.buckets.nodes.put(self.name, b"alive"))
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.node_ttl_seconds / 3)
+            await self._beat()
+
+    async def _alive(self, node: str) -> bool:
+        try:
+            await retrying("liveness", lambda: self.buckets.nodes.get(node))
+        except NotFoundError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ any run of the fleet
+
+    async def submit(self, request: RunRequest) -> tuple[RunState, bool]:
+        """Queue ``request`` for whichever daemon has room; its state and whether it is new
+        (``False``: a run with that ``idempotency_key`` exists already, and is returned).
+
+        :raises ClusterError: 422 bad request, 409 key reused for a different request.
+        """
+        on_crash = self._on_crash(request)
+        digest = hashlib.blake2b(
+            _REQUEST.encode(msgspec.structs.replace(request, idempotency_key=None)),
+            digest_size=16,
+        ).hexdigest()
+        key = request.idempotency_key
+        run_id = (
+            hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+            if key is not None
+            else uuid.uuid4().hex
+        )
+        state = RunState(
+            run_id=run_id,
+            trace_id=uuid.uuid4().hex,
+            status="queued",
+            on_crash=on_crash,
+            request=msgspec.to_builtins(request),
+            request_hash=digest,
+            created_at=time.time(),
+        )
+        new = True
+        try:
+            await retrying(
+                "submit", lambda: self.buckets.state.create(run_id, STATE_ENCODER.encode(state))
+            )
+        except KeyWrongLastSequenceError:
+            existing = await self.state(run_id)
+            if existing.request_hash != digest:
+                raise ClusterError(
+                    409,
+                    "idempotency_conflict",
+                    "this idempotency key was used for a different request",
+                ) from None
+            self._counts["duplicates"] += 1
+            if existing.status != "queued":
+                return existing, False
+            state, new = existing, False  # publish again: the first publish may have been lost
+        payload = _REQUEST.encode(request)
+        headers = {"Nats-Msg-Id": run_id, RUN_HEADER: run_id}
+        await retrying(
+            "submit",
+            lambda: self.js.publish(
+                self.settings.submit_subject,
+                payload,
+                stream=self.settings.runs_stream,
+                headers=headers,
+            ),
+        )
+        if new:
+            self._counts["submitted"] += 1
+            logger.info("run queued", extra={"run_id": run_id, "node": self.name})
+        return state, new
+
+    async def state(self, run_id: str) -> RunState:
+        """``run_id``'s fleet-wide state.
+
+        :raises ClusterError: 404 no such run.
+        """
+        return (await self._entry(run_id))[0]
+
+    async def _entry(self, run_id: str) -> tuple[RunState, int]:
+        try:
+            entry = await retrying("state", lambda: self.buckets.state.get(run_id))
+        except NotFoundError:
+            raise ClusterError(404, "unknown_run", f"no run {run_id!r}") from None
+        assert entry.value is not None
+        assert entry.revision is not None
+        return STATE_DECODER.decode(entry.value), entry.revision
+
+    async def abort(self, run_id: str) -> RunState:
+        """Ask ``run_id`` to stop, wherever it runs: its entry becomes ``aborting`` (the
+        owner's watch sees it) and ``<prefix>.run.<id>.abort`` tells the owner at once.
+
+        :raises ClusterError: 404 unknown run, 409 it already ended.
+        """
+        while True:
+            state, revision = await self._entry(run_id)
+            if state.status == "ended":
+                raise ClusterError(409, "run_ended", f"run {run_id!r} has already ended")
+            aborting = msgspec.structs.replace(state, status="aborting")
+            try:
+                await retrying(
+                    "abort",
+                    partial(
+                        self.buckets.state.update,
+                        run_id,
+                        STATE_ENCODER.encode(aborting),
+                        last=revision,
+                    ),
+                )
+            except KeyWrongLastSequenceError:
+                continue  # changed meanwhile: read again
+            break
+        nc = self._nc
+        assert nc is not None
+        await retrying("abort", lambda: nc.publish(self.settings.abort_subject(run_id), b""))
+        logger.info("run abort requested", extra={"run_id": run_id, "node": self.name})
+        return aborting
+
+    def events(self, run_id: str, *, after: int = 0) -> AsyncIterator[ClusterEvent]:
+        """``run_id``'s events after id ``after``, live until its end (see :mod:`.events`)."""
+        return run_events(self.js, self.settings, run_id, after=after)
+
+    def statistics(self) -> NodeStatistics:
+        return NodeStatistics(
+            node=self.name, in_flight=self._in_flight, slots=self.slots, **self._counts
+        )
+
+    def _on_crash(self, request: RunRequest) -> str:
+        overrides: dict[str, Any] = dict(request.config)
+        if request.scenario is not None:
+            scenario = self._scenarios.get(request.scenario)
+            if scenario is None:
+                raise ClusterError(
+                    422, "unknown_scenario", f"no scenario named {request.scenario!r}"
+                )
+            overrides = {"model": scenario.name, **scenario.config, **overrides}
+        elif request.task is None:
+            raise ClusterError(422, "missing_field", "give a `task` or a `scenario`")
+        try:
+            return run_settings(self.config, overrides).on_crash
+        except ConfigError as exc:
+            raise ClusterError(422, "invalid_config", f"{exc.key}: {exc.reason}") from None
+
+    # ------------------------------------------------------------------ aborts
+
+    async def _listen_for_aborts(self, tg: TaskGroup) -> None:
+        nc = self._nc
+        assert nc is not None
+
+        async def on_message(msg: Msg) -> None:
+            run_id = msg.subject.split(".")[-2]
+            await self._abort_local(run_id)
+
+        await nc.subscribe(self.settings.abort_subject("*"), cb=on_message)
+        watcher = await self.buckets.state.watchall(ignore_deletes=True)
+        tg.start_soon(self._watch_states, watcher)
+
+    async def _watch_states(self, watcher: Any) -> None:
+        async for entry in watcher:
+            if entry is None or entry.value is None or entry.key not in self._live:
+                continue
+            state = STATE_DECODER.decode(entry.value)
+            if state.status == "aborting":
+                await self._abort_local(entry.key)
+
+    async def _abort_local(self, run_id: str) -> None:
+        handle = self._live.get(run_id)
+        if handle is not None and not handle.done:
+            await handle.abort("Aborted through the API.", source="api")
+
+    # ------------------------------------------------------------------ taking runs
+
+    async def _work(
+        self, tg: TaskGroup, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        config = ConsumerConfig(
+            durable_name=CONSUMER,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=self.settings.ack_wait_seconds,
+            max_deliver=self.settings.max_deliver,
+            max_ack_pending=-1,
+        )
+        sub = await self.js.pull_subscribe(
+            self.settings.submit_subject,
+            durable=CONSUMER,
+            stream=self.settings.runs_stream,
+            config=config,
+        )
+        task_status.started()
+        while not self._stopping:
+            free = self.slots - self._in_flight
+            if free <= 0:
+                await self._slot_freed.wait()
+                self._slot_freed = anyio.Event()
+                continue
+            try:
+                messages = await sub.fetch(free, timeout=FETCH_SECONDS)
+            except TimeoutError:  # nothing queued (nats-py raises the builtin here)
+                continue
+            except nats.errors.Error as exc:  # reconnecting: try again shortly
+                logger.info("fetch failed: %s", type(exc).__name__, extra={"node": self.name})
+                await anyio.sleep(FETCH_SECONDS)
+                continue
+            for msg in messages:
+                self._in_flight += 1
+                tg.start_soon(self._take, msg, tg)
+
+    async def _take(self, msg: Msg, tg: TaskGroup) -> None:
+        run_id = (msg.headers or {}).get(RUN_HEADER, "")
+        try:
+            if msg.metadata.num_delivered > 1:
+                self._counts["redelivered"] += 1
+            await self._own_and_run(run_id, msg, tg)
+        except Exception:
+            logger.exception("run could not be taken", extra={"run_id": run_id})
+            with anyio.CancelScope(shield=True):
+                try:
+                    await msg.nak(delay=self.settings.ack_wait_seconds)
+                except nats.errors.Error:
+                    pass
+        finally:
+            self._in_flight -= 1
+            self._slot_freed.set()
+
+    async def _own_and_run(self, run_id: str, msg: Msg, tg: TaskGroup) -> None:
+        try:
+            state, revision = await self._entry(run_id)
+        except ClusterError:
+            logger.error("a submission without a state entry", extra={"run_id": run_id})
+            await retrying("term", msg.term)
+            return
+        if state.status == "ended":  # its end was stored; only the ack was lost
+            await retrying("ack", msg.ack_sync)
+            return
+        if state.owner is not None and state.owner != self.name and await self._alive(state.owner):
+            self._counts["ownership_conflicts"] += 1
+            await retrying("nak", lambda: msg.nak(delay=self.settings.ack_wait_seconds))
+            return
+        took_over = state.owner is not None
+        mine = msgspec.structs.replace(
+            state,
+            status="aborting" if state.status == "aborting" else "running",
+            owner=self.name,
+            attempts=state.attempts + 1,
+        )
+        try:
+            revision = await retrying(
+                "claim",
+                partial(
+                    self.buckets.state.update, run_id, STATE_ENCODER.encode(mine), last=revision
+                ),
+            )
+        except KeyWrongLastSequenceError:
+            self._counts["ownership_conflicts"] += 1
+            await retrying("nak", lambda: msg.nak())
+            return
+        self._counts["taken"] += 1
+        logger.info(
+            "run taken over" if took_over else "run taken",
+            extra={"run_id": run_id, "node": self.name, "attempt": mine.attempts},
+        )
+        progress = anyio.CancelScope()
+        tg.start_soon(self._keep_in_progress, msg, progress)
+        try:
+            ended = await self._run(mine, took_over)
+        finally:
+            progress.cancel()
+        if await self._store_end(run_id, ended):
+            await retrying("ack", msg.ack_sync)
+            self._counts["finished"] += 1
+        try:
+            await retrying("checkpoint delete", lambda: self.buckets.checkpoints.purge(run_id))
+        except NotFoundError:
+            pass
+
+    async def _keep_in_progress(self, msg: Msg, scope: anyio.CancelScope) -> None:
+        with scope:
+            while True:
+                await anyio.sleep(self.settings.ack_wait_seconds / 3)
+                try:
+                    await msg.in_progress()
+                except nats.errors.Error:
+                    pass  # NATS is away; the next beat tries again
+
+    async def _run(self, state: RunState, took_over: bool) -> RunState:
+        """Run ``state``'s run to its end; its final state (not yet stored)."""
+        assert self._journal is not None
+        assert self._publisher is not None
+        run_id = state.run_id
+        request = REQUEST_DECODER.decode(_REQUEST.encode(state.request))
+        point = StartPoint(trace_id=state.trace_id)
+        if took_over:
+            newest = await last_event(self.js, self.settings, run_id)
+            if newest is not None and newest.type == "RunFinished":
+                return _ended_from_finished(state, _FINISHED.decode(newest.data))
+            checkpoint = await self._checkpoint(run_id)
+            if state.on_crash != "resume":
+                return await self._crash_end(state, newest, checkpoint)
+            resume = checkpoint or RunCheckpoint(
+                run_id=run_id, trace_id=state.trace_id, turn=0, elapsed_seconds=0.0, transcript=()
+            )
+            point = StartPoint(trace_id=state.trace_id, resume=resume)
+            self._counts["resumed"] += 1
+        self._journal.expect(run_id, point)
+        published = self._publisher.track(run_id, state.attempts)
+        try:
+            handle = await self._start(run_id, request)
+        except BaseException:
+            self._journal.forget(run_id)
+            self._publisher.forget(run_id)
+            raise
+        self._live[run_id] = handle
+        try:
+            if state.status == "aborting":
+                await handle.abort("Aborted through the API.", source="api")
+            result = await handle.result()
+            await published.wait()
+        finally:
+            self._live.pop(run_id, None)
+            self._journal.forget(run_id)
+        return _ended(state, result)
+
+    async def _start(self, run_id: str, request: RunRequest) -> RunHandle:
+        if request.scenario is not None:
+            scenario = self._scenarios[request.scenario]
+            if request.config:
+                scenario = msgspec.structs.replace(
+                    scenario, config={**scenario.config, **request.config}
+                )
+            return await start_scenario(self.runtime, scenario, run_id=run_id)
+        assert request.task is not None
+        spec = RunSpec(
+            task=request.task,
+            system=request.system,
+            folder=request.folder,
+            overrides=dict(request.config),
+            run_id=run_id,
+        )
+        return await self.runtime.start(spec)
+
+    async def _checkpoint(self, run_id: str) -> RunCheckpoint | None:
+        try:
+            entry = await retrying("checkpoint", lambda: self.buckets.checkpoints.get(run_id))
+        except NotFoundError:
+            return None
+        return CHECKPOINT_DECODER.decode(entry.value) if entry.value else None
+
+    async def _crash_end(
+        self, state: RunState, newest: ClusterEvent | None, checkpoint: RunCheckpoint | None
+    ) -> RunState:
+        assert self._publisher is not None
+        tail = [StoredEvent(newest.seq, newest.type, b"")] if newest is not None else []
+        events, result = crash_ending(
+            state.run_id, state.trace_id, phase_of(tail), checkpoint, crash_detail()
+        )
+        for n, event in enumerate(events, 1):
+            await self._publisher.publish(event, msg_id=f"{state.run_id}:{state.attempts}:crash{n}")
+        self._counts["crash_ended"] += 1
+        return _ended(state, result)
+
+    async def _store_end(self, run_id: str, ended: RunState) -> bool:
+        """Store ``ended`` if this node still owns the run; whether it did."""
+        while True:
+            current, revision = await self._entry(run_id)
+            if current.owner != self.name or current.status == "ended":
+                self._counts["ownership_conflicts"] += 1
+                logger.warning(
+                    "run lost to another daemon before its end was stored",
+                    extra={"run_id": run_id, "node": self.name, "owner": current.owner},
+                )
+                return False
+            try:
+                await retrying(
+                    "end",
+                    partial(
+                        self.buckets.state.update,
+                        run_id,
+                        STATE_ENCODER.encode(ended),
+                        last=revision,
+                    ),
+                )
+            except KeyWrongLastSequenceError:
+                continue
+            logger.info(
+                "run ended",
+                extra={"run_id": run_id, "node": self.name, "exit_reason": ended.exit_reason},
+            )
+            return True
+
+
+def _ended(state: RunState, result: RunResult) -> RunState:
+    summary = msgspec.to_builtins(result_summary(result))
+    return msgspec.structs.replace(
+        state,
+        status="ended",
+        exit_reason=result.exit_reason.value,
+        cause=result.cause,
+        result=summary,
+        ended_at=time.time(),
+    )
+
+
+def _ended_from_finished(state: RunState, finished: RunFinished) -> RunState:
+    return msgspec.structs.replace(
+        state,
+        status="ended",
+        exit_reason=finished.exit_reason.value,
+        cause=finished.cause,
+        result={
+            **msgspec.to_builtins(finished),
+            "run_id": state.run_id,
+            "trace_id": state.trace_id,
+        },
+        ended_at=time.time(),
+    )
