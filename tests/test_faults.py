@@ -21,9 +21,10 @@ from actors.tools import Tool, ToolContext, default_registry
 from bus import ExitReason
 from orchestrator.config import Config, ModelSettings
 from orchestrator.result import RunResult
-from orchestrator.runtime import Runtime
+from orchestrator.runtime import RunSpec, Runtime
 from orchestrator.scenario_runs import run_scenario, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
+from tests.test_llm_caller import FakeServer, chunk, open_fake_server
 
 COMPLETED = {s.name: s for s in shipped_scenarios()}["completed"]
 FAST_RETRIES = ModelSettings(backoff_base_seconds=0.01, backoff_cap_seconds=0.05)
@@ -361,3 +362,64 @@ exit_reason = "aborted_streaming"
     )
     assert "time" in result.detail.lower(), result.detail
     assert beside.exit_reason is ExitReason.COMPLETED
+
+
+# Rows the simulator cannot script: a loopback server that sends exactly these frames.
+
+ROLE = chunk({"role": "assistant", "content": ""})
+USAGE = chunk(usage={"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10})
+
+
+def _answer(text: str, *, usage: bool = True) -> list[Any]:
+    frames: list[Any] = [ROLE, chunk({"content": text}), chunk({}, finish="stop")]
+    return [*frames, USAGE] if usage else frames
+
+
+async def _run_against(fake: FakeServer, runs: int = 2) -> list[RunResult]:
+    async with open_fake_server(fake) as url:
+        endpoint = msgspec.structs.replace(FAST_RETRIES, base_url=url, model="m")
+        async with Runtime(Config(model=endpoint)) as runtime:
+            with anyio.fail_after(30):
+                return [await runtime.run(RunSpec(task="Say hi.")) for _ in range(runs)]
+
+
+@pytest.mark.asyncio
+async def test_a_malformed_sse_chunk_is_retried() -> None:
+    broken = [ROLE, "data: {this is not json\n\n"]
+    fake = FakeServer(broken, _answer("Hi there."))
+    first, second = await _run_against(fake)
+    assert (first.exit_reason, first.cause) == (ExitReason.COMPLETED, "model.end_turn")
+    assert first.output == "Hi there."  # nothing of the broken attempt leaked into it
+    assert second.exit_reason is ExitReason.COMPLETED
+    assert len(fake.requests) == 3  # one broken attempt, then one per run
+
+
+@pytest.mark.asyncio
+async def test_an_empty_choices_list_is_a_broken_stream_retried_then_given_up() -> None:
+    fake = FakeServer([chunk(), USAGE])
+    first, second = await _run_against(fake)
+    for result in (first, second):
+        assert (result.exit_reason, result.cause) == (
+            ExitReason.ABORTED_STREAMING,
+            "model.unavailable",
+        )
+        assert "without a finish reason" in result.detail
+        assert result.output == ""
+    assert len(fake.requests) == 2 * FAST_RETRIES.max_attempts  # the runtime kept serving
+
+
+@pytest.mark.asyncio
+async def test_an_empty_choices_list_once_then_an_answer_completes() -> None:
+    fake = FakeServer([chunk(), USAGE], _answer("Hi there."))
+    first, _ = await _run_against(fake)
+    assert (first.exit_reason, first.output) == (ExitReason.COMPLETED, "Hi there.")
+
+
+@pytest.mark.asyncio
+async def test_usage_missing_from_the_reply_is_estimated_and_says_so() -> None:
+    fake = FakeServer(_answer("Hi there, a few words.", usage=False))
+    first, _ = await _run_against(fake)
+    assert (first.exit_reason, first.cause) == (ExitReason.COMPLETED, "model.end_turn")
+    assert first.usage.estimated
+    assert first.usage.completion_tokens > 0
+    assert first.usage.prompt_tokens > 0
