@@ -27,7 +27,7 @@ from typing import Any, Final, Literal, Protocol, Self
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CollectorRegistry
 
 from actors.budget_monitor import BudgetMonitor
@@ -51,7 +51,7 @@ from orchestrator.result import RunResult
 from orchestrator.scenario_tools import scripted_tool_from
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 
-__all__ = ["RunHandle", "RunJournal", "RunSpec", "Runtime", "StartPoint"]
+__all__ = ["ModelActor", "RunHandle", "RunJournal", "RunSpec", "Runtime", "StartPoint"]
 
 logger = logging.getLogger("loopfuse.runtime")
 
@@ -118,6 +118,13 @@ class RunJournal(Protocol):
     def checkpoint(self, checkpoint: RunCheckpoint) -> None: ...
 
 
+class ModelActor(Protocol):
+    """An actor that answers :class:`bus.ModelRequest` in place of the LLM caller (e.g. the
+    in-process scripted model of ``bench``)."""
+
+    async def run(self, *, task_status: TaskStatus[None] = ...) -> None: ...
+
+
 class RunHandle:
     """A run that was started: follow its events, abort it, await its result."""
 
@@ -166,8 +173,12 @@ class Runtime:
         keep_finished_runs: int = KEEP_FINISHED_RUNS,
         hook_functions: Mapping[str, HookFunction] | None = None,
         metrics_registry: CollectorRegistry | None = None,
+        model_actor: Callable[[Bus], ModelActor] | None = None,
     ) -> None:
+        """:param model_actor: builds the actor that answers model requests on this
+        runtime's bus, instead of the LLM caller (no endpoint, no simulator)."""
         self.config = config or Config()
+        self._model_actor = model_actor
         self._journal = journal
         self._keep_finished_runs = keep_finished_runs
         self.bus = Bus()
@@ -212,14 +223,18 @@ class Runtime:
         await stack.__aenter__()
         try:
             self.base_url = self.config.model.base_url
-            if self.base_url is None:
+            if self.base_url is None and self._model_actor is None:
                 served = {s.name: s for s in (*shipped_scenarios(), *self._extra_scenarios)}
                 self.metrics.add_models(served)  # the simulator's models are scenario names
                 self.metrics.add_tools(t.name for s in served.values() for t in s.tools)
                 simulator = await stack.enter_async_context(open_simulator(served.values()))
                 self.base_url = simulator.base_url
             self._tg = await stack.enter_async_context(anyio.create_task_group())
-            endpoint = self._endpoint(self.base_url)
+            model: ModelActor = (
+                self._model_actor(self.bus)
+                if self._model_actor is not None
+                else LLMCaller(self.bus, self._endpoint(self.base_url or ""))
+            )
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             self.context_gatekeeper = ContextGatekeeper(self.bus, self._context_policies.get)
             actors = (
@@ -230,7 +245,7 @@ class Runtime:
                 ProgressReporter(self.bus),
                 ToolExecutor(self.bus, self.tools),
                 self.context_gatekeeper,
-                LLMCaller(self.bus, endpoint),
+                model,
                 self.hook_runner,
             )
             for actor in actors:
