@@ -12,23 +12,24 @@ recovers the runs that were active.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Final, TextIO
 
 import anyio
 import uvicorn
-from anyio.abc import TaskStatus
 
 from orchestrator.config import Config
 from orchestrator.daemon.app import create_app
 from orchestrator.daemon.lifespan import Daemon
+from orchestrator.serving import serve_on
 from orchestrator.sim import Scenario
 
 __all__ = ["RunningDaemon", "open_daemon", "serve_daemon"]
@@ -51,41 +52,6 @@ class RunningDaemon:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
-
-
-class _Server(uvicorn.Server):
-    """uvicorn that reports its start and leaves signals to the caller."""
-
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_started = on_started
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self._on_started()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
-async def _serve(
-    config: uvicorn.Config,
-    sock: socket.socket,
-    *,
-    task_status: TaskStatus[_Server] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    server: _Server
-
-    def started() -> None:
-        task_status.started(server)
-
-    server = _Server(config, started)
-    with anyio.CancelScope(shield=True):  # only should_exit stops it: shutdown completes
-        await server.serve(sockets=[sock])
-    if not server.started:
-        raise RuntimeError(f"the daemon failed to start on {sock.getsockname()}")
 
 
 @contextlib.asynccontextmanager
@@ -114,7 +80,7 @@ async def open_daemon(
         )
         running = RunningDaemon(host=host, port=sock.getsockname()[1], daemon=daemon)
         async with anyio.create_task_group() as tg:
-            server = await tg.start(_serve, uv_config, sock)
+            server = await tg.start(functools.partial(serve_on, name="daemon"), uv_config, sock)
             try:
                 yield running
             finally:

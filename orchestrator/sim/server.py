@@ -8,8 +8,9 @@ The server never installs signal handlers: the caller owns Ctrl-C and cancellati
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
-from collections.abc import AsyncIterator, Callable, Generator, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -17,6 +18,7 @@ import anyio
 import uvicorn
 from anyio.abc import TaskStatus
 
+from orchestrator.serving import serve_on
 from orchestrator.sim.app import make_app
 from orchestrator.sim.scenario import Scenario
 
@@ -38,23 +40,6 @@ class RunningSimulator:
         return f"http://{self.host}:{self.port}/v1"
 
 
-class _Server(uvicorn.Server):
-    """A uvicorn server that reports its start and leaves signal handling to the caller."""
-
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_started = on_started
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self._on_started()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 @contextlib.asynccontextmanager
 async def open_simulator(
     scenarios: Iterable[Scenario], *, host: str = "127.0.0.1", port: int = 0
@@ -73,7 +58,7 @@ async def open_simulator(
         running = RunningSimulator(host=host, port=sock.getsockname()[1])
         error: BaseException | None = None
         async with anyio.create_task_group() as tg:
-            server = await tg.start(_serve, config, sock)
+            server = await tg.start(functools.partial(serve_on, name="simulator"), config, sock)
             try:
                 yield running
             except BaseException as exc:  # re-raised below, outside the task group
@@ -102,22 +87,3 @@ async def serve_simulator(
         print(f"loopfuse simulator on {running.base_url} serving {names}", flush=True)
         task_status.started(running)
         await anyio.sleep_forever()
-
-
-async def _serve(
-    config: uvicorn.Config,
-    sock: socket.socket,
-    *,
-    task_status: TaskStatus[_Server] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run the server; only ``should_exit`` stops it, so shutdown always completes."""
-    server: _Server
-
-    def started() -> None:
-        task_status.started(server)
-
-    server = _Server(config, started)
-    with anyio.CancelScope(shield=True):
-        await server.serve(sockets=[sock])
-    if not server.started:
-        raise RuntimeError(f"the simulator failed to start on {sock.getsockname()}")

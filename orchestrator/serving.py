@@ -1,0 +1,56 @@
+"""uvicorn inside an anyio task group, for the daemon and the simulator alike.
+
+The server reports its start (so ``await tg.start(serve_on, …)`` returns the running
+server) and never installs signal handlers: the caller owns Ctrl-C, SIGTERM and
+cancellation. Only ``server.should_exit`` stops it, so its shutdown always completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Callable, Generator
+
+import anyio
+import uvicorn
+from anyio.abc import TaskStatus
+
+__all__ = ["QuietServer", "serve_on"]
+
+
+class QuietServer(uvicorn.Server):
+    """A uvicorn server that reports its start and leaves signal handling to the caller."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._on_started()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def serve_on(
+    config: uvicorn.Config,
+    sock: socket.socket,
+    *,
+    name: str,
+    task_status: TaskStatus[QuietServer] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``config``'s app on ``sock`` until ``should_exit`` is set on the server that
+    ``task_status`` receives; raises if it could not start (``name`` says what)."""
+    server: QuietServer
+
+    def started() -> None:
+        task_status.started(server)
+
+    server = QuietServer(config, started)
+    with anyio.CancelScope(shield=True):
+        await server.serve(sockets=[sock])
+    if not server.started:
+        raise RuntimeError(f"the {name} failed to start on {sock.getsockname()}")
