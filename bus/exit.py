@@ -81,6 +81,9 @@ CAUSES: Final[dict[str, str]] = {
     "loop.content": "The model repeated its own text; lower temperature or change the prompt.",
     "loop.cache_hits": "The model re-asked for a result it already had; tell it the result.",
     "internal.error": "loopfuse failed inside this run; report it with the run's trace id.",
+    "stage.output_rejected": (
+        "A stage's output failed its checks after every retry; try a stronger model for it."
+    ),
     # blocking_limit / prompt_too_long
     "context.blocking_limit": (
         "The prompt would not fit the context window; use a larger window or shorter inputs."

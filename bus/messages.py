@@ -168,6 +168,9 @@ class Progress(Message, frozen=True, kw_only=True):
     total: int
     status: ProgressStatus
     detail: str = ""
+    tokens: int = 0
+    """Tokens the run used so far (pipelines report it at every stage boundary)."""
+    elapsed_seconds: float = 0.0
 
 
 # --------------------------------------------------------------------------- model calls

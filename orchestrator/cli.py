@@ -7,6 +7,7 @@
     loopfuse run --base-url URL --model M --task TEXT [--folder DIR] [--json]
     loopfuse sim [--host H] [--port P] [--scenario PATH ...]
     loopfuse scenarios                          list the shipped scenarios
+    loopfuse report DIR --goal TEXT [--format markdown|latex] [--out PATH]
     loopfuse serve [--host H] [--port P]        the daemon: HTTP API, SSE, /metrics
     loopfuse runs [--status S] [--json]         the daemon's runs
     loopfuse watch ID [--after N] [--json]      follow a run's events live
@@ -64,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--scenario", action="append", default=[], help="extra scenario files")
 
     commands.add_parser("scenarios", help="list the shipped scenarios")
+
+    report = commands.add_parser("report", help="explore a data folder and write a report")
+    report.add_argument("folder", metavar="DIR", help="the data folder to report on")
+    report.add_argument("--goal", required=True, help="what the report should cover")
+    report.add_argument("--format", choices=("markdown", "latex"), default="markdown")
+    report.add_argument("--out", help="the report's path (default: report.md / report.tex)")
+    report.add_argument("--reflect", type=int, default=1, help="reflect rounds (default 1)")
+    report.add_argument("--json", action="store_true", help="print the result as JSON")
     add_daemon_commands(commands)
     return parser
 
@@ -79,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return anyio.run(_demo, config, args.json)
             case "run":
                 return anyio.run(_run, config, args)
+            case "report":
+                from orchestrator.report.command import run_report_command
+
+                return anyio.run(run_report_command, config, args, _follow)
             case "sim":
                 scenarios = [*shipped_scenarios(), *(find_scenario(p) for p in args.scenario)]
                 anyio.run(serve_simulator, scenarios, args.host, args.port)

@@ -41,7 +41,7 @@ from actors.loop_monitor import LoopMonitor
 from actors.progress_reporter import ProgressReporter
 from actors.tool_executor import ToolExecutor
 from actors.tools import ToolRegistry, default_registry
-from bus import AbortRequested, Bus, Message
+from bus import AbortRequested, Bus, ChatMessage, Message
 from orchestrator.conductor import Conductor, RunCheckpoint, RunInputs
 from orchestrator.config import Config, context_policy, merge_loop_overrides, run_settings
 from orchestrator.errors import ConfigError, RuntimeClosedError
@@ -96,6 +96,10 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     overrides: dict[str, Any] = {}
     run_id: str | None = None
     trace_id: str | None = None
+    history: tuple[ChatMessage, ...] = ()
+    """Earlier turns between the system prompt and the task (pipeline retries, revisions)."""
+    stage: str = "agent"
+    plan: tuple[str, ...] = ("agent",)
 
 
 class StartPoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -351,6 +355,9 @@ class Runtime:
             on_checkpoint=self._journal.checkpoint if self._journal is not None else None,
             task=spec.task,
             system=spec.system,
+            history=spec.history,
+            stage=spec.stage,
+            plan=spec.plan,
             folder=spec.folder or self.config.tools.folder,
             settings=settings,
             tool_specs=tool_specs,
@@ -377,6 +384,54 @@ class Runtime:
     async def run(self, spec: RunSpec) -> RunResult:
         """Start ``spec`` and wait for its result."""
         return await (await self.start(spec)).result()
+
+    async def start_pipeline(
+        self,
+        body: Callable[[str], Awaitable[RunResult]],
+        *,
+        run_id: str | None = None,
+        on_finished: Callable[[], object] | None = None,
+    ) -> RunHandle:
+        """Start a pipeline run: ``body(run_id)`` runs its stages (each agent stage a run of
+        its own, ``RUN.STAGE``) and returns the pipeline's result. It takes no run slot of its
+        own (its stage runs do). See :mod:`orchestrator.pipeline`.
+
+        :raises RuntimeClosedError: the runtime is not running.
+        """
+        if self._tg is None or self._stack is None:
+            raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
+        run_id = run_id or uuid.uuid4().hex
+        if run_id in self._handles:
+            raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
+        handle = RunHandle(self, run_id, run_id)
+        self._handles[run_id] = handle
+        self.event_log.open_run(run_id)
+        self._active += 1
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._tg.start_soon(
+            self._run_pipeline, handle, body, on_finished, name=f"pipeline {run_id}"
+        )
+        return handle
+
+    async def _run_pipeline(
+        self,
+        handle: RunHandle,
+        body: Callable[[str], Awaitable[RunResult]],
+        on_finished: Callable[[], object] | None,
+    ) -> None:
+        try:
+            handle.status = "running"
+            handle._result = await body(handle.run_id)
+            handle.trace_id = handle._result.trace_id
+        finally:
+            if on_finished is not None:
+                on_finished()
+            handle.status = "finished"
+            handle._done.set()
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+            self._retire(handle.run_id)
 
     def add_scenario_tools(self, scenario: Scenario) -> tuple[str, ...]:
         """Register ``scenario``'s scripted tools (once) and return their names.

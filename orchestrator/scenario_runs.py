@@ -61,6 +61,12 @@ async def start_scenario(
     root = Path(folder.name)
     try:
         _write_folder(root, scenario.folder)
+        if scenario.pipeline is not None:
+            from orchestrator.report.scenario import start_pipeline_scenario
+
+            return await start_pipeline_scenario(
+                runtime, scenario, root, run_id=run_id, on_finished=folder.cleanup
+            )
         overrides: dict[str, Any] = {"model": scenario.name, **scenario.config}
         scripted = runtime.add_scenario_tools(scenario)
         if scripted:

@@ -64,6 +64,7 @@ class Conductor(FinalAnswer):
         if not self._transcript:  # not resumed from a checkpoint that has one
             if self._in.system:
                 self._transcript.append(ChatMessage(role="system", content=self._in.system))
+            self._transcript.extend(self._in.history)
             self._transcript.append(ChatMessage(role="user", content=self._in.task))
         while (early := self._inbox.receive_nowait()) is not None:  # e.g. aborted while queued
             self._control(early)

@@ -58,6 +58,9 @@ class RunInputs:
     folder: str | None = None
     stage: str = "agent"
     plan: tuple[str, ...] = ("agent",)
+    history: tuple[ChatMessage, ...] = ()
+    """Earlier turns placed between the system prompt and the task (a pipeline stage's
+    retry or revision round goes on from its previous reply)."""
     resume: RunCheckpoint | None = None
     """Go on after this checkpoint's turn (its transcript) instead of starting afresh;
     an empty transcript starts from the task, still marked as resumed."""

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from orchestrator.sim import wire
 from orchestrator.sim.responses import DropConnection, EventStream, TruncatedResponse
-from orchestrator.sim.scenario import Fault, Scenario, Step
+from orchestrator.sim.scenario import MAIN_TRACK, Fault, Scenario, Step
 from orchestrator.sim.script import AttemptCounter, fault_for, locate, step_at
 
 __all__ = ["RUN_ID_HEADER", "make_app"]
@@ -93,7 +93,12 @@ class _Player:
             req = _DECODER.decode(body)
         except msgspec.DecodeError as exc:
             return _error(400, f"Invalid request body: {exc}", code="invalid_request_body")
-        scenario = self._scenarios.get(req.model)
+        scenario, track = self._scenarios.get(req.model), MAIN_TRACK
+        if scenario is None and "/" in req.model:  # a pipeline stage: SCENARIO/TRACK
+            name, _, track = req.model.partition("/")
+            scenario = self._scenarios.get(name)
+            if scenario is not None and track not in scenario.tracks:
+                scenario = None
         if scenario is None:
             message = f"The model `{req.model}` does not exist or you do not have access to it."
             return _error(404, message, code="model_not_found")
@@ -102,7 +107,8 @@ class _Player:
         if window is not None and prompt_tokens > window:
             overflow = Fault(kind="context_length", shape=scenario.context_error)
             return _context_error(overflow, prompt_tokens, window)
-        position = locate(scenario, ((m.role, _text(m.content)) for m in req.messages))
+        messages = ((m.role, _text(m.content)) for m in req.messages)
+        position = locate(scenario, messages, track=track)
         step = step_at(scenario, position)
         if step is None:
             message = (

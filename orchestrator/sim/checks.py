@@ -145,7 +145,7 @@ def _check_branches(scenario: Scenario) -> Iterator[Problem]:
             yield f"{at}.nth", "must be at least 1"
         targets.add(branch.track)
     for name in scenario.tracks:
-        if name not in targets:
+        if name not in targets and scenario.pipeline is None:  # a pipeline's stages play tracks
             yield f"tracks.{name}", "no branch switches to this track"
 
 

@@ -214,6 +214,13 @@ class AbortTrigger(_Spec, frozen=True, kw_only=True):
     detail: str = ""
 
 
+class PipelineSpec(_Spec, frozen=True, kw_only=True):
+    """``[pipeline]``: the pipeline a scenario runs (``name``) and its ``options``."""
+
+    name: str
+    options: dict[str, Any] = {}
+
+
 class Scenario(_Spec, frozen=True, kw_only=True):
     """One scripted model plus the run around it; ``name`` is the model name to request."""
 
@@ -230,6 +237,9 @@ class Scenario(_Spec, frozen=True, kw_only=True):
     context_window: int | None = None
     context_error: ErrorShape = "openai"
     abort: AbortTrigger | None = None
+    pipeline: PipelineSpec | None = None
+    """Run this pipeline instead of one agent run; each agent stage asks for model
+    ``NAME/STAGE`` and plays the track named after the stage."""
     expect: Expect
 
     def track(self, name: str) -> tuple[Step, ...]:

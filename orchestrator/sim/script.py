@@ -42,9 +42,12 @@ class Position(NamedTuple):
     replies: int
 
 
-def locate(scenario: Scenario, messages: Iterable[tuple[str, str]]) -> Position:
-    """The position for a conversation given as ``(role, text)`` pairs."""
-    track, start, assistants = MAIN_TRACK, 0, 0
+def locate(
+    scenario: Scenario, messages: Iterable[tuple[str, str]], *, track: str = MAIN_TRACK
+) -> Position:
+    """The position for a conversation given as ``(role, text)`` pairs, starting on
+    ``track`` (a pipeline stage's model ``SCENARIO/TRACK`` starts on ``TRACK``)."""
+    start, assistants = 0, 0
     seen: Counter[str] = Counter()
     for role, text in messages:
         if role == "assistant":

@@ -1,0 +1,243 @@
+"""The stage runner: runs a pipeline's stages one after another under one run id.
+
+Every stage is announced with a :class:`bus.Progress` event carrying ``index`` of ``total``
+from the plan (known before the first stage runs), under the stage's own name. An agent
+stage runs its model loops through the runtime (one conductor run per attempt, run id
+``RUN.STAGE`` or ``RUN.STAGE.N``) with the stage's own settings; its stop policy decides
+what a stop means. Stages that never run are reported as skipped, and the last event
+reaches 100%. One ``RunFinished`` ends the pipeline run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from bus import (
+    ChatMessage,
+    ExitReason,
+    Progress,
+    ProgressStatus,
+    RunFinished,
+    Usage,
+    cause_hint,
+    outcome_of,
+)
+from orchestrator.pipeline.config import AgentStage, PipelineConfig, Stage
+from orchestrator.pipeline.plan import plan_of
+from orchestrator.result import RunResult
+from orchestrator.runtime import RunSpec, Runtime
+
+__all__ = ["PipelineRun", "StageContext", "StageHandler", "StageOutcome", "run_pipeline"]
+
+logger = logging.getLogger("loopfuse.pipeline")
+
+
+class StageFailed(Exception):
+    """Raised by a stage handler: the stage cannot go on (``cause`` is from ``bus.CAUSES``)."""
+
+    def __init__(self, reason: ExitReason, cause: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.cause = cause
+        self.detail = detail
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageOutcome:
+    """What a stage handler reports: a one-line detail, the agent run that stopped the stage
+    (its policy applies), and later stages it makes unnecessary (reported as skipped)."""
+
+    detail: str = ""
+    stopped: RunResult | None = None
+    skip: tuple[str, ...] = ()
+
+
+@dataclass
+class PipelineRun:
+    """The state of one pipeline run, shared by its stages (``data`` carries their outputs)."""
+
+    run_id: str
+    trace_id: str
+    folder: str | None
+    plan: tuple[str, ...]
+    data: dict[str, object] = field(default_factory=dict)
+    results: list[RunResult] = field(default_factory=list)
+    degraded_by: list[str] = field(default_factory=list)
+    output: str = ""
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for result in self.results:
+            total = total + result.usage
+        return total
+
+
+@dataclass
+class StageContext:
+    """What a stage handler gets: the run, its stage, and a way to run agent attempts."""
+
+    runtime: Runtime
+    run: PipelineRun
+    stage: Stage
+    attempts: int = 0
+
+    async def run_agent(
+        self, task: str, *, system: str | None = None, history: tuple[ChatMessage, ...] = ()
+    ) -> RunResult:
+        """Run one model loop with this (agent) stage's settings and return its result."""
+        stage = self.stage
+        assert isinstance(stage, AgentStage), f"stage {stage.name} is not an agent stage"
+        self.attempts += 1
+        suffix = "" if self.attempts == 1 else f".{self.attempts}"
+        result = await self.runtime.run(
+            RunSpec(
+                task=task,
+                system=system,
+                folder=self.run.folder,
+                overrides=dict(stage.overrides),
+                run_id=f"{self.run.run_id}.{stage.name}{suffix}",
+                trace_id=self.run.trace_id,
+                history=history,
+                stage=stage.name,
+                plan=self.run.plan,
+            )
+        )
+        self.run.results.append(result)
+        return result
+
+
+StageHandler = Callable[[StageContext], Awaitable[StageOutcome]]
+
+
+async def run_pipeline(
+    runtime: Runtime,
+    config: PipelineConfig,
+    handlers: Mapping[str, StageHandler],
+    *,
+    run_id: str | None = None,
+    folder: str | None = None,
+    data: Mapping[str, object] | None = None,
+) -> RunResult:
+    """Run ``config``'s stages in order with ``handlers`` (one per stage name).
+
+    :raises ValueError: a stage has no handler.
+    """
+    missing = [s.name for s in config.stages if s.name not in handlers]
+    if missing:
+        raise ValueError(f"pipeline {config.name!r}: no handler for stages {', '.join(missing)}")
+    run = PipelineRun(
+        run_id=run_id or uuid.uuid4().hex,
+        trace_id=uuid.uuid4().hex,
+        folder=folder,
+        plan=plan_of(config),
+        data=dict(data or {}),
+    )
+    runtime.event_log.open_run(run.run_id)
+    reason, cause, detail = ExitReason.COMPLETED, "model.end_turn", "Every stage ran."
+    skipped: set[str] = set()
+    for index, stage in enumerate(config.stages, start=1):
+        if stage.name in skipped:
+            _progress(runtime, run, stage.name, index, "skipped", "not needed")
+            continue
+        _progress(runtime, run, stage.name, index, "started", "")
+        context = StageContext(runtime=runtime, run=run, stage=stage)
+        try:
+            outcome = await handlers[stage.name](context)
+        except StageFailed as failed:
+            reason, cause, detail = failed.reason, failed.cause, failed.detail
+            _progress(runtime, run, stage.name, index, "finished", f"failed: {detail}")
+            _skip_rest(runtime, run, config, index)
+            break
+        except Exception as exc:
+            logger.exception("stage %s of run %s failed", stage.name, run.run_id)
+            reason, cause = ExitReason.HOOK_STOPPED, "internal.error"
+            detail = f"stage {stage.name} failed: {exc!r}"
+            _progress(runtime, run, stage.name, index, "finished", f"failed: {detail}")
+            _skip_rest(runtime, run, config, index)
+            break
+        skipped.update(outcome.skip)
+        stop = outcome.stopped
+        if stop is not None and isinstance(stage, AgentStage) and stage.on_stop == "fail":
+            reason, cause = stop.exit_reason, stop.cause
+            detail = f"stage {stage.name} stopped: {stop.detail}"
+            _progress(runtime, run, stage.name, index, "finished", detail)
+            _skip_rest(runtime, run, config, index)
+            break
+        if stop is not None:
+            run.degraded_by.append(f"{stage.name} ({stop.exit_reason.value}: {stop.cause})")
+        _progress(runtime, run, stage.name, index, "finished", outcome.detail)
+    if reason is ExitReason.COMPLETED and run.degraded_by:
+        detail = f"Every stage ran; degraded by {', '.join(run.degraded_by)}."
+    result = _result(run, reason, cause, detail)
+    await runtime.bus.publish(
+        RunFinished(
+            run_id=run.run_id,
+            exit_reason=result.exit_reason,
+            cause=result.cause,
+            outcome=result.outcome,
+            detail=result.detail,
+            hint=result.hint,
+            turns=result.turns,
+            llm_requests=result.llm_requests,
+            tool_calls=result.tool_calls,
+            usage=result.usage,
+            degraded=result.degraded,
+        )
+    )
+    return result
+
+
+def _skip_rest(runtime: Runtime, run: PipelineRun, config: PipelineConfig, index: int) -> None:
+    for later, stage in enumerate(config.stages[index:], start=index + 1):
+        _progress(runtime, run, stage.name, later, "skipped", "not reached")
+
+
+def _progress(
+    runtime: Runtime,
+    run: PipelineRun,
+    stage: str,
+    index: int,
+    status: ProgressStatus,
+    detail: str,
+) -> None:
+    runtime.bus.publish_nowait(
+        Progress(
+            run_id=run.run_id,
+            stage=stage,
+            index=index,
+            total=len(run.plan),
+            status=status,
+            detail=detail,
+            tokens=run.usage.total_tokens,
+            elapsed_seconds=round(time.monotonic() - run.started, 3),
+        )
+    )
+
+
+def _result(run: PipelineRun, reason: ExitReason, cause: str, detail: str) -> RunResult:
+    outcome = outcome_of(reason)
+    return RunResult(
+        run_id=run.run_id,
+        trace_id=run.trace_id,
+        exit_reason=reason,
+        cause=cause,
+        outcome=outcome,
+        detail=detail,
+        hint=cause_hint(cause),
+        turns=sum(r.turns for r in run.results),
+        llm_requests=sum(r.llm_requests for r in run.results),
+        tool_calls=sum(r.tool_calls for r in run.results),
+        usage=run.usage,
+        output=run.output,
+        incomplete=False,
+        degraded=bool(run.degraded_by),
+        nudges=sum(r.nudges for r in run.results),
+        trace=tuple(e for r in run.results for e in r.trace),
+        call_log=tuple(e for r in run.results for e in r.call_log),
+    )
