@@ -346,6 +346,9 @@ class ToolExecutor:
     # ------------------------------------------------------------------ calls
 
     async def _run_batch(self, run: _Run, batch: _Batch) -> None:
+        if len(batch.slots) == 1:
+            await self._run_single(run, batch)
+            return
         try:
             async with anyio.create_task_group() as tg:
                 for slot in batch.slots:
@@ -354,6 +357,17 @@ class ToolExecutor:
                     await slot.done.wait()
                     if slot.result is not None and not batch.silent:
                         await self._bus.publish(slot.result)
+        finally:
+            if batch in run.batches:
+                run.batches.remove(batch)
+
+    async def _run_single(self, run: _Run, batch: _Batch) -> None:
+        """A batch of one call (the common case): run it in this task, no task group."""
+        slot = batch.slots[0]
+        try:
+            await self._run_call(run, batch, slot)
+            if slot.result is not None and not batch.silent:
+                await self._bus.publish(slot.result)
         finally:
             if batch in run.batches:
                 run.batches.remove(batch)
