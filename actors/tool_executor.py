@@ -378,9 +378,13 @@ class ToolExecutor:
             await self._wait_for_leader(run, batch, slot)
             outcome = slot.ready
             if outcome is None:
-                async with batch.limiter:
+                if len(batch.slots) == 1:  # max_parallel_calls >= 1: the limiter never waits
                     started = anyio.current_time()
                     outcome = await self._outcome(run, batch, slot)
+                else:
+                    async with batch.limiter:
+                        started = anyio.current_time()
+                        outcome = await self._outcome(run, batch, slot)
                 self._fill(run, batch, slot, outcome)
             duration = anyio.current_time() - started
             slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
