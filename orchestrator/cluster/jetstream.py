@@ -116,15 +116,22 @@ async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
         return await js.create_key_value(config)
 
 
-async def retrying(what: str, call: Callable[[], Awaitable[T]]) -> T:
+async def retrying(
+    what: str, call: Callable[[], Awaitable[T]], *, attempts: int | None = None
+) -> T:
     """``await call()`` until it succeeds: NATS errors (a restart, a reconnect, a timeout)
-    are retried with backoff; nothing accepted is dropped because NATS was away."""
+    are retried with backoff; nothing accepted is dropped because NATS was away. With
+    ``attempts``, the last error is raised after that many tries."""
     delay = RETRY_FIRST
+    tries = 0
     while True:
+        tries += 1
         try:
             return await call()
         except (nats.errors.Error, TimeoutError) as exc:
             if isinstance(exc, NotFoundError | BadRequestError):  # an answer, not an outage
+                raise
+            if attempts is not None and tries >= attempts:
                 raise
             logger.info("retrying %s: %s", what, type(exc).__name__)
             await anyio.sleep(delay)

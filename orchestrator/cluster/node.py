@@ -66,6 +66,7 @@ logger = logging.getLogger("loopfuse.cluster")
 RUN_HEADER: Final = "Loopfuse-Run-Id"
 CONSUMER: Final = "workers"
 FETCH_SECONDS: Final = 0.5
+ACK_ATTEMPTS: Final = 20
 KEEP_FINISHED_IN_MEMORY: Final = 32
 _REQUEST: Final = msgspec.json.Encoder(order="sorted")
 _FINISHED: Final = msgspec.json.Decoder(RunFinished)
@@ -117,8 +118,14 @@ class ClusterNode:
         self._publisher: EventPublisher | None = None
         self._journal: KvJournal | None = None
         self._live: dict[str, RunHandle] = {}
+        # Deliveries of each run this daemon is running: a run delivered again while it
+        # runs here (its ack lost to a NATS restart) is not started twice, and every
+        # delivery is kept in progress and acknowledged at its end.
+        self._deliveries: dict[str, list[Msg]] = {}
         self._in_flight = 0
         self._slot_freed = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
         self._stopping = False
         self._counts: dict[str, int] = dict.fromkeys(
             (
@@ -319,6 +326,10 @@ class ClusterNode:
         """``run_id``'s events after id ``after``, live until its end (see :mod:`.events`)."""
         return run_events(self.js, self.settings, run_id, after=after)
 
+    async def wait_idle(self) -> None:
+        """Return once this daemon holds no message (every run it took is stored and acked)."""
+        await self._idle.wait()
+
     def statistics(self) -> NodeStatistics:
         return NodeStatistics(
             node=self.name, in_flight=self._in_flight, slots=self.slots, **self._counts
@@ -402,6 +413,7 @@ class ClusterNode:
                 continue
             for msg in messages:
                 self._in_flight += 1
+                self._idle = anyio.Event() if self._idle.is_set() else self._idle
                 tg.start_soon(self._take, msg, tg)
 
     async def _take(self, msg: Msg, tg: TaskGroup) -> None:
@@ -420,8 +432,21 @@ class ClusterNode:
         finally:
             self._in_flight -= 1
             self._slot_freed.set()
+            if self._in_flight == 0:
+                self._idle.set()
 
     async def _own_and_run(self, run_id: str, msg: Msg, tg: TaskGroup) -> None:
+        deliveries = self._deliveries.get(run_id)
+        if deliveries is not None:  # running here already
+            deliveries.append(msg)
+            return
+        self._deliveries[run_id] = deliveries = [msg]
+        try:
+            await self._claim_and_run(run_id, msg, tg)
+        finally:
+            del self._deliveries[run_id]
+
+    async def _claim_and_run(self, run_id: str, msg: Msg, tg: TaskGroup) -> None:
         try:
             state, revision = await self._entry(run_id)
         except ClusterError:
@@ -459,27 +484,32 @@ class ClusterNode:
             extra={"run_id": run_id, "node": self.name, "attempt": mine.attempts},
         )
         progress = anyio.CancelScope()
-        tg.start_soon(self._keep_in_progress, msg, progress)
+        tg.start_soon(self._keep_in_progress, run_id, progress)
         try:
             ended = await self._run(mine, took_over)
         finally:
             progress.cancel()
         if await self._store_end(run_id, ended):
-            await retrying("ack", msg.ack_sync)
             self._counts["finished"] += 1
+            for delivery in self._deliveries[run_id]:
+                try:
+                    await retrying("ack", delivery.ack_sync, attempts=ACK_ATTEMPTS)
+                except (nats.errors.Error, TimeoutError):
+                    pass  # delivered again later: its stored end is then acknowledged
         try:
             await retrying("checkpoint delete", lambda: self.buckets.checkpoints.purge(run_id))
         except NotFoundError:
             pass
 
-    async def _keep_in_progress(self, msg: Msg, scope: anyio.CancelScope) -> None:
+    async def _keep_in_progress(self, run_id: str, scope: anyio.CancelScope) -> None:
         with scope:
             while True:
                 await anyio.sleep(self.settings.ack_wait_seconds / 3)
-                try:
-                    await msg.in_progress()
-                except nats.errors.Error:
-                    pass  # NATS is away; the next beat tries again
+                for delivery in self._deliveries.get(run_id, ()):
+                    try:
+                        await delivery.in_progress()
+                    except nats.errors.Error:
+                        pass  # NATS is away; the next beat tries again
 
     async def _run(self, state: RunState, took_over: bool) -> RunState:
         """Run ``state``'s run to its end; its final state (not yet stored)."""
