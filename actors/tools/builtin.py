@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.tools.figure import figure_tool
 from actors.tools.finish import FinishExploration, finish_exploration
 from actors.tools.fs_list import ListDir, list_dir
 from actors.tools.fs_read import ReadFile, read_file
@@ -14,7 +15,12 @@ __all__ = ["builtin_tools", "default_registry"]
 
 
 def builtin_tools() -> tuple[Tool[Any], ...]:
-    """Fresh instances of the built-in tools."""
+    """Fresh instances of the built-in tools (``make_figure`` only with matplotlib)."""
+    figure = figure_tool()
+    return (*_core_tools(), *((figure,) if figure is not None else ()))
+
+
+def _core_tools() -> tuple[Tool[Any], ...]:
     return (
         Tool(
             "list_dir",

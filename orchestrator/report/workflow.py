@@ -88,7 +88,12 @@ def report_pipeline(options: ReportOptions, probes: Probes) -> PipelineConfig:
             on_stop="degrade",
             overrides={
                 **_model(options, "explore"),
-                "tools": ["list_dir", "read_file", "finish_exploration"],
+                "tools": [
+                    "list_dir",
+                    "read_file",
+                    *(["make_figure"] if probes.matplotlib else []),
+                    "finish_exploration",
+                ],
                 "max_turns": options.explore_max_turns,
                 "loop_preset": options.explore_loop_preset,
             },
