@@ -145,6 +145,11 @@ class RunHandle:
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def abort_requested(self) -> AbortRequested | None:
+        """The abort asked for this run, if any (a pipeline checks it between stages)."""
+        return self._abort
+
     async def result(self) -> RunResult:
         """Wait for the run to end and return its result (never raises for run failures)."""
         await self._done.wait()
@@ -520,3 +525,6 @@ class Runtime:
         handle._abort = AbortRequested(run_id=handle.run_id, source=source, detail=detail)
         if handle.status == "running":
             await self.bus.publish(handle._abort)
+        for child_id, child in list(self._handles.items()):  # a pipeline's stage runs
+            if child_id.startswith(handle.run_id + ".") and not child.done:
+                await self._abort(child, source, detail)

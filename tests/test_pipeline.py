@@ -150,3 +150,58 @@ def test_the_plain_view_prints_one_line_per_event_and_the_live_view_redraws() ->
     assert plain.getvalue() == "3/6 draft finished  50%   0.0s 1,234 tokens\n"
     assert live.getvalue().startswith("\r\x1b[K[############------------] 3/6 draft")
     assert live.getvalue().endswith("\n")
+
+
+SLOW = parse_scenario(
+    """
+task = "unused"
+[pipeline]
+name = "test"
+[[steps]]
+text = "unused"
+[[tracks.work]]
+text = "slow"
+latency = 30
+[expect]
+exit_reason = "aborted_streaming"
+""",
+    source="pipe_slow.toml",
+    name="pipe_slow",
+)
+
+
+@pytest.mark.asyncio
+async def test_aborting_a_pipeline_aborts_its_stage_run_and_skips_the_rest(tmp_path) -> None:
+    config = PipelineConfig(
+        name="t",
+        stages=(
+            AgentStage(name="work", on_stop="degrade", overrides={"model": "pipe_slow/work"}),
+            CodeStage(name="last"),
+        ),
+    )
+    working = anyio.Event()
+
+    async def work(ctx: StageContext) -> StageOutcome:
+        working.set()  # the stage run is registered before this task yields
+        return await _work(ctx)
+
+    handlers = {"work": work, "last": _code}
+    async with Runtime(scenarios=[SLOW]) as runtime:
+        with anyio.fail_after(20):
+            handle = await runtime.start_pipeline(
+                lambda run_id: run_pipeline(
+                    runtime, config, handlers, run_id=run_id, folder=str(tmp_path)
+                )
+            )
+            await working.wait()
+            await handle.abort("stop it")
+            result = await handle.result()
+            stage_run = runtime.handle(f"{handle.run_id}.work")
+            assert stage_run is not None
+            stage_result = await stage_run.result()
+            events = runtime.event_log.events(handle.run_id)
+    assert stage_result.cause == result.cause == "abort.caller"  # not degraded: aborted
+    assert result.exit_reason is stage_result.exit_reason
+    assert not result.degraded
+    progress = [e for e in events if isinstance(e, Progress)]
+    assert [(p.stage, p.status) for p in progress][-1] == ("last", "skipped")

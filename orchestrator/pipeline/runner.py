@@ -93,6 +93,14 @@ class StageContext:
         """Run one model loop with this (agent) stage's settings and return its result."""
         stage = self.stage
         assert isinstance(stage, AgentStage), f"stage {stage.name} is not an agent stage"
+        pipeline = self.runtime.handle(self.run.run_id)
+        abort = pipeline.abort_requested if pipeline is not None else None
+        if abort is not None:
+            reason = ExitReason.ABORTED_TOOLS
+            cause = {"crash": "abort.crash", "shutdown": "abort.shutdown"}.get(
+                abort.source, "abort.caller"
+            )
+            raise StageFailed(reason, cause, abort.detail or "The run was aborted.")
         self.attempts += 1
         suffix = "" if self.attempts == 1 else f".{self.attempts}"
         result = await self.runtime.run(
@@ -109,6 +117,8 @@ class StageContext:
             )
         )
         self.run.results.append(result)
+        if result.cause.startswith("abort."):  # the run was aborted: no stage goes on
+            raise StageFailed(result.exit_reason, result.cause, result.detail)
         return result
 
 
