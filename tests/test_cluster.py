@@ -372,3 +372,56 @@ async def test_a_nats_restart_during_runs_loses_nothing_accepted(
                 state = await nodes[0].state(run_id)
                 assert state.exit_reason == "completed", state
             assert_each_ended_once(await all_events(nodes[0]), run_ids)
+
+
+@pytest.mark.asyncio
+async def test_fleet_metrics_come_from_one_daemon_and_node_metrics_sum(
+    server: NatsServer,
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from orchestrator.cluster.metrics import FleetCollector, NodeCollector
+
+    def scrape(registry: CollectorRegistry) -> dict[str, float]:
+        text = generate_latest(registry).decode()
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
+
+    async with fleet(settings_for(server), 2, pull=False) as nodes:
+        with anyio.fail_after(30):
+            registries, collectors = [], []
+            for node in nodes:
+                registry = CollectorRegistry()
+                registry.register(NodeCollector(node))
+                collector = FleetCollector(node)
+                registry.register(collector)
+                registries.append(registry)
+                collectors.append(collector)
+            for i in range(5):
+                await nodes[i % 2].submit(RunRequest(scenario="completed"))
+            await nodes[0].submit(RunRequest(scenario="completed", idempotency_key="k"))
+            await nodes[1].submit(RunRequest(scenario="completed", idempotency_key="k"))
+            for collector in collectors:
+                await collector.refresh()
+            scrapes = [scrape(registry) for registry in registries]
+            assert sorted(s["loopfuse_cluster_fleet_reporter"] for s in scrapes) == [0, 1]
+            reporter = next(s for s in scrapes if s["loopfuse_cluster_fleet_reporter"] == 1)
+            other = next(s for s in scrapes if s["loopfuse_cluster_fleet_reporter"] == 0)
+            assert reporter["loopfuse_cluster_fleet_queue_depth_runs"] == 6  # no daemon pulls
+            assert reporter["loopfuse_cluster_fleet_live_nodes"] == 2
+            assert "loopfuse_cluster_fleet_queue_depth_runs" not in other
+            total = sum(s["loopfuse_cluster_node_submitted_runs_total"] for s in scrapes)
+            assert total == 6
+            duplicates = sum(
+                s["loopfuse_cluster_node_duplicate_submissions_total"] for s in scrapes
+            )
+            assert duplicates == 1
+            for collector in collectors:  # the lease stays where it is
+                await collector.refresh()
+            assert [c.reporting for c in collectors] == [
+                s["loopfuse_cluster_fleet_reporter"] == 1 for s in scrapes
+            ]

@@ -24,10 +24,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scenario", action="append", default=[], help="a scenario file")
     parser.add_argument("--ack-wait", type=float, default=30.0, help="seconds")
     parser.add_argument("--node-ttl", type=float, default=15.0, help="seconds")
+    parser.add_argument(
+        "--prefix", default=None, help="a separate fleet on the same NATS (names derive from it)"
+    )
     args = parser.parse_args(argv)
     settings = ClusterSettings(
-        nats_url=args.nats, ack_wait_seconds=args.ack_wait, node_ttl_seconds=args.node_ttl
+        nats_url=args.nats,
+        ack_wait_seconds=args.ack_wait,
+        node_ttl_seconds=args.node_ttl,
     )
+    if args.prefix:
+        settings = settings.named(args.prefix)
     scenarios = [find_scenario(path) for path in args.scenario]
     node = ClusterNode(Config(), settings, name=args.name, scenarios=scenarios)
 

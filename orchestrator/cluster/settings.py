@@ -38,6 +38,19 @@ class ClusterSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     events_max_age_seconds: _Positive = 86400.0
     node_ttl_seconds: _Positive = 15.0
 
+    def named(self, fleet: str) -> ClusterSettings:
+        """These settings with every subject, stream and bucket name derived from ``fleet``
+        (several fleets on one NATS)."""
+        return msgspec.structs.replace(
+            self,
+            subject_prefix=fleet,
+            runs_stream=f"{fleet.upper()}_RUNS",
+            events_stream=f"{fleet.upper()}_EVENTS",
+            state_bucket=f"{fleet}_runstate",
+            checkpoint_bucket=f"{fleet}_checkpoints",
+            nodes_bucket=f"{fleet}_nodes",
+        )
+
     @property
     def submit_subject(self) -> str:
         return f"{self.subject_prefix}.submit"
