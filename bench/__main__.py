@@ -111,6 +111,11 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
     figures["ratio_vs_guard"] = figures["loopfuse_us_per_turn"] / figures["guard_us_per_turn"]
     figures["us_per_turn_runs_of_20_turns"] = cpu_of("loopfuse", "history_20")
     figures["us_per_turn_runs_of_200_turns"] = cpu_of("loopfuse", "history_200")
+    # turns 21..200 alone: what the 180 later turns of a run cost beyond its first 20
+    figures["us_per_turn_21_to_200"] = (
+        figures["us_per_turn_runs_of_200_turns"] * 200
+        - figures["us_per_turn_runs_of_20_turns"] * 20
+    ) / 180
 
     log.write(f"memory: {args.parked} parked runs\n")
     bare = anyio.run(bare_parked, args.parked)
@@ -155,7 +160,8 @@ def format_report(figures: dict[str, Any], args: argparse.Namespace, out: TextIO
         f"{figures['guard_us_per_turn']:.1f} µs, loopfuse {figures['loopfuse_us_per_turn']:.1f} "
         f"µs (x{figures['ratio_vs_guard']:.1f} the guard; target ≤ 3)\n"
         f"O(history): 20 runs x 20 turns {figures['us_per_turn_runs_of_20_turns']:.1f} µs/turn, "
-        f"x 200 turns {figures['us_per_turn_runs_of_200_turns']:.1f} µs/turn\n"
+        f"x 200 turns {figures['us_per_turn_runs_of_200_turns']:.1f} µs/turn, turns 21-200 "
+        f"alone {figures['us_per_turn_21_to_200']:.1f} µs/turn\n"
         f"memory: {figures['parked_runs']:,} parked runs: {figures['kb_per_run']:.1f} KB heap, "
         f"{figures['rss_kb_per_run']:.1f} KB RSS per run (bare: "
         f"{figures['bare_kb_per_run']:.1f} / {figures['bare_rss_kb_per_run']:.1f}; target ≤ 10)\n"
