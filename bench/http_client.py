@@ -17,13 +17,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import anyio
-import httpx
 import openai
 
 from bench.loops import Sample
@@ -67,30 +67,33 @@ def _free_port() -> int:
 
 
 @contextmanager
-def simulator_process(timeout: float = 30.0) -> Iterator[str]:
-    """``loopfuse sim`` in a subprocess on loopback; yields its base URL (``…/v1``)."""
+def simulator_process() -> Iterator[str]:
+    """``loopfuse sim`` in a subprocess on loopback; yields its base URL (``…/v1``) once
+    the simulator says it listens (its first line of output)."""
     port = _free_port()
     code = "import sys; from orchestrator.cli import main; sys.exit(main(sys.argv[1:]))"
     process = subprocess.Popen(
         [sys.executable, "-c", code, "sim", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    output = process.stdout
+    assert output is not None
+    drain = threading.Thread(target=output.read, daemon=True)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("the simulator subprocess did not come up") from None
-                time.sleep(0.1)
+        ready = output.readline()  # "loopfuse simulator on http://… serving …"
+        if "simulator on" not in ready:
+            raise RuntimeError(f"the simulator subprocess did not come up: {ready!r}")
+        drain.start()  # keep reading its output (access logs): a full pipe would block it
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         process.terminate()
         process.wait(timeout=10)
+        if drain.is_alive():
+            drain.join(timeout=10)
+        output.close()
 
 
 async def _loopfuse(base_url: str, runs: int) -> Sample:
