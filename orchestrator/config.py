@@ -34,6 +34,7 @@ __all__ = [
     "BudgetSettings",
     "Config",
     "ContextSettings",
+    "FleetSettings",
     "DaemonSettings",
     "LoopSettings",
     "ModelPrice",
@@ -198,6 +199,24 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     """Scenario files served besides the shipped ones (``{"scenario": NAME}`` runs)."""
 
 
+class FleetSettings(_Settings, frozen=True, kw_only=True):
+    """``[cluster]``: join a fleet of daemons on NATS JetStream (``docs/scale-out.md``).
+
+    With ``nats_url`` empty (the default) the daemon is single-node (SQLite, in-process
+    queue). Every daemon of a fleet uses the same ``fleet`` name, from which the streams,
+    subjects and buckets are named.
+    """
+
+    nats_url: str = ""
+    fleet: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+$")] = "loopfuse"
+    node_name: str = ""
+    """This daemon's name in the fleet; empty: a random one."""
+    ack_wait_seconds: PositiveFloat = 30.0
+    """A taken run is delivered again if its daemon has not signalled progress for this long."""
+    node_ttl_seconds: PositiveFloat = 15.0
+    """A daemon without a heartbeat for this long is dead: its runs are taken over."""
+
+
 class Config(_Settings, frozen=True, kw_only=True):
     """Everything loopfuse reads at start."""
 
@@ -209,6 +228,7 @@ class Config(_Settings, frozen=True, kw_only=True):
     context: ContextSettings = ContextSettings()
     prices: dict[str, ModelPrice] = {}
     daemon: DaemonSettings = DaemonSettings()
+    cluster: FleetSettings = FleetSettings()
     hooks: tuple[Hook, ...] = ()
     """``[[hooks]]``: every run's hooks unless a run sets its own (``docs/hooks.md``)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
