@@ -186,9 +186,20 @@ class ClusterNode:
                     logger.info("joined the fleet", extra={"node": self.name})
                     yield self
                     self._stopping = True
+                    await self._hand_back()
                     tg.cancel_scope.cancel()
         finally:
             await self._leave(nc)
+
+    async def _hand_back(self) -> None:
+        """Give the runs still held back to the queue at once (they resume elsewhere)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            for deliveries in list(self._deliveries.values()):
+                for delivery in deliveries:
+                    try:
+                        await delivery.nak()
+                    except nats.errors.Error:
+                        pass  # delivered again after ack_wait anyway
 
     async def _leave(self, nc: Client) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):

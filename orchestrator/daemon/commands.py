@@ -33,6 +33,9 @@ def add_commands(commands: Any) -> None:
     serve.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
     serve.add_argument("--host", help="address to bind (default: daemon.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: daemon.port; 0 picks one)")
+    serve.add_argument(
+        "--nats", help="join the fleet on this NATS (default: cluster.nats_url; none: single-node)"
+    )
 
     runs = commands.add_parser("runs", help="list the daemon's runs")
     runs.add_argument("--url", help="the daemon (default: $LOOPFUSE_URL or the config)")
@@ -53,6 +56,9 @@ def run_command(config: Config, args: argparse.Namespace) -> int:
     if args.command == "serve":
         configure_logging(config.log_level)
         try:
+            nats_url = getattr(args, "nats", None) or config.cluster.nats_url
+            if nats_url:
+                return anyio.run(_serve_fleet, config, nats_url, args.host, args.port)
             return anyio.run(_serve, config, args.host, args.port)
         except OSError as exc:
             print(f"loopfuse serve: cannot listen or open the store: {exc}", file=sys.stderr)
@@ -72,6 +78,14 @@ def run_command(config: Config, args: argparse.Namespace) -> int:
 
 async def _serve(config: Config, host: str | None, port: int | None) -> int:
     return await serve_daemon(config, host=host, port=port)
+
+
+async def _serve_fleet(config: Config, nats_url: str, host: str | None, port: int | None) -> int:
+    # Imported here: the fleet needs the optional nats-py (pip install 'loopfuse[nats]').
+    from orchestrator.cluster.server import cluster_settings, serve_fleet_daemon
+
+    settings = cluster_settings(config, nats_url)
+    return await serve_fleet_daemon(config, settings, host=host, port=port)
 
 
 def _url(config: Config) -> str:

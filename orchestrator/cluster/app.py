@@ -1,0 +1,205 @@
+"""The daemon's HTTP API for a fleet member: any run of the fleet, from any daemon.
+
+The same routes and bodies as the single-node daemon (``docs/daemon.md``), backed by
+:class:`~orchestrator.cluster.node.ClusterNode` instead of SQLite:
+
+* ``POST /v1/runs`` queues the run on the work-queue stream (202; a repeated
+  ``idempotency_key`` answers 200 with the same run);
+* ``GET /v1/runs/{id}`` reads the run's ``runstate`` entry (``aborting`` shows as
+  ``running``);
+* ``POST /v1/runs/{id}/abort`` reaches the daemon running it;
+* ``GET /v1/runs/{id}/events`` is SSE from the events stream: ids are stream sequence
+  numbers, ``Last-Event-ID`` / ``?after=`` resume on any daemon, ``event: end`` follows
+  ``RunFinished`` once the run's end is stored.
+* ``/metrics``: this daemon's run metrics, its fleet counters, and the fleet-wide gauges
+  if it holds the fleet-metrics lease (:mod:`orchestrator.cluster.metrics`).
+
+``GET /v1/runs`` (listing) is not offered by a fleet member yet: 404.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+import anyio
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from orchestrator.cluster.errors import ClusterError
+from orchestrator.cluster.metrics import FleetCollector, NodeCollector
+from orchestrator.cluster.node import ClusterNode
+from orchestrator.cluster.state import RunState
+from orchestrator.daemon import sse
+from orchestrator.daemon.app import _decode_request, _error, _int_query, _json, _read_body
+from orchestrator.daemon.auth import Authenticator
+from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.metrics import render
+from orchestrator.daemon.schemas import REQUEST_DECODER, Health, RunAccepted, RunView
+
+__all__ = ["create_fleet_app"]
+
+_REQUEST: Final = msgspec.json.Encoder()
+
+
+def _api_error(exc: ClusterError) -> ApiError:
+    return ApiError(exc.status, exc.code, exc.message)
+
+
+def _view(state: RunState) -> RunView:
+    return RunView(
+        id=state.run_id,
+        trace_id=state.trace_id,
+        status="running" if state.status == "aborting" else state.status,
+        created_at=state.created_at,
+        ended_at=state.ended_at,
+        exit_reason=state.exit_reason,
+        cause=state.cause,
+        on_crash="abort" if state.on_crash == "abort" else "resume",
+        events=0,
+        request=REQUEST_DECODER.decode(_REQUEST.encode(state.request)),
+        result=state.result,
+    )
+
+
+class _Guard:
+    """Bearer tokens, and :class:`ApiError` / :class:`ClusterError` as JSON responses."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+        self._app = app
+        self._auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self._auth.needs_token(scope["path"]):
+            authorization = None
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    authorization = value.decode("latin-1")
+            if not self._auth.accepts(authorization):
+                refusal = ApiError(
+                    401,
+                    "unauthorized",
+                    "a valid bearer token is required (Authorization: Bearer <token>)",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await _error(refusal)(scope, receive, send)
+                return
+        try:
+            await self._app(scope, receive, send)
+        except ApiError as exc:
+            await _error(exc)(scope, receive, send)
+        except ClusterError as exc:
+            await _error(_api_error(exc))(scope, receive, send)
+
+
+def create_fleet_app(node: ClusterNode, *, auth: Authenticator | None = None) -> Starlette:
+    """The fleet member's ASGI app; its lifespan runs ``node``."""
+    config = node.config
+    auth = auth or Authenticator.from_environment(
+        config.daemon.token_env, metrics_auth=config.daemon.metrics_auth
+    )
+    api = _FleetApi(node)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with node.running(), anyio.create_task_group() as tg:
+            registry = node.runtime.metrics_registry
+            registry.register(NodeCollector(node))
+            fleet = FleetCollector(node)
+            registry.register(fleet)
+            await tg.start(fleet.run)
+            api.ready = True
+            yield
+            api.ready = False
+            tg.cancel_scope.cancel()
+
+    routes = [
+        Route("/v1/runs", api.submit, methods=["POST"]),
+        Route("/v1/runs/{id}", api.get_run, methods=["GET"]),
+        Route("/v1/runs/{id}/events", api.events, methods=["GET"]),
+        Route("/v1/runs/{id}/abort", api.abort, methods=["POST"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/readyz", api.readyz, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(_Guard, auth=auth)
+    return app
+
+
+class _FleetApi:
+    def __init__(self, node: ClusterNode) -> None:
+        self._node = node
+        self.ready = False
+
+    async def submit(self, request: Request) -> Response:
+        body = await _read_body(request, self._node.config.daemon.max_body_bytes)
+        state, created = await self._node.submit(_decode_request(body))
+        status = "running" if state.status == "aborting" else state.status
+        accepted = RunAccepted(id=state.run_id, trace_id=state.trace_id, status=status)
+        return _json(accepted, 202 if created else 200, Location=f"/v1/runs/{state.run_id}")
+
+    async def get_run(self, request: Request) -> Response:
+        return _json(_view(await self._node.state(request.path_params["id"])))
+
+    async def abort(self, request: Request) -> Response:
+        state = await self._node.abort(request.path_params["id"])
+        return _json(RunAccepted(id=state.run_id, trace_id=state.trace_id, status="running"), 202)
+
+    async def events(self, request: Request) -> Response:
+        run_id = request.path_params["id"]
+        await self._node.state(run_id)  # 404 before the stream starts
+        header = request.headers.get("last-event-id")
+        after = _int_query(
+            header if header is not None else request.query_params.get("after"),
+            "Last-Event-ID" if header is not None else "after",
+            default=0,
+            low=0,
+        )
+        return StreamingResponse(
+            self._stream(run_id, after), media_type="text/event-stream", headers=sse.HEADERS
+        )
+
+    async def _stream(self, run_id: str, after: int) -> AsyncIterator[bytes]:
+        yield b"retry: %d\n\n" % sse.RETRY_MILLISECONDS
+        last = after
+        async for event in self._node.events(run_id, after=after):
+            yield sse.frame(event.data, id=event.seq)
+            last = event.seq
+        state = await self._node.state(run_id)
+        watcher = await self._node.buckets.state.watch(run_id)
+        try:
+            while state.status != "ended":
+                entry = await watcher.updates(timeout=None)  # type: ignore[no-untyped-call]
+                if entry is not None and entry.value:
+                    state = msgspec.json.decode(entry.value, type=RunState)
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        body = {
+            "id": run_id,
+            "status": state.status,
+            "exit_reason": state.exit_reason,
+            "last_event_id": last,
+            "events_dropped": 0,
+        }
+        yield sse.frame(msgspec.json.encode(body), event="end")
+
+    async def metrics(self, request: Request) -> Response:
+        if not self.ready:
+            raise ApiError(503, "starting", "the daemon is starting")
+        registry = self._node.runtime.metrics_registry
+        body, content_type = render(registry, request.headers.get("accept"))
+        return Response(body, headers={"Content-Type": content_type})
+
+    async def healthz(self, request: Request) -> Response:
+        return _json(Health(status="ok"))
+
+    async def readyz(self, request: Request) -> Response:
+        if self.ready:
+            return _json(Health(status="ok"))
+        return _json(Health(status="starting", reason="joining the fleet"), 503)

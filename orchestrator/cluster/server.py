@@ -1,0 +1,63 @@
+"""``loopfuse serve --nats URL``: a fleet member on a socket (uvicorn handles the signals).
+
+On SIGTERM/SIGINT uvicorn stops accepting requests and runs the lifespan's end: the daemon
+stops pulling, hands the runs it holds back to the queue (negative acknowledgement: another
+daemon takes them at once and resumes them from their last checkpoint) and leaves.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import TextIO
+
+import uvicorn
+
+from orchestrator.cluster.app import create_fleet_app
+from orchestrator.cluster.node import ClusterNode
+from orchestrator.cluster.settings import ClusterSettings
+from orchestrator.config import Config
+from orchestrator.sim import find_scenario
+
+__all__ = ["cluster_settings", "serve_fleet_daemon"]
+
+
+def cluster_settings(config: Config, nats_url: str | None = None) -> ClusterSettings:
+    """The fleet layout ``config``'s ``[cluster]`` section describes (``nats_url`` wins)."""
+    section = config.cluster
+    return ClusterSettings(
+        nats_url=nats_url or section.nats_url,
+        ack_wait_seconds=section.ack_wait_seconds,
+        node_ttl_seconds=section.node_ttl_seconds,
+    ).named(section.fleet)
+
+
+async def serve_fleet_daemon(
+    config: Config,
+    settings: ClusterSettings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """Serve a fleet member until a signal; returns the exit status."""
+    out = out or sys.stdout
+    host = host if host is not None else config.daemon.host
+    port = port if port is not None else config.daemon.port
+    scenarios = [find_scenario(path) for path in config.daemon.scenarios]
+    node = ClusterNode(config, settings, name=config.cluster.node_name or None, scenarios=scenarios)
+    app = create_fleet_app(node)
+    sock = socket.create_server((host, port))
+    with sock:
+        bound = sock.getsockname()[1]
+        print(
+            f"loopfuse daemon {node.name} listening on http://{host}:{bound} "
+            f"(fleet {settings.subject_prefix} on {settings.nats_url})",
+            file=out,
+            flush=True,
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+        )
+        await server.serve(sockets=[sock])
+    return 0
