@@ -425,3 +425,28 @@ async def test_fleet_metrics_come_from_one_daemon_and_node_metrics_sum(
             assert [c.reporting for c in collectors] == [
                 s["loopfuse_cluster_fleet_reporter"] == 1 for s in scrapes
             ]
+
+
+@pytest.mark.asyncio
+async def test_an_abort_whose_message_was_missed_is_caught_from_the_run_state(
+    server: NatsServer, tmp_path: Path
+) -> None:
+    slow, _ = slow_scenario(tmp_path, 60.0)
+    settings = settings_for(server, ack_wait_seconds=0.6)
+    async with fleet(settings, 1, scenarios=[slow]) as (node,):
+        with anyio.fail_after(30):
+            state, _ = await node.submit(RunRequest(scenario="slow"))
+            async for event in node.events(state.run_id):
+                if event.type == "ToolExecute" and b"fit_model" in event.data:
+                    break
+            entry = await node.buckets.state.get(state.run_id)  # the state change alone
+            assert entry.value is not None
+            current = msgspec.json.decode(entry.value)
+            await node.buckets.state.update(
+                state.run_id,
+                msgspec.json.encode({**current, "status": "aborting"}),
+                last=entry.revision,
+            )
+            await wait_until(node, {state.run_id}, "ended")
+            final = await node.state(state.run_id)
+            assert (final.exit_reason, final.cause) == ("aborted_tools", "abort.caller")

@@ -4,7 +4,7 @@ A work-queue stream carries submissions (deduplicated by run id), an events stre
 run's bus messages (replayable by sequence: the SSE ids), a ``runstate`` KV bucket each
 run's state (changed by compare-and-set: it decides who owns a run), a checkpoint bucket
 every run's last completed turn (so another daemon can resume it), and a subject plus the
-KV watch carry aborts to whichever daemon runs the run.
+progress beat carry aborts to whichever daemon runs the run.
 """
 
 from orchestrator.cluster.errors import ClusterError

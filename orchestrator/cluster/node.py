@@ -13,8 +13,10 @@
 * signals ``in_progress`` on the message while the run is active, publishes its events,
   stores its final state in ``runstate``, and only then acknowledges the message: a run
   whose end was not stored is delivered again;
-* aborts its runs when their entry turns ``aborting`` (KV watch) or a message arrives on
-  ``<prefix>.run.<id>.abort``, whichever comes first.
+* aborts its runs when a message arrives on ``<prefix>.run.<id>.abort``, or, if that
+  message was missed, when its progress beat (every ``ack_wait_seconds / 3``) reads
+  ``aborting`` in the run's entry. (Reading only its own runs' entries keeps a daemon's
+  work independent of the fleet's size; a watch on the whole bucket would not.)
 
 :meth:`submit`, :meth:`abort`, :meth:`state` and :meth:`events` work for any run of the
 fleet, wherever it runs.
@@ -180,7 +182,7 @@ class ClusterNode:
                     await tg.start(self._journal.run)
                     await self._beat()
                     tg.start_soon(self._heartbeat)
-                    await self._listen_for_aborts(tg)
+                    await self._listen_for_aborts()
                     if self._pull:
                         await tg.start(self._work, tg)
                     logger.info("joined the fleet", extra={"node": self.name})
@@ -305,7 +307,8 @@ class ClusterNode:
 
     async def abort(self, run_id: str) -> RunState:
         """Ask ``run_id`` to stop, wherever it runs: its entry becomes ``aborting`` (the
-        owner's watch sees it) and ``<prefix>.run.<id>.abort`` tells the owner at once.
+        owner reads it on its next progress beat) and ``<prefix>.run.<id>.abort`` tells the
+        owner at once.
 
         :raises ClusterError: 404 unknown run, 409 it already ended.
         """
@@ -364,7 +367,7 @@ class ClusterNode:
 
     # ------------------------------------------------------------------ aborts
 
-    async def _listen_for_aborts(self, tg: TaskGroup) -> None:
+    async def _listen_for_aborts(self) -> None:
         nc = self._nc
         assert nc is not None
 
@@ -373,16 +376,15 @@ class ClusterNode:
             await self._abort_local(run_id)
 
         await nc.subscribe(self.settings.abort_subject("*"), cb=on_message)
-        watcher = await self.buckets.state.watchall(ignore_deletes=True)
-        tg.start_soon(self._watch_states, watcher)
 
-    async def _watch_states(self, watcher: Any) -> None:
-        async for entry in watcher:
-            if entry is None or entry.value is None or entry.key not in self._live:
-                continue
-            state = STATE_DECODER.decode(entry.value)
-            if state.status == "aborting":
-                await self._abort_local(entry.key)
+    async def _check_state(self, run_id: str) -> None:
+        """Catch an abort whose message was missed: the run's entry says ``aborting``."""
+        try:
+            state, _ = await self._entry(run_id)
+        except ClusterError:
+            return
+        if state.status == "aborting":
+            await self._abort_local(run_id)
 
     async def _abort_local(self, run_id: str) -> None:
         handle = self._live.get(run_id)
@@ -521,6 +523,8 @@ class ClusterNode:
                         await delivery.in_progress()
                     except nats.errors.Error:
                         pass  # NATS is away; the next beat tries again
+                with anyio.move_on_after(self.settings.ack_wait_seconds / 3):
+                    await self._check_state(run_id)
 
     async def _run(self, state: RunState, took_over: bool) -> RunState:
         """Run ``state``'s run to its end; its final state (not yet stored)."""

@@ -2,7 +2,8 @@
 
 ``queued`` (submitted, no owner) → ``running`` (``owner`` = the daemon running it) →
 ``ended`` (the result is in the entry). ``aborting`` is set by ``POST …/abort`` on any
-daemon; the owner sees it through its KV watch (or the abort subject) and aborts the run.
+daemon; the owner hears it on the abort subject (or reads it on its next progress beat)
+and aborts the run.
 A daemon may only take a run whose entry it updated from the revision it read: two daemons
 that both got the message cannot both own the run.
 """
