@@ -9,6 +9,7 @@
     loopfuse scenarios                          list the shipped scenarios
     loopfuse report DIR --goal TEXT [--format markdown|latex] [--out PATH]
     loopfuse serve [--host H] [--port P]        the daemon: HTTP API, SSE, /metrics
+    loopfuse serve --nats URL                   a daemon of a fleet (docs/scale-out.md)
     loopfuse runs [--status S] [--json]         the daemon's runs
     loopfuse watch ID [--after N] [--json]      follow a run's events live
 
