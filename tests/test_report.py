@@ -147,6 +147,11 @@ async def test_a_leaked_draft_is_retried_with_a_firmer_instruction(tmp_path: Pat
     assert firm.role == "user"
     assert "You have no tools" in (firm.content or "")
     assert "DSML" not in (tmp_path / "out" / "report.md").read_text()
+    # a stage run reports its own progress (1 of 1), never the pipeline's later stages
+    own = [e for e in runtime.event_log.events(f"{run_id}.draft") if isinstance(e, Progress)]
+    assert own
+    assert {(p.stage, p.total) for p in own} == {("draft", 1)}
+    assert own[-1].status == "finished"
 
 
 @pytest.mark.asyncio

@@ -113,7 +113,7 @@ class StageContext:
                 trace_id=self.run.trace_id,
                 history=history,
                 stage=stage.name,
-                plan=self.run.plan,
+                plan=(stage.name,),  # the stage run's own progress; the pipeline's is above
             )
         )
         self.run.results.append(result)

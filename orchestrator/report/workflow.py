@@ -56,8 +56,8 @@ class ReportOptions(msgspec.Struct, frozen=True, kw_only=True):
     """What the report run is asked for.
 
     ``models`` maps ``explore``, ``draft`` and ``reflect`` to model names (missing: the
-    run's default model). ``out`` is the report's path (default ``report.md``/``.tex`` in
-    the data folder's parent… set by the caller).
+    run's default model). ``out`` is the report's path; the run summary is written next
+    to it as ``NAME.summary.json``.
     """
 
     goal: str
