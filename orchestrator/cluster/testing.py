@@ -5,10 +5,11 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 __all__ = ["NatsServer", "nats_server_binary"]
 
@@ -18,6 +19,12 @@ READY: Final = "Server is ready"
 def nats_server_binary() -> str | None:
     """The ``nats-server`` on ``PATH`` (Debian: ``apt-get install nats-server``), or ``None``."""
     return shutil.which("nats-server")
+
+
+def _drain(stream: IO[str]) -> None:
+    with stream:
+        for _ in stream:
+            pass
 
 
 def _free_port() -> int:
@@ -67,7 +74,8 @@ class NatsServer:
         else:
             process.wait()
             raise RuntimeError("nats-server did not start:\n" + "".join(lines[-20:]))
-        process.stderr.close()
+        # Keep reading its log: a Go program writing to a closed stderr dies of SIGPIPE.
+        threading.Thread(target=_drain, args=(process.stderr,), daemon=True).start()
         self._process = process
 
     def stop(self) -> None:
