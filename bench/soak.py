@@ -179,11 +179,21 @@ async def soak(
                         await anyio.sleep(max(0.0, next_at - time.monotonic()))
                 outer.cancel_scope.cancel()
             report.accepted = len(accepted)
+            ended: dict[str, str] = {}
+            cursor: str | None = None
+            while True:  # the listing, a page at a time (one GET per run is slow)
+                query: dict[str, str | int] = {"limit": 500, "status": "ended"}
+                if cursor is not None:
+                    query["cursor"] = cursor
+                page = await client.runs(**query)
+                ended.update((run["id"], str(run["exit_reason"])) for run in page["runs"])
+                cursor = page["next_cursor"]
+                if cursor is None:
+                    break
             for run_id in accepted:
-                run = await client.run(run_id)
-                if run["status"] == "ended":
+                if run_id in ended:
                     report.ended += 1
-                    reason = str(run["exit_reason"])
+                    reason = ended[run_id]
                     report.exit_reasons[reason] = report.exit_reasons.get(reason, 0) + 1
                 else:
                     report.not_ended.append(run_id)
