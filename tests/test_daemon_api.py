@@ -316,3 +316,23 @@ async def test_retention_prunes_ended_runs_beyond_the_limit_at_start(tmp_path: P
         statuses = [(await http.get(f"/v1/runs/{run_id}")).status_code for run_id in ids]
     assert statuses[-1] == 200
     assert statuses[:2] == [404, 404]
+
+
+@pytest.mark.asyncio
+async def test_store_commits_feed_the_write_latency_histogram(tmp_path: Path) -> None:
+    async with (
+        open_daemon(daemon_config(tmp_path)) as running,
+        DaemonClient(running.url) as client,
+        httpx.AsyncClient(base_url=running.url) as http,
+    ):
+        accepted = await client.submit({"scenario": "completed"})
+        with anyio.fail_after(20):
+            await wait_ended(client, accepted["id"])
+        text = (await http.get("/metrics")).text
+    counts = [
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("loopfuse_store_write_duration_seconds_count")
+    ]
+    assert counts
+    assert counts[0] >= 1

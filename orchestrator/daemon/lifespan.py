@@ -101,6 +101,7 @@ class Daemon:
             try:
                 journal = StoreJournal(store)
                 async with self._runtime(journal) as runtime:
+                    store.on_commit = runtime.metrics.observe_store_write
                     recorder = EventRecorder(runtime.bus, store, cap=self.config.daemon.event_cap)
                     await outer.start(recorder.run)
                     async with anyio.create_task_group() as tg:

@@ -15,6 +15,7 @@ a run, so a reader that registers before it reads never misses a commit.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +170,8 @@ class Store:
         self._commits = 0
         self._events_written = 0
         self._last_batch_events = 0
+        self.on_commit: Callable[[float], None] | None = None
+        """Called with each commit's duration in seconds (the store-write-latency metric)."""
 
     # ------------------------------------------------------------------ writer
 
@@ -185,8 +188,11 @@ class Store:
                     continue
                 batch, self._batch = self._batch, _Batch()
                 self._inflight = batch
+                began = time.perf_counter()
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(self._commit, batch, limiter=self._write_limiter)
+                if self.on_commit is not None:
+                    self.on_commit(time.perf_counter() - began)
                 self._inflight = None
                 self._commits += 1
                 self._events_written += len(batch.events)
