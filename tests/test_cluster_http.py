@@ -119,6 +119,27 @@ async def test_submit_on_one_daemon_stream_and_resume_on_the_other(
                 assert refused.json()["error"]["code"] == "run_ended"
                 missing = await client.get(f"{url_b}/v1/runs/nope")
                 assert missing.status_code == 404
+                # any daemon lists the fleet's runs, filtered and paged like a single daemon
+                second = await client.post(f"{url_a}/v1/runs", json={"scenario": "completed"})
+                other_id = second.json()["id"]
+                await sse_ids(client, f"{url_a}/v1/runs/{other_id}/events")
+                listed = (await client.get(f"{url_b}/v1/runs")).json()
+                assert [run["id"] for run in listed["runs"]] == [other_id, run_id]
+                assert all(run["result"] is None for run in listed["runs"])
+                page = (await client.get(f"{url_b}/v1/runs", params={"limit": 1})).json()
+                assert [run["id"] for run in page["runs"]] == [other_id]
+                rest_page = await client.get(
+                    f"{url_a}/v1/runs", params={"limit": 1, "cursor": page["next_cursor"]}
+                )
+                assert [run["id"] for run in rest_page.json()["runs"]] == [run_id]
+                ended_max = await client.get(
+                    f"{url_a}/v1/runs", params={"exit_reason": "max_turns"}
+                )
+                assert [run["id"] for run in ended_max.json()["runs"]] == [run_id]
+                bad = await client.get(f"{url_a}/v1/runs", params={"status": "lost"})
+                assert bad.status_code == 400
+                names = (await client.get(f"{url_b}/v1/scenarios")).json()["scenarios"]
+                assert "max_turns" in names
                 metrics = (await client.get(f"{url_a}/metrics")).text
                 assert "loopfuse_cluster_node_submitted_runs_total" in metrics
     finally:

@@ -31,20 +31,34 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from bus import ExitReason
 from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.metrics import FleetCollector, NodeCollector
 from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.state import RunState
 from orchestrator.daemon import sse
-from orchestrator.daemon.app import _decode_request, _error, _int_query, _json, _read_body
+from orchestrator.daemon.app import (
+    PAGE_LIMIT,
+    STATUSES,
+    _decode_request,
+    _error,
+    _int_query,
+    _json,
+    _read_body,
+)
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.metrics import render
-from orchestrator.daemon.schemas import REQUEST_DECODER, Health, RunAccepted, RunView
+from orchestrator.daemon.schemas import REQUEST_DECODER, Health, RunAccepted, RunPage, RunView
+from orchestrator.sim import shipped_scenarios
 
 __all__ = ["create_fleet_app"]
 
 _REQUEST: Final = msgspec.json.Encoder()
+
+
+def _micros(seconds: float) -> int:
+    return round(seconds * 1_000_000)
 
 
 def _api_error(exc: ClusterError) -> ApiError:
@@ -120,9 +134,11 @@ def create_fleet_app(node: ClusterNode, *, auth: Authenticator | None = None) ->
 
     routes = [
         Route("/v1/runs", api.submit, methods=["POST"]),
+        Route("/v1/runs", api.list_runs, methods=["GET"]),
         Route("/v1/runs/{id}", api.get_run, methods=["GET"]),
         Route("/v1/runs/{id}/events", api.events, methods=["GET"]),
         Route("/v1/runs/{id}/abort", api.abort, methods=["POST"]),
+        Route("/v1/scenarios", api.scenarios, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/healthz", api.healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
@@ -143,6 +159,42 @@ class _FleetApi:
         status = "running" if state.status == "aborting" else state.status
         accepted = RunAccepted(id=state.run_id, trace_id=state.trace_id, status=status)
         return _json(accepted, 202 if created else 200, Location=f"/v1/runs/{state.run_id}")
+
+    async def list_runs(self, request: Request) -> Response:
+        """Every run of the fleet, newest first, filtered and paged like a single daemon's
+        listing; the cursor is the last run's creation time in microseconds."""
+        query = request.query_params
+        status = query.get("status")
+        if status is not None and status not in STATUSES:
+            raise ApiError(
+                400, "bad_query", f"status must be one of {sorted(STATUSES)}", key="status"
+            )
+        exit_reason = query.get("exit_reason")
+        if exit_reason is not None and exit_reason not in {r.value for r in ExitReason}:
+            raise ApiError(400, "bad_query", "exit_reason is not an exit reason", key="exit_reason")
+        limit = _int_query(query.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT)
+        cursor = query.get("cursor")
+        before = _int_query(cursor, "cursor", default=0, low=1) if cursor is not None else None
+        views = sorted(
+            (_view(state) for state in await self._node.states()),
+            key=lambda view: view.created_at,
+            reverse=True,
+        )
+        chosen = [
+            view
+            for view in views
+            if (status is None or view.status == status)
+            and (exit_reason is None or view.exit_reason == exit_reason)
+            and (before is None or _micros(view.created_at) < before)
+        ]
+        page = chosen[:limit]
+        more = len(chosen) > limit
+        runs = [msgspec.structs.replace(view, result=None) for view in page]
+        next_cursor = str(_micros(page[-1].created_at)) if more and page else None
+        return _json(RunPage(runs=runs, next_cursor=next_cursor))
+
+    async def scenarios(self, request: Request) -> Response:
+        return _json({"scenarios": sorted(s.name for s in shipped_scenarios())})
 
     async def get_run(self, request: Request) -> Response:
         return _json(_view(await self._node.state(request.path_params["id"])))

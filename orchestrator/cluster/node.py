@@ -41,7 +41,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
-from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import KeyWrongLastSequenceError, NoKeysError, NotFoundError
 
 from bus import RunFinished
 from orchestrator.cluster.errors import ClusterError
@@ -288,6 +288,27 @@ class ClusterNode:
             self._counts["submitted"] += 1
             logger.info("run queued", extra={"run_id": run_id, "node": self.name})
         return state, new
+
+    async def states(self) -> list[RunState]:
+        """Every run the fleet knows (the ``runstate`` bucket), in no particular order.
+
+        Reads each entry: fine for the runs a retention window keeps; a fleet with very many
+        runs should list from its own index instead.
+        """
+
+        async def keys() -> list[str]:
+            try:
+                return list(await self.buckets.state.keys())
+            except NoKeysError:  # an empty bucket is an answer, not an outage to retry
+                return []
+
+        states: list[RunState] = []
+        for key in await retrying("keys", keys):
+            try:
+                states.append((await self._entry(key))[0])
+            except ClusterError:  # pruned between the listing and the read
+                continue
+        return states
 
     async def state(self, run_id: str) -> RunState:
         """``run_id``'s fleet-wide state.
