@@ -450,3 +450,23 @@ async def test_an_abort_whose_message_was_missed_is_caught_from_the_run_state(
             await wait_until(node, {state.run_id}, "ended")
             final = await node.state(state.run_id)
             assert (final.exit_reason, final.cause) == ("aborted_tools", "abort.caller")
+
+
+@pytest.mark.asyncio
+async def test_a_run_that_cannot_start_ends_after_its_last_delivery(
+    server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with fleet(settings_for(server, max_deliver=2, ack_wait_seconds=1.0), 1) as (node,):
+
+        async def broken_start(run_id: str, request: RunRequest) -> object:
+            raise RuntimeError("cannot start")
+
+        monkeypatch.setattr(node, "_start", broken_start)
+        with anyio.fail_after(30):
+            state, _ = await node.submit(RunRequest(scenario="completed"))
+            await wait_until(node, {state.run_id}, "ended")
+            ended = await node.state(state.run_id)
+    assert (ended.exit_reason, ended.cause) == ("hook_stopped", "internal.error")
+    assert ended.result is not None
+    assert "cannot start" in ended.result["detail"]
+    assert ended.attempts == 2

@@ -43,7 +43,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyWrongLastSequenceError, NoKeysError, NotFoundError
 
-from bus import RunFinished
+from bus import ExitReason, RunFinished, cause_hint
 from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.events import ClusterEvent, last_event, run_events
 from orchestrator.cluster.jetstream import Buckets, connect, ensure_layout, retrying
@@ -521,6 +521,12 @@ class ClusterNode:
         tg.start_soon(self._keep_in_progress, run_id, progress)
         try:
             ended = await self._run(mine, took_over)
+        except Exception as exc:
+            if msg.metadata.num_delivered < self.settings.max_deliver:
+                raise  # NAK'd: another delivery may start it
+            # The last delivery: end it for good rather than leave it "running" forever.
+            logger.exception("run could not be started; ending it", extra={"run_id": run_id})
+            ended = _failed_to_start(mine, exc, msg.metadata.num_delivered)
         finally:
             progress.cancel()
         if await self._store_end(run_id, ended):
@@ -661,6 +667,27 @@ def _ended(state: RunState, result: RunResult) -> RunState:
         exit_reason=result.exit_reason.value,
         cause=result.cause,
         result=summary,
+        ended_at=time.time(),
+    )
+
+
+def _failed_to_start(state: RunState, exc: Exception, deliveries: int) -> RunState:
+    cause = "internal.error"
+    detail = f"The run could not be started in {deliveries} deliveries: {exc!r}"
+    return msgspec.structs.replace(
+        state,
+        status="ended",
+        exit_reason=ExitReason.HOOK_STOPPED.value,
+        cause=cause,
+        result={
+            "run_id": state.run_id,
+            "trace_id": state.trace_id,
+            "exit_reason": ExitReason.HOOK_STOPPED.value,
+            "cause": cause,
+            "outcome": "failed",
+            "detail": detail,
+            "hint": cause_hint(cause),
+        },
         ended_at=time.time(),
     )
 
