@@ -33,10 +33,10 @@ def server(tmp_path: Path) -> Iterator[NatsServer]:
 
 
 def start_daemon(
-    server: NatsServer, name: str, tmp_path: Path
+    server: NatsServer, name: str, tmp_path: Path, extra: str = ""
 ) -> tuple[subprocess.Popen[str], str]:
     config = tmp_path / f"{name}.toml"
-    config.write_text(f'[cluster]\nnode_name = "{name}"\n')
+    config.write_text(f'[cluster]\nnode_name = "{name}"\n{extra}')
     env = {**os.environ, "LOOPFUSE_API_TOKENS": ""}
     process = subprocess.Popen(
         [
@@ -145,3 +145,25 @@ async def test_submit_on_one_daemon_stream_and_resume_on_the_other(
     finally:
         stop(a)
         stop(b)
+
+
+@pytest.mark.asyncio
+async def test_a_quiet_fleet_stream_sends_heartbeats(server: NatsServer, tmp_path: Path) -> None:
+    daemon, url = start_daemon(server, "h", tmp_path, "[daemon]\nheartbeat_seconds = 0.1\n")
+    try:
+        with anyio.fail_after(60):
+            async with httpx.AsyncClient(timeout=30) as client:
+                assert (await client.get(f"{url}/readyz")).status_code == 200
+                # "deadline" waits 0.3 s before every reply: quiet gaps longer than 0.1 s
+                posted = await client.post(f"{url}/v1/runs", json={"scenario": "deadline"})
+                run_id = posted.json()["id"]
+                lines: list[str] = []
+                async with client.stream("GET", f"{url}/v1/runs/{run_id}/events") as response:
+                    async for line in response.aiter_lines():
+                        lines.append(line)
+                        if line == "event: end":
+                            break
+    finally:
+        stop(daemon)
+    assert ": ping" in lines
+    assert lines.index(": ping") < lines.index("event: end")

@@ -220,7 +220,13 @@ class _FleetApi:
     async def _stream(self, run_id: str, after: int) -> AsyncIterator[bytes]:
         yield b"retry: %d\n\n" % sse.RETRY_MILLISECONDS
         last = after
-        async for event in self._node.events(run_id, after=after):
+        heartbeat = self._node.config.daemon.heartbeat_seconds
+        async for event in self._node.events_with_heartbeats(
+            run_id, after=after, idle_seconds=heartbeat
+        ):
+            if event is None:
+                yield b": ping\n\n"
+                continue
             yield sse.frame(event.data, id=event.seq)
             last = event.seq
         state = await self._node.state(run_id)
