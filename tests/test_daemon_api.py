@@ -336,3 +336,56 @@ async def test_store_commits_feed_the_write_latency_histogram(tmp_path: Path) ->
     ]
     assert counts
     assert counts[0] >= 1
+
+
+SAMPLE = Path(__file__).resolve().parent.parent / "orchestrator" / "report" / "sample"
+
+
+@pytest.mark.asyncio
+async def test_a_pipeline_run_writes_its_report(tmp_path: Path) -> None:
+    request = {
+        "pipeline": {"name": "report", "goal": "Summarise the growth measurements"},
+        "folder": str(SAMPLE),
+    }
+    async with (
+        open_daemon(daemon_config(tmp_path)) as running,
+        DaemonClient(running.url) as client,
+    ):
+        accepted = await client.submit(request)
+        with anyio.fail_after(60):
+            events = await events_until(
+                client, accepted["id"], lambda e: e["type"] == "RunFinished"
+            )
+            run = await wait_ended(client, accepted["id"])
+    assert run["exit_reason"] == "completed"
+    stages = {e["stage"] for e in events if e["type"] == "Progress"}
+    assert {"scan", "explore", "draft", "finalize"} <= stages
+    report = tmp_path / "reports" / f"{accepted['id']}.md"
+    assert report.read_text(encoding="utf-8").strip()
+    assert (tmp_path / "reports" / f"{accepted['id']}.summary.json").exists()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ({"pipeline": {"name": "report", "goal": "g"}}, "folder"),
+        ({"pipeline": {"name": "report", "goal": "g"}, "folder": "/no/such/dir"}, "folder"),
+        ({"pipeline": {"name": "report", "goal": "g"}, "folder": ".", "task": "x"}, "task"),
+        ({"pipeline": {"name": "poem", "goal": "g"}, "folder": "."}, None),
+        ({"pipeline": {"name": "report", "goal": "g"}, "scenario": "completed"}, "pipeline"),
+    ],
+)
+async def test_a_bad_pipeline_request_is_a_422_naming_the_field(
+    tmp_path: Path, body: dict[str, object], key: str | None
+) -> None:
+    async with (
+        open_daemon(daemon_config(tmp_path)) as running,
+        httpx.AsyncClient(base_url=running.url) as http,
+    ):
+        response = await http.post("/v1/runs", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["message"]
+    if key is not None:
+        assert error["key"] == key

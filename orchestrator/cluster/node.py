@@ -31,6 +31,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import anyio
@@ -52,13 +53,15 @@ from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.cluster.state import STATE_DECODER, STATE_ENCODER, RunState
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.config import Config, run_settings
+from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.lifespan import default_store_path
 from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash_ending, phase_of
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
+from orchestrator.daemon.starting import check_pipeline, start_request
 from orchestrator.daemon.store import StoredEvent
 from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult, result_summary
-from orchestrator.runtime import RunHandle, RunSpec, Runtime, StartPoint
-from orchestrator.scenario_runs import start_scenario
+from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario, shipped_scenarios
 
 __all__ = ["ClusterNode", "NodeStatistics"]
@@ -113,6 +116,8 @@ class ClusterNode:
             else {}
         )
         self._pull = pull
+        store = config.daemon.store_path
+        self._reports = (Path(store) if store else default_store_path()).parent / "reports"
         self._nc: Client | None = None
         self._js: JetStreamContext | None = None
         self._buckets: Buckets | None = None
@@ -387,8 +392,13 @@ class ClusterNode:
                     422, "unknown_scenario", f"no scenario named {request.scenario!r}"
                 )
             overrides = {"model": scenario.name, **scenario.config, **overrides}
+        elif request.pipeline is not None:
+            try:
+                check_pipeline(request)
+            except ApiError as exc:
+                raise ClusterError(exc.status, exc.code, exc.message) from None
         elif request.task is None:
-            raise ClusterError(422, "missing_field", "give a `task` or a `scenario`")
+            raise ClusterError(422, "missing_field", "give a `task`, a `pipeline` or a `scenario`")
         try:
             return run_settings(self.config, overrides).on_crash
         except ConfigError as exc:
@@ -600,22 +610,14 @@ class ClusterNode:
         return _ended(state, result)
 
     async def _start(self, run_id: str, request: RunRequest) -> RunHandle:
-        if request.scenario is not None:
-            scenario = self._scenarios[request.scenario]
-            if request.config:
-                scenario = msgspec.structs.replace(
-                    scenario, config={**scenario.config, **request.config}
-                )
-            return await start_scenario(self.runtime, scenario, run_id=run_id)
-        assert request.task is not None
-        spec = RunSpec(
-            task=request.task,
-            system=request.system,
-            folder=request.folder,
-            overrides=dict(request.config),
+        return await start_request(
+            self.runtime,
+            request,
             run_id=run_id,
+            config=self.config,
+            scenarios=self._scenarios,
+            reports=self._reports,
         )
-        return await self.runtime.start(spec)
 
     async def _checkpoint(self, run_id: str) -> RunCheckpoint | None:
         try:

@@ -16,6 +16,7 @@ __all__ = [
     "ErrorBody",
     "ErrorDetail",
     "Health",
+    "PipelineRequest",
     "RunAccepted",
     "RunPage",
     "RunRequest",
@@ -27,8 +28,19 @@ RunStatus = Literal["queued", "running", "ended"]
 """``queued``: accepted, waiting for a slot; ``running``: started; ``ended``: has a result."""
 
 
+class PipelineRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A pipeline run: ``report`` reads the request's ``folder`` and writes a report about
+    ``goal`` (scan, explore, draft, reflect, finalize; see ``docs/pipelines.md``)."""
+
+    name: Literal["report"]
+    goal: Annotated[str, msgspec.Meta(min_length=1)]
+    format: Literal["markdown", "latex"] = "markdown"
+    reflect_rounds: Annotated[int, msgspec.Meta(ge=0, le=5)] = 1
+
+
 class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``POST /v1/runs``: a task for the model, or a shipped scenario by name.
+    """``POST /v1/runs``: a task for the model, a pipeline on a folder, or a shipped
+    scenario by name.
 
     ``config`` overrides the run's settings by key (the keys of
     :class:`orchestrator.config.RunSettings`: ``max_turns``, ``model``, ``on_crash`` …).
@@ -37,6 +49,7 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     task: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     scenario: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    pipeline: PipelineRequest | None = None
     system: str | None = None
     folder: str | None = None
     config: dict[str, Any] = {}

@@ -38,11 +38,11 @@ from orchestrator.daemon.recovery import (
     phase_of,
 )
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
+from orchestrator.daemon.starting import check_pipeline, start_request
 from orchestrator.daemon.store import RunRow, Store
 from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult, result_summary
-from orchestrator.runtime import RunHandle, RunSpec, Runtime, StartPoint
-from orchestrator.scenario_runs import start_scenario
+from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario
 
 __all__ = ["RunService", "ServiceStatistics"]
@@ -210,15 +210,19 @@ class RunService:
         if request.scenario is not None:
             scenario = self._scenario(request)
             overrides = {"model": scenario.name, **scenario.config, **overrides}
+        elif request.pipeline is not None:
+            check_pipeline(request)
         elif request.task is None:
-            raise ApiError(422, "missing_field", "give a `task` or a `scenario`", key="task")
+            raise ApiError(
+                422, "missing_field", "give a `task`, a `pipeline` or a `scenario`", key="task"
+            )
         try:
             return run_settings(self._config, overrides).on_crash
         except ConfigError as exc:
             raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
 
     def _scenario(self, request: RunRequest) -> Scenario:
-        for name in ("task", "system", "folder"):
+        for name in ("task", "pipeline", "system", "folder"):
             if getattr(request, name) is not None:
                 raise ApiError(
                     422,
@@ -263,22 +267,14 @@ class RunService:
         return recorded
 
     async def _start(self, run_id: str, request: RunRequest) -> RunHandle:
-        if request.scenario is not None:
-            scenario = self._scenario(request)
-            if request.config:
-                scenario = msgspec.structs.replace(
-                    scenario, config={**scenario.config, **request.config}
-                )
-            return await start_scenario(self._runtime, scenario, run_id=run_id)
-        assert request.task is not None
-        spec = RunSpec(
-            task=request.task,
-            system=request.system,
-            folder=request.folder,
-            overrides=dict(request.config),
+        return await start_request(
+            self._runtime,
+            request,
             run_id=run_id,
+            config=self._config,
+            scenarios=self._scenarios,
+            reports=self._store.path.parent / "reports",
         )
-        return await self._runtime.start(spec)
 
     def _watch(self, row: RunRow, recorded: anyio.Event) -> None:
         self._tg.start_soon(self._finish, row, recorded, name=f"finish {row.id}")
