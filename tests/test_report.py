@@ -115,7 +115,9 @@ async def test_the_report_is_written_with_a_plan_known_at_the_first_event(tmp_pa
     ]
     # reflect.1 converged: reflect.2 is reported skipped, finalize keeps its own name
     assert [p.status for p in progress if p.stage == "reflect.2"] == ["skipped"]
-    assert progress[1].detail.startswith("4 files: 1 documents")  # the scan's summary
+    # the first event is the scan's end, and its detail is the scan's summary
+    assert (progress[0].stage, progress[0].status) == ("scan", "finished")
+    assert progress[0].detail.startswith("4 files: 1 documents")
     assert progress[-1].stage == "finalize"
     assert progress[-1].index == progress[-1].total
     assert result.exit_reason is ExitReason.COMPLETED
@@ -196,7 +198,8 @@ def test_loopfuse_report_writes_the_sample_report_with_plain_progress_lines(
     assert status == 0
     assert out.read_text().startswith("# Yeast growth")
     lines = captured.err.splitlines()
-    assert lines[0] == "1/5 scan started   0%   0.0s 0 tokens"
+    assert lines[0].startswith("1/5 scan finished  20%")
+    assert lines[0].endswith("4 files: 1 documents (364 B), 1 images (1.2 KB), 2 data (928 B)")
     assert lines[-1].startswith("5/5 finalize finished 100%")
     assert f"Report written to {out}" in captured.out
 

@@ -155,7 +155,10 @@ async def run_pipeline(
         if stage.name in skipped:
             _progress(runtime, run, stage.name, index, "skipped", "not needed")
             continue
-        _progress(runtime, run, stage.name, index, "started", "")
+        if isinstance(stage, AgentStage):
+            # A code stage (the scan) is quick and deterministic: its one event is its end,
+            # so the first event of a run already carries the scan's summary.
+            _progress(runtime, run, stage.name, index, "started", "")
         context = StageContext(runtime=runtime, run=run, stage=stage)
         try:
             outcome = await handlers[stage.name](context)
