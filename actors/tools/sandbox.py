@@ -25,6 +25,7 @@ import functools
 import json
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -259,6 +260,10 @@ def run_process_layer(
         except subprocess.TimeoutExpired:
             return SandboxResult(False, f"timed out after {timeout_seconds:g} s", (), bool(prefix))
     outputs = tuple(sorted(p.name for p in out_dir.iterdir() if p.name not in before))
+    if done.returncode in (-signal.SIGKILL, -signal.SIGXCPU):
+        # The CPU-time limit (RLIMIT_CPU) ended it before the wall-clock timeout did.
+        reason = f"timed out after {timeout_seconds:g} s (its CPU time limit)"
+        return SandboxResult(False, reason, outputs, bool(prefix))
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
         return SandboxResult(False, tail[0][:500], outputs, bool(prefix))
