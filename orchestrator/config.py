@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
@@ -288,10 +289,26 @@ def _convert(data: Mapping[str, Any], kind: type[_S], *, prefix: str, source: st
     try:
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as exc:
-        raise _config_error(str(exc), prefix=prefix, source=source) from None
+        raise _config_error(str(exc), prefix=prefix, source=source, kind=kind) from None
 
 
-def _config_error(message: str, *, prefix: str, source: str | None) -> ConfigError:
+def _choices(kind: type[msgspec.Struct], key: str) -> tuple[object, ...]:
+    """The values a ``Literal`` field at dotted ``key`` of ``kind`` allows (else empty)."""
+    node: Any = kind
+    for part in key.split("."):
+        fields = getattr(node, "__struct_fields__", None)
+        if fields is None or part not in fields:
+            return ()
+        node = typing.get_type_hints(node)[part]
+    for candidate in (node, *typing.get_args(node)):
+        if typing.get_origin(candidate) is Literal:
+            return typing.get_args(candidate)
+    return ()
+
+
+def _config_error(
+    message: str, *, prefix: str, source: str | None, kind: type[msgspec.Struct] | None = None
+) -> ConfigError:
     reason, path = message, ""
     match = _AT_PATH.match(message)
     if match:
@@ -301,6 +318,10 @@ def _config_error(message: str, *, prefix: str, source: str | None) -> ConfigErr
     if unknown:
         key = f"{key}.{unknown['field']}" if key else unknown["field"]
         reason = "unknown key"
+    if reason.startswith("Invalid enum value") and kind is not None:
+        choices = _choices(kind, key)
+        if choices:
+            reason += f" (one of: {', '.join(repr(c) for c in choices)})"
     full_key = ".".join(part for part in (prefix, key) if part) or "(root)"
     return ConfigError(full_key, reason, source=source)
 

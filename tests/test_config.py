@@ -53,7 +53,7 @@ def test_config_file_named_by_the_environment(tmp_path: Path) -> None:
         ('[budget]\nmax_turns = "ten"\n', "budget.max_turns", "Expected `int`, got `str`"),
         ("[budget]\nmax_turnz = 3\n", "budget.max_turnz", "unknown key"),
         ("[nonsense]\nx = 1\n", "nonsense", "unknown key"),
-        ('log_level = "loud"\n', "log_level", "Invalid enum value 'loud'"),
+        ('log_level = "loud"\n', "log_level", "Invalid enum value 'loud' (one of: 'debug', 'info'"),
         ("[model]\ntimeout_seconds = -1\n", "model.timeout_seconds", "> 0"),
         ('[tools]\nenabled = "read_file"\n', "tools.enabled", "Expected `array`"),
     ],
