@@ -10,7 +10,6 @@ from bus import (
     ChatMessage,
     ContextAction,
     ExitReason,
-    ModelCancel,
     ModelError,
     ModelReply,
     ModelRequest,
@@ -123,34 +122,19 @@ class ContextRecovery(ModelCall):
         )
 
     async def _summary_reply(self) -> ModelReply:
-        cancelled = False
-        while True:
-            if self._stop is not None and not cancelled:
-                cancelled = True
-                await self._bus.publish(
-                    ModelCancel(run_id=self._run_id, turn=self._turn, reason=self._stop.cause)
+        answer = await self._answer("compaction: model error")
+        if isinstance(answer, ModelError):
+            raise Stopped(
+                self._stop
+                or self._make_stop(
+                    ExitReason.PROMPT_TOO_LONG,
+                    "context.prompt_too_long",
+                    "conductor",
+                    "The endpoint refused the prompt as too long and the call "
+                    f"to summarise it failed ({answer.kind}): {answer.message}",
                 )
-            msg = await self._receive(confirming=cancelled)
-            if msg is None:  # the caller never confirmed the cancellation
-                raise Stopped(self._require_stop())
-            match msg:
-                case ModelReply(turn=turn) if turn == self._turn:
-                    self._usage = self._usage + msg.usage
-                    if self._stop is not None:
-                        raise Stopped(self._stop)
-                    return msg
-                case ModelError(turn=turn) if turn == self._turn:
-                    self._trace_event(f"compaction: model error ({msg.kind})", msg.message)
-                    if msg.final:
-                        raise Stopped(
-                            self._stop
-                            or self._make_stop(
-                                ExitReason.PROMPT_TOO_LONG,
-                                "context.prompt_too_long",
-                                "conductor",
-                                "The endpoint refused the prompt as too long and the call "
-                                f"to summarise it failed ({msg.kind}): {msg.message}",
-                            )
-                        )
-                case _:
-                    self._control(msg)
+            )
+        self._usage = self._usage + answer.usage
+        if self._stop is not None:
+            raise Stopped(self._stop)
+        return answer

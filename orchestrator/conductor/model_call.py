@@ -65,6 +65,21 @@ class ModelCall(ControlInbox):
                 deadline_at=self._deadline_at,
             )
         )
+        answer = await self._answer("model error")
+        if isinstance(answer, ModelError):
+            if answer.kind == "context_length" and self._stop is None:
+                raise PromptTooLong(answer)
+            raise Stopped(self._stop or self._model_error_stop(answer))
+        if self._stop is not None:
+            self._keep_partial(answer)
+            self._usage = self._usage + answer.usage
+            raise Stopped(self._stop)
+        return answer
+
+    async def _answer(self, label: str) -> ModelReply | ModelError:
+        """The reply to this turn's model request, or its final error (each failed attempt
+        is traced as ``label``). A stop that arrives meanwhile cancels the request; the
+        reply, partial, still comes back (or the run stops if it never does)."""
         cancelled = False
         while True:
             if self._stop is not None and not cancelled:
@@ -77,20 +92,11 @@ class ModelCall(ControlInbox):
                 raise Stopped(self._require_stop())
             match msg:
                 case ModelReply(turn=turn) if turn == self._turn:
-                    if self._stop is not None:
-                        self._keep_partial(msg)
-                        self._usage = self._usage + msg.usage
-                        raise Stopped(self._stop)
                     return msg
                 case ModelError(turn=turn) if turn == self._turn:
-                    self._trace_event(
-                        f"model error ({msg.kind})",
-                        msg.message,
-                    )
-                    if msg.final and msg.kind == "context_length" and self._stop is None:
-                        raise PromptTooLong(msg)
+                    self._trace_event(f"{label} ({msg.kind})", msg.message)
                     if msg.final:
-                        raise Stopped(self._stop or self._model_error_stop(msg))
+                        return msg
                 case _:
                     self._control(msg)
 
