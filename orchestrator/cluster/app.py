@@ -31,23 +31,21 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from bus import ExitReason
 from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.metrics import FleetCollector, NodeCollector
 from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.state import RunState
 from orchestrator.daemon import sse
-from orchestrator.daemon.app import (
-    PAGE_LIMIT,
-    STATUSES,
-    _decode_request,
-    _error,
-    _int_query,
-    _json,
-    _read_body,
-)
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.http import (
+    decode_request,
+    error_response,
+    int_query,
+    json_response,
+    list_query,
+    read_body,
+)
 from orchestrator.daemon.metrics import render
 from orchestrator.daemon.schemas import REQUEST_DECODER, Health, RunAccepted, RunPage, RunView
 from orchestrator.sim import shipped_scenarios
@@ -101,14 +99,14 @@ class _Guard:
                     "a valid bearer token is required (Authorization: Bearer <token>)",
                     headers={"WWW-Authenticate": "Bearer"},
                 )
-                await _error(refusal)(scope, receive, send)
+                await error_response(refusal)(scope, receive, send)
                 return
         try:
             await self._app(scope, receive, send)
         except ApiError as exc:
-            await _error(exc)(scope, receive, send)
+            await error_response(exc)(scope, receive, send)
         except ClusterError as exc:
-            await _error(_api_error(exc))(scope, receive, send)
+            await error_response(_api_error(exc))(scope, receive, send)
 
 
 def create_fleet_app(node: ClusterNode, *, auth: Authenticator | None = None) -> Starlette:
@@ -154,27 +152,16 @@ class _FleetApi:
         self.ready = False
 
     async def submit(self, request: Request) -> Response:
-        body = await _read_body(request, self._node.config.daemon.max_body_bytes)
-        state, created = await self._node.submit(_decode_request(body))
+        body = await read_body(request, self._node.config.daemon.max_body_bytes)
+        state, created = await self._node.submit(decode_request(body))
         status = "running" if state.status == "aborting" else state.status
         accepted = RunAccepted(id=state.run_id, trace_id=state.trace_id, status=status)
-        return _json(accepted, 202 if created else 200, Location=f"/v1/runs/{state.run_id}")
+        return json_response(accepted, 202 if created else 200, Location=f"/v1/runs/{state.run_id}")
 
     async def list_runs(self, request: Request) -> Response:
         """Every run of the fleet, newest first, filtered and paged like a single daemon's
         listing; the cursor is the last run's creation time in microseconds."""
-        query = request.query_params
-        status = query.get("status")
-        if status is not None and status not in STATUSES:
-            raise ApiError(
-                400, "bad_query", f"status must be one of {sorted(STATUSES)}", key="status"
-            )
-        exit_reason = query.get("exit_reason")
-        if exit_reason is not None and exit_reason not in {r.value for r in ExitReason}:
-            raise ApiError(400, "bad_query", "exit_reason is not an exit reason", key="exit_reason")
-        limit = _int_query(query.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT)
-        cursor = query.get("cursor")
-        before = _int_query(cursor, "cursor", default=0, low=1) if cursor is not None else None
+        status, exit_reason, limit, before = list_query(request)
         views = sorted(
             (_view(state) for state in await self._node.states()),
             key=lambda view: view.created_at,
@@ -191,23 +178,25 @@ class _FleetApi:
         more = len(chosen) > limit
         runs = [msgspec.structs.replace(view, result=None) for view in page]
         next_cursor = str(_micros(page[-1].created_at)) if more and page else None
-        return _json(RunPage(runs=runs, next_cursor=next_cursor))
+        return json_response(RunPage(runs=runs, next_cursor=next_cursor))
 
     async def scenarios(self, request: Request) -> Response:
-        return _json({"scenarios": sorted(s.name for s in shipped_scenarios())})
+        return json_response({"scenarios": sorted(s.name for s in shipped_scenarios())})
 
     async def get_run(self, request: Request) -> Response:
-        return _json(_view(await self._node.state(request.path_params["id"])))
+        return json_response(_view(await self._node.state(request.path_params["id"])))
 
     async def abort(self, request: Request) -> Response:
         state = await self._node.abort(request.path_params["id"])
-        return _json(RunAccepted(id=state.run_id, trace_id=state.trace_id, status="running"), 202)
+        return json_response(
+            RunAccepted(id=state.run_id, trace_id=state.trace_id, status="running"), 202
+        )
 
     async def events(self, request: Request) -> Response:
         run_id = request.path_params["id"]
         await self._node.state(run_id)  # 404 before the stream starts
         header = request.headers.get("last-event-id")
-        after = _int_query(
+        after = int_query(
             header if header is not None else request.query_params.get("after"),
             "Last-Event-ID" if header is not None else "after",
             default=0,
@@ -255,9 +244,9 @@ class _FleetApi:
         return Response(body, headers={"Content-Type": content_type})
 
     async def healthz(self, request: Request) -> Response:
-        return _json(Health(status="ok"))
+        return json_response(Health(status="ok"))
 
     async def readyz(self, request: Request) -> Response:
         if self.ready:
-            return _json(Health(status="ok"))
-        return _json(Health(status="starting", reason="joining the fleet"), 503)
+            return json_response(Health(status="ok"))
+        return json_response(Health(status="starting", reason="joining the fleet"), 503)

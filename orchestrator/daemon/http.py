@@ -1,0 +1,135 @@
+"""HTTP plumbing shared by the daemon's and a fleet member's API: JSON responses and
+errors, the bounded body read, the run-request decoder, query parameters, the listing query.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final, NamedTuple
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from bus import ExitReason
+from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.schemas import REQUEST_DECODER, ErrorBody, ErrorDetail, RunRequest
+
+__all__ = [
+    "PAGE_LIMIT",
+    "STATUSES",
+    "ListQuery",
+    "decode_request",
+    "error_response",
+    "int_query",
+    "json_response",
+    "list_query",
+    "read_body",
+]
+
+_ENCODER: Final = msgspec.json.Encoder()
+_AT_PATH: Final = re.compile(r"^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_UNKNOWN: Final = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
+_MISSING: Final = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
+PAGE_LIMIT: Final = 500
+STATUSES: Final = frozenset({"queued", "running", "ended"})
+
+
+def json_response(
+    body: msgspec.Struct | dict[str, Any], status: int = 200, **headers: str
+) -> Response:
+    """``body`` as a JSON response."""
+    return Response(
+        _ENCODER.encode(body), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def error_response(exc: ApiError) -> Response:
+    """``exc`` as the JSON error body every refusal uses."""
+    detail = ErrorDetail(code=exc.code, message=exc.message, key=exc.key)
+    return json_response(ErrorBody(error=detail), exc.status, **exc.headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with a 413 past ``limit`` bytes (declared or read)."""
+    too_large = ApiError(
+        413,
+        "body_too_large",
+        f"the request body is larger than {limit} bytes (daemon.max_body_bytes)",
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+def decode_request(body: bytes) -> RunRequest:
+    """A ``POST /v1/runs`` body: 400 when not JSON, 422 naming the bad field."""
+    try:
+        return REQUEST_DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        match = _AT_PATH.match(str(exc))
+        assert match is not None
+        reason, path = match["reason"], (match["path"] or "").lstrip(".")
+        if unknown := _UNKNOWN.match(reason):
+            key = ".".join(p for p in (path, unknown["field"]) if p)
+            raise ApiError(422, "unknown_field", f"unknown field `{key}`", key=key) from None
+        if missing := _MISSING.match(reason):
+            key = ".".join(p for p in (path, missing["field"]) if p)
+            raise ApiError(422, "missing_field", f"missing field `{key}`", key=key) from None
+        raise ApiError(
+            422, "invalid_field", f"`{path or '(body)'}`: {reason}", key=path or None
+        ) from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, "bad_json", f"the body is not valid JSON: {exc}") from None
+
+
+def int_query(
+    value: str | None, name: str, *, default: int, low: int, high: int | None = None
+) -> int:
+    """The integer query parameter ``name`` (``default`` when absent), within bounds.
+
+    :raises ApiError: 400 naming ``name``.
+    """
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ApiError(400, "bad_query", f"{name} must be an integer", key=name) from None
+    if number < low or (high is not None and number > high):
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise ApiError(400, "bad_query", f"{name} must be {bounds}", key=name)
+    return number
+
+
+class ListQuery(NamedTuple):
+    """``GET /v1/runs``'s filters and page: ``before`` is the cursor, if any."""
+
+    status: str | None
+    exit_reason: str | None
+    limit: int
+    before: int | None
+
+
+def list_query(request: Request) -> ListQuery:
+    """The listing's query parameters, checked.
+
+    :raises ApiError: 400 naming the bad parameter.
+    """
+    query = request.query_params
+    status = query.get("status")
+    if status is not None and status not in STATUSES:
+        raise ApiError(400, "bad_query", f"status must be one of {sorted(STATUSES)}", key="status")
+    exit_reason = query.get("exit_reason")
+    if exit_reason is not None and exit_reason not in {r.value for r in ExitReason}:
+        raise ApiError(400, "bad_query", "exit_reason is not an exit reason", key="exit_reason")
+    limit = int_query(query.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT)
+    cursor = query.get("cursor")
+    before = int_query(cursor, "cursor", default=0, low=1) if cursor is not None else None
+    return ListQuery(status, exit_reason, limit, before)
