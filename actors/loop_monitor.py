@@ -183,6 +183,7 @@ class LoopMonitor:
                 verdict=verdict,
                 source=self._name,
                 message=decision.message,
+                cause=decision.cause or "",
             )
         )
         self._nudge(msg.run_id, decision)

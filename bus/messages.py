@@ -281,6 +281,8 @@ class ToolVerdict(Message, frozen=True, kw_only=True):
     verdict: Verdict
     source: str
     message: str = ""
+    cause: str = ""
+    """The cause this verdict is about (``loop.<detector>``, ``hook.<name>``), if known."""
 
 
 class ToolExecute(Message, frozen=True, kw_only=True):

@@ -133,7 +133,13 @@ def examples(run_id: str = "run-1") -> list[Message]:
         ),
         ToolCallProposed(run_id=run_id, turn=1, call=CALL, fingerprint="f", index=0),
         ToolVerdict(
-            run_id=run_id, turn=1, call_id="call_1", verdict="block", source="s", message="m"
+            run_id=run_id,
+            turn=1,
+            call_id="call_1",
+            verdict="block",
+            source="s",
+            message="m",
+            cause="loop.ping_pong",
         ),
         ToolExecute(run_id=run_id, turn=1, calls=(CALL,), fingerprints=("f",)),
         ToolResult(

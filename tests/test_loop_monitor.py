@@ -131,6 +131,7 @@ async def test_strict_nudge_then_stop_arrive_before_the_settle_returns() -> None
     assert isinstance(verdict, ToolVerdict)
     assert verdict.verdict == "warn"
     assert (verdict.call_id, verdict.source, verdict.turn) == ("r1-3", "loop_monitor", 3)
+    assert verdict.cause == "loop.generic_repeat"  # metrics count the detector from it
     assert isinstance(nudge, Nudge)
     assert nudge.kind == "loop.generic_repeat"
     assert "finish_exploration" in nudge.text

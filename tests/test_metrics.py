@@ -315,17 +315,19 @@ def test_tool_outcomes_are_told_apart() -> None:
 def test_loop_detections_are_counted_by_detector_and_level() -> None:
     rec, registry = recorder()
 
-    def verdict(call_id: str, level: Verdict) -> ToolVerdict:
-        return ToolVerdict(run_id="r", turn=1, call_id=call_id, verdict=level, source=LOOP_MONITOR)
+    def verdict(call_id: str, level: Verdict, cause: str) -> ToolVerdict:
+        return ToolVerdict(
+            run_id="r", turn=1, call_id=call_id, verdict=level, source=LOOP_MONITOR, cause=cause
+        )
 
-    # warning: verdict, then the nudge that names the detector
-    rec.handle(verdict("a", "warn"))
+    # a warning: the verdict names its detector; its nudge is not counted again
+    rec.handle(verdict("a", "warn", "loop.generic_repeat"))
     rec.handle(Nudge(run_id="r", kind="loop.generic_repeat", text="t", source=LOOP_MONITOR))
-    # critical with a nudge (gemini strikes)
-    rec.handle(verdict("b", "block"))
+    # critical with a nudge (gemini strikes), and without one (openclaw's refusals)
+    rec.handle(verdict("b", "block", "loop.cycle"))
     rec.handle(Nudge(run_id="r", kind="loop.cycle", text="t", source=LOOP_MONITOR))
-    # critical without a nudge: the detector is not on the bus
-    rec.handle(verdict("c", "block"))
+    rec.handle(verdict("c", "block", "loop.ping_pong"))
+    # a hook's block is not a loop detection
     rec.handle(ToolVerdict(call_id="d", verdict="block", run_id="r", turn=1, source="hook.x"))
     # a streamed-content loop: cut and nudged (critical), then stopped (break)
     rec.handle(Nudge(run_id="r", kind="loop.content", text="t", source=LOOP_MONITOR))
@@ -345,7 +347,8 @@ def test_loop_detections_are_counted_by_detector_and_level() -> None:
 
     assert detections("generic_repeat", "warning") == 1
     assert detections("cycle", "critical") == 1
-    assert detections(OTHER, "critical") == 1  # the hook's block is not a loop
+    assert detections("ping_pong", "critical") == 1
+    assert detections(OTHER, "critical") == 0  # the hook's block is not a loop
     assert detections("content", "critical") == 1
     assert detections("content", "break") == 1
     total = sum(

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple, assert_never
+from typing import Final, assert_never
 
 import anyio
 from anyio.abc import TaskStatus
@@ -100,11 +100,6 @@ class _Run:
     calls: dict[str, str] = field(default_factory=dict)
 
 
-class _Verdict(NamedTuple):
-    run_id: str
-    level: str
-
-
 class MetricsRecorder:
     """Records every bus message of a runtime into metrics registered on ``registry``.
 
@@ -140,7 +135,6 @@ class MetricsRecorder:
         self._window_of = context_window
         self._clock = clock
         self._runs: dict[str, _Run] = {}
-        self._verdict: _Verdict | None = None
         self.collector = StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0)))
         registry.register(self.collector)
         self.add_models(models)
@@ -222,7 +216,6 @@ class MetricsRecorder:
         """Record one message; never blocks."""
         m = self.metrics
         m.bus_messages.labels(type(msg).__name__).inc()
-        paired = self._resolve_verdict(msg)
         match msg:
             case RunStarted():
                 m.runs_started.inc()
@@ -254,8 +247,8 @@ class MetricsRecorder:
                 self._tool_result(msg)
             case Nudge():
                 m.nudges.labels(nudge_kind(msg.kind)).inc()
-                if not paired and msg.source == LOOP_MONITOR and msg.kind.startswith("loop."):
-                    # A nudge without a verdict: a streamed-content loop, cut (critical).
+                if msg.source == LOOP_MONITOR and msg.kind == "loop.content":
+                    # The only loop nudge without a verdict: streamed text cut (critical).
                     m.loop_detections.labels(loop_detector(msg.kind), "critical").inc()
             case StopSignal():
                 if msg.cause.startswith("loop."):
@@ -382,21 +375,6 @@ class MetricsRecorder:
             tool = run.calls.pop(msg.call_id, None) if run is not None else None
             if tool is not None:  # once per call, however many monitors block it
                 self.metrics.tool_calls.labels(tool, "blocked").inc()
-        if msg.source == LOOP_MONITOR:
-            # The detector is named by the nudge the loop monitor publishes right after.
-            self._verdict = _Verdict(msg.run_id, "warning" if msg.verdict == "warn" else "critical")
-
-    def _resolve_verdict(self, msg: BusMessage) -> bool:
-        """Count a pending loop verdict; True when ``msg`` is the nudge that names it."""
-        pending, self._verdict = self._verdict, None
-        if pending is None:
-            return False
-        paired = (
-            isinstance(msg, Nudge)
-            and msg.run_id == pending.run_id
-            and msg.source == LOOP_MONITOR
-            and msg.kind.startswith("loop.")
-        )
-        detector = loop_detector(msg.kind) if isinstance(msg, Nudge) and paired else OTHER
-        self.metrics.loop_detections.labels(detector, pending.level).inc()
-        return paired
+        if msg.source == LOOP_MONITOR and msg.cause.startswith("loop."):
+            level = "warning" if msg.verdict == "warn" else "critical"
+            self.metrics.loop_detections.labels(loop_detector(msg.cause), level).inc()
