@@ -47,6 +47,7 @@ from orchestrator.config import Config, context_policy, merge_loop_overrides, ru
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.event_log import EventLog
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
+from orchestrator.metrics.collectors import ToolCacheCollector
 from orchestrator.result import RunResult
 from orchestrator.scenario_tools import scripted_tool_from
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
@@ -246,13 +247,15 @@ class Runtime:
             )
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             self.context_gatekeeper = ContextGatekeeper(self.bus, self._context_policies.get)
+            executor = ToolExecutor(self.bus, self.tools)
+            self.metrics_registry.register(ToolCacheCollector(executor.cache_statistics))
             actors = (
                 self.metrics,
                 self.event_log,
                 BudgetMonitor(self.bus),
                 self._loop_monitor,
                 ProgressReporter(self.bus),
-                ToolExecutor(self.bus, self.tools),
+                executor,
                 self.context_gatekeeper,
                 model,
                 self.hook_runner,

@@ -168,3 +168,18 @@ async def test_active_and_queued_runs_are_read_from_the_runtime() -> None:
         )
         == 3
     )
+
+
+@pytest.mark.asyncio
+async def test_the_tool_result_cache_is_a_metric() -> None:
+    cache_hits = next(s for s in shipped_scenarios() if s.name == "cache_hits")
+    async with Runtime() as runtime:
+        registry = runtime.metrics_registry
+        assert value(registry, "loopfuse_tool_cache_hits_total") == 0
+        with anyio.fail_after(30):
+            result = await run_scenario(runtime, cache_hits)
+        assert result.cause == "loop.cache_hits"
+        assert value(registry, "loopfuse_tool_cache_misses_total") == 1
+        assert value(registry, "loopfuse_tool_cache_hits_total") == 2
+        assert value(registry, "loopfuse_tool_cache_loops_total") == 1
+        assert value(registry, "loopfuse_tool_cache_entries") == 0  # dropped with the run

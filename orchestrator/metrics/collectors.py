@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from bus import Bus, SubscriptionStatistics
 
-__all__ = ["RunCounts", "StateCollector"]
+__all__ = ["CacheCounts", "RunCounts", "StateCollector", "ToolCacheCollector"]
 
 
 class RunCounts(NamedTuple):
@@ -25,6 +25,56 @@ class RunCounts(NamedTuple):
     active: int
     queued: int
     limit: int
+
+
+class CacheCounts(Protocol):
+    """What a tool executor reports of its result caches."""
+
+    @property
+    def entries(self) -> int: ...
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def loops(self) -> int: ...
+
+
+class ToolCacheCollector(Collector):
+    """The idempotent result caches of every run, computed on each scrape."""
+
+    def __init__(self, counts: Callable[[], CacheCounts]) -> None:
+        self._counts = counts
+
+    def describe(self) -> Iterator[Metric]:
+        return self._families(0, 0, 0, 0)
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._counts()
+        return self._families(counts.entries, counts.hits, counts.misses, counts.loops)
+
+    @staticmethod
+    def _families(entries: int, hits: int, misses: int, loops: int) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "loopfuse_tool_cache_entries",
+            "Idempotent tool results cached now, every run together (is the cache bounded?).",
+            value=entries,
+        )
+        yield CounterMetricFamily(
+            "loopfuse_tool_cache_hits",
+            "Idempotent calls answered from the cache without running the tool.",
+            value=hits,
+        )
+        yield CounterMetricFamily(
+            "loopfuse_tool_cache_misses",
+            "Idempotent calls that ran the tool (and were cached).",
+            value=misses,
+        )
+        yield CounterMetricFamily(
+            "loopfuse_tool_cache_loops",
+            "Calls refused because their cached result was asked for too often (loop.cache_hits).",
+            value=loops,
+        )
 
 
 class StateCollector(Collector):
