@@ -273,6 +273,12 @@ async def test_without_a_gatekeeper_a_refusal_ends_the_run_at_once() -> None:
 # --------------------------------------------------------------------------- while running
 
 
+# Twelve turns, each reading the next page ("{n}" is the step's index).
+READ_PAGE_STEPS = "\n        ".join(
+    ["[[steps]]", 'tool_calls = [{ name = "read_page", arguments = { page = "{n}" } }]'] * 12
+)
+
+
 @pytest.mark.asyncio
 async def test_near_the_limit_old_results_are_folded_and_the_run_goes_on() -> None:
     reads = scenario(
@@ -287,30 +293,7 @@ async def test_near_the_limit_old_results_are_folded_and_the_run_goes_on() -> No
         name = "read_page"
         parameters = {{ page = "integer" }}
         results = ["""{prose(9, 4)}"""]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
-        [[steps]]
-        tool_calls = [{{ name = "read_page", arguments = {{ page = "{{n}}" }} }}]
+        {READ_PAGE_STEPS}
         [[steps]]
         text = "Twelve pages of procedure."
         [expect]
