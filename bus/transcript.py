@@ -10,7 +10,24 @@ from typing import Literal
 
 import msgspec
 
-__all__ = ["NUDGE_MARKER", "ChatMessage", "Role", "ToolCall", "ToolSpec", "Usage", "nudge_text"]
+__all__ = [
+    "IMAGE_MARKER",
+    "NUDGE_MARKER",
+    "ChatMessage",
+    "ContentPart",
+    "ImageDetail",
+    "ImagePart",
+    "ImageURL",
+    "Role",
+    "TextPart",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "image_attachment",
+    "message_images",
+    "message_text",
+    "nudge_text",
+]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -40,14 +57,101 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
     parameters: str
 
 
+ImageDetail = Literal["auto", "low", "high"]
+"""How closely a vision model looks at an image (chat-completions ``image_url.detail``)."""
+
+# A tool result (plain text on the bus) carries an image as a line of its own:
+# ``[loopfuse:image detail=low]data:image/png;base64,…`` (see :func:`image_attachment`).
+IMAGE_MARKER = "[loopfuse:image detail="
+
+
+class ImageURL(msgspec.Struct, frozen=True, kw_only=True):
+    """Where an image is: a ``data:<media type>;base64,…`` URL (or an ``https`` URL)."""
+
+    url: str
+    detail: ImageDetail = "auto"
+
+
+class TextPart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text"):
+    """A text content part: ``{"type": "text", "text": …}``."""
+
+    text: str
+
+
+class ImagePart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="image_url"):
+    """An image content part: ``{"type": "image_url", "image_url": {"url", "detail"}}``."""
+
+    image_url: ImageURL
+
+
+ContentPart = TextPart | ImagePart
+"""One element of a chat-completions content-parts array."""
+
+
 class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One message of the transcript, in chat-completions shape."""
+    """One message of the transcript, in chat-completions shape.
+
+    ``content`` is the message's text. ``parts`` are further content parts (images) that
+    follow the text; a message with parts goes out as a content-parts array. Tool results
+    cannot set ``parts`` (they are text on the bus): a tool attaches an image with
+    :func:`image_attachment` lines, which :func:`message_images` reads back.
+    """
 
     role: Role
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    parts: tuple[ContentPart, ...] = ()
+
+
+def image_attachment(url: str, detail: ImageDetail = "auto") -> str:
+    """The line that attaches the image at ``url`` (a ``data:`` URL) to a tool result."""
+    return f"{IMAGE_MARKER}{detail}]{url}"
+
+
+_DETAILS: dict[str, ImageDetail] = {"auto": "auto", "low": "low", "high": "high"}
+
+
+def _attachment(line: str) -> ImagePart | None:
+    """The image a well-formed attachment line carries (``None`` for any other line)."""
+    if not line.startswith(IMAGE_MARKER):
+        return None
+    detail, sep, url = line[len(IMAGE_MARKER) :].partition("]")
+    if not sep or not url.startswith("data:image/") or ";base64," not in url:
+        return None
+    known = _DETAILS.get(detail)
+    return None if known is None else ImagePart(image_url=ImageURL(url=url, detail=known))
+
+
+def _split(content: str) -> tuple[str, tuple[ImagePart, ...]]:
+    lines: list[str] = []
+    images: list[ImagePart] = []
+    for line in content.split("\n"):
+        image = _attachment(line)
+        if image is None:
+            lines.append(line)
+        else:
+            images.append(image)
+    return "\n".join(lines).rstrip("\n"), tuple(images)
+
+
+def message_images(message: ChatMessage) -> tuple[str, tuple[ContentPart, ...]]:
+    """The text of ``message`` and the parts that follow it: its ``parts``, or the images
+    attached to its content by :func:`image_attachment` lines (taken out of the text).
+
+    Cheap for a message without images: one substring test.
+    """
+    content = message.content or ""
+    if message.parts or IMAGE_MARKER not in content:
+        return content, message.parts
+    text, images = _split(content)
+    return (text, images) if images else (content, ())
+
+
+def message_text(message: ChatMessage) -> str:
+    """The text of ``message`` without any attached image data."""
+    return message_images(message)[0]
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):

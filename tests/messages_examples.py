@@ -10,6 +10,8 @@ from bus import (
     ContextAction,
     ExitReason,
     Fold,
+    ImagePart,
+    ImageURL,
     Message,
     ModelCancel,
     ModelError,
@@ -91,6 +93,15 @@ def examples(run_id: str = "run-1") -> list[Message]:
                 ChatMessage(role="user", content="hi"),
                 ChatMessage(role="assistant", tool_calls=(CALL,)),
                 ChatMessage(role="tool", tool_call_id="call_1", content="text"),
+                ChatMessage(
+                    role="user",
+                    content="the plate",
+                    parts=(
+                        ImagePart(
+                            image_url=ImageURL(url="data:image/png;base64,iVBORw0K", detail="low")
+                        ),
+                    ),
+                ),
             ),
             tools=(ToolSpec(name="read_file", description="d", parameters='{"type":"object"}'),),
             max_tokens=100,
