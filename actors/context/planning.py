@@ -14,7 +14,7 @@ from collections.abc import MutableSequence, Sequence
 from typing import Final, NamedTuple
 
 from actors.context.ledger import PromptLedger
-from bus import ChatMessage, Fold, nudge_text
+from bus import ChatMessage, Fold, message_images, nudge_text
 
 __all__ = [
     "COMPACT_NUDGE_KIND",
@@ -129,7 +129,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _render(message: ChatMessage, names: dict[str, str]) -> str:
-    content = _clip(message.content or "", MESSAGE_CHARS)
+    text, parts = message_images(message)  # image data is no text for a summariser
+    content = _clip(text, MESSAGE_CHARS) + (f" [{len(parts)} image(s)]" if parts else "")
     match message.role:
         case "assistant":
             lines = [f"Assistant: {content}"] if content else []

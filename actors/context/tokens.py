@@ -11,8 +11,10 @@
   ``floor`` is the plain cl100k count: a figure the endpoint's own count should not fall
   far below (the silent-truncation check uses it).
 
-Chat framing is added per message (:data:`MESSAGE_OVERHEAD`), per tool call, per tool
-schema and once per request; the endpoint's reported usage calibrates what is left
+Images attached to a message are priced by their pixel size
+(:mod:`actors.context.images`), not by the characters of their data URL. Chat framing is
+added per message (:data:`MESSAGE_OVERHEAD`), per tool call, per tool schema and once per
+request; the endpoint's reported usage calibrates what is left
 (:mod:`actors.context.calibration`). Vocabularies are loaded on first use, once per process.
 """
 
@@ -25,10 +27,11 @@ import re
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
+from actors.context.images import part_tokens
 from actors.context.windows import Encoding, encoding_for
-from bus import ChatMessage, ToolSpec
+from bus import ChatMessage, ContentPart, ImagePart, TextPart, ToolSpec, message_images
 
 __all__ = [
     "CALL_OVERHEAD",
@@ -130,8 +133,11 @@ class Estimator:
     def message(self, message: ChatMessage) -> Estimate:
         """Tokens of one transcript message with its framing."""
         total = Estimate(MESSAGE_OVERHEAD, MESSAGE_OVERHEAD)
-        if message.content:
-            total = total + self.text(message.content)
+        text, parts = message_images(message)
+        if text:
+            total = total + self.text(text)
+        if parts:
+            total = total + self._parts(parts)
         if message.name:
             total = total + self.text(message.name) + Estimate(1, 1)
         if message.tool_call_id:
@@ -143,6 +149,24 @@ class Estimator:
                 + self.text(call.name)
                 + self.text(call.arguments)
             )
+        return total
+
+    def _parts(self, parts: Iterable[ContentPart]) -> Estimate:
+        """Tokens of content parts: texts counted, images priced by their pixel size
+        (:func:`~actors.context.images.part_tokens`), never by the characters of a URL."""
+        total = Estimate()
+        for part in parts:
+            match part:
+                case TextPart(text=text):
+                    total = total + self.text(text)
+                case ImagePart(image_url=image_url):
+                    # Only OpenAI's price of a fixed detail is known; other models (and
+                    # "auto", which may pick "low") can charge less: no floor then.
+                    tokens = part_tokens(part)
+                    exact = self.exact and image_url.detail != "auto"
+                    total = total + Estimate(tokens, tokens if exact else 0)
+                case _:
+                    assert_never(part)
         return total
 
     def tools(self, specs: Iterable[ToolSpec]) -> Estimate:
