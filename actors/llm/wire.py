@@ -6,11 +6,12 @@ Tool schemas travel on the bus as JSON text; each distinct schema is decoded onc
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
-from bus import ChatMessage, ToolSpec, Usage
+from actors.context.images import part_tokens
+from bus import ChatMessage, ContentPart, ImagePart, TextPart, ToolSpec, Usage, message_images
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -56,8 +57,35 @@ def _wire_message(msg: ChatMessage) -> dict[str, Any]:
 
 
 def wire_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
-    """The ``messages`` array of a chat-completions request."""
-    return [_wire_message(msg) for msg in messages]
+    """The ``messages`` array of a chat-completions request (images: :func:`_with_images`)."""
+    out: list[dict[str, Any]] = []
+    held: list[dict[str, Any]] = []  # images of tool results, sent after the tool messages
+    for msg in messages:
+        if held and msg.role != "tool":
+            out += held
+            held.clear()
+        text, parts = message_images(msg)
+        out.append(_with_images(msg, text, parts, held) if parts else _wire_message(msg))
+    return out + held
+
+
+def _with_images(
+    msg: ChatMessage, text: str, parts: tuple[ContentPart, ...], held: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A message with images as content parts: ``[{"type": "text"}, {"type": "image_url"}]``.
+
+    Many servers take images only in user messages, so a tool result's images go out as a
+    user message of their own; it is held in ``held`` until the tool messages answering the
+    same assistant message are all out (a user message between them is refused).
+    """
+    encoded = [msgspec.to_builtins(part) for part in parts]
+    if msg.role == "tool":
+        note = f"The image(s) returned by tool call {msg.tool_call_id}:"
+        held.append({"role": "user", "content": [{"type": "text", "text": note}, *encoded]})
+        return _wire_message(msgspec.structs.replace(msg, content=text, parts=()))
+    out = _wire_message(msg)
+    out["content"] = [{"type": "text", "text": text}, *encoded] if text else encoded
+    return out
 
 
 class WireTools:
@@ -99,10 +127,20 @@ class WireTools:
 
 
 def prompt_chars(messages: Iterable[ChatMessage]) -> int:
-    """Characters of a prompt: contents and tool-call names and arguments."""
+    """Characters of a prompt: contents and tool-call names and arguments; an image counts
+    as the characters of its token price, not of its data URL."""
     total = 0
     for msg in messages:
-        total += len(msg.content or "")
+        text, parts = message_images(msg)
+        total += len(text)
+        for part in parts:
+            match part:
+                case TextPart():
+                    total += len(part.text)
+                case ImagePart():
+                    total += part_tokens(part) * CHARS_PER_TOKEN
+                case _:
+                    assert_never(part)
         for call in msg.tool_calls:
             total += len(call.name) + len(call.arguments)
     return total
