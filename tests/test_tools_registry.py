@@ -106,18 +106,23 @@ def test_bad_names_are_refused(name: str) -> None:
 
 def test_registry_specs_and_lookup() -> None:
     registry = default_registry()
-    assert registry.names() == ("finish_exploration", "list_dir", "read_file")
+    assert registry.names() == ("finish_exploration", "list_dir", "read_file", "read_image")
     assert [s.name for s in registry.specs(["read_file", "list_dir"])] == ["read_file", "list_dir"]
     assert [s.name for s in registry.specs()] == list(registry.names())
     assert "read_file" in registry
     assert "nope" not in registry
-    assert len(registry) == 3
+    assert len(registry) == 4
     with pytest.raises(KeyError, match="unknown tool 'nope'"):
         registry.specs(["nope"])
     with pytest.raises(ValueError, match="already registered"):
         registry.add(Tool("read_file", "", Params, _echo))
     idempotent = {t.name: t.idempotent for t in registry}
-    assert idempotent == {"list_dir": True, "read_file": True, "finish_exploration": False}
+    assert idempotent == {
+        "list_dir": True,
+        "read_file": True,
+        "read_image": True,
+        "finish_exploration": False,
+    }
 
 
 def test_decode_reports_msgspec_messages() -> None:

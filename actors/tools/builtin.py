@@ -1,4 +1,5 @@
-"""The built-in tools of seed 000: ``list_dir``, ``read_file``, ``finish_exploration``."""
+"""The built-in tools of seed 000: ``list_dir``, ``read_file``, ``read_image``,
+``finish_exploration`` and (with matplotlib) ``make_figure``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 from actors.tools.figure import figure_tool
 from actors.tools.finish import FinishExploration, finish_exploration
+from actors.tools.fs_image import image_tool
 from actors.tools.fs_list import ListDir, list_dir
 from actors.tools.fs_read import ReadFile, read_file
 from actors.tools.limits import READ_CHARS
@@ -15,9 +17,13 @@ __all__ = ["builtin_tools", "default_registry"]
 
 
 def builtin_tools() -> tuple[Tool[Any], ...]:
-    """Fresh instances of the built-in tools (``make_figure`` only with matplotlib)."""
+    """Fresh instances of the built-in tools (``make_figure`` only with matplotlib).
+
+    ``read_image`` is registered but, like every tool, offered only to runs that enable
+    it: the report workflow enables it only for a vision-capable explore model.
+    """
     figure = figure_tool()
-    return (*_core_tools(), *((figure,) if figure is not None else ()))
+    return (*_core_tools(), image_tool(), *((figure,) if figure is not None else ()))
 
 
 def _core_tools() -> tuple[Tool[Any], ...]:

@@ -6,10 +6,17 @@ from typing import Annotated, Final
 
 import msgspec
 
-__all__ = ["READ_CHARS", "ToolExecutorSettings", "ToolLimits"]
+__all__ = ["IMAGE_MAX_BYTES", "READ_CHARS", "ToolExecutorSettings", "ToolLimits"]
 
 READ_CHARS: Final = 7000
 """``read_file`` cuts its text at this many characters (seed 000: ``READ_CHARS``)."""
+
+IMAGE_MAX_BYTES: Final = 72 * 1024
+"""``read_image`` refuses larger files: the image travels as a base64 data URL in the tool
+result (4/3 of its size), which must fit in the default ``max_result_chars``."""
+
+IMAGE_RESULT_OVERHEAD: Final = 1_000
+"""Characters of a ``read_image`` result besides the image's base64 (text, URL head)."""
 
 _Positive = Annotated[int, msgspec.Meta(gt=0)]
 
@@ -25,6 +32,8 @@ class ToolLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """A NUL byte in this many leading bytes makes a file binary."""
     max_scan_bytes: _Positive = 256 * 1024 * 1024
     """``read_file`` gives up past this many bytes (a huge ``offset`` in a huge file)."""
+    image_max_bytes: _Positive = IMAGE_MAX_BYTES
+    """``read_image`` refuses image files larger than this (bytes)."""
 
 
 class ToolExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -37,3 +46,13 @@ class ToolExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unk
     max_parallel_calls: _Positive = 8
     """Calls of one reply that run at the same time; the rest wait their turn."""
     limits: ToolLimits = ToolLimits()
+
+    def __post_init__(self) -> None:
+        # A result longer than max_result_chars is cut, and a cut image is no image.
+        needed = 4 * -(-self.limits.image_max_bytes // 3) + IMAGE_RESULT_OVERHEAD
+        if needed > self.max_result_chars:
+            raise ValueError(
+                f"limits.image_max_bytes: an image of {self.limits.image_max_bytes} bytes "
+                f"needs {needed} characters in a tool result, more than max_result_chars "
+                f"({self.max_result_chars}); raise max_result_chars or lower image_max_bytes"
+            )
