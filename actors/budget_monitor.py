@@ -78,6 +78,7 @@ class BudgetMonitor:
             ModelReplied,
             name="budget_monitor",
             answers=True,
+            inline=True,
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_deadlines)

@@ -147,6 +147,7 @@ class ContextGatekeeper:
             PromptRejected,
             name=SOURCE,
             answers=True,
+            inline=True,
         )
         task_status.started()
         await subscription.serve(self._handle)

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import aclosing
 from typing import Any, Final, NamedTuple, assert_never, cast
 
 import anyio
+import httpx2
+import msgspec
 import openai
 from anyio.abc import TaskGroup, TaskStatus
 
 from actors.llm.accumulator import ReplyAccumulator
+from actors.llm.chunks import decode_completion
 from actors.llm.errors import Failure, IncompleteStream, classify
 from actors.llm.retry import RetryPolicy
 from actors.llm.settings import NO_API_KEY, EndpointSettings
+from actors.llm.stream import read_chunks
 from actors.llm.wire import ToolSchemaError, WireTools, estimate_usage, prompt_chars, wire_messages
 from bus import Bus, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
 
@@ -33,6 +38,11 @@ RUN_ID_HEADER: Final = "X-Loopfuse-Run-Id"
 
 CLOSE_TIMEOUT_SECONDS: Final = 2.0
 """How long closing an abandoned response (or the client) may take."""
+
+_COMPLETIONS: Final = "/chat/completions"
+_INCLUDE_USAGE: Final = {"include_usage": True}
+_BEARER: Final[openai.RequestOptions] = {"security": {"bearer_auth": True}}
+_encode = msgspec.json.Encoder().encode
 
 
 class LLMCallerStatistics(NamedTuple):
@@ -107,7 +117,7 @@ class LLMCaller:
         """Serve requests until the bus subscription closes; then abort what is in flight
         (each such run gets an aborted reply) and close the client."""
         endpoint = self._endpoint
-        sub = self._bus.subscribe(ModelRequest, ModelCancel, name="llm_caller")
+        sub = self._bus.subscribe(ModelRequest, ModelCancel, name="llm_caller", inline=True)
         self._client = openai.AsyncOpenAI(
             base_url=endpoint.base_url,
             api_key=endpoint.api_key or NO_API_KEY,
@@ -264,51 +274,71 @@ class LLMCaller:
             return self._reply(call)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
+        """The request body's fields that every attempt shares."""
         params: dict[str, Any] = {
             "model": request.model,
             "messages": wire_messages(request.messages),
-            "extra_headers": {RUN_ID_HEADER: request.run_id},
         }
         if request.tools:
             params["tools"] = self._tools(request.tools)
         return params
 
     async def _attempt(self, call: _Call, params: dict[str, Any], max_tokens: int | None) -> None:
-        """One HTTP attempt, its text streamed as deltas into ``call.acc``."""
+        """One HTTP attempt, its text streamed as deltas into ``call.acc``.
+
+        The ``openai`` client sends the request (auth, headers, timeouts, status errors);
+        the body is encoded by msgspec and the response read by :mod:`actors.llm.stream`.
+        """
         assert self._client is not None
         call.attempt_started = anyio.current_time()
         call.streaming = False
         call.ttft = None
-        kwargs = dict(params)
+        body = dict(params)
         if max_tokens is not None:
-            kwargs[self._endpoint.max_tokens_param] = max_tokens
-        completions = self._client.chat.completions
+            body[self._endpoint.max_tokens_param] = max_tokens
+        body["stream"] = self._endpoint.stream
+        if self._endpoint.stream:
+            body["stream_options"] = _INCLUDE_USAGE
+        options: openai.RequestOptions = {
+            **_BEARER,
+            "headers": {RUN_ID_HEADER: call.request.run_id},
+        }
         if not self._endpoint.stream:
-            completion = await completions.create(**kwargs, stream=False)
-            text = call.acc.feed_completion(completion)
+            response = await self._client.post(
+                _COMPLETIONS, cast_to=httpx2.Response, content=_encode(body), options=options
+            )
+            text = call.acc.feed_completion(decode_completion(response.content))
             call.ttft = anyio.current_time() - call.attempt_started
             if text:
                 await self._bus.publish(self._delta(call, text))
             if call.acc.finish_reason is None:
                 raise IncompleteStream("the completion has no finish reason")
             return
-        stream = cast(
-            openai.AsyncStream[Any],
-            await completions.create(**kwargs, stream=True, stream_options={"include_usage": True}),
+        response = cast(
+            httpx2.Response,
+            await self._client.post(
+                _COMPLETIONS,
+                cast_to=httpx2.Response,
+                content=_encode(body),
+                options=options,
+                stream=True,
+            ),
         )
         call.streaming = True
         try:
-            async for chunk in stream:
-                # Text is published chunk by chunk: a chunk-driven coalescer would hold text
-                # back while a server sends only keep-alives, and the loop detector needs it.
-                text = call.acc.feed_chunk(chunk)
-                if call.ttft is None and call.acc.has_output:
-                    call.ttft = anyio.current_time() - call.attempt_started
-                if text:
-                    await self._bus.publish(self._delta(call, text))
+            async with aclosing(read_chunks(response)) as batches:
+                async for batch in batches:
+                    # One delta per network read: text is never held back (a server may send
+                    # only keep-alives for a while, and the loop detector needs the text).
+                    pieces = [call.acc.feed_chunk(chunk) for chunk in batch]
+                    if call.ttft is None and call.acc.has_output:
+                        call.ttft = anyio.current_time() - call.attempt_started
+                    text = "".join(pieces)
+                    if text:
+                        await self._bus.publish(self._delta(call, text))
         finally:
             with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
-                await stream.close()
+                await response.aclose()
         if call.acc.finish_reason is None:
             raise IncompleteStream("the stream ended without a finish reason")
 

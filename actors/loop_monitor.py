@@ -86,6 +86,7 @@ class LoopMonitor:
             ModelReply,
             name=self._name,
             answers=True,
+            inline=True,
         )
         try:
             await subscription.serve(self.handle, task_status=task_status)

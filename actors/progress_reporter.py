@@ -40,7 +40,7 @@ class ProgressReporter:
         # Answering (waited for) only so that the last progress events precede
         # RunFinished; it never stops or nudges a run.
         subscription = self._bus.subscribe(
-            RunStarted, TurnStarted, RunEnding, name="progress_reporter", answers=True
+            RunStarted, TurnStarted, RunEnding, name="progress_reporter", answers=True, inline=True
         )
         task_status.started()
         await subscription.serve(self._handle)

@@ -185,7 +185,7 @@ class ToolExecutor:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes; ``task_status.started()`` once subscribed."""
         sub = self._bus.subscribe(
-            RunStarted, ToolExecute, ToolsCancel, RunFinished, name=SUBSCRIBER_NAME
+            RunStarted, ToolExecute, ToolsCancel, RunFinished, name=SUBSCRIBER_NAME, inline=True
         )
         try:
             async with anyio.create_task_group() as tg:

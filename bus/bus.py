@@ -10,6 +10,14 @@ Two kinds of subscriber:
   for. An observer whose mailbox is full either makes the publisher wait (``on_full="wait"``,
   lossless) or loses the message and counts it (``on_full="drop"``).
 
+Either kind can be **inline** (``subscribe(..., inline=True)``): its handler is synchronous
+and never blocks, and the bus calls it during the publish instead of queueing the message
+for the subscriber's task. That saves the trip through the event loop a mailbox costs, which
+is most of a monitor's price per message. Messages published from inside an inline handler
+are delivered after the one being handled, so every subscriber still sees one FIFO order.
+An inline :meth:`Subscription.serve_per_run` decides in the publish too and gives a run
+whose handling must wait a lane (a task) of its own.
+
 Answers must never block: actors publish from inside a handler with
 :meth:`Bus.publish_nowait`, which may overfill a lossless mailbox rather than wait. Without
 that, "conductor waits for the monitor, monitor waits for room in a full mailbox" would be a
@@ -21,6 +29,8 @@ delivered there, after every subscriber's mailbox got them.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
@@ -55,19 +65,29 @@ RunHandler = Callable[[Any], Job | None]
 OnFull = Literal["wait", "drop"]
 
 
+# The bus runs on asyncio (as loopfuse does): its hot paths use asyncio's Event, which costs
+# a fraction of anyio's backend-dispatching one. Waiting on it inside anyio cancel scopes is
+# fine: cancellation arrives as a CancelledError at the await.
+
+
 class _Ticket:
     """Counts the acknowledgements a settling publish still waits for."""
 
-    __slots__ = ("event", "remaining")
+    __slots__ = ("_event", "remaining")
 
-    def __init__(self, remaining: int) -> None:
-        self.remaining = remaining
-        self.event = anyio.Event()
+    def __init__(self) -> None:
+        self.remaining = 0
+        self._event: asyncio.Event | None = None
 
     def done(self) -> None:
         self.remaining -= 1
-        if self.remaining == 0:
-            self.event.set()
+        if self.remaining == 0 and self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        if self.remaining > 0:
+            self._event = asyncio.Event()
+            await self._event.wait()
 
 
 _Item = tuple[Message, _Ticket | None]
@@ -93,8 +113,8 @@ class _Mailbox:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._items: deque[_Item] = deque()
-        self._not_empty: anyio.Event | None = None
-        self._not_full: anyio.Event | None = None
+        self._not_empty: asyncio.Event | None = None
+        self._not_full: asyncio.Event | None = None
         self._closed = False
 
     def __len__(self) -> int:
@@ -116,7 +136,7 @@ class _Mailbox:
     async def put(self, item: _Item) -> None:
         while not self.put_nowait(item):
             if self._not_full is None:
-                self._not_full = anyio.Event()
+                self._not_full = asyncio.Event()
             await self._not_full.wait()
 
     async def get_batch(self) -> list[_Item]:
@@ -125,7 +145,7 @@ class _Mailbox:
             if self._closed:
                 return []
             if self._not_empty is None:
-                self._not_empty = anyio.Event()
+                self._not_empty = asyncio.Event()
             await self._not_empty.wait()
         batch = list(self._items)
         self._items.clear()
@@ -133,6 +153,19 @@ class _Mailbox:
             self._not_full.set()
             self._not_full = None
         return batch
+
+    def drain(self) -> list[_Item]:
+        """Everything queued, at once (an inline subscriber's backlog)."""
+        batch = list(self._items)
+        self._items.clear()
+        return batch
+
+    async def closed(self) -> None:
+        """Wait until :meth:`close` (an inline subscriber's task waits here)."""
+        while not self._closed:
+            if self._not_empty is None:
+                self._not_empty = asyncio.Event()
+            await self._not_empty.wait()
 
     def close(self) -> None:
         self._closed = True
@@ -161,16 +194,20 @@ class Subscription:
         answers: bool,
         on_full: OnFull,
         capacity: int,
+        inline: bool = False,
     ) -> None:
         self._bus = bus
         self.name = name
         self.types = types
         self.answers = answers
         self.on_full: OnFull = on_full
+        self.inline = inline
         self.mailbox = _Mailbox(capacity)
         self.handled = 0
         self.dropped = 0
         self.failed = 0
+        # Inline: how a published message is handled while serving (None: queue it).
+        self._deliver: Callable[[Message, _Ticket | None], None] | None = None
 
     def statistics(self) -> SubscriptionStatistics:
         return SubscriptionStatistics(
@@ -183,6 +220,14 @@ class Subscription:
             self.failed,
         )
 
+    def offer(self, msg: Message, ticket: _Ticket | None) -> None:
+        """Inline: handle ``msg`` now (or queue it until :meth:`serve` begins)."""
+        deliver = self._deliver
+        if deliver is not None:
+            deliver(msg, ticket)
+        else:
+            self.mailbox.put_nowait((msg, ticket), force=True)
+
     async def serve(
         self, handler: Handler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -190,7 +235,11 @@ class Subscription:
 
         A handler that raises is isolated: the failure is published as :class:`ActorFailed`
         for that message's run (which ends that run) and the next message is handled.
+        An inline subscription's handler must be synchronous.
         """
+        if self.inline:
+            await self._serve_inline(handler, task_status)
+            return
         task_status.started()
         try:
             while batch := await self.mailbox.get_batch():
@@ -230,6 +279,9 @@ class Subscription:
         :meth:`serve`; when serving stops, every queued message is acknowledged.
         """
         lanes: dict[str, deque[_Item]] = {}
+        if self.inline:
+            await self._serve_per_run_inline(handler, lanes, task_status)
+            return
         try:
             async with anyio.create_task_group() as tg:
                 task_status.started()
@@ -251,6 +303,64 @@ class Subscription:
                 for _, ticket in lane:
                     self._acknowledge(ticket)
             lanes.clear()
+            self.mailbox.close()
+            self.mailbox.release_all()
+
+    async def _serve_inline(self, handler: Handler, task_status: TaskStatus[None]) -> None:
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError(f"subscriber {self.name!r}: an inline handler must be synchronous")
+
+        def deliver(msg: Message, ticket: _Ticket | None) -> None:
+            try:
+                if handler(msg) is not None:
+                    raise TypeError(f"inline handler of {self.name!r} returned an awaitable")
+            except Exception as exc:
+                self.failed += 1
+                self._bus.report_failure(self.name, msg, exc)
+            finally:
+                self.handled += 1
+                if ticket is not None:
+                    ticket.done()
+
+        await self._hold(deliver, task_status)
+
+    async def _serve_per_run_inline(
+        self, handler: RunHandler, lanes: dict[str, deque[_Item]], task_status: TaskStatus[None]
+    ) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+
+                def deliver(msg: Message, ticket: _Ticket | None) -> None:
+                    lane = lanes.get(msg.run_id)
+                    if lane is not None:
+                        lane.append((msg, ticket))
+                        return
+                    job = self._decide(handler, msg)
+                    if job is None:
+                        self._acknowledge(ticket)
+                        return
+                    lanes[msg.run_id] = deque(((msg, ticket),))
+                    tg.start_soon(self._lane, handler, lanes, msg.run_id, job)
+
+                await self._hold(deliver, task_status)
+        finally:
+            for lane in lanes.values():  # lanes cancelled before they began
+                for _, ticket in lane:
+                    self._acknowledge(ticket)
+            lanes.clear()
+
+    async def _hold(
+        self, deliver: Callable[[Message, _Ticket | None], None], task_status: TaskStatus[None]
+    ) -> None:
+        """Deliver inline until closed: what was queued before serving first, in order."""
+        for msg, ticket in self.mailbox.drain():
+            deliver(msg, ticket)
+        self._deliver = deliver
+        task_status.started()
+        try:
+            await self.mailbox.closed()
+        finally:
+            self._deliver = None
             self.mailbox.close()
             self.mailbox.release_all()
 
@@ -307,7 +417,7 @@ class Inbox:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self._items: deque[Message] = deque()
-        self._event: anyio.Event | None = None
+        self._event: asyncio.Event | None = None
 
     def deliver(self, msg: Message) -> None:
         self._items.append(msg)
@@ -321,7 +431,7 @@ class Inbox:
     async def receive(self) -> Message:
         while not self._items:
             if self._event is None:
-                self._event = anyio.Event()
+                self._event = asyncio.Event()
             await self._event.wait()
         return self._items.popleft()
 
@@ -329,13 +439,25 @@ class Inbox:
         return len(self._items)
 
 
+class _Route(NamedTuple):
+    """Where one message type goes: queued and inline subscribers, and the inboxes."""
+
+    queued: tuple[Subscription, ...]
+    inline: tuple[Subscription, ...]
+    answering: bool
+    to_inbox: bool
+
+
 class Bus:
     """Routes messages by exact type to subscribers, and control messages to run inboxes."""
 
     def __init__(self) -> None:
         self._subscriptions: list[Subscription] = []
-        self._routes: dict[type[Message], tuple[Subscription, ...]] = {}
+        self._routes: dict[type[Message], _Route] = {}
         self._inboxes: dict[str, Inbox] = {}
+        # Messages published from inside an inline handler wait here for their turn.
+        self._pending: deque[Message] = deque()
+        self._dispatching = False
         self.published = 0
 
     # ---------------------------------------------------------------- subscribing
@@ -347,12 +469,15 @@ class Bus:
         answers: bool = False,
         on_full: OnFull = "wait",
         capacity: int = MAILBOX_SIZE,
+        inline: bool = False,
     ) -> Subscription:
         """Subscribe to ``types`` (all message types when none are given).
 
         :param answers: the subscriber may answer (stop, nudge, verdict), so settling
             publishes wait for it. Observers leave this false.
         :param on_full: what a full mailbox does to a publisher: ``wait`` or ``drop``.
+        :param inline: the handler is synchronous and never blocks: the bus calls it during
+            the publish (no mailbox, no trip through the event loop).
         """
         if answers and on_full == "drop":
             raise ValueError(f"subscriber {name!r}: an answering subscriber cannot drop messages")
@@ -363,6 +488,7 @@ class Bus:
             answers=answers,
             on_full=on_full,
             capacity=capacity,
+            inline=inline,
         )
         self._subscriptions.append(sub)
         self._routes.clear()
@@ -380,12 +506,18 @@ class Bus:
         for sub in self._subscriptions:
             sub.close()
 
-    def _targets(self, kind: type[Message]) -> tuple[Subscription, ...]:
-        targets = self._routes.get(kind)
-        if targets is None:
-            targets = tuple(s for s in self._subscriptions if s.types is None or kind in s.types)
-            self._routes[kind] = targets
-        return targets
+    def _route(self, kind: type[Message]) -> _Route:
+        route = self._routes.get(kind)
+        if route is None:
+            targets = [s for s in self._subscriptions if s.types is None or kind in s.types]
+            route = _Route(
+                tuple(s for s in targets if not s.inline),
+                tuple(s for s in targets if s.inline),
+                any(s.answers for s in targets),
+                kind in INBOX_TYPES,
+            )
+            self._routes[kind] = route
+        return route
 
     # ---------------------------------------------------------------- run inboxes
 
@@ -402,52 +534,102 @@ class Bus:
             del self._inboxes[run_id]
 
     def _to_inbox(self, msg: Message) -> None:
-        if type(msg) in INBOX_TYPES:
-            inbox = self._inboxes.get(msg.run_id)
-            if inbox is not None:
-                inbox.deliver(msg)
+        inbox = self._inboxes.get(msg.run_id)
+        if inbox is not None:
+            inbox.deliver(msg)
 
     # ---------------------------------------------------------------- publishing
 
     async def publish(self, msg: Message) -> None:
         """Deliver ``msg``; waits for room in lossless mailboxes, never for handling."""
         self.published += 1
-        for sub in self._targets(type(msg)):
+        route = self._route(type(msg))
+        for sub in route.queued:
             if not sub.mailbox.put_nowait((msg, None)):
                 if sub.on_full == "drop":
                     sub.dropped += 1
                 else:
                     await sub.mailbox.put((msg, None))
-        self._to_inbox(msg)
+        if route.inline:
+            self._dispatch(msg, route.inline, None)
+        if route.to_inbox:
+            self._to_inbox(msg)
 
     def publish_nowait(self, msg: Message) -> None:
         """Deliver ``msg`` without ever waiting: how actors answer from inside a handler.
 
         A full lossless mailbox takes the message anyway (a run sends few answers); a full
-        dropping mailbox loses it and counts the drop.
+        dropping mailbox loses it and counts the drop. From inside an inline handler, the
+        message is delivered once the message being handled reached every inline subscriber.
         """
         self.published += 1
-        for sub in self._targets(type(msg)):
+        if self._dispatching:
+            self._pending.append(msg)
+            return
+        self._dispatching = True
+        try:
+            self._deliver_nowait(msg)
+            self._drain_pending()
+        finally:
+            self._dispatching = False
+
+    def _deliver_nowait(self, msg: Message) -> None:
+        route = self._route(type(msg))
+        for sub in route.queued:
             if not sub.mailbox.put_nowait((msg, None), force=sub.on_full == "wait"):
                 sub.dropped += 1
-        self._to_inbox(msg)
+        for sub in route.inline:
+            sub.offer(msg, None)
+        if route.to_inbox:
+            self._to_inbox(msg)
+
+    def _drain_pending(self) -> None:
+        pending = self._pending
+        while pending:
+            self._deliver_nowait(pending.popleft())
+
+    def _dispatch(
+        self, msg: Message, inline: tuple[Subscription, ...], ticket: _Ticket | None
+    ) -> None:
+        """Hand ``msg`` to the inline subscribers, then what they published meanwhile."""
+        if self._dispatching:  # only reachable from a synchronous handler: keep FIFO order
+            for sub in inline:
+                sub.offer(msg, ticket if sub.answers else None)
+            return
+        self._dispatching = True
+        try:
+            for sub in inline:
+                sub.offer(msg, ticket if sub.answers else None)
+            self._drain_pending()
+        finally:
+            self._dispatching = False
 
     async def publish_settled(self, msg: Message) -> None:
         """Deliver ``msg`` and return once every answering subscriber has handled it."""
         self.published += 1
-        targets = self._targets(type(msg))
-        answering = sum(1 for sub in targets if sub.answers)
-        ticket = _Ticket(answering) if answering else None
-        for sub in targets:
+        route = self._route(type(msg))
+        ticket: _Ticket | None = None
+        if route.answering:
+            ticket = _Ticket()
+            for sub in route.queued:
+                if sub.answers:
+                    ticket.remaining += 1
+            for sub in route.inline:
+                if sub.answers:
+                    ticket.remaining += 1
+        for sub in route.queued:
             item: _Item = (msg, ticket if sub.answers else None)
             if not sub.mailbox.put_nowait(item):
                 if sub.on_full == "drop":
                     sub.dropped += 1
                 else:
                     await sub.mailbox.put(item)
-        if ticket is not None and ticket.remaining > 0:
-            await ticket.event.wait()
-        self._to_inbox(msg)
+        if route.inline:
+            self._dispatch(msg, route.inline, ticket)
+        if ticket is not None:
+            await ticket.wait()
+        if route.to_inbox:
+            self._to_inbox(msg)
 
     def report_failure(self, actor: str, msg: Message, exc: BaseException) -> None:
         """Record that ``actor`` failed on ``msg``; the run it belongs to will end."""

@@ -9,8 +9,8 @@ readers can resume by position), except ``RunFinished``, which is always kept.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
@@ -23,16 +23,24 @@ __all__ = ["DEFAULT_EVENT_CAP", "EventLog"]
 DEFAULT_EVENT_CAP: Final = 10_000
 
 
-@dataclass
 class _RunEvents:
-    events: list[Message] = field(default_factory=list)
-    finished: bool = False
-    dropped: int = 0
-    changed: anyio.Event = field(default_factory=anyio.Event)
+    __slots__ = ("_changed", "dropped", "events", "finished")
+
+    def __init__(self) -> None:
+        self.events: list[Message] = []
+        self.finished = False
+        self.dropped = 0
+        self._changed: asyncio.Event | None = None  # made only while someone follows
 
     def wake(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def changed(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        await self._changed.wait()
 
 
 class EventLog:
@@ -45,7 +53,7 @@ class EventLog:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Record until the bus closes this subscription."""
-        subscription = self._bus.subscribe(name="event_log")
+        subscription = self._bus.subscribe(name="event_log", inline=True)
         task_status.started()
         await subscription.serve(self._record)
 
@@ -81,7 +89,7 @@ class EventLog:
                 yield log.events[position - 1]
             if log.finished:
                 return
-            await log.changed.wait()
+            await log.changed()
 
     def _record(self, msg: Message) -> None:
         log = self._runs.get(msg.run_id)

@@ -9,6 +9,7 @@ claims ``gpt-4-0613``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Literal, TypeVar
@@ -140,10 +141,16 @@ def window_for(
         found = match_model(model, overrides)
         if found is not None:
             return found
-    found = match_model(model, MODEL_WINDOWS)
+    found = _builtin_window(model)
     return default if found is None else found
 
 
+@functools.lru_cache(maxsize=1024)
+def _builtin_window(model: str) -> int | None:
+    return match_model(model, MODEL_WINDOWS)
+
+
+@functools.lru_cache(maxsize=1024)
 def encoding_for(model: str) -> Encoding | None:
     """The OpenAI tokenizer ``model`` uses, or ``None`` when it is not an OpenAI model."""
     return match_model(model, MODEL_ENCODINGS)

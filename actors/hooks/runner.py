@@ -109,8 +109,9 @@ class HookRunner:
             ModelReplied,
             name=self._name,
             answers=True,
+            inline=True,
         )
-        aborts = self._bus.subscribe(AbortRequested, name=f"{self._name}.aborts")
+        aborts = self._bus.subscribe(AbortRequested, name=f"{self._name}.aborts", inline=True)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(aborts.serve, self._on_abort)

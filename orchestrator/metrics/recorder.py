@@ -23,11 +23,12 @@ import logging
 import time
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import Final, assert_never
+from typing import Any, Final, TypeVar, assert_never, cast
 
 import anyio
 from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
 
 from actors.context import window_for
 from actors.loop_monitor import SOURCE as LOOP_MONITOR
@@ -75,6 +76,8 @@ from orchestrator.metrics.labels import (
 )
 
 __all__ = ["MAX_TRACKED_RUNS", "METRICS_MAILBOX_SIZE", "SUBSCRIBER", "MetricsRecorder"]
+
+_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 
 logger = logging.getLogger("loopfuse.metrics")
 
@@ -135,6 +138,9 @@ class MetricsRecorder:
         self._window_of = context_window
         self._clock = clock
         self._runs: dict[str, _Run] = {}
+        # prometheus_client's labels() validates and locks on every call: children are
+        # looked up once per label set and kept.
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.collector = StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0)))
         registry.register(self.collector)
         self.add_models(models)
@@ -145,7 +151,7 @@ class MetricsRecorder:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Record until the bus closes this subscription."""
         subscription = self._bus.subscribe(
-            name=SUBSCRIBER, on_full="drop", capacity=self._mailbox_size
+            name=SUBSCRIBER, on_full="drop", capacity=self._mailbox_size, inline=True
         )
         try:
             await subscription.serve(self._record, task_status=task_status)
@@ -158,6 +164,13 @@ class MetricsRecorder:
         except Exception:
             logger.exception("metrics recorder failed on %s", type(msg).__name__)
             self.metrics.recorder_errors.inc()
+
+    def _labelled(self, metric: _Metric, *values: str) -> _Metric:
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return cast(_Metric, child)
 
     # ------------------------------------------------------------------ label sets
 
@@ -181,7 +194,7 @@ class MetricsRecorder:
         spend the bus does not show (replies' usage times the run's prices is counted
         already)."""
         if cost > 0:
-            self.metrics.model_cost.labels(self._models(model)).inc(cost)
+            self._labelled(self.metrics.model_cost, self._models(model)).inc(cost)
 
     def record_context_action(self, action: str) -> None:
         """Count one ``collapse`` or ``compact`` of a transcript, or a ``silent_truncation``
@@ -191,7 +204,7 @@ class MetricsRecorder:
         """
         if action not in CONTEXT_ACTIONS:
             raise ValueError(f"context action {action!r} is not one of {CONTEXT_ACTIONS}")
-        self.metrics.context_actions.labels(action).inc()
+        self._labelled(self.metrics.context_actions, action).inc()
 
     def observe_store_write(self, seconds: float) -> None:
         """Record one durable-store write (commit) that took ``seconds``."""
@@ -215,7 +228,7 @@ class MetricsRecorder:
     def handle(self, msg: BusMessage) -> None:
         """Record one message; never blocks."""
         m = self.metrics
-        m.bus_messages.labels(type(msg).__name__).inc()
+        self._labelled(m.bus_messages, type(msg).__name__).inc()
         match msg:
             case RunStarted():
                 m.runs_started.inc()
@@ -231,7 +244,7 @@ class MetricsRecorder:
                     run.model, run.model_label = msg.model, self._models(msg.model)
             case ModelError():
                 run = self._run(msg.run_id)
-                m.model_requests.labels(run.model_label, msg.kind).inc()
+                self._labelled(m.model_requests, run.model_label, msg.kind).inc()
                 if not msg.final:
                     run.retries += 1
             case ModelReply():
@@ -246,17 +259,17 @@ class MetricsRecorder:
             case ToolResult():
                 self._tool_result(msg)
             case Nudge():
-                m.nudges.labels(nudge_kind(msg.kind)).inc()
+                self._labelled(m.nudges, nudge_kind(msg.kind)).inc()
                 if msg.source == LOOP_MONITOR and msg.kind == "loop.content":
                     # The only loop nudge without a verdict: streamed text cut (critical).
-                    m.loop_detections.labels(loop_detector(msg.kind), "critical").inc()
+                    self._labelled(m.loop_detections, loop_detector(msg.kind), "critical").inc()
             case StopSignal():
                 if msg.cause.startswith("loop."):
-                    m.loop_detections.labels(loop_detector(msg.cause), "break").inc()
+                    self._labelled(m.loop_detections, loop_detector(msg.cause), "break").inc()
             case ContextAction():
                 # "blocked" is counted from the run's ending (blocking_limit), once.
                 if msg.kind in CONTEXT_ACTIONS:
-                    m.context_actions.labels(msg.kind).inc()
+                    self._labelled(m.context_actions, msg.kind).inc()
             case (
                 RunEnding()
                 | TurnEnded()
@@ -307,22 +320,22 @@ class MetricsRecorder:
         reason = msg.exit_reason.value
         cause = cause_label(msg.cause)
         ex = run.exemplar if run is not None else exemplar(msg.run_id)
-        m.runs_finished.labels(reason, cause, msg.outcome.value).inc(exemplar=ex)
-        m.run_turns.labels(reason).observe(msg.turns)
+        self._labelled(m.runs_finished, reason, cause, msg.outcome.value).inc(exemplar=ex)
+        self._labelled(m.run_turns, reason).observe(msg.turns)
         if run is None:
             return
-        m.run_duration.labels(reason).observe(max(self._clock() - run.started, 0.0), ex)
+        self._labelled(m.run_duration, reason).observe(max(self._clock() - run.started, 0.0), ex)
         if msg.exit_reason is ExitReason.BLOCKING_LIMIT:
-            m.blocked_requests.labels(run.model_label).inc()
+            self._labelled(m.blocked_requests, run.model_label).inc()
         # Each reply cut by the output limit was answered with a recovery nudge, except
         # the last one when the run gave up.
         recoveries = run.truncations - (1 if msg.cause == "truncation.gave_up" else 0)
         for number in range(1, recoveries + 1):
-            m.truncation_recoveries.labels(truncation_step(number)).inc()
+            self._labelled(m.truncation_recoveries, truncation_step(number)).inc()
         if recoveries > 0:
-            m.nudges.labels(TRUNCATION_RECOVER).inc(recoveries)
+            self._labelled(m.nudges, TRUNCATION_RECOVER).inc(recoveries)
         if msg.cause == "truncation.gave_up":
-            m.truncation_recoveries.labels("gave_up").inc()
+            self._labelled(m.truncation_recoveries, "gave_up").inc()
 
     def _reply(self, msg: ModelReply) -> None:
         m = self.metrics
@@ -332,23 +345,23 @@ class MetricsRecorder:
         # limit (the first step of truncation recovery).
         escalations = max(msg.attempts - 1 - run.retries, 0)
         if escalations:
-            m.model_requests.labels(model, "ok").inc(escalations)
-            m.truncation_recoveries.labels("escalate").inc(escalations)
-        m.model_requests.labels(model, "aborted" if msg.aborted else "ok").inc()
-        m.model_duration.labels(model).observe(msg.latency_seconds, run.exemplar)
+            self._labelled(m.model_requests, model, "ok").inc(escalations)
+            self._labelled(m.truncation_recoveries, "escalate").inc(escalations)
+        self._labelled(m.model_requests, model, "aborted" if msg.aborted else "ok").inc()
+        self._labelled(m.model_duration, model).observe(msg.latency_seconds, run.exemplar)
         if msg.ttft_seconds is not None:
-            m.model_ttft.labels(model).observe(msg.ttft_seconds, run.exemplar)
+            self._labelled(m.model_ttft, model).observe(msg.ttft_seconds, run.exemplar)
         usage = msg.usage
-        m.model_tokens.labels(model, "input").inc(usage.prompt_tokens)
-        m.model_tokens.labels(model, "output").inc(usage.completion_tokens)
+        self._labelled(m.model_tokens, model, "input").inc(usage.prompt_tokens)
+        self._labelled(m.model_tokens, model, "output").inc(usage.completion_tokens)
         cost = usage.prompt_tokens * run.input_price + usage.completion_tokens * run.output_price
         if cost > 0:
-            m.model_cost.labels(model).inc(cost)
+            self._labelled(m.model_cost, model).inc(cost)
         if usage.prompt_tokens > 0:
-            m.prompt_tokens.labels(model).observe(usage.prompt_tokens)
+            self._labelled(m.prompt_tokens, model).observe(usage.prompt_tokens)
             window = self._window(run)
             if window:
-                m.prompt_window_ratio.labels(model).observe(usage.prompt_tokens / window)
+                self._labelled(m.prompt_window_ratio, model).observe(usage.prompt_tokens / window)
 
     def _window(self, run: _Run) -> int | None:
         window = self._windows.get(run.model)
@@ -362,10 +375,10 @@ class MetricsRecorder:
         run = self._runs.get(msg.run_id)
         tool = run.calls.pop(msg.call_id, None) if run is not None else None
         tool = tool or self._tools(msg.tool)
-        self.metrics.tool_calls.labels(tool, tool_outcome(msg)).inc()
+        self._labelled(self.metrics.tool_calls, tool, tool_outcome(msg)).inc()
         if msg.executed and msg.cache != "hit":
             ex = run.exemplar if run is not None else None
-            self.metrics.tool_duration.labels(tool).observe(msg.duration_seconds, ex)
+            self._labelled(self.metrics.tool_duration, tool).observe(msg.duration_seconds, ex)
 
     def _verdict_seen(self, msg: ToolVerdict) -> None:
         if msg.verdict == "allow":
@@ -374,7 +387,7 @@ class MetricsRecorder:
             run = self._runs.get(msg.run_id)
             tool = run.calls.pop(msg.call_id, None) if run is not None else None
             if tool is not None:  # once per call, however many monitors block it
-                self.metrics.tool_calls.labels(tool, "blocked").inc()
+                self._labelled(self.metrics.tool_calls, tool, "blocked").inc()
         if msg.source == LOOP_MONITOR and msg.cause.startswith("loop."):
             level = "warning" if msg.verdict == "warn" else "critical"
-            self.metrics.loop_detections.labels(loop_detector(msg.cause), level).inc()
+            self._labelled(self.metrics.loop_detections, loop_detector(msg.cause), level).inc()
