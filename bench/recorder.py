@@ -1,0 +1,138 @@
+"""The metrics recorder's cost per bus message: ``python -m bench.recorder [--json]``.
+
+The messages are the throughput workload's own (:func:`bench.loops.bench_runtime`: the echo
+script, every monitor on), captured from real runs by an inline observer on the runtime's
+bus. They are then fed, in their order, to :meth:`MetricsRecorder.handle` of a fresh
+recorder (the handler the bus calls inline), ``repeat`` times over; only those calls are
+timed. Progress goes to stderr; the figures to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+from prometheus_client import generate_latest
+
+from bench.loops import bench_overrides, bench_runtime
+from bus import Bus, Message
+from orchestrator.metrics import MetricsRecorder, new_registry
+from orchestrator.runtime import RunSpec
+
+__all__ = ["RecorderFigures", "capture_messages", "main", "measure_recorder"]
+
+
+class RecorderFigures(NamedTuple):
+    """Microseconds per message through the recorder, over the repetitions."""
+
+    messages: int
+    messages_per_turn: float
+    us_per_message: float
+    us_per_message_min: float
+    us_per_message_max: float
+    scrape_ms: float
+    mix: dict[str, int]
+
+
+class _Capture:
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+        self.messages: list[Message] = []
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        sub = self._bus.subscribe(name="bench_capture", inline=True)
+        await sub.serve(self.messages.append, task_status=task_status)
+
+
+async def capture_messages(runs: int, turns: int) -> list[Message]:
+    """Every bus message of ``runs`` concurrent runs of the throughput workload."""
+    runtime = bench_runtime(runs, turns)
+    capture = _Capture(runtime.bus)
+    async with anyio.create_task_group() as tg:
+        await tg.start(capture.run)
+        async with runtime:
+            overrides = bench_overrides(turns)
+            handles = [
+                await runtime.start(RunSpec(task="Echo the steps.", overrides=overrides))
+                for _ in range(runs)
+            ]
+            for handle in handles:
+                await handle.result()
+    return capture.messages
+
+
+def _recorder() -> MetricsRecorder:
+    # As the runtime builds it: the model of the workload and the echo tool keep their labels.
+    return MetricsRecorder(
+        Bus(), new_registry(process=False), models=("scripted",), tools=("echo",)
+    )
+
+
+def _time_once(messages: Sequence[Message], repeat: int) -> float:
+    recorder = _recorder()
+    handle = recorder.handle
+    started = time.perf_counter()
+    for _ in range(repeat):
+        for msg in messages:
+            handle(msg)
+    return time.perf_counter() - started
+
+
+def measure_recorder(
+    runs: int = 20, turns: int = 20, *, repeat: int = 50, reps: int = 5
+) -> RecorderFigures:
+    """µs per message through :meth:`MetricsRecorder.handle` on the workload's messages."""
+    messages = anyio.run(capture_messages, runs, turns)
+    total = len(messages) * repeat
+    _time_once(messages, 1)  # warm up
+    per_message = [_time_once(messages, repeat) / total * 1e6 for _ in range(reps)]
+    recorder = _recorder()
+    for msg in messages:
+        recorder.handle(msg)
+    started = time.perf_counter()
+    generate_latest(recorder.metrics.registry)
+    scrape = time.perf_counter() - started
+    return RecorderFigures(
+        messages=total,
+        messages_per_turn=len(messages) / (runs * turns),
+        us_per_message=statistics.median(per_message),
+        us_per_message_min=min(per_message),
+        us_per_message_max=max(per_message),
+        scrape_ms=scrape * 1e3,
+        mix=dict(Counter(type(msg).__name__ for msg in messages).most_common()),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.recorder", description=__doc__)
+    parser.add_argument("--runs", type=int, default=20, help="runs captured (default 20)")
+    parser.add_argument("--turns", type=int, default=20, help="turns per run (default 20)")
+    parser.add_argument("--repeat", type=int, default=50, help="passes over them per rep")
+    parser.add_argument("--reps", type=int, default=5, help="timed repetitions (default 5)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    print("capturing the workload's messages, then timing the recorder…", file=sys.stderr)
+    figures = measure_recorder(args.runs, args.turns, repeat=args.repeat, reps=args.reps)
+    if args.json:
+        print(msgspec.json.encode(figures._asdict()).decode())
+        return 0
+    print(
+        f"{figures.messages:,} messages ({figures.messages_per_turn:.1f} per turn): "
+        f"{figures.us_per_message:.2f} µs/message median "
+        f"({figures.us_per_message_min:.2f}–{figures.us_per_message_max:.2f}); "
+        f"scrape {figures.scrape_ms:.1f} ms"
+    )
+    print("mix per pass: " + ", ".join(f"{name} {count}" for name, count in figures.mix.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
