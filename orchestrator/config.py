@@ -38,6 +38,7 @@ __all__ = [
     "DaemonSettings",
     "FleetSettings",
     "LoopSettings",
+    "ModelCapabilities",
     "ModelPrice",
     "ModelSettings",
     "RunSettings",
@@ -46,6 +47,7 @@ __all__ = [
     "context_policy",
     "load_config",
     "merge_loop_overrides",
+    "model_reads_images",
     "run_settings",
 ]
 
@@ -112,6 +114,13 @@ class ModelPrice(_Settings, frozen=True, kw_only=True):
 
     input_per_million: NonNegativeFloat
     output_per_million: NonNegativeFloat
+
+
+class ModelCapabilities(_Settings, frozen=True, kw_only=True):
+    """What a model can do, by its exact name (``[models."gpt-4o"]``)."""
+
+    vision: bool = False
+    """It reads images: the report workflow offers ``read_image`` to its explore stage."""
 
 
 class LoopSettings(_Settings, frozen=True, kw_only=True):
@@ -228,6 +237,8 @@ class Config(_Settings, frozen=True, kw_only=True):
     runtime: RuntimeSettings = RuntimeSettings()
     context: ContextSettings = ContextSettings()
     prices: dict[str, ModelPrice] = {}
+    models: dict[str, ModelCapabilities] = {}
+    """``[models."<name>"]``: per-model capabilities (``vision``); unnamed models have none."""
     daemon: DaemonSettings = DaemonSettings()
     cluster: FleetSettings = FleetSettings()
     hooks: tuple[Hook, ...] = ()
@@ -371,6 +382,7 @@ def load_config(
     _apply_environment(data, environ)
     _check_context_windows(data.get("context"), source=source or "env")
     _check_prices(data.get("prices"), source=source or "env")
+    _check_models(data.get("models"), source=source or "env")
     return _convert(data, Config, prefix="", source=source or "env")
 
 
@@ -379,6 +391,19 @@ def _check_prices(prices: Any, *, source: str) -> None:
     if isinstance(prices, Mapping):
         for model, price in prices.items():
             _convert(price, ModelPrice, prefix=f'prices."{model}"', source=source)
+
+
+def _check_models(models: Any, *, source: str) -> None:
+    """Check each ``[models."<name>"]`` table alone, so an error names its model."""
+    if isinstance(models, Mapping):
+        for model, capabilities in models.items():
+            _convert(capabilities, ModelCapabilities, prefix=f'models."{model}"', source=source)
+
+
+def model_reads_images(config: Config, model: str) -> bool:
+    """Whether ``[models."<model>"]`` says ``vision = true`` (default: no)."""
+    capabilities = config.models.get(model)
+    return capabilities is not None and capabilities.vision
 
 
 def _with_prices(config: Config, settings: RunSettings, *, source: str) -> RunSettings:
