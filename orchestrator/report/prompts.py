@@ -8,6 +8,7 @@ from orchestrator.report.checks import ReportFormat
 
 __all__ = [
     "EXPLORE_SYSTEM",
+    "EXPLORE_VISION",
     "FIRMER",
     "draft_system",
     "draft_task",
@@ -20,6 +21,13 @@ EXPLORE_SYSTEM: Final = (
     "what experiment it holds. Read what matters, not everything. When you know enough, "
     "call finish_exploration with the experiment, its goal and the key findings."
 )
+
+EXPLORE_VISION: Final = (
+    " You can also look at images with read_image: do so when an image may hold data (a "
+    "plot, a photo of a plate or a gel, a scanned table), and put what you read from it in "
+    "the key findings, since the later stages do not see the images."
+)
+"""Added to :data:`EXPLORE_SYSTEM` when the explore model reads images."""
 
 FIRMER: Final = (
     "Your previous output was rejected: {problems}. You have no tools; output the complete "

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Final
 
 import anyio
+import msgspec
 
+from orchestrator.config import model_reads_images
 from orchestrator.pipeline import Probes, probe, run_pipeline
 from orchestrator.report.workflow import ReportOptions, report_handlers, report_pipeline
 from orchestrator.result import RunResult
@@ -31,13 +33,18 @@ async def start_report(
     """Start the report workflow on ``folder``; the plan is fixed before this returns.
 
     ``probes`` is probed once here when not given, and the same answer decides the plan
-    and the run.
+    and the run. With ``options.explore_vision`` unset, the runtime's config decides
+    whether the explore model reads images (``[models."<name>"] vision``).
 
     :raises NotADirectoryError: ``folder`` is not a directory.
     """
     if not await anyio.Path(folder).is_dir():
         raise NotADirectoryError(f"report folder {str(folder)!r} is not a directory")
     probes = probes if probes is not None else probe()
+    if options.explore_vision is None:
+        model = options.models.get("explore") or runtime.config.model.model
+        vision = model_reads_images(runtime.config, model)
+        options = msgspec.structs.replace(options, explore_vision=vision)
     config = report_pipeline(options, probes)
     handlers = report_handlers(options, probes)
 

@@ -16,7 +16,7 @@ from typing import Final
 import anyio
 import msgspec
 
-from bus import ChatMessage, ExitReason
+from bus import ChatMessage, ExitReason, message_text
 from orchestrator.pipeline import (
     AgentStage,
     CodeStage,
@@ -57,7 +57,9 @@ class ReportOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     ``models`` maps ``explore``, ``draft`` and ``reflect`` to model names (missing: the
     run's default model). ``out`` is the report's path; the run summary is written next
-    to it as ``NAME.summary.json``.
+    to it as ``NAME.summary.json``. ``explore_vision``: the explore model reads images, so
+    explore offers ``read_image``; ``None`` lets :func:`~orchestrator.report.run.start_report`
+    decide from the config (``[models."<name>"] vision``).
     """
 
     goal: str
@@ -67,6 +69,7 @@ class ReportOptions(msgspec.Struct, frozen=True, kw_only=True):
     models: dict[str, str] = {}
     explore_max_turns: int = 20
     explore_loop_preset: str = "strict"
+    explore_vision: bool | None = None
 
 
 def simulated_models(scenario: str) -> dict[str, str]:
@@ -91,6 +94,7 @@ def report_pipeline(options: ReportOptions, probes: Probes) -> PipelineConfig:
                 "tools": [
                     "list_dir",
                     "read_file",
+                    *(["read_image"] if options.explore_vision else []),
                     *(["make_figure"] if probes.matplotlib else []),
                     "finish_exploration",
                 ],
@@ -153,7 +157,8 @@ class _Workflow:
         assert self._scan is not None
         result = await ctx.run_agent(
             prompts.explore_task(self._o.goal, self._scan.summary(), self._scan.listing()),
-            system=prompts.EXPLORE_SYSTEM,
+            system=prompts.EXPLORE_SYSTEM
+            + (prompts.EXPLORE_VISION if self._o.explore_vision else ""),
         )
         self._notes = _notes(result) or f"(nothing was read)\n{self._scan.listing()}"
         stopped = result if result.exit_reason is not ExitReason.COMPLETED else None
@@ -268,7 +273,7 @@ def _notes(result: RunResult) -> str:
             if call.name == "finish_exploration":
                 parts.append(f"Conclusion of the exploration: {call.arguments}")
         if message.role == "tool" and message.tool_call_id in names:
-            text = message.content if isinstance(message.content, str) else ""
+            text = message_text(message)  # an image's data is no note for the draft
             parts.append(f"--- {names[message.tool_call_id]}\n{text[:6000]}")
     notes = "\n\n".join(parts)
     return notes[:NOTES_CHARS]
