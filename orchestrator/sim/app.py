@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator.sim import wire
+from orchestrator.sim.content import ContentError, request_images
 from orchestrator.sim.responses import DropConnection, EventStream, TruncatedResponse
 from orchestrator.sim.scenario import MAIN_TRACK, Fault, Scenario, Step
 from orchestrator.sim.script import AttemptCounter, fault_for, locate, step_at
@@ -93,6 +94,10 @@ class _Player:
             req = _DECODER.decode(body)
         except msgspec.DecodeError as exc:
             return _error(400, f"Invalid request body: {exc}", code="invalid_request_body")
+        try:
+            images = request_images((m.role, m.content) for m in req.messages)
+        except ContentError as exc:
+            return _error(400, f"Invalid message content: {exc}", code="invalid_content")
         scenario, track = self._scenarios.get(req.model), MAIN_TRACK
         if scenario is None and "/" in req.model:  # a pipeline stage: SCENARIO/TRACK
             name, _, track = req.model.partition("/")
@@ -102,7 +107,8 @@ class _Player:
         if scenario is None:
             message = f"The model `{req.model}` does not exist or you do not have access to it."
             return _error(404, message, code="model_not_found")
-        prompt_tokens = wire.estimate_tokens(len(body))
+        # An image costs its pixel size's tokens, not the characters of its data URL.
+        prompt_tokens = wire.estimate_tokens(len(body) - images.url_chars) + images.tokens
         window = scenario.context_window
         if window is not None and prompt_tokens > window:
             overflow = Fault(kind="context_length", shape=scenario.context_error)
@@ -116,6 +122,12 @@ class _Player:
                 f"{position.track!r} (add steps or make the last one repeat)"
             )
             return _error(400, message, code="scenario_exhausted")
+        if images.images < step.require_images:
+            message = (
+                f"scenario {scenario.name!r} step {position.step} on track {position.track!r} "
+                f"requires {step.require_images} image(s) in the request; it has {images.images}"
+            )
+            return _error(400, message, code="scenario_expectation")
         run = request.headers.get(RUN_ID_HEADER) or hashlib.blake2b(body, digest_size=16).digest()
         attempt = self._attempts.next((scenario.name, run, position.track, position.step))
         fault = fault_for(step, attempt)

@@ -84,7 +84,7 @@ def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
 
 
 def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
-    for key in ("text_tokens", "latency", "chunk_latency", "keep_alive"):
+    for key in ("text_tokens", "latency", "chunk_latency", "keep_alive", "require_images"):
         if getattr(step, key) < 0:
             yield f"{at}.{key}", "must not be negative"
     if step.chunk_size < 1:

@@ -91,7 +91,11 @@ class Fault(_Spec, frozen=True, kw_only=True):
 
 
 class Step(_Spec, frozen=True, kw_only=True):
-    """One model reply: text and/or tool calls, how it is streamed, and how attempts fail."""
+    """One model reply: text and/or tool calls, how it is streamed, and how attempts fail.
+
+    ``require_images``: the request must carry at least this many image parts, else it
+    is answered ``400 scenario_expectation`` (a scenario proves an image reached the model).
+    """
 
     text: str = ""
     text_tokens: int = 0
@@ -105,6 +109,7 @@ class Step(_Spec, frozen=True, kw_only=True):
     repeat: bool = False
     honor_max_tokens: bool = True
     faults: tuple[Fault, ...] = ()
+    require_images: int = 0
 
 
 class Branch(_Spec, frozen=True, kw_only=True):
