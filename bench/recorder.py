@@ -15,7 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import anyio
 import msgspec
@@ -23,7 +23,7 @@ from anyio.abc import TaskStatus
 from prometheus_client import generate_latest
 
 from bench.loops import bench_overrides, bench_runtime
-from bus import Bus, Message
+from bus import Bus, BusMessage, Message
 from orchestrator.metrics import MetricsRecorder, new_registry
 from orchestrator.runtime import RunSpec
 
@@ -45,14 +45,17 @@ class RecorderFigures(NamedTuple):
 class _Capture:
     def __init__(self, bus: Bus) -> None:
         self._bus = bus
-        self.messages: list[Message] = []
+        self.messages: list[BusMessage] = []
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sub = self._bus.subscribe(name="bench_capture", inline=True)
-        await sub.serve(self.messages.append, task_status=task_status)
+        await sub.serve(self._keep, task_status=task_status)
+
+    def _keep(self, msg: Message) -> None:
+        self.messages.append(cast(BusMessage, msg))
 
 
-async def capture_messages(runs: int, turns: int) -> list[Message]:
+async def capture_messages(runs: int, turns: int) -> list[BusMessage]:
     """Every bus message of ``runs`` concurrent runs of the throughput workload."""
     runtime = bench_runtime(runs, turns)
     capture = _Capture(runtime.bus)
@@ -76,7 +79,7 @@ def _recorder() -> MetricsRecorder:
     )
 
 
-def _time_once(messages: Sequence[Message], repeat: int) -> float:
+def _time_once(messages: Sequence[BusMessage], repeat: int) -> float:
     recorder = _recorder()
     handle = recorder.handle
     started = time.perf_counter()
