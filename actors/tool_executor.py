@@ -31,21 +31,24 @@ the executor's task group; when the bus closes, running calls are aborted and
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, assert_never
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.tools.cache import CacheSettings, ResultCache
 from actors.tools.context import ToolContext
-from actors.tools.invoke import Outcome, invoke, unknown_tool
+from actors.tools.invoke import Outcome, invoke, timed_out, unknown_tool
 from actors.tools.limits import ToolExecutorSettings
 from actors.tools.registry import Tool, ToolRegistry
+from actors.workers import Workers
 from bus import (
     Bus,
     ExitReason,
@@ -92,7 +95,7 @@ class _Slot:
     def __init__(self, call: ToolCall, fingerprint: str) -> None:
         self.call = call
         self.fingerprint = fingerprint
-        self.done = anyio.Event()
+        self.done = asyncio.Event()
         self.result: ToolResult | None = None
         self.scope: anyio.CancelScope | None = None
         self.cache: Literal["hit", "miss", "none"] = "none"
@@ -106,9 +109,10 @@ class _Batch:
     """The calls of one :class:`~bus.ToolExecute`."""
 
     __slots__ = (
+        "_limiter",
+        "_max_parallel",
         "abort_deadline",
         "grace",
-        "limiter",
         "reason",
         "silent",
         "slots",
@@ -125,18 +129,30 @@ class _Batch:
             )
             for i, call in enumerate(msg.calls)
         )
-        self.limiter = anyio.CapacityLimiter(max_parallel)
+        self._max_parallel = max_parallel
+        self._limiter: anyio.CapacityLimiter | None = None
         self.abort_deadline = math.inf
         self.reason: str | None = None
         self.grace = 0.0
         self.silent = False
         self.stores = True  # False when a call of the batch may have side effects
 
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        """At most ``max_parallel_calls`` calls of this batch at a time (made when needed)."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self._max_parallel)
+        return self._limiter
+
+    def aborted_by(self, timeout_at: float) -> bool:
+        """Whether a call's scope that fired was cancelled by the abort, not its timeout."""
+        return self.reason is not None and self.abort_deadline <= timeout_at
+
     def cancel(self, grace: float, reason: str) -> None:
         """Start nothing more; cancel running calls after ``grace`` seconds (idempotent)."""
         if self.reason is None:
             self.reason, self.grace = reason, max(grace, 0.0)
-        deadline = anyio.current_time() + max(grace, 0.0)
+        deadline = time.monotonic() + max(grace, 0.0)
         if deadline >= self.abort_deadline:
             return
         self.abort_deadline = deadline
@@ -179,7 +195,7 @@ class ToolExecutor:
         self._settings = settings or ToolExecutorSettings()
         self._clock = clock
         self._runs: dict[str, _Run] = {}
-        self._tg: TaskGroup | None = None
+        self._workers: Workers | None = None
         self._hits = self._misses = self._loops = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -189,14 +205,17 @@ class ToolExecutor:
         )
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
+                self._workers = Workers(tg)
                 task_status.started()
-                await sub.serve(self._handle)
-                for run in self._runs.values():
-                    for batch in run.batches:
-                        batch.cancel(0.0, "the tool executor stopped")
+                try:
+                    await sub.serve(self._handle)
+                    for run in self._runs.values():
+                        for batch in run.batches:
+                            batch.cancel(0.0, "the tool executor stopped")
+                finally:
+                    self._workers.close()
         finally:
-            self._tg = None
+            self._workers = None
             self._runs.clear()
             self._bus.unsubscribe(sub)
 
@@ -205,6 +224,10 @@ class ToolExecutor:
         batches = [batch for run in self._runs.values() for batch in run.batches]
         running = sum(slot.scope is not None for batch in batches for slot in batch.slots)
         return ToolExecutorStatistics(len(self._runs), len(batches), running)
+
+    def workers_busy(self) -> int:
+        """Pool workers running a batch now (idle ones wait for the next batch)."""
+        return self._workers.busy() if self._workers is not None else 0
 
     def cache_statistics(self) -> ToolCacheStatistics:
         """Cached results held now (every run), and hits, misses and loops so far."""
@@ -241,7 +264,7 @@ class ToolExecutor:
     def _execute(self, msg: ToolExecute) -> None:
         batch = _Batch(msg, self._settings.max_parallel_calls)
         run = self._runs.get(msg.run_id)
-        if run is None or self._tg is None:
+        if run is None or self._workers is None:
             for slot in batch.slots:
                 outcome = Outcome(
                     f"run {msg.run_id!r} is not known to the tool executor",
@@ -253,7 +276,7 @@ class ToolExecutor:
             return
         run.batches.append(batch)
         self._plan_cache(run, batch)
-        self._tg.start_soon(self._run_batch, run, batch)
+        self._workers.submit(partial(self._run_batch, run, batch))
 
     # ------------------------------------------------------------------ result cache
 
@@ -373,27 +396,27 @@ class ToolExecutor:
                 run.batches.remove(batch)
 
     async def _run_call(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
-        started = anyio.current_time()
+        started = time.monotonic()
         try:
             await self._wait_for_leader(run, batch, slot)
             outcome = slot.ready
             if outcome is None:
                 if len(batch.slots) == 1:  # max_parallel_calls >= 1: the limiter never waits
-                    started = anyio.current_time()
+                    started = time.monotonic()
                     outcome = await self._outcome(run, batch, slot)
                 else:
                     async with batch.limiter:
-                        started = anyio.current_time()
+                        started = time.monotonic()
                         outcome = await self._outcome(run, batch, slot)
                 self._fill(run, batch, slot, outcome)
-            duration = anyio.current_time() - started
+            duration = time.monotonic() - started
             slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
         finally:
             # Cancelled from outside (the executor's task group): the call still gets
             # its one result, so nothing that reads the slot waits forever.
             if slot.result is None:
                 outcome = _aborted(slot.call, "because its task was cancelled")
-                duration = anyio.current_time() - started
+                duration = time.monotonic() - started
                 slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
             if run.in_flight.get(slot.fingerprint) is slot:
                 del run.in_flight[slot.fingerprint]
@@ -408,21 +431,26 @@ class ToolExecutor:
             return unknown_tool(call.name, (n for n in run.enabled if n in self._registry))
         outcome: Outcome | None = None
         timeout = tool.timeout_seconds or self._settings.default_timeout_seconds
-        with anyio.CancelScope(deadline=batch.abort_deadline) as scope:
+        # One scope for both limits (a scope costs as much as the rest of a quick call):
+        # the tool's time limit, and the batch's abort deadline, which cancel() may lower.
+        timeout_at = time.monotonic() + timeout
+        with anyio.CancelScope(deadline=min(timeout_at, batch.abort_deadline)) as scope:
             slot.scope = scope
             try:
                 outcome = await invoke(
                     tool,
                     call.arguments,
                     run.ctx,
-                    time_limit=timeout,
+                    time_limit=None,
                     max_chars=self._settings.max_result_chars,
                 )
             finally:
                 slot.scope = None
-        if outcome is None:
+        if outcome is not None:
+            return outcome
+        if batch.aborted_by(timeout_at):
             return _aborted(call, f"cancelled after a grace of {batch.grace:g} s: {batch.reason}")
-        return outcome
+        return timed_out(tool.name, timeout)
 
     @staticmethod
     def _result(

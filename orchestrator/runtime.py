@@ -247,7 +247,7 @@ class Runtime:
             )
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             self.context_gatekeeper = ContextGatekeeper(self.bus, self._context_policies.get)
-            executor = ToolExecutor(self.bus, self.tools)
+            executor = self.tool_executor = ToolExecutor(self.bus, self.tools)
             self.metrics_registry.register(ToolCacheCollector(executor.cache_statistics))
             actors = (
                 self.metrics,

@@ -8,7 +8,7 @@ import os
 import textwrap
 from pathlib import Path
 from types import CodeType
-from typing import cast
+from typing import Final, cast
 
 import anyio
 import anyio.to_thread
@@ -50,13 +50,20 @@ def _task_code(task: asyncio.Task[object]) -> CodeType | None:
     return None
 
 
+# The tool executor's worker pool keeps idle workers between runs (that is its purpose);
+# a worker still busy with a run's calls shows in the executor's statistics instead.
+POOLED: Final = "Workers._work"
+
+
 def loopfuse_tasks() -> list[str]:
-    """The running tasks whose function is loopfuse's own (the simulator's left out)."""
+    """The running tasks whose function is loopfuse's own (the simulator's and the idle
+    pool workers left out)."""
     names: list[str] = []
     for task in asyncio.all_tasks():
         code = _task_code(task)
         path = code.co_filename if code is not None else ""
-        if code is not None and path.startswith(PACKAGES) and not path.startswith(SIMULATOR):
+        ours = code is not None and path.startswith(PACKAGES) and not path.startswith(SIMULATOR)
+        if ours and code is not None and code.co_qualname != POOLED:
             names.append(code.co_qualname)
     return sorted(names)
 
@@ -227,6 +234,8 @@ async def test_no_task_and_no_per_run_state_outlive_their_run() -> None:
             assert runtime.hook_runner.active_runs() == 0, name
             assert runtime.bus.active_inboxes() == 0, name
             assert runtime.active_runs == 0, name
+            assert runtime.tool_executor.statistics() == (0, 0, 0), name
+            assert runtime.tool_executor.workers_busy() == 0, name
     assert len(asyncio.all_tasks()) == before
 
 

@@ -17,7 +17,7 @@ from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
 from actors.tools.registry import Tool
 
-__all__ = ["Outcome", "cap_text", "invoke", "unknown_tool"]
+__all__ = ["Outcome", "cap_text", "invoke", "timed_out", "unknown_tool"]
 
 
 class Outcome(NamedTuple):
@@ -40,17 +40,37 @@ def unknown_tool(name: str, available: Iterable[str]) -> Outcome:
     )
 
 
+def timed_out(name: str, time_limit: float) -> Outcome:
+    """The answer to a call that ran out of its time limit."""
+    return Outcome(f"{name} timed out after {time_limit:g} s", is_error=True, error_kind="timeout")
+
+
 async def invoke(
-    tool: Tool[Any], arguments: str, ctx: ToolContext, *, time_limit: float, max_chars: int
+    tool: Tool[Any],
+    arguments: str,
+    ctx: ToolContext,
+    *,
+    time_limit: float | None,
+    max_chars: int,
 ) -> Outcome:
-    """Run ``tool`` on ``arguments`` within ``time_limit`` seconds; cut text at ``max_chars``."""
+    """Run ``tool`` on ``arguments`` within ``time_limit`` seconds; cut text at ``max_chars``.
+
+    With ``time_limit=None`` the caller enforces the limit with a cancel scope of its own
+    (the tool executor folds it into the scope it needs anyway).
+    """
     try:
         params = tool.decode(arguments)
     except ToolError as exc:
         return Outcome(exc.message, is_error=True, error_kind=exc.kind, executed=False)
+    timed_out_now = False
+    content: object = None
     try:
-        with anyio.move_on_after(time_limit) as scope:
-            content: object = await tool.fn(params, ctx)
+        if time_limit is None:
+            content = await tool.fn(params, ctx)
+        else:
+            with anyio.move_on_after(time_limit) as scope:
+                content = await tool.fn(params, ctx)
+            timed_out_now = scope.cancelled_caught
     except ToolError as exc:
         return Outcome(cap_text(exc.message, max_chars), is_error=True, error_kind=exc.kind)
     except anyio.get_cancelled_exc_class() as exc:
@@ -62,10 +82,8 @@ async def invoke(
     except Exception as exc:
         text = f"{tool.name} failed: {type(exc).__name__}: {exc}"
         return Outcome(cap_text(text, max_chars), is_error=True, error_kind="exception")
-    if scope.cancelled_caught:
-        return Outcome(
-            f"{tool.name} timed out after {time_limit:g} s", is_error=True, error_kind="timeout"
-        )
+    if timed_out_now and time_limit is not None:
+        return timed_out(tool.name, time_limit)
     if not isinstance(content, str):
         text = f"{tool.name} failed: it returned {type(content).__name__}, not text"
         return Outcome(text, is_error=True, error_kind="exception")
