@@ -1,0 +1,66 @@
+"""Server-sent events over bytes: the ``data`` payload of each event, fed read by read.
+
+The WHATWG event-stream grammar, reduced to what a chat-completions stream uses: lines end
+with CR, LF or CRLF (a CRLF may be split across two reads); a blank line ends an event;
+lines starting with ``:`` are comments (keep-alives); several ``data:`` lines of one event
+are joined with LF; one space after the colon is dropped; other fields (``event``, ``id``,
+``retry``) are ignored. An event without a ``data`` line is not dispatched, nor is one
+left open when the stream ends (both as the specification says).
+
+One decoder per response; it never raises.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["SSEDecoder"]
+
+_CR: Final = b"\r"
+_LF: Final = b"\n"
+
+
+class SSEDecoder:
+    """Incremental: :meth:`feed` each read, in order; get the payloads it completed."""
+
+    __slots__ = ("_data", "_partial", "_skip_lf")
+
+    def __init__(self) -> None:
+        self._partial: list[bytes] = []  # the pieces of a line not yet ended
+        self._data: list[bytes] = []  # data lines of the open event
+        self._skip_lf = False  # the last read ended with CR: a leading LF ends nothing
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The ``data`` of every event that ``chunk`` completes (``b"\\n"``-joined lines)."""
+        if self._skip_lf and chunk:
+            self._skip_lf = False
+            if chunk[0] == 10:  # LF
+                chunk = chunk[1:]
+        if _CR in chunk:
+            self._skip_lf = chunk.endswith(_CR)
+            chunk = chunk.replace(b"\r\n", _LF).replace(_CR, _LF)
+        if _LF not in chunk:
+            if chunk:
+                self._partial.append(chunk)
+            return []
+        lines = chunk.split(_LF)
+        rest = lines.pop()
+        if self._partial:
+            self._partial.append(lines[0])
+            lines[0] = b"".join(self._partial)
+            self._partial.clear()
+        if rest:
+            self._partial.append(rest)
+        events: list[bytes] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    events.append(data[0] if len(data) == 1 else _LF.join(data))
+                    data.clear()
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line == b"data":
+                data.append(b"")
+            # a comment (":…"), or a field this decoder has no use for
+        return events
