@@ -61,10 +61,12 @@ class ScriptedModel:
 
 def echo_script(turns: int) -> Script:
     """``turns - 1`` turns of one ``echo`` call each (new arguments every turn, so no loop
-    fuse trips), then a text answer that ends the run."""
-    usage = Usage(prompt_tokens=10, completion_tokens=5)
+    fuse trips), then a text answer that ends the run. The prompt tokens reported grow with
+    the transcript as an endpoint's would (about 14 per short message, plus the tool's
+    schema), so the context gatekeeper sees no silent truncation."""
 
     def script(request: ModelRequest) -> ModelReply:
+        usage = Usage(prompt_tokens=60 + 14 * len(request.messages), completion_tokens=5)
         if request.turn >= turns:
             return ModelReply(
                 run_id=request.run_id,
