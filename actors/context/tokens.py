@@ -26,8 +26,9 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Final, assert_never
+
+import msgspec
 
 from actors.context.images import part_tokens
 from actors.context.windows import Encoding, encoding_for
@@ -64,9 +65,13 @@ REQUEST_OVERHEAD: Final = 3
 
 _DIGITS: Final = re.compile(r"\d+")
 
+SHORT_TEXT_CHARS: Final = 48
+"""Texts up to this long have their counts kept (see :func:`bpe_counter`)."""
+SHORT_TEXT_CACHE: Final = 8192
+"""Short texts whose counts are kept per vocabulary (the lot is dropped when full)."""
 
-@dataclass(frozen=True, slots=True)
-class Estimate:
+
+class Estimate(msgspec.Struct, frozen=True):
     """Tokens of a piece: ``tokens`` (never knowingly low) and ``floor`` (never knowingly
     high); equal when the model's own tokenizer counted them."""
 
@@ -92,8 +97,19 @@ def bpe_counter(encoding: Encoding) -> TextCounter:
         module: Any = importlib.import_module("bpe_openai")
         vocabulary = module.get_encoding(encoding)
 
+    # Short texts (tool names, call ids, small arguments) recur turn after turn: their
+    # counts are kept, which spares the tokenizer most of a turn's calls.
+    short: dict[str, int] = {}
+
     def count(text: str) -> int:
-        return len(vocabulary.encode_ordinary(text))
+        if len(text) > SHORT_TEXT_CHARS:
+            return len(vocabulary.encode_ordinary(text))
+        found = short.get(text)
+        if found is None:
+            if len(short) >= SHORT_TEXT_CACHE:
+                short.clear()
+            found = short[text] = len(vocabulary.encode_ordinary(text))
+        return found
 
     return count
 
