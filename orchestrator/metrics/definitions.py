@@ -1,22 +1,28 @@
-"""Every metric object of loopfuse, built on a registry passed in (never the global one).
+"""Every metric of loopfuse, registered as one collector on a registry passed in (never the
+global one).
 
 Names follow Prometheus conventions (``loopfuse_`` prefix, base units, ``_total`` counters,
 ``_seconds``/``_tokens``/``_ratio`` histograms) and label values follow the OpenTelemetry
 GenAI vocabulary where it fits (``model`` is the request model, ``token_type`` is
 ``input``/``output``). What each metric answers is in ``docs/metrics.md``. Only
-:class:`~orchestrator.metrics.recorder.MetricsRecorder` changes these objects.
+:class:`~orchestrator.metrics.recorder.MetricsRecorder` changes them. The values are plain
+Python numbers (:mod:`orchestrator.metrics.series`), turned into Prometheus samples only
+when the registry is scraped.
 """
 
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterator
 from importlib import metadata
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
 
 from orchestrator.metrics.labels import (
     CONTEXT_ACTIONS,
@@ -32,6 +38,7 @@ from orchestrator.metrics.labels import (
     TRUNCATION_STEPS,
     expected_pairs,
 )
+from orchestrator.metrics.series import CounterFamily, GaugeFamily, HistogramFamily
 
 __all__ = [
     "LLM_LATENCY_BUCKETS",
@@ -98,31 +105,27 @@ def _version() -> str:
         return "unknown"
 
 
-class Metrics:
-    """The metric objects of one runtime, registered on ``registry``.
+class Metrics(Collector):
+    """The metrics of one runtime: one collector, registered on ``registry``.
 
-    Label children of closed sets are created here, so every series exists (at zero) from
-    the first scrape; :meth:`add_models` and :meth:`add_tools` do the same for the
-    per-deployment sets.
+    Each attribute is a family (:mod:`orchestrator.metrics.series`) whose ``labels(...)``
+    gives a series to add to. Series of closed label sets are created here, so every
+    series exists (at zero) from the first scrape; :meth:`add_models` and
+    :meth:`add_tools` do the same for the per-deployment sets.
+
+    :raises ValueError: ``registry`` has these metrics already (``Duplicated timeseries``).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
-
-        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
-            return Counter(name, doc, labels, registry=registry)
-
-        def histogram(
-            name: str, doc: str, buckets: tuple[float, ...], labels: tuple[str, ...] = ()
-        ) -> Histogram:
-            return Histogram(name, doc, labels, registry=registry, buckets=buckets)
+        counter = CounterFamily
+        histogram = HistogramFamily
 
         # ------------------------------------------------------------ runs
-        self.build_info = Gauge(
+        self.build_info = GaugeFamily(
             "loopfuse_build_info",
             "Always 1; the loopfuse and Python versions in labels.",
             ("version", "python_version"),
-            registry=registry,
         )
         self.build_info.labels(_version(), platform.python_version()).set(1)
         self.runs_started = counter(
@@ -232,7 +235,43 @@ class Metrics:
             "loopfuse_metrics_recorder_errors",
             "Messages the metrics recorder failed to record (a loopfuse bug; runs go on).",
         )
+        self._families = (
+            self.build_info,
+            self.runs_started,
+            self.runs_finished,
+            self.run_duration,
+            self.turns,
+            self.run_turns,
+            self.loop_detections,
+            self.nudges,
+            self.truncation_recoveries,
+            self.model_requests,
+            self.model_duration,
+            self.model_ttft,
+            self.model_tokens,
+            self.model_cost,
+            self.tool_calls,
+            self.tool_duration,
+            self.prompt_tokens,
+            self.prompt_window_ratio,
+            self.context_actions,
+            self.blocked_requests,
+            self.bus_messages,
+            self.store_write_duration,
+            self.recorder_errors,
+        )
         self._precreate()
+        registry.register(self)
+
+    def describe(self) -> Iterator[Metric]:
+        """Every family's names, without samples (the registry refuses duplicates)."""
+        for family in self._families:
+            yield family.describe()
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family with its current samples (safe from another thread)."""
+        for family in self._families:
+            yield family.collect()
 
     def _precreate(self) -> None:
         for reason, cause in expected_pairs():

@@ -10,6 +10,11 @@ the ``LoopfuseMetricsDropping`` alert watches. Per-run state is bounded
 the recorder is counted (``loopfuse_metrics_recorder_errors_total``) and logged, never
 raised: a metrics fault must not end a run.
 
+It is called inline, during each publish, so it must be cheap: about a dozen messages per
+turn. Each message type has its handler (a dict lookup, no ``match`` chain), the series it
+changes are plain Python numbers (:mod:`orchestrator.metrics.series`) looked up once per
+run or per label set, and Prometheus samples are only built when the registry is scraped.
+
 Cost is computed from each reply's usage and the run's prices (``RunStarted``). What the
 bus does not carry yet has a method here (the seams): :meth:`record_cost`,
 :meth:`record_context_action`, :meth:`observe_store_write` and :meth:`set_context_window`.
@@ -23,12 +28,11 @@ import logging
 import time
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar, assert_never, cast
+from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics import MetricWrapperBase
 
 from actors.context import window_for
 from actors.loop_monitor import SOURCE as LOOP_MONITOR
@@ -39,6 +43,7 @@ from bus import (
     BusMessage,
     ContextAction,
     ExitReason,
+    Message,
     ModelCancel,
     ModelError,
     ModelReplied,
@@ -74,10 +79,9 @@ from orchestrator.metrics.labels import (
     tool_outcome,
     truncation_step,
 )
+from orchestrator.metrics.series import CounterSeries
 
 __all__ = ["MAX_TRACKED_RUNS", "METRICS_MAILBOX_SIZE", "SUBSCRIBER", "MetricsRecorder"]
-
-_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
 
 logger = logging.getLogger("loopfuse.metrics")
 
@@ -89,11 +93,60 @@ METRICS_MAILBOX_SIZE: Final = 16_384
 MAX_TRACKED_RUNS: Final = 100_000
 """Runs whose state the recorder keeps at most; the oldest is forgotten beyond that."""
 
+MAX_CACHED_WINDOWS: Final = 1_024
+"""Model names whose context window is remembered (beyond that the cache starts over)."""
+
+COUNTED_ONLY: Final[tuple[type[Message], ...]] = (
+    RunEnding,
+    TurnEnded,
+    Progress,
+    ModelTextDelta,
+    ModelCancel,
+    ToolExecute,
+    ToolsCancel,
+    AbortRequested,
+    ActorFailed,
+    PromptRejected,  # the refusal is counted as ModelError(context_length)
+)
+"""Message types only counted (``loopfuse_bus_messages_total``); every other type has a
+handler."""
+
+
+class _ModelSeries:
+    """The series of one ``model`` label, looked up once (all exist from the start)."""
+
+    __slots__ = (
+        "aborted",
+        "blocked",
+        "cost",
+        "duration",
+        "label",
+        "ok",
+        "prompt_tokens",
+        "tokens_in",
+        "tokens_out",
+        "ttft",
+        "window_ratio",
+    )
+
+    def __init__(self, metrics: Metrics, label: str) -> None:
+        self.label = label
+        self.ok = metrics.model_requests.labels(label, "ok")
+        self.aborted = metrics.model_requests.labels(label, "aborted")
+        self.duration = metrics.model_duration.labels(label)
+        self.ttft = metrics.model_ttft.labels(label)
+        self.tokens_in = metrics.model_tokens.labels(label, "input")
+        self.tokens_out = metrics.model_tokens.labels(label, "output")
+        self.cost = metrics.model_cost.labels(label)
+        self.prompt_tokens = metrics.prompt_tokens.labels(label)
+        self.window_ratio = metrics.prompt_window_ratio.labels(label)
+        self.blocked = metrics.blocked_requests.labels(label)
+
 
 @dataclass(slots=True)
 class _Run:
     model: str
-    model_label: str
+    series: _ModelSeries
     exemplar: dict[str, str]
     started: float
     input_price: float = 0.0
@@ -131,16 +184,37 @@ class MetricsRecorder:
     ) -> None:
         self._bus = bus
         self._mailbox_size = mailbox_size
-        self.metrics = Metrics(registry)
+        self.metrics = m = Metrics(registry)
         self._models = BoundedLabel()
         self._tools = BoundedLabel(tools)
-        self._windows: dict[str, int] = {}
+        self._windows: dict[str, int] = {}  # model name -> window (0: none), cached
+        self._windows_set: dict[str, int] = {}  # set_context_window's, never forgotten
         self._window_of = context_window
         self._clock = clock
         self._runs: dict[str, _Run] = {}
-        # prometheus_client's labels() validates and locks on every call: children are
-        # looked up once per label set and kept.
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._model_series: dict[str, _ModelSeries] = {}
+        self._runs_started = m.runs_started.labels()
+        self._turns = m.turns.labels()
+        self._errors = m.recorder_errors.labels()
+        self._store_writes = m.store_write_duration.labels()
+        self._escalations = m.truncation_recoveries.labels("escalate")
+        self._actions = {action: m.context_actions.labels(action) for action in CONTEXT_ACTIONS}
+        self._counted: dict[type, CounterSeries] = {}
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            RunStarted: self._run_started,
+            RunFinished: self._finish,
+            TurnStarted: self._turn_started,
+            ModelRequest: self._model_request,
+            ModelError: self._model_error,
+            ModelReply: self._reply,
+            ModelReplied: self._replied,
+            ToolCallProposed: self._call_proposed,
+            ToolVerdict: self._verdict_seen,
+            ToolResult: self._tool_result,
+            Nudge: self._nudge,
+            StopSignal: self._stop_signal,
+            ContextAction: self._context_action,
+        }
         self.collector = StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0)))
         registry.register(self.collector)
         self.add_models(models)
@@ -163,14 +237,7 @@ class MetricsRecorder:
             self.handle(msg)
         except Exception:
             logger.exception("metrics recorder failed on %s", type(msg).__name__)
-            self.metrics.recorder_errors.inc()
-
-    def _labelled(self, metric: _Metric, *values: str) -> _Metric:
-        key = (id(metric), values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*values)
-        return cast(_Metric, child)
+            self._errors.value += 1
 
     # ------------------------------------------------------------------ label sets
 
@@ -194,7 +261,7 @@ class MetricsRecorder:
         spend the bus does not show (replies' usage times the run's prices is counted
         already)."""
         if cost > 0:
-            self._labelled(self.metrics.model_cost, self._models(model)).inc(cost)
+            self._series_of(self._models(model)).cost.value += cost
 
     def record_context_action(self, action: str) -> None:
         """Count one ``collapse`` or ``compact`` of a transcript, or a ``silent_truncation``
@@ -204,11 +271,11 @@ class MetricsRecorder:
         """
         if action not in CONTEXT_ACTIONS:
             raise ValueError(f"context action {action!r} is not one of {CONTEXT_ACTIONS}")
-        self._labelled(self.metrics.context_actions, action).inc()
+        self._actions[action].value += 1
 
     def observe_store_write(self, seconds: float) -> None:
         """Record one durable-store write (commit) that took ``seconds``."""
-        self.metrics.store_write_duration.observe(seconds)
+        self._store_writes.observe(seconds)
 
     def set_context_window(self, model: str, tokens: int) -> None:
         """Use ``tokens`` as ``model``'s context window for the prompt/window ratio.
@@ -217,7 +284,7 @@ class MetricsRecorder:
         """
         if tokens <= 0:
             raise ValueError(f"context window of {model!r} must be positive, got {tokens}")
-        self._windows[model] = tokens
+        self._windows_set[model] = self._windows[model] = tokens
 
     def tracked_runs(self) -> int:
         """Runs whose state the recorder holds (started, not yet finished)."""
@@ -227,79 +294,79 @@ class MetricsRecorder:
 
     def handle(self, msg: BusMessage) -> None:
         """Record one message; never blocks."""
-        m = self.metrics
-        self._labelled(m.bus_messages, type(msg).__name__).inc()
-        match msg:
-            case RunStarted():
-                m.runs_started.inc()
-                self._start(msg)
-            case RunFinished():
-                self._finish(msg)
-            case TurnStarted():
-                m.turns.inc()
-            case ModelRequest():
-                run = self._run(msg.run_id)
-                run.retries = 0
-                if msg.model != run.model:
-                    run.model, run.model_label = msg.model, self._models(msg.model)
-            case ModelError():
-                run = self._run(msg.run_id)
-                self._labelled(m.model_requests, run.model_label, msg.kind).inc()
-                if not msg.final:
-                    run.retries += 1
-            case ModelReply():
-                self._reply(msg)
-            case ModelReplied():
-                if msg.finish_reason == "length":
-                    self._run(msg.run_id).truncations += 1
-            case ToolCallProposed():
-                self._run(msg.run_id).calls[msg.call.id] = self._tools(msg.call.name)
-            case ToolVerdict():
-                self._verdict_seen(msg)
-            case ToolResult():
-                self._tool_result(msg)
-            case Nudge():
-                self._labelled(m.nudges, nudge_kind(msg.kind)).inc()
-                if msg.source == LOOP_MONITOR and msg.kind == "loop.content":
-                    # The only loop nudge without a verdict: streamed text cut (critical).
-                    self._labelled(m.loop_detections, loop_detector(msg.kind), "critical").inc()
-            case StopSignal():
-                if msg.cause.startswith("loop."):
-                    self._labelled(m.loop_detections, loop_detector(msg.cause), "break").inc()
-            case ContextAction():
-                # "blocked" is counted from the run's ending (blocking_limit), once.
-                if msg.kind in CONTEXT_ACTIONS:
-                    self._labelled(m.context_actions, msg.kind).inc()
-            case (
-                RunEnding()
-                | TurnEnded()
-                | Progress()
-                | ModelTextDelta()
-                | ModelCancel()
-                | ToolExecute()
-                | ToolsCancel()
-                | AbortRequested()
-                | ActorFailed()
-                | PromptRejected()  # the refusal is counted as ModelError(context_length)
-            ):
-                pass
-            case _:
-                assert_never(msg)
+        kind = type(msg)
+        counted = self._counted.get(kind)
+        if counted is None:
+            counted = self._counted[kind] = self.metrics.bus_messages.labels(kind.__name__)
+        counted.value += 1
+        handler = self._handlers.get(kind)
+        if handler is not None:
+            handler(msg)
 
-    # ------------------------------------------------------------------ internals
-
-    def _start(self, msg: RunStarted) -> None:
+    def _run_started(self, msg: RunStarted) -> None:
+        self._runs_started.value += 1
         self._runs.pop(msg.run_id, None)
         self._runs[msg.run_id] = _Run(
             model=msg.model,
-            model_label=self._models(msg.model),
+            series=self._series_of(self._models(msg.model)),
             exemplar=exemplar(msg.run_id, msg.trace_id),
             started=self._clock(),
             input_price=msg.input_price_per_million / 1_000_000,
             output_price=msg.output_price_per_million / 1_000_000,
         )
-        while len(self._runs) > MAX_TRACKED_RUNS:
-            del self._runs[next(iter(self._runs))]
+        self._bound_runs()
+
+    def _turn_started(self, msg: TurnStarted) -> None:
+        self._turns.value += 1
+
+    def _model_request(self, msg: ModelRequest) -> None:
+        run = self._run(msg.run_id)
+        run.retries = 0
+        if msg.model != run.model:
+            run.model, run.series = msg.model, self._series_of(self._models(msg.model))
+
+    def _model_error(self, msg: ModelError) -> None:
+        run = self._run(msg.run_id)
+        self.metrics.model_requests.labels(run.series.label, msg.kind).value += 1
+        if not msg.final:
+            run.retries += 1
+
+    def _replied(self, msg: ModelReplied) -> None:
+        if msg.finish_reason == "length":
+            self._run(msg.run_id).truncations += 1
+
+    def _call_proposed(self, msg: ToolCallProposed) -> None:
+        self._run(msg.run_id).calls[msg.call.id] = self._tools(msg.call.name)
+
+    def _nudge(self, msg: Nudge) -> None:
+        m = self.metrics
+        m.nudges.labels(nudge_kind(msg.kind)).value += 1
+        if msg.source == LOOP_MONITOR and msg.kind == "loop.content":
+            # The only loop nudge without a verdict: streamed text cut (critical).
+            m.loop_detections.labels(loop_detector(msg.kind), "critical").value += 1
+
+    def _stop_signal(self, msg: StopSignal) -> None:
+        if msg.cause.startswith("loop."):
+            self.metrics.loop_detections.labels(loop_detector(msg.cause), "break").value += 1
+
+    def _context_action(self, msg: ContextAction) -> None:
+        # "blocked" is counted from the run's ending (blocking_limit), once.
+        series = self._actions.get(msg.kind)
+        if series is not None:
+            series.value += 1
+
+    # ------------------------------------------------------------------ internals
+
+    def _series_of(self, label: str) -> _ModelSeries:
+        series = self._model_series.get(label)
+        if series is None:
+            series = self._model_series[label] = _ModelSeries(self.metrics, label)
+        return series
+
+    def _bound_runs(self) -> None:
+        runs = self._runs
+        while len(runs) > MAX_TRACKED_RUNS:
+            del runs[next(iter(runs))]
 
     def _run(self, run_id: str) -> _Run:
         """The state of ``run_id``; made up (unknown model, started now) if its
@@ -307,11 +374,13 @@ class MetricsRecorder:
         run = self._runs.get(run_id)
         if run is None:
             run = _Run(
-                model="", model_label=OTHER, exemplar=exemplar(run_id), started=self._clock()
+                model="",
+                series=self._series_of(OTHER),
+                exemplar=exemplar(run_id),
+                started=self._clock(),
             )
             self._runs[run_id] = run
-            while len(self._runs) > MAX_TRACKED_RUNS:
-                del self._runs[next(iter(self._runs))]
+            self._bound_runs()
         return run
 
     def _finish(self, msg: RunFinished) -> None:
@@ -320,65 +389,73 @@ class MetricsRecorder:
         reason = msg.exit_reason.value
         cause = cause_label(msg.cause)
         ex = run.exemplar if run is not None else exemplar(msg.run_id)
-        self._labelled(m.runs_finished, reason, cause, msg.outcome.value).inc(exemplar=ex)
-        self._labelled(m.run_turns, reason).observe(msg.turns)
+        m.runs_finished.labels(reason, cause, msg.outcome.value).inc(1, ex)
+        m.run_turns.labels(reason).observe(msg.turns)
         if run is None:
             return
-        self._labelled(m.run_duration, reason).observe(max(self._clock() - run.started, 0.0), ex)
+        m.run_duration.labels(reason).observe(max(self._clock() - run.started, 0.0), ex)
         if msg.exit_reason is ExitReason.BLOCKING_LIMIT:
-            self._labelled(m.blocked_requests, run.model_label).inc()
+            run.series.blocked.value += 1
         # Each reply cut by the output limit was answered with a recovery nudge, except
         # the last one when the run gave up.
         recoveries = run.truncations - (1 if msg.cause == "truncation.gave_up" else 0)
         for number in range(1, recoveries + 1):
-            self._labelled(m.truncation_recoveries, truncation_step(number)).inc()
+            m.truncation_recoveries.labels(truncation_step(number)).value += 1
         if recoveries > 0:
-            self._labelled(m.nudges, TRUNCATION_RECOVER).inc(recoveries)
+            m.nudges.labels(TRUNCATION_RECOVER).value += recoveries
         if msg.cause == "truncation.gave_up":
-            self._labelled(m.truncation_recoveries, "gave_up").inc()
+            m.truncation_recoveries.labels("gave_up").value += 1
 
     def _reply(self, msg: ModelReply) -> None:
-        m = self.metrics
-        run = self._run(msg.run_id)
-        model = run.model_label
+        run = self._runs.get(msg.run_id) or self._run(msg.run_id)
+        series = run.series
         # Attempts beyond the retried failures were silent retries with a higher output
         # limit (the first step of truncation recovery).
-        escalations = max(msg.attempts - 1 - run.retries, 0)
-        if escalations:
-            self._labelled(m.model_requests, model, "ok").inc(escalations)
-            self._labelled(m.truncation_recoveries, "escalate").inc(escalations)
-        self._labelled(m.model_requests, model, "aborted" if msg.aborted else "ok").inc()
-        self._labelled(m.model_duration, model).observe(msg.latency_seconds, run.exemplar)
+        escalations = msg.attempts - 1 - run.retries
+        if escalations > 0:
+            series.ok.value += escalations
+            self._escalations.value += escalations
+        if msg.aborted:
+            series.aborted.value += 1
+        else:
+            series.ok.value += 1
+        series.duration.observe(msg.latency_seconds, run.exemplar)
         if msg.ttft_seconds is not None:
-            self._labelled(m.model_ttft, model).observe(msg.ttft_seconds, run.exemplar)
+            series.ttft.observe(msg.ttft_seconds, run.exemplar)
         usage = msg.usage
-        self._labelled(m.model_tokens, model, "input").inc(usage.prompt_tokens)
-        self._labelled(m.model_tokens, model, "output").inc(usage.completion_tokens)
-        cost = usage.prompt_tokens * run.input_price + usage.completion_tokens * run.output_price
+        prompt = usage.prompt_tokens
+        completion = usage.completion_tokens
+        if prompt < 0 or completion < 0:
+            raise ValueError(f"negative token counts in a reply: {prompt}, {completion}")
+        series.tokens_in.value += prompt
+        series.tokens_out.value += completion
+        cost = prompt * run.input_price + completion * run.output_price
         if cost > 0:
-            self._labelled(m.model_cost, model).inc(cost)
-        if usage.prompt_tokens > 0:
-            self._labelled(m.prompt_tokens, model).observe(usage.prompt_tokens)
-            window = self._window(run)
+            series.cost.value += cost
+        if prompt > 0:
+            series.prompt_tokens.observe(prompt)
+            window = self._windows.get(run.model)
+            if window is None:
+                window = self._window(run)
             if window:
-                self._labelled(m.prompt_window_ratio, model).observe(usage.prompt_tokens / window)
+                series.window_ratio.observe(prompt / window)
 
-    def _window(self, run: _Run) -> int | None:
-        window = self._windows.get(run.model)
-        if window is None:
-            window = self._window_of(run.model)
-            if window is not None and run.model_label != OTHER:  # cache known models only
-                self._windows[run.model] = window
+    def _window(self, run: _Run) -> int:
+        """``run``'s model's context window (0: none known), remembered for next time."""
+        window = self._window_of(run.model) or 0
+        if len(self._windows) >= MAX_CACHED_WINDOWS:  # open-ended names: start over
+            self._windows = dict(self._windows_set)
+        self._windows[run.model] = window
         return window
 
     def _tool_result(self, msg: ToolResult) -> None:
         run = self._runs.get(msg.run_id)
         tool = run.calls.pop(msg.call_id, None) if run is not None else None
         tool = tool or self._tools(msg.tool)
-        self._labelled(self.metrics.tool_calls, tool, tool_outcome(msg)).inc()
+        self.metrics.tool_calls.labels(tool, tool_outcome(msg)).value += 1
         if msg.executed and msg.cache != "hit":
             ex = run.exemplar if run is not None else None
-            self._labelled(self.metrics.tool_duration, tool).observe(msg.duration_seconds, ex)
+            self.metrics.tool_duration.labels(tool).observe(msg.duration_seconds, ex)
 
     def _verdict_seen(self, msg: ToolVerdict) -> None:
         if msg.verdict == "allow":
@@ -387,7 +464,7 @@ class MetricsRecorder:
             run = self._runs.get(msg.run_id)
             tool = run.calls.pop(msg.call_id, None) if run is not None else None
             if tool is not None:  # once per call, however many monitors block it
-                self._labelled(self.metrics.tool_calls, tool, "blocked").inc()
+                self.metrics.tool_calls.labels(tool, "blocked").value += 1
         if msg.source == LOOP_MONITOR and msg.cause.startswith("loop."):
             level = "warning" if msg.verdict == "warn" else "critical"
-            self._labelled(self.metrics.loop_detections, loop_detector(msg.cause), level).inc()
+            self.metrics.loop_detections.labels(loop_detector(msg.cause), level).value += 1
