@@ -1,7 +1,10 @@
 """Every message spoken on the bus: frozen, tagged msgspec Structs that carry a ``run_id``.
 
 Messages are data, never callables or live objects, so any of them can be encoded with
-msgspec and cross a process boundary unchanged. :data:`BusMessage` is the closed union;
+msgspec and cross a process boundary unchanged. Being immutable data, they cannot form a
+reference cycle, so they are not tracked by Python's cycle collector (``gc=False``): with
+thousands of runs in flight, every collection would otherwise walk each message and
+transcript still held. :data:`BusMessage` is the closed union;
 :data:`ENCODER` and :data:`DECODER` are built once and reused.
 
 Flow of one turn (who publishes what)::
@@ -68,7 +71,7 @@ __all__ = [
 ]
 
 
-class Message(msgspec.Struct, frozen=True, tag=True, kw_only=True):
+class Message(msgspec.Struct, frozen=True, tag=True, kw_only=True, gc=False):
     """Base of every bus message."""
 
     run_id: str
@@ -331,7 +334,7 @@ class Nudge(Message, frozen=True, kw_only=True):
     call the model again) instead of completing it."""
 
 
-class Fold(msgspec.Struct, frozen=True, kw_only=True):
+class Fold(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A tool result to fold: the transcript ``index`` of the tool message answering
     ``call_id``, and the ``stub`` that replaces its content."""
 

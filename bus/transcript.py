@@ -41,7 +41,7 @@ def nudge_text(kind: str, text: str) -> str:
     return f"{NUDGE_MARKER}{kind}] {text}"
 
 
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One tool call the model asked for; ``arguments`` is the raw JSON text it sent."""
 
     id: str
@@ -49,7 +49,7 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     arguments: str
 
 
-class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A tool as the model sees it: ``parameters`` is its JSON schema, as JSON text."""
 
     name: str
@@ -65,20 +65,22 @@ ImageDetail = Literal["auto", "low", "high"]
 IMAGE_MARKER = "[loopfuse:image detail="
 
 
-class ImageURL(msgspec.Struct, frozen=True, kw_only=True):
+class ImageURL(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Where an image is: a ``data:<media type>;base64,…`` URL (or an ``https`` URL)."""
 
     url: str
     detail: ImageDetail = "auto"
 
 
-class TextPart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text"):
+class TextPart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text", gc=False):
     """A text content part: ``{"type": "text", "text": …}``."""
 
     text: str
 
 
-class ImagePart(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="image_url"):
+class ImagePart(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="image_url", gc=False
+):
     """An image content part: ``{"type": "image_url", "image_url": {"url", "detail"}}``."""
 
     image_url: ImageURL
@@ -88,7 +90,7 @@ ContentPart = TextPart | ImagePart
 """One element of a chat-completions content-parts array."""
 
 
-class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """One message of the transcript, in chat-completions shape.
 
     ``content`` is the message's text. ``parts`` are further content parts (images) that
@@ -154,7 +156,7 @@ def message_text(message: ChatMessage) -> str:
     return message_images(message)[0]
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True):
+class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Token usage; ``estimated`` is true when the endpoint did not report it."""
 
     prompt_tokens: int = 0

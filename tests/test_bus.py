@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import anyio
 import msgspec
 import pytest
@@ -15,6 +17,7 @@ from bus import (
     Bus,
     ExitReason,
     Message,
+    ModelRequest,
     Nudge,
     Outcome,
     StopSignal,
@@ -272,3 +275,14 @@ async def test_stop_signal_reaches_only_its_run_inbox() -> None:
         bus.open_inbox("c"),
     ):
         pass
+
+
+def test_messages_and_transcripts_stay_out_of_the_cycle_collector() -> None:
+    """Immutable data cannot form cycles; tracking them would make every collection walk
+    each message held by thousands of runs in flight."""
+    samples = examples()
+    assert {type(sample) for sample in samples} == set(MESSAGE_TYPES)
+    assert [sample for sample in samples if gc.is_tracked(sample)] == []
+    request = next(sample for sample in samples if isinstance(sample, ModelRequest))
+    assert request.messages
+    assert not gc.is_tracked(request.messages[0])

@@ -71,7 +71,7 @@ SHORT_TEXT_CACHE: Final = 8192
 """Short texts whose counts are kept per vocabulary (the lot is dropped when full)."""
 
 
-class Estimate(msgspec.Struct, frozen=True):
+class Estimate(msgspec.Struct, frozen=True, gc=False):
     """Tokens of a piece: ``tokens`` (never knowingly low) and ``floor`` (never knowingly
     high); equal when the model's own tokenizer counted them."""
 
