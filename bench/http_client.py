@@ -1,38 +1,55 @@
-"""Real HTTP: client CPU per model request, loopfuse versus a raw ``AsyncOpenAI`` loop.
+"""Real HTTP: client CPU per model request, loopfuse beside raw ``AsyncOpenAI`` loops.
 
 The simulator runs in a subprocess (``loopfuse sim`` on loopback), so this process's CPU
-(``time.process_time``) is the client's alone. Both sides play the shipped ``completed``
-scenario (two streamed requests per run: one ``list_dir`` call, then the answer), with the
-same number of concurrent runs:
+(``time.process_time``) is the client's alone. Every workload plays the shipped
+``completed`` scenario (two streamed requests per run: one ``list_dir`` call, then the
+answer), with the same number of concurrent runs:
 
 * **loopfuse**: :class:`~orchestrator.runtime.Runtime` runs pointed at the simulator, every
   monitor on, the real ``openai`` client inside the LLM caller;
 * **raw**: the same two requests per run with ``AsyncOpenAI.chat.completions.create(
-  stream=True)``, chunks iterated, the tool call answered by hand.
+  stream=True)``, chunks iterated, the tool call answered by hand;
+* **lean**: the same raw loop on the LLM caller's transport path: the body encoded by
+  msgspec and sent with ``AsyncOpenAI.post`` (the SDK still sends it: auth, headers, status
+  errors), the reply read by :func:`actors.llm.stream.read_chunks` into the caller's
+  accumulator. What the SDK and its HTTP stack alone cost on that path;
+* **runtime**: the loopfuse runs again with the in-process scripted model playing the same
+  scenario (no HTTP): the runtime's own share of the loopfuse figure (run start, its
+  scenario folder, the tool call, every monitor). ``loopfuse - runtime`` is what the model
+  client adds per request.
+
+``python -m bench.http_client [--runs N] [--reps N] [--json]`` prints all four, the
+workloads alternating within each repetition, medians over the repetitions.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import aclosing, contextmanager
 from typing import Any, NamedTuple
 
 import anyio
+import httpx2
+import msgspec
 import openai
 
+from actors.llm.accumulator import ReplyAccumulator
+from actors.llm.stream import read_chunks
 from bench.loops import Sample
+from bench.scripted_model import ScriptedModel, scenario_script
 from orchestrator.config import Config, ModelSettings, RuntimeSettings
 from orchestrator.runtime import Runtime
 from orchestrator.scenario_runs import start_scenario
 from orchestrator.sim import find_scenario
 
-__all__ = ["HttpFigures", "measure_http", "simulator_process"]
+__all__ = ["HttpFigures", "main", "measure_http", "simulator_process"]
 
 SCENARIO = "completed"
 _LIST_DIR = {
@@ -46,10 +63,12 @@ _LIST_DIR = {
 
 
 class HttpFigures(NamedTuple):
-    """Client CPU and wall time per request, both ways."""
+    """Client CPU and wall time per request, every way (see the module docstring)."""
 
     loopfuse: Sample
     raw: Sample
+    lean: Sample | None = None
+    runtime: Sample | None = None
 
     @property
     def loopfuse_us_per_request(self) -> float:
@@ -58,6 +77,20 @@ class HttpFigures(NamedTuple):
     @property
     def raw_us_per_request(self) -> float:
         return self.raw.cpu_us_per_turn
+
+    @property
+    def lean_us_per_request(self) -> float | None:
+        return None if self.lean is None else self.lean.cpu_us_per_turn
+
+    @property
+    def runtime_us_per_request(self) -> float | None:
+        return None if self.runtime is None else self.runtime.cpu_us_per_turn
+
+    @property
+    def client_us_per_request(self) -> float | None:
+        """What the model client adds per request: loopfuse minus its runtime alone."""
+        runtime = self.runtime_us_per_request
+        return None if runtime is None else self.loopfuse_us_per_request - runtime
 
 
 def _free_port() -> int:
@@ -96,13 +129,15 @@ def simulator_process() -> Iterator[str]:
         output.close()
 
 
-async def _loopfuse(base_url: str, runs: int) -> Sample:
+async def _loopfuse(base_url: str, runs: int, *, scripted: bool = False) -> Sample:
     scenario = find_scenario(SCENARIO)
     config = Config(
         model=ModelSettings(base_url=base_url),
         runtime=RuntimeSettings(max_concurrent_runs=max(runs, 1)),
     )
-    async with Runtime(config) as runtime:
+    script = scenario_script([scenario])
+    model_actor = (lambda bus: ScriptedModel(bus, script)) if scripted else None
+    async with Runtime(config, model_actor=model_actor) as runtime:
         started = (time.process_time(), time.perf_counter())
         handles = [await start_scenario(runtime, scenario) for _ in range(runs)]
         results = [await handle.result() for handle in handles]
@@ -113,59 +148,105 @@ async def _loopfuse(base_url: str, runs: int) -> Sample:
     return Sample(cpu, wall, sum(r.llm_requests for r in results))
 
 
-async def _raw_run(client: openai.AsyncOpenAI, task: str) -> int:
+async def _runtime(base_url: str, runs: int) -> Sample:
+    return await _loopfuse(base_url, runs, scripted=True)
+
+
+Turn = Callable[[openai.AsyncOpenAI, list[dict[str, Any]]], Awaitable[ReplyAccumulator]]
+
+
+async def _sdk_turn(client: openai.AsyncOpenAI, messages: list[dict[str, Any]]) -> ReplyAccumulator:
+    create: Any = client.chat.completions.create  # plain dicts, as a bare loop sends them
+    stream = await create(
+        model=SCENARIO,
+        messages=messages,
+        tools=[_LIST_DIR],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    acc = ReplyAccumulator()
+    async for chunk in stream:
+        for choice in chunk.choices:
+            delta = choice.delta
+            if delta.content:
+                acc.add_text(delta.content)
+            for call in delta.tool_calls or ():
+                function = call.function
+                acc.add_tool_fragment(
+                    call.index,
+                    id=call.id,
+                    name=function and function.name,
+                    arguments=function and function.arguments,
+                )
+    return acc
+
+
+_encode = msgspec.json.Encoder().encode
+_STREAM_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
+
+
+async def _lean_turn(
+    client: openai.AsyncOpenAI, messages: list[dict[str, Any]]
+) -> ReplyAccumulator:
+    body = {
+        "model": SCENARIO,
+        "messages": messages,
+        "tools": [_LIST_DIR],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    response: httpx2.Response = await client.post(
+        "/chat/completions",
+        cast_to=httpx2.Response,
+        content=_encode(body),
+        options=_STREAM_OPTIONS,
+        stream=True,
+    )
+    acc = ReplyAccumulator()
+    try:
+        async with aclosing(read_chunks(response)) as batches:
+            async for batch in batches:
+                for chunk in batch:
+                    acc.feed_chunk(chunk)
+    finally:
+        await response.aclose()
+    return acc
+
+
+async def _bare_run(client: openai.AsyncOpenAI, task: str, turn: Turn) -> int:
     messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
     requests = 0
     while True:
         requests += 1
-        create: Any = client.chat.completions.create  # plain dicts, as a bare loop sends them
-        stream = await create(
-            model=SCENARIO,
-            messages=messages,
-            tools=[_LIST_DIR],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        async for chunk in stream:
-            for choice in chunk.choices:
-                delta = choice.delta
-                if delta.content:
-                    text.append(delta.content)
-                for call in delta.tool_calls or ():
-                    slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
-                    slot["id"] = call.id or slot["id"]
-                    if call.function is not None:
-                        slot["name"] += call.function.name or ""
-                        slot["arguments"] += call.function.arguments or ""
+        acc = await turn(client, messages)
+        calls = acc.assemble().tool_calls
         if not calls:
             return requests
         messages.append(
             {
                 "role": "assistant",
-                "content": "".join(text) or None,
+                "content": acc.text or None,
                 "tool_calls": [
                     {
-                        "id": c["id"],
+                        "id": c.id,
                         "type": "function",
-                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                        "function": {"name": c.name, "arguments": c.arguments},
                     }
-                    for c in calls.values()
+                    for c in calls
                 ],
             }
         )
-        for c in calls.values():
-            messages.append({"role": "tool", "tool_call_id": c["id"], "content": "README.txt"})
+        for c in calls:
+            messages.append({"role": "tool", "tool_call_id": c.id, "content": "README.txt"})
 
 
-async def _raw(base_url: str, runs: int) -> Sample:
+async def _bare(base_url: str, runs: int, turn: Turn) -> Sample:
     task = find_scenario(SCENARIO).task
     counts: list[int] = []
     async with openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0) as client:
 
         async def one() -> None:
-            counts.append(await _raw_run(client, task))
+            counts.append(await _bare_run(client, task, turn))
 
         started = (time.process_time(), time.perf_counter())
         async with anyio.create_task_group() as tg:
@@ -175,7 +256,78 @@ async def _raw(base_url: str, runs: int) -> Sample:
     return Sample(cpu, wall, sum(counts))
 
 
-async def measure_http(base_url: str, runs: int = 50) -> HttpFigures:
-    """Both clients against the simulator at ``base_url``, one after the other."""
-    raw = await _raw(base_url, runs)
-    return HttpFigures(loopfuse=await _loopfuse(base_url, runs), raw=raw)
+async def _raw(base_url: str, runs: int) -> Sample:
+    return await _bare(base_url, runs, _sdk_turn)
+
+
+async def _lean(base_url: str, runs: int) -> Sample:
+    return await _bare(base_url, runs, _lean_turn)
+
+
+WORKLOADS: dict[str, Callable[[str, int], Awaitable[Sample]]] = {
+    "raw": _raw,
+    "lean": _lean,
+    "loopfuse": _loopfuse,
+    "runtime": _runtime,
+}
+
+
+def _median(samples: list[Sample]) -> Sample:
+    return sorted(samples, key=lambda s: s.cpu_us_per_turn)[len(samples) // 2]
+
+
+async def measure_http(base_url: str, runs: int = 50, *, reps: int = 1) -> HttpFigures:
+    """Every workload against the simulator at ``base_url``, alternating within each of
+    ``reps`` repetitions; each figure is the repetition with the median CPU."""
+    got: dict[str, list[Sample]] = {name: [] for name in WORKLOADS}
+    for _ in range(reps):
+        for name, workload in WORKLOADS.items():
+            got[name].append(await workload(base_url, runs))
+    return HttpFigures(**{name: _median(samples) for name, samples in got.items()})
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.http_client",
+        description="Client CPU per model request over real HTTP (loopback simulator).",
+    )
+    parser.add_argument("--runs", type=int, default=50, help="concurrent runs (default 50)")
+    parser.add_argument("--reps", type=int, default=7, help="repetitions (default 7)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m bench.http_client``; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if min(args.runs, args.reps) < 1:
+        print("bench.http_client: counts must be positive", file=sys.stderr)
+        return 2
+    with simulator_process() as url:
+        anyio.run(measure_http, url, 5)  # warm-up: imports, first connections, caches
+        figures = anyio.run(lambda: measure_http(url, args.runs, reps=args.reps))
+    row = {
+        "loopfuse_us_per_request": figures.loopfuse_us_per_request,
+        "runtime_us_per_request": figures.runtime_us_per_request,
+        "client_us_per_request": figures.client_us_per_request,
+        "raw_openai_us_per_request": figures.raw_us_per_request,
+        "lean_openai_us_per_request": figures.lean_us_per_request,
+    }
+    if args.json:
+        print(msgspec.json.encode(row).decode())
+        return 0
+    print(f"client CPU per request, {args.runs} concurrent runs, median of {args.reps}:")
+    labels = {
+        "loopfuse_us_per_request": "loopfuse (runtime + LLM caller over HTTP)",
+        "runtime_us_per_request": "loopfuse runtime alone (in-process model)",
+        "client_us_per_request": "the model client's share (the difference)",
+        "raw_openai_us_per_request": "raw AsyncOpenAI create(stream=True)",
+        "lean_openai_us_per_request": "raw AsyncOpenAI post + loopfuse's stream reader",
+    }
+    for key, label in labels.items():
+        print(f"  {label:50} {row[key] or 0.0:8,.0f} µs")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
