@@ -161,7 +161,8 @@ class MetricsRecorder:
 
     :param models: model names that keep their own ``model`` label (others: ``other``).
     :param tools: tool names (a live container such as the tool registry) that keep their
-        own ``tool`` label.
+        own ``tool`` label. A name once found there keeps its label (tools are added to a
+        registry, never removed).
     :param runs: reads the runtime's run counts at scrape time.
     :param context_window: the context window (tokens) of a model name, for
         ``loopfuse_model_prompt_window_ratio``; by default the context gatekeeper's table
@@ -187,6 +188,7 @@ class MetricsRecorder:
         self.metrics = m = Metrics(registry)
         self._models = BoundedLabel()
         self._tools = BoundedLabel(tools)
+        self._tool_labels: dict[str, str] = {}  # kept names only: bounded by the registry
         self._windows: dict[str, int] = {}  # model name -> window (0: none), cached
         self._windows_set: dict[str, int] = {}  # set_context_window's, never forgotten
         self._window_of = context_window
@@ -336,7 +338,8 @@ class MetricsRecorder:
             self._run(msg.run_id).truncations += 1
 
     def _call_proposed(self, msg: ToolCallProposed) -> None:
-        self._run(msg.run_id).calls[msg.call.id] = self._tools(msg.call.name)
+        name = msg.call.name
+        self._run(msg.run_id).calls[msg.call.id] = self._tool_labels.get(name) or self._tool(name)
 
     def _nudge(self, msg: Nudge) -> None:
         m = self.metrics
@@ -362,6 +365,12 @@ class MetricsRecorder:
         if series is None:
             series = self._model_series[label] = _ModelSeries(self.metrics, label)
         return series
+
+    def _tool(self, name: str) -> str:
+        label = self._tools(name)
+        if label != OTHER:
+            self._tool_labels[name] = label
+        return label
 
     def _bound_runs(self) -> None:
         runs = self._runs
@@ -451,7 +460,7 @@ class MetricsRecorder:
     def _tool_result(self, msg: ToolResult) -> None:
         run = self._runs.get(msg.run_id)
         tool = run.calls.pop(msg.call_id, None) if run is not None else None
-        tool = tool or self._tools(msg.tool)
+        tool = tool or self._tool_labels.get(msg.tool) or self._tool(msg.tool)
         self.metrics.tool_calls.labels(tool, tool_outcome(msg)).value += 1
         if msg.executed and msg.cache != "hit":
             ex = run.exemplar if run is not None else None

@@ -96,7 +96,7 @@ class HistogramSeries:
         self.counts = [0] * len(bounds)
         self.sum = 0.0
         self.created = time.time()
-        self.exemplars: dict[int, _Kept] | None = None
+        self.exemplars: list[_Kept | None] = [None] * len(bounds)
 
     def observe(self, amount: float, exemplar: ExemplarLabels | None = None) -> None:
         """Count ``amount`` in the first bucket whose bound is at least ``amount``; keep
@@ -107,10 +107,7 @@ class HistogramSeries:
         index = bisect_left(self.bounds, amount)
         self.counts[index] += 1
         if exemplar:
-            kept = self.exemplars
-            if kept is None:
-                kept = self.exemplars = {}
-            kept[index] = (exemplar, amount, time.time())
+            self.exemplars[index] = (exemplar, amount, time.time())
 
 
 _Series = TypeVar("_Series", CounterSeries, GaugeSeries, HistogramSeries)
@@ -225,12 +222,13 @@ class HistogramFamily(Family[HistogramSeries]):
         self, metric: Metric, labels: dict[str, str], series: HistogramSeries, created: bool
     ) -> None:
         counts = list(series.counts)
-        kept = dict(series.exemplars) if series.exemplars else {}
+        exemplars = list(series.exemplars)
         name = self.name
         total = 0.0
         for index, le in enumerate(self._le):
             total += counts[index]
-            exemplar = Exemplar(*kept[index]) if index in kept else None
+            kept = exemplars[index]
+            exemplar = Exemplar(*kept) if kept is not None else None
             metric.add_sample(f"{name}_bucket", {**labels, "le": le}, total, None, exemplar)
         metric.add_sample(f"{name}_count", labels, total)
         if self.bounds[0] >= 0:  # a sum of negative amounts is no counter
