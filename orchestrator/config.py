@@ -146,9 +146,13 @@ class ToolSettings(_Settings, frozen=True, kw_only=True):
 
 
 class RuntimeSettings(_Settings, frozen=True, kw_only=True):
-    """How many runs one runtime runs at once."""
+    """How many runs one runtime runs at once, and how the process keeps its heap."""
 
     max_concurrent_runs: Positive = 64
+    freeze_heap: bool = True
+    """At the first runtime's start, move the heap of the process (modules, the
+    tokenizer) out of the cycle collector's reach (``gc.freeze``): full collections then
+    walk only the runs' objects (``docs/performance.md``)."""
 
 
 class ContextSettings(_Settings, frozen=True, kw_only=True):

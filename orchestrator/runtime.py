@@ -46,6 +46,7 @@ from orchestrator.conductor import Conductor, RunCheckpoint, RunInputs
 from orchestrator.config import Config, context_policy, merge_loop_overrides, run_settings
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.event_log import EventLog
+from orchestrator.heap import freeze_long_lived
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
 from orchestrator.metrics.collectors import ToolCacheCollector
 from orchestrator.result import RunResult
@@ -262,6 +263,8 @@ class Runtime:
             )
             for actor in actors:
                 await self._tg.start(actor.run)
+            if self.config.runtime.freeze_heap:
+                freeze_long_lived(self.config.model.model)
         except BaseException:
             await stack.__aexit__(None, None, None)
             raise
