@@ -31,6 +31,7 @@ from orchestrator.pipeline.runner import StageFailed
 from orchestrator.report import prompts
 from orchestrator.report.checks import ReportFormat, draft_problems
 from orchestrator.report.compile import compile_latex
+from orchestrator.report.figures import place_figures, saved_figures
 from orchestrator.report.scan import FolderScan, scan_folder
 from orchestrator.result import RunResult
 
@@ -141,6 +142,7 @@ class _Workflow:
         self._probes = probes
         self._scan: FolderScan | None = None
         self._notes = ""
+        self._figures: tuple[Path, ...] = ()
         self._report = ""
         self._reflections: list[ChatMessage] = []
         self._stages: list[dict[str, object]] = []
@@ -161,6 +163,7 @@ class _Workflow:
             + (prompts.EXPLORE_VISION if self._o.explore_vision else ""),
         )
         self._notes = _notes(result) or f"(nothing was read)\n{self._scan.listing()}"
+        self._figures = saved_figures(result)
         stopped = result if result.exit_reason is not ExitReason.COMPLETED else None
         detail = f"{result.tool_calls} tool calls, {result.exit_reason.value} ({result.cause})"
         return StageOutcome(detail=detail, stopped=stopped)
@@ -219,6 +222,11 @@ class _Workflow:
 
     async def finalize(self, ctx: StageContext) -> StageOutcome:
         out = Path(self._o.out)
+        if self._figures:  # out of make_figure's temporary folder, next to the report
+            self._report, figures = await anyio.to_thread.run_sync(
+                place_figures, self._report, self._figures, out, self._o.format
+            )
+            ctx.run.data["figures"] = [str(f) for f in figures]
         ctx.run.output = self._report
         ctx.run.data["report_path"] = str(out)
         summary: dict[str, object] = {
@@ -228,6 +236,7 @@ class _Workflow:
             "report": str(out),
             "plan": list(ctx.run.plan),
             "scan": self._scan.summary() if self._scan else None,
+            "figures": ctx.run.data.get("figures", []),
             "degraded_by": list(ctx.run.degraded_by),
             "stage_runs": [
                 {
