@@ -60,7 +60,7 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 ImageDetail = Literal["auto", "low", "high"]
 """How closely a vision model looks at an image (chat-completions ``image_url.detail``)."""
 
-# A tool result (plain text on the bus) carries an image as a line of its own:
+# A tool result (plain text on the bus) carries images as its last lines, one each:
 # ``[loopfuse:image detail=low]data:image/png;base64,…`` (see :func:`image_attachment`).
 IMAGE_MARKER = "[loopfuse:image detail="
 
@@ -108,7 +108,8 @@ class ChatMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
 
 
 def image_attachment(url: str, detail: ImageDetail = "auto") -> str:
-    """The line that attaches the image at ``url`` (a ``data:`` URL) to a tool result."""
+    """The line that attaches the image at ``url`` (a ``data:`` URL) to a tool result;
+    attachment lines end the text (a line like it anywhere else is plain text)."""
     return f"{IMAGE_MARKER}{detail}]{url}"
 
 
@@ -127,25 +128,24 @@ def _attachment(line: str) -> ImagePart | None:
 
 
 def _split(content: str) -> tuple[str, tuple[ImagePart, ...]]:
-    lines: list[str] = []
+    """The text before the trailing attachment lines, and their images in order."""
+    lines = content.split("\n")
     images: list[ImagePart] = []
-    for line in content.split("\n"):
-        image = _attachment(line)
-        if image is None:
-            lines.append(line)
-        else:
-            images.append(image)
-    return "\n".join(lines).rstrip("\n"), tuple(images)
+    while lines and (image := _attachment(lines[-1])) is not None:
+        images.append(image)
+        lines.pop()
+    return "\n".join(lines).rstrip("\n"), tuple(reversed(images))
 
 
 def message_images(message: ChatMessage) -> tuple[str, tuple[ContentPart, ...]]:
     """The text of ``message`` and the parts that follow it: its ``parts``, or the images
-    attached to its content by :func:`image_attachment` lines (taken out of the text).
+    attached to its content by trailing :func:`image_attachment` lines (taken out of the
+    text).
 
-    Cheap for a message without images: one substring test.
+    Cheap for a message without images: only its last line is looked at.
     """
     content = message.content or ""
-    if message.parts or IMAGE_MARKER not in content:
+    if message.parts or not content.startswith(IMAGE_MARKER, content.rfind("\n") + 1):
         return content, message.parts
     text, images = _split(content)
     return (text, images) if images else (content, ())
