@@ -1,8 +1,10 @@
 """The LLM caller: answers each :class:`bus.ModelRequest` with one :class:`bus.ModelReply` or
 a final :class:`bus.ModelError`, streaming :class:`bus.ModelTextDelta` on the way.
 
-One shared ``openai.AsyncOpenAI`` (``max_retries=0``) per endpoint; loopfuse retries itself so
-every attempt is seen (a :class:`bus.ModelError` with ``final=False`` per retried failure).
+A few ``openai.AsyncOpenAI`` clients (``max_retries=0``) per endpoint, a run always on the
+same one (:mod:`actors.llm.clients`); loopfuse retries itself so every attempt is seen (a
+:class:`bus.ModelError` with ``final=False`` per retried failure). The SDK sends each request;
+the body is encoded by msgspec and the streamed reply read by :mod:`actors.llm.stream`.
 Each request runs in its own task of the caller's task group, under an absolute deadline
 (keep-alive bytes do not extend it) and its own cancel scope (:class:`bus.ModelCancel`).
 """
@@ -22,9 +24,10 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.chunks import decode_completion
+from actors.llm.clients import Clients
 from actors.llm.errors import Failure, IncompleteStream, classify
 from actors.llm.retry import RetryPolicy
-from actors.llm.settings import NO_API_KEY, EndpointSettings
+from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
 from actors.llm.wire import ToolSchemaError, WireTools, estimate_usage, prompt_chars, wire_messages
 from bus import Bus, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
@@ -104,7 +107,7 @@ class LLMCaller:
         self._tools = WireTools()
         self._active: dict[tuple[str, int], _Call] = {}
         self._no_escalation: set[str] = set()
-        self._client: openai.AsyncOpenAI | None = None
+        self._clients: Clients | None = None
         self._tg: TaskGroup | None = None
         self._requests = self._replies = self._final_errors = self._retries = 0
 
@@ -115,18 +118,9 @@ class LLMCaller:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve requests until the bus subscription closes; then abort what is in flight
-        (each such run gets an aborted reply) and close the client."""
-        endpoint = self._endpoint
+        (each such run gets an aborted reply) and close the clients."""
         sub = self._bus.subscribe(ModelRequest, ModelCancel, name="llm_caller", inline=True)
-        self._client = openai.AsyncOpenAI(
-            base_url=endpoint.base_url,
-            api_key=endpoint.api_key or NO_API_KEY,
-            max_retries=0,
-            timeout=openai.Timeout(
-                endpoint.request_timeout_seconds, connect=endpoint.connect_timeout_seconds
-            ),
-            default_headers=dict(endpoint.extra_headers) or None,
-        )
+        clients = self._clients = Clients(self._endpoint)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -138,7 +132,7 @@ class LLMCaller:
             self._bus.unsubscribe(sub)
             self._tg = None
             with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
-                await self._client.close()
+                await clients.aclose()
 
     # ---------------------------------------------------------------- handling
 
@@ -289,7 +283,8 @@ class LLMCaller:
         The ``openai`` client sends the request (auth, headers, timeouts, status errors);
         the body is encoded by msgspec and the response read by :mod:`actors.llm.stream`.
         """
-        assert self._client is not None
+        assert self._clients is not None
+        client = self._clients.for_run(call.request.run_id)
         call.attempt_started = anyio.current_time()
         call.streaming = False
         call.ttft = None
@@ -304,7 +299,7 @@ class LLMCaller:
             "headers": {RUN_ID_HEADER: call.request.run_id},
         }
         if not self._endpoint.stream:
-            response = await self._client.post(
+            response = await client.post(
                 _COMPLETIONS, cast_to=httpx2.Response, content=_encode(body), options=options
             )
             text = call.acc.feed_completion(decode_completion(response.content))
@@ -316,7 +311,7 @@ class LLMCaller:
             return
         response = cast(
             httpx2.Response,
-            await self._client.post(
+            await client.post(
                 _COMPLETIONS,
                 cast_to=httpx2.Response,
                 content=_encode(body),

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.chunks import Chunk, decode_chunk, decode_completion, error_frame
+from actors.llm.clients import SHARDS, Clients
 from actors.llm.errors import classify
 from actors.llm.settings import EndpointSettings
 from actors.llm.sse import SSEDecoder
@@ -375,6 +376,30 @@ async def test_transport_failures_mid_stream_come_out_as_the_sdk_raises_them(
     assert classify(exc, streaming=True).kind == (
         "timeout" if expected is openai.APITimeoutError else "stream"
     )
+
+
+# --------------------------------------------------------------------------- the clients
+
+
+@pytest.mark.asyncio
+async def test_runs_are_spread_over_a_few_clients_and_keep_theirs() -> None:
+    endpoint = EndpointSettings(base_url="https://model.test/v1", api_key="sk-1")
+    clients = Clients(endpoint)
+    try:
+        chosen = {f"run-{i}": clients.for_run(f"run-{i}") for i in range(200)}
+        assert all(clients.for_run(run) is client for run, client in chosen.items())
+        distinct = {id(client) for client in chosen.values()}
+        assert len(distinct) == len(clients) == SHARDS
+        one = next(iter(chosen.values()))
+        assert (one.max_retries, one.api_key, str(one.base_url)) == (
+            0,
+            "sk-1",
+            "https://model.test/v1/",
+        )
+    finally:
+        await clients.aclose()
+    assert len(clients) == 0
+    assert all(client.is_closed() for client in chosen.values())
 
 
 # --------------------------------------------------------------------------- the caller
