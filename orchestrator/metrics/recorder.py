@@ -1,25 +1,24 @@
 """The metrics recorder: the one bus subscriber that turns messages into Prometheus metrics.
 
-It is an **observer that drops**: it subscribes to every message type with
-``on_full="drop"`` and a large mailbox (:data:`METRICS_MAILBOX_SIZE`). A run never waits for
-it (a lossless observer would make a publisher wait whenever its mailbox is full, and
-metrics must never slow a run); when it cannot keep up, the bus counts what it lost and
-``loopfuse_bus_dropped_messages_total{subscriber="metrics_recorder"}`` shows it, which
-the ``LoopfuseMetricsDropping`` alert watches. Per-run state is bounded
-(:data:`MAX_TRACKED_RUNS`), so a lost ``RunFinished`` cannot make it grow forever. A bug in
-the recorder is counted (``loopfuse_metrics_recorder_errors_total``) and logged, never
-raised: a metrics fault must not end a run.
+It is an **inline observer** of every message type: the bus calls its synchronous handler
+during each publish (no mailbox, no task to wake), and a run never waits for anything but
+that call. So the call must be cheap: about ten messages per turn, well under a microsecond
+each (``python -m bench.recorder``). Each message type has its handler (a dict lookup, no
+``match`` chain); the series it changes are plain Python numbers
+(:mod:`orchestrator.metrics.series`) looked up once per run or label set; Prometheus samples
+are only built when the registry is scraped. (Its subscription still names
+``on_full="drop"`` and :data:`METRICS_MAILBOX_SIZE`; inline, the bus queues only what is
+published before it serves, without a limit, so it never drops.)
 
-It is called inline, during each publish, so it must be cheap: about a dozen messages per
-turn. Each message type has its handler (a dict lookup, no ``match`` chain), the series it
-changes are plain Python numbers (:mod:`orchestrator.metrics.series`) looked up once per
-run or per label set, and Prometheus samples are only built when the registry is scraped.
+Per-run state is bounded (:data:`MAX_TRACKED_RUNS`), so a lost ``RunFinished`` cannot make
+it grow forever. A bug in the recorder is counted (``loopfuse_metrics_recorder_errors_total``)
+and logged, never raised: a metrics fault must not end a run.
 
 Cost is computed from each reply's usage and the run's prices (``RunStarted``). What the
 bus does not carry yet has a method here (the seams): :meth:`record_cost`,
 :meth:`record_context_action`, :meth:`observe_store_write` and :meth:`set_context_window`.
 Whoever owns that fact calls the method (or publishes a
-message whose ``case`` below calls it); no other code touches a metric.
+message whose handler below calls it); no other code touches a metric.
 """
 
 from __future__ import annotations
