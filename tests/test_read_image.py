@@ -27,6 +27,7 @@ from actors.tools import (
     ToolError,
     ToolExecutorSettings,
     ToolLimits,
+    cap_text,
     default_registry,
     invoke,
 )
@@ -139,6 +140,19 @@ def test_the_cap_must_fit_in_a_tool_result() -> None:
     # the default cap's largest image still fits whole in the default result cap
     default = ToolExecutorSettings()
     assert 4 * -(-default.limits.image_max_bytes // 3) < default.max_result_chars
+    # a small result cap with the default image cap is allowed (images then get cut) …
+    assert ToolExecutorSettings(max_result_chars=100).max_result_chars == 100
+
+
+def test_a_cut_result_is_text_never_a_broken_image() -> None:
+    result = _load(SAMPLE_FOLDER, "plate_photo.png")
+    cut = cap_text(result, len(result) - 10)  # as the executor cuts a long result
+    text, parts = message_images(ChatMessage(role="tool", tool_call_id="c", content=cut))
+    assert parts == ()
+    assert text == cut
+    assert text.endswith(
+        "[result cut: 10 of 1,825 characters left out]".replace("1,825", str(len(result)))
+    )
 
 
 @pytest.mark.asyncio

@@ -48,9 +48,12 @@ class ToolExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unk
     limits: ToolLimits = ToolLimits()
 
     def __post_init__(self) -> None:
-        # A result longer than max_result_chars is cut, and a cut image is no image.
-        needed = 4 * -(-self.limits.image_max_bytes // 3) + IMAGE_RESULT_OVERHEAD
-        if needed > self.max_result_chars:
+        # A result longer than max_result_chars is cut, and a cut image is no image (the
+        # cut note ends the text, so the model gets text, never a broken image). A cap set
+        # on purpose must fit; the default one only lets images through when they fit.
+        image_max_bytes = self.limits.image_max_bytes
+        needed = 4 * -(-image_max_bytes // 3) + IMAGE_RESULT_OVERHEAD
+        if image_max_bytes != IMAGE_MAX_BYTES and needed > self.max_result_chars:
             raise ValueError(
                 f"limits.image_max_bytes: an image of {self.limits.image_max_bytes} bytes "
                 f"needs {needed} characters in a tool result, more than max_result_chars "
