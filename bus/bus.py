@@ -412,28 +412,36 @@ class Subscription:
 
 class Inbox:
     """A run's control inbox. Unbounded on purpose: a run only receives answers to its own
-    requests and a few control messages, and a monitor's answer must never wait for room."""
+    requests and a few control messages, and a monitor's answer must never wait for room.
+
+    Thousands of runs hold one each, parked most of the time: it is a list (a few
+    messages at a time) and a future made only while its run waits."""
+
+    __slots__ = ("_items", "_waiter", "run_id")
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self._items: deque[Message] = deque()
-        self._event: asyncio.Event | None = None
+        self._items: list[Message] = []
+        self._waiter: asyncio.Future[None] | None = None
 
     def deliver(self, msg: Message) -> None:
         self._items.append(msg)
-        if self._event is not None:
-            self._event.set()
-            self._event = None
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def receive_nowait(self) -> Message | None:
-        return self._items.popleft() if self._items else None
+        return self._items.pop(0) if self._items else None
 
     async def receive(self) -> Message:
         while not self._items:
-            if self._event is None:
-                self._event = asyncio.Event()
-            await self._event.wait()
-        return self._items.popleft()
+            waiter = self._waiter
+            if waiter is None or waiter.done():
+                waiter = self._waiter = asyncio.Future()
+            await waiter
+        return self._items.pop(0)
 
     def pending(self) -> int:
         return len(self._items)

@@ -16,6 +16,7 @@ With no ``model.base_url`` configured, the embedded simulator serves the runs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import uuid
@@ -131,8 +132,45 @@ class ModelActor(Protocol):
     async def run(self, *, task_status: TaskStatus[None] = ...) -> None: ...
 
 
+class _Done:
+    """Set once when a run ends. Each waiter waits on a future of its own (cancelling one
+    waiter cancels nothing else), made only when someone waits: an event would cost every
+    run in flight a deque."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        waiter: asyncio.Future[None] = asyncio.Future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if self._waiters is not None and waiter in self._waiters:
+                self._waiters.remove(waiter)
+
+
 class RunHandle:
     """A run that was started: follow its events, abort it, await its result."""
+
+    __slots__ = ("_abort", "_done", "_result", "_runtime", "run_id", "status", "trace_id")
 
     def __init__(self, runtime: Runtime, run_id: str, trace_id: str) -> None:
         self._runtime = runtime
@@ -140,7 +178,7 @@ class RunHandle:
         self.trace_id = trace_id
         self.status: RunStatus = "queued"
         self._result: RunResult | None = None
-        self._done = anyio.Event()
+        self._done = _Done()
         self._abort: AbortRequested | None = None
 
     @property

@@ -37,6 +37,8 @@ logger = logging.getLogger("loopfuse.conductor")
 class Conductor(FinalAnswer):
     """Runs one run to its end and returns its :class:`RunResult`; never raises."""
 
+    __slots__ = ()
+
     async def run(self) -> RunResult:
         """Run to the end. Exceptions end the run ``hook_stopped``/``internal.error``."""
         stop: StopSignal

@@ -30,6 +30,8 @@ MAX_CONTEXT_RECOVERIES: Final = 3
 class ContextRecovery(ModelCall):
     """Keeps the context gatekeeper in step, and recovers from "prompt too long"."""
 
+    __slots__ = ()
+
     def _appended(self) -> tuple[ChatMessage, ...]:
         """The transcript's messages the context gatekeeper has not been shown yet."""
         appended = tuple(self._transcript[self._context_seen :])

@@ -33,6 +33,8 @@ _SEVERITY: Final = {"allow": 0, "warn": 1, "block": 2}
 class ControlInbox(ConductorState):
     """Checkpoints (publish, wait until every monitor answered) and the control inbox."""
 
+    __slots__ = ()
+
     async def _checkpoint(
         self,
         msg: Message,

@@ -35,6 +35,8 @@ ANSWER_NUDGE: Final = (
 class FinalAnswer(ToolPhase):
     """``on_stop = "answer"``: one last model call without tools after a limit stopped the run."""
 
+    __slots__ = ()
+
     async def _final_answer(self, stop: StopSignal) -> None:
         """One last model call without tools after a budget or loop stop, so the run leaves
         an answer (``degraded``). Bounded by ``answer_max_tokens`` and

@@ -51,6 +51,8 @@ class PromptTooLong(Exception):
 class ModelCall(ControlInbox):
     """One model request and its reply; endpoint failures and output-limit cuts."""
 
+    __slots__ = ()
+
     async def _call_model(self) -> ModelReply:
         self._llm_requests += 1
         await self._bus.publish(

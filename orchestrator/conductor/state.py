@@ -39,6 +39,37 @@ class Stopped(Exception):
 class ConductorState:
     """One run's state and bookkeeping: transcript, counters, trace, call log, result."""
 
+    # Slots: thousands of runs are in flight at once, each holding one of these.
+    __slots__ = (
+        "_bus",
+        "_call_log",
+        "_context_action",
+        "_context_seen",
+        "_continued",
+        "_deadline_at",
+        "_degraded",
+        "_in",
+        "_inbox",
+        "_incomplete",
+        "_injected",
+        "_llm_requests",
+        "_nudges",
+        "_output",
+        "_pending_nudges",
+        "_pieces",
+        "_run_id",
+        "_settings",
+        "_started",
+        "_state",
+        "_stop",
+        "_tool_calls",
+        "_trace",
+        "_transcript",
+        "_truncations",
+        "_turn",
+        "_usage",
+    )
+
     def __init__(self, bus: Bus, inputs: RunInputs, inbox: Inbox) -> None:
         self._bus = bus
         self._inbox = inbox
@@ -56,7 +87,7 @@ class ConductorState:
         self._tool_calls = 0
         self._usage = Usage()
         self._pending_nudges: list[Nudge] = []
-        self._injected: set[tuple[str, str]] = set()
+        self._injected: set[tuple[str, str]] | None = None  # made at the first nudge
         self._nudges = 0
         self._stop: StopSignal | None = None
         self._truncations = 0
@@ -81,7 +112,7 @@ class ConductorState:
             tool_calls=self._tool_calls,
             usage=self._usage,
             nudges=self._nudges,
-            injected=tuple(sorted(self._injected)),
+            injected=tuple(sorted(self._injected or ())),
             truncations=self._truncations,
             output=self._output,
             trace=tuple(self._trace),
@@ -116,7 +147,9 @@ class ConductorState:
     def _inject_nudges(self) -> None:
         for nudge in self._pending_nudges:
             key = (nudge.kind, nudge.text)
-            if key in self._injected:
+            if self._injected is None:
+                self._injected = set()
+            elif key in self._injected:
                 continue
             self._injected.add(key)
             self._nudges += 1

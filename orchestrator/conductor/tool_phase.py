@@ -36,6 +36,8 @@ class _Turn:
 class ToolPhase(ContextRecovery):
     """Proposed calls through the monitors, approved calls to the executor, results back."""
 
+    __slots__ = ()
+
     async def _act(self, calls: tuple[ToolCall, ...]) -> StopSignal | None:
         turn = _Turn()
         fingerprints = [fingerprint_call(call.name, call.arguments) for call in calls]
