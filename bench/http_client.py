@@ -19,7 +19,9 @@ answer), with the same number of concurrent runs:
   client adds per request.
 
 ``python -m bench.http_client [--runs N] [--reps N] [--json]`` prints all four, the
-workloads alternating within each repetition, medians over the repetitions.
+workloads alternating within each repetition, medians over the repetitions;
+``--decode`` prints only what parsing one streamed answer costs, loopfuse's way beside the
+SDK's (:func:`decode_costs`, no network).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.scenario_runs import start_scenario
 from orchestrator.sim import find_scenario
 
-__all__ = ["HttpFigures", "main", "measure_http", "simulator_process"]
+__all__ = ["HttpFigures", "decode_costs", "main", "measure_http", "simulator_process"]
 
 SCENARIO = "completed"
 _LIST_DIR = {
@@ -286,6 +288,84 @@ async def measure_http(base_url: str, runs: int = 50, *, reps: int = 1) -> HttpF
     return HttpFigures(**{name: _median(samples) for name, samples in got.items()})
 
 
+def _sample_stream(words: int = 20) -> bytes:
+    """A streamed text answer as the simulator sends it: role, ``words`` text chunks, the
+    finish chunk, the usage chunk, ``[DONE]``."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [choice],
+        }
+
+    frames: list[dict[str, Any]] = [chunk({"role": "assistant", "content": None})]
+    frames += [chunk({"content": f"word{i} "}) for i in range(words)]
+    frames.append(chunk({}, "stop"))
+    frames.append({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 9}})
+    return b"".join(b"data: " + _encode(f) + b"\n\n" for f in frames) + b"data: [DONE]\n\n"
+
+
+def decode_costs(read_size: int = 300, number: int = 500) -> dict[str, float]:
+    """CPU µs to turn one sample stream (:func:`_sample_stream`, cut into ``read_size``-byte
+    reads) into chunk objects, three ways: loopfuse's (:class:`~actors.llm.sse.SSEDecoder`
+    over bytes + msgspec), SSE lines as ``aiter_lines`` splits them (httpx2's text and line
+    decoders) + msgspec, and the SDK's ``AsyncStream`` work (its SSE decoder, ``json.loads``,
+    a pydantic chunk model per chunk). No network: the parsing alone."""
+    import json
+    import timeit
+
+    from httpx2._decoders import LineDecoder, TextDecoder
+    from openai._models import construct_type
+    from openai._streaming import SSEDecoder as SdkDecoder
+    from openai._streaming import _SSELineDecoder
+    from openai.types.chat import ChatCompletionChunk
+
+    from actors.llm.chunks import decode_chunk
+    from actors.llm.sse import SSEDecoder
+
+    body = _sample_stream()
+    reads = [body[i : i + read_size] for i in range(0, len(body), read_size)]
+
+    def ours() -> list[Any]:
+        sse = SSEDecoder()
+        payloads = [p for data in reads for p in sse.feed(data)]
+        return [decode_chunk(p) for p in payloads if not p.startswith(b"[DONE]")]
+
+    def lines() -> list[Any]:
+        text, split = TextDecoder(), LineDecoder()
+        out: list[Any] = []
+        data: list[str] = []
+        for read in reads:
+            for line in split.decode(text.decode(read)):
+                if line.startswith("data:"):
+                    data.append(line[6:] if line[5:6] == " " else line[5:])
+                elif not line and data:
+                    payload, data = "\n".join(data), []
+                    if not payload.startswith("[DONE]"):
+                        out.append(decode_chunk(payload.encode()))
+        return out
+
+    def sdk() -> list[Any]:
+        decoder, split = SdkDecoder(), _SSELineDecoder()
+        return [
+            construct_type(type_=ChatCompletionChunk, value=json.loads(event.data))
+            for read in reads
+            for event in decoder._decode_lines(split.feed(read))
+            if not event.data.startswith("[DONE]")
+        ]
+
+    assert len(ours()) == len(lines()) == len(sdk())
+    ways = {"loopfuse": ours, "aiter_lines": lines, "openai_sdk": sdk}
+    return {
+        name: min(timeit.repeat(way, number=number, repeat=5)) / number * 1e6
+        for name, way in ways.items()
+    }
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench.http_client",
@@ -294,6 +374,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=50, help="concurrent runs (default 50)")
     parser.add_argument("--reps", type=int, default=7, help="repetitions (default 7)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--decode", action="store_true", help="only the parsing of one sample stream, 3 ways"
+    )
     return parser
 
 
@@ -303,6 +386,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.runs, args.reps) < 1:
         print("bench.http_client: counts must be positive", file=sys.stderr)
         return 2
+    if args.decode:
+        costs = decode_costs()
+        if args.json:
+            print(msgspec.json.encode(costs).decode())
+        else:
+            print("CPU µs to parse one streamed answer (24 events, 300-byte reads):")
+            for name, us in costs.items():
+                print(f"  {name:12} {us:8,.1f} µs")
+        return 0
     with simulator_process() as url:
         anyio.run(measure_http, url, 5)  # warm-up: imports, first connections, caches
         figures = anyio.run(lambda: measure_http(url, args.runs, reps=args.reps))

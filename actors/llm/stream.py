@@ -9,8 +9,8 @@ chunk. Failures come out as the SDK's own stream would raise them::
     connection lost, TLS failure, …    -> openai.APIConnectionError
     a payload that is not JSON         -> msgspec.DecodeError
 
-``data: [DONE]`` ends the stream; the rest of the body is then drained briefly (for
-HTTP/1.1 connection reuse, as the SDK does) and ignored. A body that ends without
+``data: [DONE]`` ends the stream; over HTTP/1.1 the rest of the body is then drained
+briefly (so the connection can be reused, as the SDK does) and ignored. A body that ends without
 ``[DONE]`` simply ends: the caller decides from the finish reason.
 """
 
@@ -68,7 +68,8 @@ async def read_chunks(response: httpx2.Response) -> AsyncGenerator[list[Chunk | 
             if failure is not None:
                 raise failure
             if done:
-                await _drain(reads)
+                if response.http_version == "HTTP/1.1":  # HTTP/2 just closes the stream
+                    await _drain(reads)
                 return
     except httpx2.TimeoutException as exc:
         raise openai.APITimeoutError(request=response.request) from exc
