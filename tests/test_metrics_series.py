@@ -5,6 +5,7 @@ from another thread while the event loop records."""
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -149,6 +150,28 @@ def test_every_message_type_is_handled_or_only_counted() -> None:
 # --------------------------------------------------------------------------- threads
 
 
+class _Finalised:
+    """Cyclic garbage with a finalizer: the collector then runs Python code (a chance for
+    the other thread to run) in the middle of whatever allocation triggered it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        sum(range(50))
+
+
+@pytest.fixture
+def switch_often() -> Iterator[None]:
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
+@pytest.mark.usefixtures("switch_often")
 def test_a_scrape_from_another_thread_while_recording() -> None:
     registry = new_registry(process=False)
     rec = MetricsRecorder(Bus(), registry, models=("m",), tools=("echo",))
@@ -181,6 +204,8 @@ def test_a_scrape_from_another_thread_while_recording() -> None:
             rec.handle(ToolResult(run_id=run_id, turn=1, call_id="c", tool="echo", content=""))
             if index % 4 == 0:  # new series appear while the other thread reads them
                 rec.add_tools((f"tool{index}",))
+            for _ in range(20):
+                _Finalised()
     finally:
         stop.set()
         scraper.join(timeout=30)

@@ -10,9 +10,10 @@ prometheus_client's own metrics produce (names, types, help, label order, ``le``
 ``_created`` samples, exemplars), so the exposition does not change.
 
 Threads: series are changed on one thread (the event loop's). A scrape may run on another:
-it copies each family's series dict, each histogram's counts and exemplars (single C-level
-operations under the GIL) before reading them, so it never sees a dict change size under
-it. A histogram's ``_sum`` may then lag its buckets by the observation in flight, as with
+it copies each family's series dict (``dict.copy()``, which runs no Python code midway;
+``list(d.items())`` would, through a garbage collection its tuples trigger) and each
+histogram's counts and exemplars before reading them, so it never sees a dict change size
+under it. A histogram's ``_sum`` may then lag its buckets by the observation in flight, as with
 prometheus_client's per-value locks.
 """
 
@@ -152,7 +153,7 @@ class Family(Generic[_Series]):
         metric = self.describe()
         names = self.labelnames
         created = _created_samples()
-        for values, series in list(self.series.items()):
+        for values, series in self.series.copy().items():
             self._samples(metric, dict(zip(names, values, strict=True)), series, created)
         return metric
 
