@@ -46,7 +46,7 @@ __all__ = ["BudgetMonitor"]
 _Message = RunStarted | RunFinished | TurnStarted | TurnEnded | ToolCallProposed | ModelReplied
 
 
-@dataclass
+@dataclass(slots=True)
 class _RunBudget:
     max_turns: int
     max_tool_calls: int

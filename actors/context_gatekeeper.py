@@ -27,7 +27,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, NamedTuple, assert_never
 
 import anyio
@@ -102,8 +102,8 @@ class _Run:
     sent_turn: int = 0
     pending: Span | None = None
     recovery_turn: int = 0
-    tried: set[str] = field(default_factory=set)
-    done: list[str] = field(default_factory=list)
+    tried: tuple[str, ...] = ()  # tuples: most runs never need these
+    done: tuple[str, ...] = ()
 
     @property
     def limit(self) -> int:
@@ -371,23 +371,23 @@ class ContextGatekeeper:
         if found is not None:
             run.window = min(run.window, int(found[1].replace(",", "")))
         if run.recovery_turn != msg.turn:
-            run.recovery_turn, run.tried, run.done = msg.turn, set(), []
+            run.recovery_turn, run.tried, run.done = msg.turn, (), ()
         policy = run.policy
         if not run.stale and "collapse" not in run.tried:
-            run.tried.add("collapse")
+            run.tried += ("collapse",)
             folds, _ = plan_collapse(run.ledger, min_chars=policy.fold_min_chars)
             if folds:
                 before = self._prompt(run)
                 after = self._fold(run, folds)
                 self._collapse_action(run, msg.turn, folds, before, after, reactive=True)
-                run.done.append("collapsing")
+                run.done += ("collapsing",)
                 return
         if not run.stale and "compact" not in run.tried:
-            run.tried.add("compact")
+            run.tried += ("compact",)
             span = plan_compaction(run.ledger, keep_turns=policy.keep_recent_turns)
             if span is not None:
                 self._compactions += 1
-                run.done.append("compacting")
+                run.done += ("compacting",)
                 run.pending = span
                 room = run.window - policy.safety_buffer - policy.summary_max_tokens
                 self._publish(

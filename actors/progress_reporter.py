@@ -21,7 +21,7 @@ __all__ = ["ProgressReporter"]
 _Message = RunStarted | TurnStarted | RunEnding
 
 
-@dataclass
+@dataclass(slots=True)
 class _Plan:
     stages: tuple[str, ...]
     current: str

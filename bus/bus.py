@@ -33,8 +33,7 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal, NamedTuple
 
 import anyio
@@ -417,12 +416,20 @@ class Inbox:
     Thousands of runs hold one each, parked most of the time: it is a list (a few
     messages at a time) and a future made only while its run waits."""
 
-    __slots__ = ("_items", "_waiter", "run_id")
+    __slots__ = ("_items", "_registry", "_waiter", "run_id")
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, registry: dict[str, Inbox] | None = None) -> None:
         self.run_id = run_id
         self._items: list[Message] = []
         self._waiter: asyncio.Future[None] | None = None
+        self._registry = registry  # where the bus finds it, while it is open
+
+    def __enter__(self) -> Inbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._registry is not None and self._registry.get(self.run_id) is self:
+            del self._registry[self.run_id]
 
     def deliver(self, msg: Message) -> None:
         self._items.append(msg)
@@ -529,17 +536,13 @@ class Bus:
 
     # ---------------------------------------------------------------- run inboxes
 
-    @contextmanager
-    def open_inbox(self, run_id: str) -> Iterator[Inbox]:
-        """The control inbox of ``run_id`` for as long as the ``with`` block lasts."""
+    def open_inbox(self, run_id: str) -> Inbox:
+        """The control inbox of ``run_id``, open for as long as its ``with`` block lasts
+        (the inbox is its own context manager: no generator held per run in flight)."""
         if run_id in self._inboxes:
             raise ValueError(f"run {run_id!r} already has an inbox")
-        inbox = Inbox(run_id)
-        self._inboxes[run_id] = inbox
-        try:
-            yield inbox
-        finally:
-            del self._inboxes[run_id]
+        inbox = self._inboxes[run_id] = Inbox(run_id, self._inboxes)
+        return inbox
 
     def _to_inbox(self, msg: Message) -> None:
         inbox = self._inboxes.get(msg.run_id)

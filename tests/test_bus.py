@@ -275,6 +275,7 @@ async def test_stop_signal_reaches_only_its_run_inbox() -> None:
         bus.open_inbox("c"),
     ):
         pass
+    assert bus.active_inboxes() == 0  # the first one closed when the block was left
 
 
 def test_messages_and_transcripts_stay_out_of_the_cycle_collector() -> None:

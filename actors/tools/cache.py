@@ -94,9 +94,10 @@ class ResultCache:
         self._settings = settings
         self._clock = clock
         # The same entries twice: in order of last use (LRU eviction) and in order of
-        # storing (expiry; one TTL for all, so the oldest store expires first).
-        self._by_use: OrderedDict[str, _Entry] = OrderedDict()
-        self._by_age: OrderedDict[str, _Entry] = OrderedDict()
+        # storing (expiry; one TTL for all, so the oldest store expires first). Made at
+        # the first store: most runs in flight never cache anything.
+        self._by_use: OrderedDict[str, _Entry] | None = None
+        self._by_age: OrderedDict[str, _Entry] | None = None
 
     @property
     def settings(self) -> CacheSettings:
@@ -111,51 +112,57 @@ class ResultCache:
         """Find ``key`` and count a hit on it: ``miss``, ``hit`` (with the text) or ``loop``
         (the hit past ``max_hits``; the text is withheld)."""
         self._expire()
-        entry = self._by_use.get(key)
+        entry = self._by_use.get(key) if self._by_use is not None else None
         if entry is None:
             return Lookup("miss")
         entry.hits += 1
         if entry.hits > self._settings.max_hits:
             return Lookup("loop", hits=entry.hits)
-        self._by_use.move_to_end(key)
+        self._by_use.move_to_end(key)  # type: ignore[union-attr]  # found in it
         return Lookup("hit", entry.content, entry.hits)
 
     def store(self, key: str, content: str) -> None:
         """Keep ``content`` for ``key`` (a fresh entry: TTL and hit count restart)."""
         if not self.enabled:
             return
+        if self._by_use is None or self._by_age is None:
+            self._by_use, self._by_age = OrderedDict(), OrderedDict()
+        by_use, by_age = self._by_use, self._by_age
         self._drop(key)
         entry = _Entry(content, self._clock() + self._settings.ttl_seconds)
-        self._by_use[key] = entry
-        self._by_age[key] = entry
+        by_use[key] = entry
+        by_age[key] = entry
         self._expire()
-        while len(self._by_use) > self._settings.max_entries:
-            oldest, _ = self._by_use.popitem(last=False)
-            del self._by_age[oldest]
+        while len(by_use) > self._settings.max_entries:
+            oldest, _ = by_use.popitem(last=False)
+            del by_age[oldest]
 
     def clear(self) -> None:
         """Forget every entry (a call with side effects may have changed what they said)."""
-        self._by_use.clear()
-        self._by_age.clear()
+        self._by_use = self._by_age = None
 
     def __len__(self) -> int:
         """Entries that have not expired."""
         self._expire()
-        return len(self._by_use)
+        return len(self._by_use) if self._by_use is not None else 0
 
     def __contains__(self, key: object) -> bool:
         self._expire()
-        return key in self._by_use
+        return self._by_use is not None and key in self._by_use
 
     def _drop(self, key: str) -> None:
-        if self._by_use.pop(key, None) is not None:
-            del self._by_age[key]
+        by_use, by_age = self._by_use, self._by_age
+        if by_use is not None and by_age is not None and by_use.pop(key, None) is not None:
+            del by_age[key]
 
     def _expire(self) -> None:
+        by_use, by_age = self._by_use, self._by_age
+        if not by_age or by_use is None:
+            return
         now = self._clock()
-        while self._by_age:
-            key, entry = next(iter(self._by_age.items()))
+        while by_age:
+            key, entry = next(iter(by_age.items()))
             if entry.expires_at > now:
                 return
-            del self._by_age[key]
-            del self._by_use[key]
+            del by_age[key]
+            del by_use[key]

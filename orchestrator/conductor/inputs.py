@@ -44,7 +44,7 @@ class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
     call_log: tuple[CallLogEntry, ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunInputs:
     """Everything one run needs, fixed before it starts."""
 
