@@ -11,8 +11,9 @@ answer), with the same number of concurrent runs:
   stream=True)``, chunks iterated, the tool call answered by hand;
 * **lean**: the same raw loop on the LLM caller's transport path: the body encoded by
   msgspec and sent with ``AsyncOpenAI.post`` (the SDK still sends it: auth, headers, status
-  errors), the reply read by :func:`actors.llm.stream.read_chunks` into the caller's
-  accumulator. What the SDK and its HTTP stack alone cost on that path;
+  errors) on the caller's clients (:mod:`actors.llm.clients`: runs spread over a few
+  connection pools), the reply read by :func:`actors.llm.stream.read_chunks` into the
+  caller's accumulator. What the SDK and its HTTP stack alone cost on that path;
 * **runtime**: the loopfuse runs again with the in-process scripted model playing the same
   scenario (no HTTP): the runtime's own share of the loopfuse figure (run start, its
   scenario folder, the tool call, every monitor). ``loopfuse - runtime`` is what the model
@@ -43,6 +44,8 @@ import msgspec
 import openai
 
 from actors.llm.accumulator import ReplyAccumulator
+from actors.llm.clients import SHARDS, Clients
+from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
 from bench.loops import Sample
 from bench.scripted_model import ScriptedModel, scenario_script
@@ -242,28 +245,32 @@ async def _bare_run(client: openai.AsyncOpenAI, task: str, turn: Turn) -> int:
             messages.append({"role": "tool", "tool_call_id": c.id, "content": "README.txt"})
 
 
-async def _bare(base_url: str, runs: int, turn: Turn) -> Sample:
+async def _bare(base_url: str, runs: int, turn: Turn, *, pools: int) -> Sample:
+    """``runs`` bare loops, spread over ``pools`` clients as the LLM caller spreads runs."""
     task = find_scenario(SCENARIO).task
     counts: list[int] = []
-    async with openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0) as client:
+    clients = Clients(EndpointSettings(base_url=base_url, api_key="bench"), pools)
+    try:
 
-        async def one() -> None:
-            counts.append(await _bare_run(client, task, turn))
+        async def one(run_id: str) -> None:
+            counts.append(await _bare_run(clients.for_run(run_id), task, turn))
 
         started = (time.process_time(), time.perf_counter())
         async with anyio.create_task_group() as tg:
-            for _ in range(runs):
-                tg.start_soon(one)
+            for i in range(runs):
+                tg.start_soon(one, f"run-{i}")
         cpu, wall = time.process_time() - started[0], time.perf_counter() - started[1]
+    finally:
+        await clients.aclose()
     return Sample(cpu, wall, sum(counts))
 
 
 async def _raw(base_url: str, runs: int) -> Sample:
-    return await _bare(base_url, runs, _sdk_turn)
+    return await _bare(base_url, runs, _sdk_turn, pools=1)  # one client, as most code has
 
 
 async def _lean(base_url: str, runs: int) -> Sample:
-    return await _bare(base_url, runs, _lean_turn)
+    return await _bare(base_url, runs, _lean_turn, pools=SHARDS)  # the caller's transport
 
 
 WORKLOADS: dict[str, Callable[[str, int], Awaitable[Sample]]] = {
