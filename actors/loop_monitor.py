@@ -10,9 +10,12 @@ It answers (``answers=True``, so settling publishes wait for it) and only ever a
 * streamed text that loops → ``ModelCancel(reason="loop.content")`` and a ``Nudge`` the first
   time, ``StopSignal(hook_stopped, loop.content)`` (and ``ModelCancel``) when it stops.
 
-Per-run state is created at ``RunStarted`` (or at the run's first call or delta) and dropped
-at ``RunFinished``. Content tracking restarts with each model response (a new turn in the
-deltas, or a ``ModelReply``) and at each tool call.
+Per-run state is created lazily, at the run's first proposed call or streamed delta (a run
+parked at its first model request costs the monitor nothing), forgotten at ``RunStarted``
+(a run id starting again starts afresh) and dropped at ``RunFinished``. A run's config (an
+:meth:`LoopMonitor.override`, else the monitor's) is looked up when its state is created.
+Content tracking restarts with each model response (a new turn in the deltas, or a
+``ModelReply``) and at each tool call.
 """
 
 from __future__ import annotations
@@ -98,31 +101,26 @@ class LoopMonitor:
         self._overrides[run_id] = config
 
     def active_runs(self) -> int:
-        """Runs whose state is held (started, not finished)."""
+        """Runs whose state is held: started, not finished, and past their first proposed
+        call or streamed delta."""
         return len(self._runs)
 
     def handle(self, msg: _Message) -> None:
         """Handle one message; never blocks."""
         match msg:
-            case RunStarted():
-                self._runs[msg.run_id] = self._new_run(msg.run_id)
-            case RunFinished():
-                self._runs.pop(msg.run_id, None)
-                self._overrides.pop(msg.run_id, None)
             case ToolCallProposed():
-                state = self._state(msg.run_id)
+                state = self._runs.get(msg.run_id) or self._new_run(msg.run_id)
                 if state.stopped:
                     return
+                call = msg.call
                 decision = state.detector.propose(
-                    msg.call.name,
-                    msg.call.arguments,
-                    call_id=msg.call.id,
-                    fingerprint=msg.fingerprint,
+                    call.name, call.arguments, call_id=call.id, fingerprint=msg.fingerprint
                 )
-                self._answer_call(state, msg, decision)
+                if decision.level != "none":
+                    self._answer_call(state, msg, decision)
             case ToolResult():
                 known = self._runs.get(msg.run_id)
-                if known is not None:
+                if known is not None and known.detector.reads_results:
                     known.detector.record_result(
                         msg.call_id,
                         msg.content,
@@ -130,7 +128,7 @@ class LoopMonitor:
                         result_fingerprint=msg.result_fingerprint,
                     )
             case ModelTextDelta():
-                state = self._state(msg.run_id)
+                state = self._runs.get(msg.run_id) or self._new_run(msg.run_id)
                 if state.stopped:
                     return
                 if state.stream_turn != msg.turn:
@@ -139,24 +137,26 @@ class LoopMonitor:
                 self._answer_text(state, msg, state.detector.feed_text(msg.text))
             case ModelReply():
                 known = self._runs.get(msg.run_id)
-                if known is not None:
+                if known is not None and known.stream_turn is not None:
+                    # (no delta since the last new stream: the content state is fresh)
                     known.detector.new_stream()
                     known.stream_turn = None
+            case RunStarted():
+                self._runs.pop(msg.run_id, None)
+            case RunFinished():
+                self._runs.pop(msg.run_id, None)
+                self._overrides.pop(msg.run_id, None)
             case _:
                 assert_never(msg)
 
     # ------------------------------------------------------------------ internals
 
     def _new_run(self, run_id: str) -> _Run:
+        """The state of a run seen for the first time (its first call or delta)."""
         config = self._overrides.pop(run_id, None)
         if config is None:
             config = self._config if isinstance(self._config, LoopConfig) else self._config(run_id)
-        return _Run(LoopDetector(config))
-
-    def _state(self, run_id: str) -> _Run:
-        state = self._runs.get(run_id)
-        if state is None:
-            state = self._runs[run_id] = self._new_run(run_id)
+        state = self._runs[run_id] = _Run(LoopDetector(config))
         return state
 
     def _answer_call(self, state: _Run, msg: ToolCallProposed, decision: Decision) -> None:

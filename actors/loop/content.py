@@ -39,12 +39,28 @@ _DIVIDER = re.compile(r"[+\-_=*\u2500-\u257F]+")
 class ContentLoop:
     """Feed it the stream's deltas; :meth:`feed` returns True when the text loops."""
 
+    __slots__ = (
+        "_base",
+        "_config",
+        "_head",
+        "_hit",
+        "_in_code",
+        "_next",
+        "_seen",
+        "_text",
+        "_ticks",
+    )
+
     def __init__(self, config: ContentConfig) -> None:
         self._config = config
         self._head = ""
         self._ticks = 0
         self._in_code = False
-        self.reset_tracking()
+        self._text = ""
+        self._base = 0  # absolute position of self._text[0]
+        self._next = 0  # absolute position of the next chunk to analyse
+        self._seen: dict[str, list[int]] = {}
+        self._hit = 0
 
     def reset(self) -> None:
         """A new stream: forget everything, code-block state included."""
@@ -55,10 +71,12 @@ class ContentLoop:
 
     def reset_tracking(self) -> None:
         """Forget the analysed text (gemini-cli's reset on tool calls and elements)."""
+        if not self._text:
+            return  # nothing was analysed since the last reset: nothing to forget
         self._text = ""
-        self._base = 0  # absolute position of self._text[0]
-        self._next = 0  # absolute position of the next chunk to analyse
-        self._seen: dict[str, list[int]] = {}
+        self._base = 0
+        self._next = 0
+        self._seen = {}
         self._hit = 0
 
     def snippet(self) -> str:

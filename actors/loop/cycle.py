@@ -4,15 +4,17 @@ The last ``window`` fingerprints are kept. For each period ``k`` (smallest first
 of the sequence, the proposed call included, is matched against itself shifted by ``k``;
 the count is the number of whole repetitions of the last ``k`` calls. Results are never
 looked at: A,B,A,B… trips even when the results change.
+
+A call whose fingerprint is not in the window repeats nothing: every count is at most 1,
+so when no threshold is that low the periods are not looked at.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 
 from actors.loop.config import CycleConfig
-from actors.loop.history import CallRecord
+from actors.loop.history import CallRecord, Window
 from actors.loop.verdicts import Hit, Level, level_for
 
 __all__ = ["Cycle", "repetitions"]
@@ -52,14 +54,27 @@ def _message(level: Level, period: int, tools: str, count: int) -> str:
 class Cycle:
     """Keeps its own window of fingerprints (and tool names, for messages)."""
 
+    __slots__ = ("_config", "_keys", "_lowest", "_tools")
+
+    records = True
+    watches_results = False
+
     def __init__(self, config: CycleConfig) -> None:
         self._config = config
-        self._keys: deque[str] = deque(maxlen=config.window)
-        self._tools: deque[str] = deque(maxlen=config.window)
+        self._keys: list[str] = []
+        self._tools: list[str] = []
+        levels = (config.warn_at, config.block_at, config.break_at)
+        # the lowest count that is a finding (0: none is)
+        self._lowest = min((t for t in levels if t is not None), default=0)
 
-    def check(self, call: CallRecord, history: Sequence[CallRecord]) -> Hit | None:
+    def fresh(self) -> Cycle:
+        return Cycle(self._config)
+
+    def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
-        if not cfg.enabled:
+        if not cfg.enabled or not self._lowest:
+            return None
+        if self._lowest > 1 and call.fingerprint not in self._keys:
             return None
         keys = [*self._keys, call.fingerprint]
         for period in range(cfg.min_period, cfg.max_period + 1):
@@ -72,8 +87,12 @@ class Cycle:
         return None
 
     def record(self, call: CallRecord) -> None:
-        self._keys.append(call.fingerprint)
-        self._tools.append(call.tool)
+        keys, tools = self._keys, self._tools
+        keys.append(call.fingerprint)
+        tools.append(call.tool)
+        if len(keys) > self._config.window:
+            del keys[0]
+            del tools[0]
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         return None

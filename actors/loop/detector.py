@@ -19,7 +19,6 @@ result, so it counts as no progress.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Final
 
 import msgspec
@@ -30,7 +29,7 @@ from actors.loop.content import ContentLoop
 from actors.loop.cycle import Cycle
 from actors.loop.generic import GenericRepeat
 from actors.loop.global_breaker import GlobalBreaker
-from actors.loop.history import CallRecord, ToolDetector
+from actors.loop.history import EMPTY_WINDOW, CallRecord, ToolDetector, Window
 from actors.loop.ping_pong import PingPong
 from actors.loop.poll import PollNoProgress
 from actors.loop.presets import STRICT
@@ -44,38 +43,122 @@ MAX_WARNING_KEYS: Final = 256
 MAX_PENDING: Final = 1024
 """Calls remembered while waiting for their result."""
 
+_MAX_PLANS: Final = 64
+"""Configs whose plan is kept (the presets and recent per-run configs)."""
+
 _NONE: Final = Decision()
 _decode_args = msgspec.json.Decoder().decode
 
 
+class _Plan:
+    """What one config needs, worked out once and shared by every detector using it:
+    the config checked, the enabled detectors (the stateless ones shared), and which
+    per-run state is ever read."""
+
+    __slots__ = (
+        "config",
+        "detectors",
+        "exempt",
+        "last_results",
+        "polls",
+        "results",
+        "shared",
+        "window",
+    )
+
+    def __init__(self, config: LoopConfig) -> None:
+        self.config = check_config(config)
+        self.exempt = frozenset(config.exempt_tools)
+        self.polls = {tool.name: tool.actions for tool in config.poll_tools}
+        generic, poll, ping_pong = config.generic_repeat, config.poll_no_progress, config.ping_pong
+        breaker = config.global_breaker
+        candidates: tuple[tuple[bool, ToolDetector], ...] = (
+            (breaker.enabled, GlobalBreaker(breaker)),
+            (poll.enabled, PollNoProgress(poll)),
+            (ping_pong.enabled, PingPong(ping_pong)),
+            (generic.enabled, GenericRepeat(generic)),
+            (config.cycle.enabled, Cycle(config.cycle)),
+        )
+        self.detectors = tuple(detector for enabled, detector in candidates if enabled)
+        self.shared = all(detector.fresh() is detector for detector in self.detectors)
+        # the window is read by these; results by those that look at them
+        self.results = poll.enabled or ping_pong.enabled or breaker.enabled
+        self.window = self.results or (generic.enabled and generic.scope == "window")
+        # a call's previous result: the total breaker's evidence, a recorded refusal's result
+        self.last_results = breaker.enabled and breaker.mode == "total"
+        self.last_results = self.last_results or (self.results and config.record_blocked)
+
+    def fresh_detectors(self) -> tuple[ToolDetector, ...]:
+        """The tool detectors of a new run (the shared tuple when none keeps state)."""
+        if self.shared:
+            return self.detectors
+        return tuple(detector.fresh() for detector in self.detectors)
+
+
+_plans: dict[int, _Plan] = {}
+
+
+def _plan(config: LoopConfig) -> _Plan:
+    plan = _plans.get(id(config))
+    if plan is None or plan.config is not config:
+        plan = _Plan(config)
+        if len(_plans) >= _MAX_PLANS:
+            del _plans[next(iter(_plans))]
+        _plans[id(config)] = plan
+    return plan
+
+
 class LoopDetector:
-    """One run's (or one session's) loop detection. Not thread-safe; cheap to create."""
+    """One run's (or one session's) loop detection. Not thread-safe; cheap to create.
+
+    Only what the config's enabled detectors read is kept: no window of calls when no
+    detector reads it, no results when none looks at them, no content state before the
+    first streamed text. ``reads_results`` is False when no enabled detector looks at
+    results (:meth:`record_result` then does nothing).
+    """
+
+    __slots__ = (
+        "_buckets",
+        "_content",
+        "_content_offences",
+        "_content_tripped",
+        "_detectors",
+        "_last_results",
+        "_nudged",
+        "_pending",
+        "_plan",
+        "_recorders",
+        "_seq",
+        "_strikes",
+        "_watchers",
+        "_window",
+        "config",
+        "reads_results",
+    )
 
     def __init__(self, config: LoopConfig = STRICT) -> None:
-        self.config = check_config(config)
-        self._exempt = frozenset(config.exempt_tools)
-        self._polls = {tool.name: tool.actions for tool in config.poll_tools}
+        self._plan = _plan(config)
+        self.config = config
         self.reset()
 
     def reset(self) -> None:
         """Forget everything: a new run."""
-        cfg = self.config
-        self._history: deque[CallRecord] = deque(maxlen=cfg.history_size)
-        self._pending: dict[str, CallRecord] = {}
-        self._last_results: dict[str, str] = {}
-        self._detectors: tuple[ToolDetector, ...] = (
-            GlobalBreaker(cfg.global_breaker),
-            PollNoProgress(cfg.poll_no_progress),
-            PingPong(cfg.ping_pong),
-            GenericRepeat(cfg.generic_repeat),
-            Cycle(cfg.cycle),
-        )
-        self._content = ContentLoop(cfg.content)
+        plan = self._plan
+        self._window = Window(self.config.history_size) if plan.window else EMPTY_WINDOW
+        self.reads_results = plan.results
+        self._pending: dict[str, CallRecord] | None = {} if plan.results else None
+        self._last_results: dict[str, str] | None = {} if plan.last_results else None
+        detectors = plan.fresh_detectors()
+        self._detectors = detectors
+        recorders = tuple(d for d in detectors if d.records)
+        self._recorders = detectors if len(recorders) == len(detectors) else recorders
+        self._watchers = tuple(d for d in detectors if d.watches_results)
+        self._content: ContentLoop | None = None
         self._content_tripped = False
         self._content_offences = 0
         self._strikes = 0
-        self._buckets: dict[str, int] = {}
-        self._nudged: set[tuple[str, ...]] = set()
+        self._buckets: dict[str, int] | None = None
+        self._nudged: set[tuple[str, ...]] | None = None
         self._seq = 0
 
     # ------------------------------------------------------------------ tool calls
@@ -91,19 +174,31 @@ class LoopDetector:
         """Judge a call before it runs; accepted calls are recorded in the history."""
         self._seq += 1
         call_id = call_id or f"call-{self._seq}"
-        self._content.reset_tracking()
-        if tool in self._exempt:
+        if self._content is not None:
+            self._content.reset_tracking()
+        plan = self._plan
+        if tool in plan.exempt:
             return Decision(call_id=call_id)
         call = CallRecord(
             tool,
             fingerprint or fingerprint_call(tool, arguments_json),
             call_id,
-            self._is_poll(tool, arguments_json),
+            tool in plan.polls and self._is_poll(tool, arguments_json),
         )
-        history = self._history
-        hits = [hit for d in self._detectors if (hit := d.check(call, history)) is not None]
-        hit = next((h for h in hits if h.level == "break"), hits[0] if hits else None)
-        decision = _NONE if hit is None else self._decide(hit, tool, arguments_json)
+        window = self._window
+        chosen: Hit | None = None
+        for detector in self._detectors:  # the first break, else the first finding
+            hit = detector.check(call, window)
+            if hit is not None:
+                if hit.level == "break":
+                    chosen = hit
+                    break
+                if chosen is None:
+                    chosen = hit
+        if chosen is None:
+            self._record(call)
+            return Decision(call_id=call_id)
+        decision = self._decide(chosen, tool, arguments_json)
         if decision.level in ("none", "warning"):
             self._record(call)
         elif self.config.record_blocked:
@@ -120,27 +215,31 @@ class LoopDetector:
         result_fingerprint: str = "",
     ) -> None:
         """Attach a result to a recorded call (unknown or refused calls are ignored)."""
+        if self._pending is None:
+            return  # no enabled detector looks at results
         call = self._pending.pop(call_id, None)
         if call is None:
             return
         call.result = result_fingerprint or fingerprint_result(result_text, is_error=is_error)
-        previous = self._last_results.get(call.fingerprint)
-        self._last_results[call.fingerprint] = call.result
-        for detector in self._detectors:
+        previous: str | None = None
+        if self._last_results is not None:
+            previous = self._last_results.get(call.fingerprint)
+            self._last_results[call.fingerprint] = call.result
+        for detector in self._watchers:
             detector.on_result(call, previous)
 
     def _record_refusal(self, call: CallRecord) -> None:
         """A refused call changed nothing: its result is the call's last result, so it
         counts as no progress (OpenClaw's later "tool-loop-veto" outcome) and a level above
         ``block_at`` stays reachable for the detectors that look at results."""
+        if self._last_results is None:
+            return  # no enabled detector looks at results
         previous = self._last_results.get(call.fingerprint)
         if previous is not None:
             self.record_result(call.call_id, result_fingerprint=previous)
 
     def _is_poll(self, tool: str, arguments_json: str) -> bool:
-        actions = self._polls.get(tool)
-        if actions is None:
-            return False
+        actions = self._plan.polls[tool]
         if not actions:
             return True
         try:
@@ -150,11 +249,14 @@ class LoopDetector:
         return isinstance(args, dict) and args.get("action") in actions
 
     def _record(self, call: CallRecord) -> None:
-        self._history.append(call)
-        self._pending[call.call_id] = call
-        if len(self._pending) > MAX_PENDING:
-            del self._pending[next(iter(self._pending))]
-        for detector in self._detectors:
+        if self._window is not EMPTY_WINDOW:
+            self._window.append(call)
+        pending = self._pending
+        if pending is not None:
+            pending[call.call_id] = call
+            if len(pending) > MAX_PENDING:
+                del pending[next(iter(pending))]
+        for detector in self._recorders:
             detector.record(call)
 
     def _decide(self, hit: Hit, tool: str, arguments_json: str) -> Decision:
@@ -207,12 +309,15 @@ class LoopDetector:
         if size is None:
             return True
         bucket = hit.count // size
-        if bucket <= self._buckets.get(hit.key, 0):
+        if self._buckets is None:
+            self._buckets = {}
+        buckets = self._buckets
+        if bucket <= buckets.get(hit.key, 0):
             return False
-        self._buckets.pop(hit.key, None)
-        self._buckets[hit.key] = bucket
-        if len(self._buckets) > MAX_WARNING_KEYS:
-            del self._buckets[next(iter(self._buckets))]
+        buckets.pop(hit.key, None)
+        buckets[hit.key] = bucket
+        if len(buckets) > MAX_WARNING_KEYS:
+            del buckets[next(iter(buckets))]
         return True
 
     def _first_nudge(self, hit: Hit) -> bool:
@@ -222,6 +327,8 @@ class LoopDetector:
             key = (hit.detector, hit.key)
         else:
             return True  # the bucket already rate-limits this warning
+        if self._nudged is None:
+            self._nudged = set()
         if key in self._nudged:
             return False
         self._nudged.add(key)
@@ -234,10 +341,13 @@ class LoopDetector:
         stream is ignored until :meth:`new_stream`."""
         if not self.config.content.enabled or self._content_tripped:
             return _NONE
-        if not self._content.feed(chunk):
+        content = self._content
+        if content is None:
+            content = self._content = ContentLoop(self.config.content)
+        if not content.feed(chunk):
             return _NONE
         self._content_tripped = True
-        snippet = self._content.snippet()
+        snippet = content.snippet()
         if self.config.strikes is not None:
             hit = Hit("content", "critical", 1, "content", "")
             detail = f'Repeating content detected: "{snippet}..."'
@@ -264,5 +374,6 @@ class LoopDetector:
 
     def new_stream(self) -> None:
         """A new model response begins: content tracking starts afresh."""
-        self._content.reset()
+        if self._content is not None:
+            self._content.reset()
         self._content_tripped = False

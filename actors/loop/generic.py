@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from actors.loop.config import GenericRepeatConfig
-from actors.loop.history import CallRecord
+from actors.loop.history import CallRecord, Window
 from actors.loop.verdicts import Hit, Level, level_for
 
 __all__ = ["GenericRepeat"]
@@ -26,21 +24,31 @@ def _message(level: Level, tool: str, count: int) -> str:
 
 
 class GenericRepeat:
-    """Counts a fingerprint in the window, in the whole run, or as a consecutive streak."""
+    """Counts a fingerprint in the window, in the whole run, or as a consecutive streak.
+
+    In ``window`` scope it keeps no state of its own (one instance serves every run)."""
+
+    __slots__ = ("_config", "_counts", "_last", "_streak", "records")
+
+    watches_results = False
 
     def __init__(self, config: GenericRepeatConfig) -> None:
         self._config = config
         self._counts: dict[str, int] = {}
         self._last: str | None = None
         self._streak = 0
+        self.records = config.scope != "window"
 
-    def check(self, call: CallRecord, history: Sequence[CallRecord]) -> Hit | None:
+    def fresh(self) -> GenericRepeat:
+        return GenericRepeat(self._config) if self.records else self
+
+    def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
         if not cfg.enabled or (cfg.skip_poll_tools and call.is_poll):
             return None
         fp = call.fingerprint
         if cfg.scope == "window":
-            count = sum(1 for record in history if record.fingerprint == fp)
+            count = window.fingerprints.count(fp)
         elif cfg.scope == "run":
             count = self._counts.get(fp, 0)
         else:
@@ -60,7 +68,8 @@ class GenericRepeat:
     def record(self, call: CallRecord) -> None:
         fp = call.fingerprint
         if self._config.scope == "run":
-            self._counts[fp] = self._counts.get(fp, 0) + 1
+            counts = self._counts
+            counts[fp] = counts.get(fp, 0) + 1
         elif self._config.scope == "consecutive":
             self._streak = self._streak + 1 if self._last == fp else 1
             self._last = fp

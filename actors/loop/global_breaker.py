@@ -6,10 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from actors.loop.config import GlobalBreakerConfig
-from actors.loop.history import CallRecord, result_streak
+from actors.loop.history import CallRecord, Window, result_streak
 from actors.loop.verdicts import Hit, Level, level_for
 
 __all__ = ["GlobalBreaker"]
@@ -32,13 +30,21 @@ def _message(level: Level, tool: str, count: int, total: bool) -> str:
 
 class GlobalBreaker:
     """In ``total`` mode counts no-progress results itself; in ``streak`` mode reads the
-    window."""
+    window and keeps no state (one instance serves every run)."""
+
+    __slots__ = ("_config", "_total", "watches_results")
+
+    records = False
 
     def __init__(self, config: GlobalBreakerConfig) -> None:
         self._config = config
         self._total = 0
+        self.watches_results = config.mode == "total"
 
-    def check(self, call: CallRecord, history: Sequence[CallRecord]) -> Hit | None:
+    def fresh(self) -> GlobalBreaker:
+        return GlobalBreaker(self._config) if self.watches_results else self
+
+    def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
         if not cfg.enabled:
             return None
@@ -47,7 +53,7 @@ class GlobalBreaker:
         if total:
             count, latest = self._total, "run"
         else:
-            count, latest = result_streak(history, call.fingerprint)
+            count, latest = result_streak(window, call.fingerprint)
         level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
         if level == "none":
             return None
@@ -58,5 +64,5 @@ class GlobalBreaker:
         return None
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
-        if previous is not None and previous == call.result:
+        if self.watches_results and previous is not None and previous == call.result:
             self._total += 1

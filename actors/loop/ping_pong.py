@@ -9,11 +9,10 @@ see the file change is not stuck.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
 from actors.loop.config import PingPongConfig
-from actors.loop.history import CallRecord
+from actors.loop.history import CallRecord, Window
 from actors.loop.verdicts import Hit, Level, level_for
 
 __all__ = ["PingPong", "alternation"]
@@ -25,11 +24,12 @@ class Alternation(NamedTuple):
     no_progress: bool
 
 
-def alternation(history: Sequence[CallRecord], proposed: str) -> Alternation | None:
-    """The alternating tail that ``proposed`` would extend, or ``None``."""
-    if not history:
+def alternation(window: Window, proposed: str) -> Alternation | None:
+    """The alternating tail that ``proposed`` would extend, or ``None``. A call not in the
+    window cannot be B: no scan then."""
+    if proposed not in window.fingerprints:
         return None
-    calls = list(history)
+    calls = window.records
     a = calls[-1].fingerprint
     b = next((r.fingerprint for r in reversed(calls[:-1]) if r.fingerprint != a), None)
     if b is None or proposed != b:
@@ -70,16 +70,24 @@ def _message(level: Level, count: int) -> str:
 
 
 class PingPong:
-    """Reads the window; keeps no counters of its own."""
+    """Reads the window; keeps no counters of its own, so one instance serves every run."""
+
+    __slots__ = ("_config",)
+
+    records = False
+    watches_results = False
 
     def __init__(self, config: PingPongConfig) -> None:
         self._config = config
 
-    def check(self, call: CallRecord, history: Sequence[CallRecord]) -> Hit | None:
+    def fresh(self) -> PingPong:
+        return self
+
+    def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
         if not cfg.enabled:
             return None
-        found = alternation(history, call.fingerprint)
+        found = alternation(window, call.fingerprint)
         if found is None:
             return None
         level = level_for(found.length, cfg.warn_at, cfg.block_at, cfg.break_at)

@@ -6,10 +6,8 @@ result that changes ends the streak, so a poll reporting progress never trips it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from actors.loop.config import PollConfig
-from actors.loop.history import CallRecord, result_streak
+from actors.loop.history import CallRecord, Window, result_streak
 from actors.loop.verdicts import Hit, Level, level_for
 
 __all__ = ["PollNoProgress"]
@@ -32,16 +30,25 @@ def _message(level: Level, tool: str, count: int) -> str:
 
 
 class PollNoProgress:
-    """Fires only for poll tools; keeps no counters of its own (reads the window)."""
+    """Fires only for poll tools; keeps no counters of its own (reads the window), so one
+    instance serves every run."""
+
+    __slots__ = ("_config",)
+
+    records = False
+    watches_results = False
 
     def __init__(self, config: PollConfig) -> None:
         self._config = config
 
-    def check(self, call: CallRecord, history: Sequence[CallRecord]) -> Hit | None:
+    def fresh(self) -> PollNoProgress:
+        return self
+
+    def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
         if not cfg.enabled or not call.is_poll:
             return None
-        streak, latest = result_streak(history, call.fingerprint)
+        streak, latest = result_streak(window, call.fingerprint)
         count = streak + cfg.include_proposed
         level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
         if level == "none":
