@@ -412,11 +412,18 @@ class Pieces:
     def __init__(self, *answers: list[bytes]) -> None:
         self.answers = list(answers)
         self.requests = 0
+        self.seen: list[tuple[dict[str, str], bytes]] = []  # headers and body of each request
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         assert scope["type"] == "http"
-        while (await receive()).get("more_body"):
-            pass
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        sent = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        self.seen.append((sent, body))
         pieces = self.answers[min(self.requests, len(self.answers) - 1)]
         self.requests += 1
         headers = [(b"content-type", b"text/event-stream")]
@@ -445,7 +452,9 @@ async def open_loopback(app: Pieces) -> AsyncIterator[str]:
                 server.should_exit = True
 
 
-async def ask(url: str, **settings: Any) -> tuple[list[ModelReply | ModelError], list[str]]:
+async def ask(
+    url: str, content: str = "Go", **settings: Any
+) -> tuple[list[ModelReply | ModelError], list[str]]:
     """One request through a running caller: its answers and the text deltas published."""
     bus = Bus()
     deltas: list[str] = []
@@ -461,7 +470,7 @@ async def ask(url: str, **settings: Any) -> tuple[list[ModelReply | ModelError],
         deltas.append(msg.text)
 
     request = ModelRequest(
-        run_id="r1", turn=1, model="m", messages=(ChatMessage(role="user", content="Go"),)
+        run_id="r1", turn=1, model="m", messages=(ChatMessage(role="user", content=content),)
     )
     with anyio.fail_after(WAIT):
         async with anyio.create_task_group() as tg:
@@ -535,3 +544,24 @@ async def test_the_caller_ends_a_mid_stream_error_frame_as_the_sdk_did() -> None
     assert (final.kind, final.final, final.status) == ("context_length", True, None)
     assert final.message == "prompt is too long"
     assert app.requests == 1  # never retried: the context gatekeeper owns it
+
+
+@pytest.mark.asyncio
+async def test_the_request_on_the_wire() -> None:
+    app = Pieces([frame(text_chunk("ok", "stop")), b"data: [DONE]\n\n"])
+    async with open_loopback(app) as url:
+        (reply,), _ = await ask(
+            url, "Zürich — 東京 \u2028", api_key="sk-wire", default_max_tokens=64
+        )
+    assert isinstance(reply, ModelReply)
+    ((headers, body),) = app.seen
+    assert headers["content-type"] == "application/json"
+    assert headers["authorization"] == "Bearer sk-wire"
+    assert headers["x-loopfuse-run-id"] == "r1"
+    assert json.loads(body) == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Zürich — 東京 \u2028"}],
+        "max_tokens": 64,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
