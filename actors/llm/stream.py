@@ -75,6 +75,8 @@ async def read_chunks(response: httpx2.Response) -> AsyncGenerator[list[Chunk | 
         raise openai.APITimeoutError(request=response.request) from exc
     except _TRANSPORT_ERRORS as exc:
         raise openai.APIConnectionError(request=response.request) from exc
+    finally:
+        await reads.aclose()  # now, not when the garbage collector finds it
 
 
 async def _drain(reads: AsyncIterator[bytes]) -> None:
