@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from actors.loop.config import CycleConfig
 from actors.loop.history import CallRecord, Window
-from actors.loop.verdicts import Hit, Level, level_for
+from actors.loop.verdicts import Hit, Level, level_for, lowest_count
 
 __all__ = ["Cycle", "repetitions"]
 
@@ -63,18 +63,14 @@ class Cycle:
         self._config = config
         self._keys: list[str] = []
         self._tools: list[str] = []
-        levels = (config.warn_at, config.block_at, config.break_at)
-        # the lowest count that is a finding (0: none is)
-        self._lowest = min((t for t in levels if t is not None), default=0)
+        self._lowest = lowest_count(config.warn_at, config.block_at, config.break_at)
 
     def fresh(self) -> Cycle:
         return Cycle(self._config)
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
-        if not cfg.enabled or not self._lowest:
-            return None
-        if self._lowest > 1 and call.fingerprint not in self._keys:
+        if not cfg.enabled or (self._lowest > 1 and call.fingerprint not in self._keys):
             return None
         keys = [*self._keys, call.fingerprint]
         for period in range(cfg.min_period, cfg.max_period + 1):

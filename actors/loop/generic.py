@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from actors.loop.config import GenericRepeatConfig
 from actors.loop.history import CallRecord, Window
-from actors.loop.verdicts import Hit, Level, level_for
+from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["GenericRepeat"]
 
@@ -28,12 +28,27 @@ class GenericRepeat:
 
     In ``window`` scope it keeps no state of its own (one instance serves every run)."""
 
-    __slots__ = ("_config", "_counts", "_last", "_streak", "records")
+    __slots__ = (
+        "_config",
+        "_counts",
+        "_extra",
+        "_last",
+        "_lowest",
+        "_scope",
+        "_skip_polls",
+        "_streak",
+        "records",
+    )
 
     watches_results = False
 
     def __init__(self, config: GenericRepeatConfig) -> None:
         self._config = config
+        self._scope = config.scope
+        self._skip_polls = config.skip_poll_tools
+        self._extra = int(config.include_proposed)
+        levels = (config.warn_at, config.block_at, config.break_at)
+        self._lowest = lowest_count(*levels) if config.enabled else NEVER
         self._counts: dict[str, int] = {}
         self._last: str | None = None
         self._streak = 0
@@ -43,20 +58,21 @@ class GenericRepeat:
         return GenericRepeat(self._config) if self.records else self
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        cfg = self._config
-        if not cfg.enabled or (cfg.skip_poll_tools and call.is_poll):
+        if self._skip_polls and call.is_poll:
             return None
         fp = call.fingerprint
-        if cfg.scope == "window":
-            count = window.fingerprints.count(fp)
-        elif cfg.scope == "run":
+        scope = self._scope
+        if scope == "run":
             count = self._counts.get(fp, 0)
+        elif scope == "window":
+            count = window.count(fp)
         else:
             count = self._streak if self._last == fp else 0
-        count += cfg.include_proposed
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
-        if level == "none":
+        count += self._extra
+        if count < self._lowest:
             return None
+        cfg = self._config
+        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
         return Hit(
             "generic_repeat",
             level,
@@ -67,10 +83,11 @@ class GenericRepeat:
 
     def record(self, call: CallRecord) -> None:
         fp = call.fingerprint
-        if self._config.scope == "run":
+        scope = self._scope
+        if scope == "run":
             counts = self._counts
             counts[fp] = counts.get(fp, 0) + 1
-        elif self._config.scope == "consecutive":
+        elif scope == "consecutive":
             self._streak = self._streak + 1 if self._last == fp else 1
             self._last = fp
 

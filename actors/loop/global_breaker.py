@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from actors.loop.config import GlobalBreakerConfig
 from actors.loop.history import CallRecord, Window, result_streak
-from actors.loop.verdicts import Hit, Level, level_for
+from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["GlobalBreaker"]
 
@@ -32,12 +32,14 @@ class GlobalBreaker:
     """In ``total`` mode counts no-progress results itself; in ``streak`` mode reads the
     window and keeps no state (one instance serves every run)."""
 
-    __slots__ = ("_config", "_total", "watches_results")
+    __slots__ = ("_config", "_lowest", "_total", "watches_results")
 
     records = False
 
     def __init__(self, config: GlobalBreakerConfig) -> None:
         self._config = config
+        levels = (config.warn_at, config.block_at, config.break_at)
+        self._lowest = lowest_count(*levels) if config.enabled else NEVER
         self._total = 0
         self.watches_results = config.mode == "total"
 
@@ -45,18 +47,16 @@ class GlobalBreaker:
         return GlobalBreaker(self._config) if self.watches_results else self
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        cfg = self._config
-        if not cfg.enabled:
-            return None
-        total = cfg.mode == "total"
+        total = self.watches_results
         latest: str | None
         if total:
             count, latest = self._total, "run"
         else:
             count, latest = result_streak(window, call.fingerprint)
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
-        if level == "none":
+        if count < self._lowest:
             return None
+        cfg = self._config
+        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
         key = f"global:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("global_breaker", level, count, key, _message(level, call.tool, count, total))
 

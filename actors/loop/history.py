@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from actors.loop.verdicts import Hit
 
-__all__ = ["CallRecord", "ToolDetector", "Window", "result_streak"]
+__all__ = ["EMPTY_WINDOW", "CallRecord", "ToolDetector", "Window", "result_streak"]
 
 
-@dataclass(slots=True)
-class CallRecord:
-    """One recorded call; ``result`` is its result fingerprint once known."""
+class CallRecord(msgspec.Struct, gc=False):
+    """One recorded call; ``result`` is its result fingerprint once known. (Strings only:
+    it cannot be part of a reference cycle, so the cycle collector does not track it.)"""
 
     tool: str
     fingerprint: str
@@ -23,17 +24,28 @@ class CallRecord:
 
 class Window:
     """The last ``size`` accepted calls, oldest first, with their fingerprints in a list
-    beside them, so "is this call in the window" and "how often" are one C-level scan."""
+    beside them: "how often is this call in the window" is one C-level scan, made once per
+    proposed call however many detectors ask (:meth:`count` remembers its last answer)."""
 
-    __slots__ = ("_size", "fingerprints", "records")
+    __slots__ = ("_probe", "_probe_count", "_size", "fingerprints", "records")
 
     def __init__(self, size: int) -> None:
         self._size = size
         self.records: list[CallRecord] = []
         self.fingerprints: list[str] = []
+        self._probe: str | None = None
+        self._probe_count = 0
+
+    def count(self, fingerprint: str) -> int:
+        """Calls in the window with this fingerprint."""
+        if fingerprint != self._probe:
+            self._probe = fingerprint
+            self._probe_count = self.fingerprints.count(fingerprint)
+        return self._probe_count
 
     def append(self, call: CallRecord) -> None:
         """Add ``call``, forgetting the oldest past ``size``."""
+        self._probe = None
         self.records.append(call)
         self.fingerprints.append(call.fingerprint)
         if len(self.records) > self._size:
@@ -73,7 +85,7 @@ def result_streak(window: Window, fingerprint: str) -> tuple[int, str | None]:
     """OpenClaw's no-progress streak of ``fingerprint``: newest first, calls without a
     result skipped, counting while the result equals the newest one. Returns the count
     and that newest result."""
-    if fingerprint not in window.fingerprints:
+    if not window.count(fingerprint):
         return 0, None
     streak = 0
     latest: str | None = None

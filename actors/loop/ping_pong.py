@@ -27,7 +27,7 @@ class Alternation(NamedTuple):
 def alternation(window: Window, proposed: str) -> Alternation | None:
     """The alternating tail that ``proposed`` would extend, or ``None``. A call not in the
     window cannot be B: no scan then."""
-    if proposed not in window.fingerprints:
+    if not window.count(proposed):
         return None
     calls = window.records
     a = calls[-1].fingerprint

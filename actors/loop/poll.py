@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from actors.loop.config import PollConfig
 from actors.loop.history import CallRecord, Window, result_streak
-from actors.loop.verdicts import Hit, Level, level_for
+from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["PollNoProgress"]
 
@@ -33,26 +33,28 @@ class PollNoProgress:
     """Fires only for poll tools; keeps no counters of its own (reads the window), so one
     instance serves every run."""
 
-    __slots__ = ("_config",)
+    __slots__ = ("_config", "_lowest")
 
     records = False
     watches_results = False
 
     def __init__(self, config: PollConfig) -> None:
         self._config = config
+        levels = (config.warn_at, config.block_at, config.break_at)
+        self._lowest = lowest_count(*levels) if config.enabled else NEVER
 
     def fresh(self) -> PollNoProgress:
         return self
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        cfg = self._config
-        if not cfg.enabled or not call.is_poll:
+        if not call.is_poll:
             return None
+        cfg = self._config
         streak, latest = result_streak(window, call.fingerprint)
         count = streak + cfg.include_proposed
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
-        if level == "none":
+        if count < self._lowest:
             return None
+        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
         key = f"noprogress:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("poll_no_progress", level, count, key, _message(level, call.tool, count))
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
 __all__ = [
     "DETECTORS",
+    "NEVER",
     "Decision",
     "Detector",
     "Hit",
     "Level",
     "level_for",
+    "lowest_count",
 ]
 
 Level = Literal["none", "warning", "critical", "break"]
@@ -42,6 +45,16 @@ class Hit:
     count: int
     key: str
     message: str
+
+
+NEVER: Final = sys.maxsize
+"""A count no detector reaches: the lowest count of a detector whose levels are all off."""
+
+
+def lowest_count(warn: int | None, block: int | None, brk: int | None) -> int:
+    """The lowest count at which :func:`level_for` gives more than ``none`` (``NEVER`` when
+    every level is off): below it, a detector need not look further."""
+    return min((t for t in (warn, block, brk) if t is not None), default=NEVER)
 
 
 def level_for(count: int, warn: int | None, block: int | None, brk: int | None) -> Level:
