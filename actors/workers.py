@@ -17,8 +17,10 @@ from anyio.abc import TaskGroup
 
 __all__ = ["DEFAULT_MAX_IDLE", "Workers"]
 
-DEFAULT_MAX_IDLE: Final = 256
-"""Idle workers kept for the next jobs (each holds a parked task: a few kilobytes)."""
+DEFAULT_MAX_IDLE: Final = 1024
+"""Idle workers kept for the next jobs (each holds a parked task: 2-3 KB). Runs in
+lockstep need as many workers at once as runs in their tool phase, so the pool keeps
+enough for a busy runtime; only the excess beyond a burst ends."""
 
 Job = Callable[[], Awaitable[None]]
 
