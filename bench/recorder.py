@@ -98,7 +98,13 @@ def _time_once(messages: Sequence[BusMessage], repeat: int) -> float:
 def measure_recorder(
     runs: int = 20, turns: int = 20, *, repeat: int = 50, reps: int = 5
 ) -> RecorderFigures:
-    """µs per message through :meth:`MetricsRecorder.handle` on the workload's messages."""
+    """µs per message through :meth:`MetricsRecorder.handle` on the workload's messages.
+
+    :raises ValueError: a count is not positive.
+    """
+    for key, count in (("runs", runs), ("turns", turns), ("repeat", repeat), ("reps", reps)):
+        if count < 1:
+            raise ValueError(f"{key} must be positive, got {count}")
     messages = anyio.run(capture_messages, runs, turns)
     total = len(messages) * repeat
     _time_once(messages, 1)  # warm up
@@ -120,12 +126,23 @@ def measure_recorder(
     )
 
 
+def _positive(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return number
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Print the figures (a table, or one JSON object with ``--json``); 0 on success."""
     parser = argparse.ArgumentParser(prog="python -m bench.recorder", description=__doc__)
-    parser.add_argument("--runs", type=int, default=20, help="runs captured (default 20)")
-    parser.add_argument("--turns", type=int, default=20, help="turns per run (default 20)")
-    parser.add_argument("--repeat", type=int, default=50, help="passes over them per rep")
-    parser.add_argument("--reps", type=int, default=5, help="timed repetitions (default 5)")
+    parser.add_argument("--runs", type=_positive, default=20, help="runs captured (default 20)")
+    parser.add_argument("--turns", type=_positive, default=20, help="turns per run (default 20)")
+    parser.add_argument("--repeat", type=_positive, default=50, help="passes over them per rep")
+    parser.add_argument("--reps", type=_positive, default=5, help="timed repetitions (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     print("capturing the workload's messages, then timing the recorder…", file=sys.stderr)
