@@ -9,8 +9,10 @@ import pytest
 
 import actors.loop
 from actors.loop import (
+    GEMINI,
     OPENCLAW,
     PRESETS,
+    STRICT,
     CycleConfig,
     GenericRepeatConfig,
     GlobalBreakerConfig,
@@ -188,3 +190,70 @@ def test_key_order_never_changes_verdicts() -> None:
                 backward.record_result(two.call_id, str(n % 3))
 
     check()
+
+
+def _levels(detector: LoopDetector, calls: list[tuple[str, str]]) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = []
+    for n, call in enumerate(calls):
+        decision = detector.propose(*call)
+        out.append((decision.level, decision.detector))
+        detector.record_result(decision.call_id, f"result {n % 2}")
+    return out
+
+
+def test_interleaved_detectors_of_one_config_keep_their_own_state() -> None:
+    # stateless detectors are shared by every run of a config: no run may see another's calls
+    calls = [("read_file", json.dumps({"path": p})) for p in "abab"] * 12
+    for preset in PRESETS.values():
+        lone = _levels(LoopDetector(preset), calls)
+        one, two = LoopDetector(preset), LoopDetector(preset)
+        both: tuple[list[tuple[str, str | None]], list[tuple[str, str | None]]] = ([], [])
+        for n, call in enumerate(calls):
+            for detector, seen in zip((one, two), both, strict=True):
+                decision = detector.propose(*call)
+                seen.append((decision.level, decision.detector))
+                detector.record_result(decision.call_id, f"result {n % 2}")
+        assert both == (lone, lone), preset.name
+        assert any(level != "none" for level, _ in lone), preset.name  # the calls do loop
+
+
+def test_results_are_kept_only_when_an_enabled_detector_reads_them() -> None:
+    assert not LoopDetector(STRICT).reads_results
+    assert not LoopDetector(GEMINI).reads_results
+    assert LoopDetector(OPENCLAW).reads_results
+    total = _quiet(global_breaker=GlobalBreakerConfig(mode="total", break_at=2))
+    assert LoopDetector(total).reads_results
+    # strict ignores results: the same verdicts whatever they are
+    calls = [READ] * 5
+    assert _levels(LoopDetector(STRICT), calls) == [
+        ("none", None), ("none", None), ("warning", "generic_repeat"),
+        ("warning", "generic_repeat"), ("break", "generic_repeat"),
+    ]  # fmt: skip
+
+
+def test_many_configs_each_judge_by_their_own_thresholds() -> None:
+    # more configs than the detector keeps worked out, each a fresh object (per-run overrides)
+    for round_ in range(2):
+        for warn_at in range(2, 102):
+            config = _quiet(
+                generic_repeat=GenericRepeatConfig(
+                    scope="run", warn_at=warn_at, include_proposed=True
+                )
+            )
+            detector = LoopDetector(config)
+            assert detector.config is config
+            levels = [detector.propose(*READ).level for _ in range(warn_at)]
+            assert levels == ["none"] * (warn_at - 1) + ["warning"], (round_, warn_at)
+
+
+def test_the_window_forgets_calls_older_than_history_size() -> None:
+    config = msgspec.structs.replace(
+        _quiet(generic_repeat=GenericRepeatConfig(scope="window", warn_at=2)),
+        history_size=3,
+        warning_bucket=None,
+    )
+    detector = LoopDetector(config)
+    levels = [detector.propose(tool, "{}").level for tool in "aaabcda"]
+    # the third a sees two in the window; the last a sees none (b, c, d pushed them out),
+    # where a count over the whole run would see three
+    assert levels == ["none", "none", "warning", "none", "none", "none", "none"]

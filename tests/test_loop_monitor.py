@@ -3,6 +3,7 @@ isolated, state is dropped at RunFinished."""
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -275,3 +276,140 @@ async def test_content_loop_cancels_and_nudges_then_stops() -> None:
                     )
         bus.close()
     assert len(probe.cancels) == 2
+
+
+def _finished(run_id: str) -> RunFinished:
+    return RunFinished(
+        run_id=run_id,
+        exit_reason=ExitReason.COMPLETED,
+        cause="model.end_turn",
+        outcome=Outcome.DONE,
+        detail="",
+        hint="",
+        turns=1,
+        llm_requests=1,
+        tool_calls=0,
+        usage=Usage(),
+    )
+
+
+def _proposed(
+    run_id: str, n: int, name: str = READ[0], arguments: str = READ[1]
+) -> ToolCallProposed:
+    call = ToolCall(id=f"{run_id}-{n}", name=name, arguments=arguments)
+    return ToolCallProposed(
+        run_id=run_id, turn=n, call=call, fingerprint=fingerprint_call(name, arguments), index=0
+    )
+
+
+class AnsweringBus(Bus):
+    """A bus that keeps what the monitor answers (for calls to ``handle`` made directly)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[Message] = []
+
+    def publish_nowait(self, msg: Message) -> None:
+        self.answers.append(msg)
+
+
+def test_a_run_holds_no_state_until_its_first_call_and_none_after_it_finishes() -> None:
+    asked: list[str] = []
+
+    def config(run_id: str) -> LoopConfig:
+        asked.append(run_id)
+        return STRICT
+
+    monitor = LoopMonitor(Bus(), config)
+    monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+    # a parked run, a reply without calls, a stray result: still nothing held
+    monitor.handle(ModelReply(run_id="r1", turn=1, text=""))
+    monitor.handle(ToolResult(run_id="r1", turn=1, call_id="c", tool="read_file", content="x"))
+    assert (monitor.active_runs(), asked) == (0, [])
+    monitor.handle(_proposed("r1", 1))
+    monitor.handle(_proposed("r1", 2))
+    assert (monitor.active_runs(), asked) == (1, ["r1"])  # the config is asked once
+    monitor.handle(_finished("r1"))
+    assert monitor.active_runs() == 0
+
+
+def test_a_run_that_only_streams_text_gets_its_state_at_the_first_delta() -> None:
+    monitor = LoopMonitor(Bus(), GEMINI)
+    monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+    assert monitor.active_runs() == 0
+    monitor.handle(ModelTextDelta(run_id="r1", turn=1, text="Hello"))
+    assert monitor.active_runs() == 1
+    monitor.handle(_finished("r1"))
+    assert monitor.active_runs() == 0
+
+
+def test_an_override_is_used_at_the_first_call_and_dropped_with_a_run_that_made_none() -> None:
+    bus = AnsweringBus()
+    answers = bus.answers
+    monitor = LoopMonitor(bus, OPENCLAW)
+    monitor.override("quiet", STRICT)
+    monitor.handle(RunStarted(run_id="quiet", trace_id="t", task="x", model="m"))
+    monitor.handle(_finished("quiet"))  # never called a tool: the override goes too
+    monitor.override("r1", STRICT)
+    monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+    for n in range(1, 4):
+        monitor.handle(_proposed("r1", n))
+        monitor.handle(_proposed("quiet", n))  # a new run "quiet": the monitor's config
+    # strict nudges r1 at its 3rd identical call; openclaw says nothing to "quiet" yet
+    assert [(type(m).__name__, m.run_id) for m in answers] == [
+        ("ToolVerdict", "r1"), ("Nudge", "r1"),
+    ]  # fmt: skip
+
+
+def test_run_started_again_starts_the_run_afresh() -> None:
+    bus = AnsweringBus()
+    answers = bus.answers
+    monitor = LoopMonitor(bus, STRICT)
+    for n in range(1, 5):
+        monitor.handle(_proposed("r1", n))
+    assert [type(m) for m in answers] == [ToolVerdict, Nudge]
+    monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+    assert monitor.active_runs() == 0
+    monitor.handle(_proposed("r1", 5))  # would have been the 5th identical call: a stop
+    assert [type(m) for m in answers] == [ToolVerdict, Nudge]
+
+
+def test_a_parked_run_and_a_looping_run_interleaved() -> None:
+    bus = AnsweringBus()
+    answers = bus.answers
+    monitor = LoopMonitor(bus, STRICT)
+    for run_id in ("parked", "looping"):
+        monitor.handle(RunStarted(run_id=run_id, trace_id="t", task="x", model="m"))
+    for n in range(1, 6):
+        monitor.handle(_proposed("looping", n))
+        monitor.handle(ModelReply(run_id="parked", turn=n, text=""))
+    assert monitor.active_runs() == 1
+    assert [(type(m), m.run_id) for m in answers] == [
+        (ToolVerdict, "looping"), (Nudge, "looping"), (StopSignal, "looping"),
+    ]  # fmt: skip
+    # the parked run's first call is its first: nothing carried over from the other run
+    monitor.handle(_proposed("parked", 1))
+    assert len(answers) == 3
+
+
+@pytest.mark.parametrize("preset", [STRICT, OPENCLAW, GEMINI], ids=lambda c: c.name)
+def test_a_parked_run_costs_the_monitor_at_most_300_bytes(preset: LoopConfig) -> None:
+    monitor = LoopMonitor(Bus(), preset)
+    runs = 500
+    started = [RunStarted(run_id=f"r{n}", trace_id="t", task="x", model="m") for n in range(runs)]
+    replies = [ModelReply(run_id=f"r{n}", turn=1, text="") for n in range(runs)]
+    monitor.handle(_proposed("warm", 1))  # code paths and caches once, outside the measure
+    monitor.handle(_finished("warm"))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for msg in started:
+            monitor.handle(msg)
+        for reply in replies:
+            monitor.handle(reply)
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert grown / runs <= 300
+    assert monitor.active_runs() == 0
