@@ -90,12 +90,23 @@ class ToolCacheStatistics(NamedTuple):
 class _Slot:
     """One call of a batch: its result once known, and its cancel scope while running."""
 
-    __slots__ = ("cache", "call", "done", "fingerprint", "leader", "ready", "result", "scope")
+    __slots__ = (
+        "_finished",
+        "_waiters",
+        "cache",
+        "call",
+        "fingerprint",
+        "leader",
+        "ready",
+        "result",
+        "scope",
+    )
 
     def __init__(self, call: ToolCall, fingerprint: str) -> None:
         self.call = call
         self.fingerprint = fingerprint
-        self.done = asyncio.Event()
+        self._finished = False
+        self._waiters: asyncio.Event | None = None  # made only if someone waits
         self.result: ToolResult | None = None
         self.scope: anyio.CancelScope | None = None
         self.cache: Literal["hit", "miss", "none"] = "none"
@@ -103,6 +114,19 @@ class _Slot:
         # or the identical call in flight to wait for.
         self.ready: Outcome | None = None
         self.leader: _Slot | None = None
+
+    def set_done(self) -> None:
+        self._finished = True
+        if self._waiters is not None:
+            self._waiters.set()
+
+    async def wait_done(self) -> None:
+        """Until the call has its result (a single call's batch never waits here)."""
+        if self._finished:
+            return
+        if self._waiters is None:
+            self._waiters = asyncio.Event()
+        await self._waiters.wait()
 
 
 class _Batch:
@@ -356,7 +380,7 @@ class ToolExecutor:
 
     async def _wait_for_leader(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
         while slot.leader is not None:
-            await slot.leader.done.wait()
+            await slot.leader.wait_done()
             slot.leader = None
             self._claim(run, batch, slot)
 
@@ -377,7 +401,7 @@ class ToolExecutor:
                 for slot in batch.slots:
                     tg.start_soon(self._run_call, run, batch, slot)
                 for slot in batch.slots:
-                    await slot.done.wait()
+                    await slot.wait_done()
                     if slot.result is not None and not batch.silent:
                         await self._bus.publish(slot.result)
         finally:
@@ -420,7 +444,7 @@ class ToolExecutor:
                 slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
             if run.in_flight.get(slot.fingerprint) is slot:
                 del run.in_flight[slot.fingerprint]
-            slot.done.set()
+            slot.set_done()
 
     async def _outcome(self, run: _Run, batch: _Batch, slot: _Slot) -> Outcome:
         call = slot.call
