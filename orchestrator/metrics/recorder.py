@@ -87,7 +87,7 @@ logger = logging.getLogger("loopfuse.metrics")
 SUBSCRIBER: Final = "metrics_recorder"
 
 METRICS_MAILBOX_SIZE: Final = 16_384
-"""Messages the recorder may fall behind by before it drops (and counts) new ones."""
+"""The capacity its subscription names (an inline subscriber never falls behind)."""
 
 MAX_TRACKED_RUNS: Final = 100_000
 """Runs whose state the recorder keeps at most; the oldest is forgotten beyond that."""
@@ -167,7 +167,8 @@ class MetricsRecorder:
         ``loopfuse_model_prompt_window_ratio``; by default the context gatekeeper's table
         (:func:`actors.context.window_for`). :meth:`set_context_window` overrides it.
     :param clock: monotonic seconds, for run durations.
-    :param mailbox_size: messages it may fall behind by before it drops new ones.
+    :param mailbox_size: the subscription's mailbox capacity (:data:`METRICS_MAILBOX_SIZE`);
+        inline, the recorder handles each message during its publish and drops none.
     """
 
     def __init__(
