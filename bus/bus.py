@@ -227,6 +227,10 @@ class Subscription:
         else:
             self.mailbox.put_nowait((msg, ticket), force=True)
 
+    def deliverer(self) -> Callable[[Message, _Ticket | None], None]:
+        """Inline: what the bus calls with each message (the handler while serving)."""
+        return self._deliver or self.offer
+
     async def serve(
         self, handler: Handler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -355,11 +359,13 @@ class Subscription:
         for msg, ticket in self.mailbox.drain():
             deliver(msg, ticket)
         self._deliver = deliver
+        self._bus.reroute()  # routes call ``deliver`` directly from now on
         task_status.started()
         try:
             await self.mailbox.closed()
         finally:
             self._deliver = None
+            self._bus.reroute()
             self.mailbox.close()
             self.mailbox.release_all()
 
@@ -454,12 +460,16 @@ class Inbox:
         return len(self._items)
 
 
+_Deliver = Callable[[Message, "_Ticket | None"], None]
+
+
 class _Route(NamedTuple):
-    """Where one message type goes: queued and inline subscribers, and the inboxes."""
+    """Where one message type goes: queued subscribers, inline ones (each as the function
+    that handles a message and whether it answers), and the inboxes."""
 
     queued: tuple[Subscription, ...]
-    inline: tuple[Subscription, ...]
-    answering: bool
+    inline: tuple[tuple[_Deliver, bool], ...]
+    answering: int
     to_inbox: bool
 
 
@@ -521,14 +531,18 @@ class Bus:
         for sub in self._subscriptions:
             sub.close()
 
+    def reroute(self) -> None:
+        """Forget the routes (a subscriber came, went, or began or stopped serving)."""
+        self._routes.clear()
+
     def _route(self, kind: type[Message]) -> _Route:
         route = self._routes.get(kind)
         if route is None:
             targets = [s for s in self._subscriptions if s.types is None or kind in s.types]
             route = _Route(
                 tuple(s for s in targets if not s.inline),
-                tuple(s for s in targets if s.inline),
-                any(s.answers for s in targets),
+                tuple((s.deliverer(), s.answers) for s in targets if s.inline),
+                sum(1 for s in targets if s.answers),
                 kind in INBOX_TYPES,
             )
             self._routes[kind] = route
@@ -589,8 +603,8 @@ class Bus:
         for sub in route.queued:
             if not sub.mailbox.put_nowait((msg, None), force=sub.on_full == "wait"):
                 sub.dropped += 1
-        for sub in route.inline:
-            sub.offer(msg, None)
+        for deliver, _ in route.inline:
+            deliver(msg, None)
         if route.to_inbox:
             self._to_inbox(msg)
 
@@ -600,18 +614,19 @@ class Bus:
             self._deliver_nowait(pending.popleft())
 
     def _dispatch(
-        self, msg: Message, inline: tuple[Subscription, ...], ticket: _Ticket | None
+        self, msg: Message, inline: tuple[tuple[_Deliver, bool], ...], ticket: _Ticket | None
     ) -> None:
         """Hand ``msg`` to the inline subscribers, then what they published meanwhile."""
         if self._dispatching:  # only reachable from a synchronous handler: keep FIFO order
-            for sub in inline:
-                sub.offer(msg, ticket if sub.answers else None)
+            for deliver, answers in inline:
+                deliver(msg, ticket if answers else None)
             return
         self._dispatching = True
         try:
-            for sub in inline:
-                sub.offer(msg, ticket if sub.answers else None)
-            self._drain_pending()
+            for deliver, answers in inline:
+                deliver(msg, ticket if answers else None)
+            if self._pending:
+                self._drain_pending()
         finally:
             self._dispatching = False
 
@@ -622,12 +637,7 @@ class Bus:
         ticket: _Ticket | None = None
         if route.answering:
             ticket = _Ticket()
-            for sub in route.queued:
-                if sub.answers:
-                    ticket.remaining += 1
-            for sub in route.inline:
-                if sub.answers:
-                    ticket.remaining += 1
+            ticket.remaining = route.answering
         for sub in route.queued:
             item: _Item = (msg, ticket if sub.answers else None)
             if not sub.mailbox.put_nowait(item):
@@ -637,7 +647,7 @@ class Bus:
                     await sub.mailbox.put(item)
         if route.inline:
             self._dispatch(msg, route.inline, ticket)
-        if ticket is not None:
+        if ticket is not None and ticket.remaining:
             await ticket.wait()
         if route.to_inbox:
             self._to_inbox(msg)

@@ -17,7 +17,11 @@ __all__ = ["CallLogEntry", "RunResult", "TraceEntry", "describe_ending", "result
 RunState = Literal["PLAN", "ACT", "OBSERVE", "DONE", "FAILED"]
 
 
-class TraceEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+# Results are immutable data (no cycles), so they stay out of the cycle collector
+# (``gc=False``), as the bus's messages do: thousands of runs in flight hold them.
+
+
+class TraceEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A state transition or a stop, with the seconds since the run started."""
 
     at: float
@@ -27,7 +31,7 @@ class TraceEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     detail: str = ""
 
 
-class CallLogEntry(msgspec.Struct, frozen=True, kw_only=True):
+class CallLogEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """One proposed tool call and what became of it."""
 
     turn: int
@@ -42,7 +46,7 @@ class CallLogEntry(msgspec.Struct, frozen=True, kw_only=True):
     duration_seconds: float = 0.0
 
 
-class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """How and why a run ended, with everything it did."""
 
     run_id: str

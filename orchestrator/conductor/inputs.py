@@ -21,7 +21,7 @@ __all__ = ["RunCheckpoint", "RunInputs"]
 logger = logging.getLogger("loopfuse.conductor")
 
 
-class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
+class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A run's state after a completed turn: what it takes to resume it elsewhere or later.
 
     The transcript is the state; the counters carry on so that budgets and the result
