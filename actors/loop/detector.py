@@ -61,8 +61,10 @@ class _Plan:
         "exempt",
         "last_results",
         "polls",
+        "recorders",
         "results",
         "shared",
+        "watchers",
         "window",
     )
 
@@ -81,6 +83,9 @@ class _Plan:
         )
         self.detectors = tuple(detector for enabled, detector in candidates if enabled)
         self.shared = all(detector.fresh() is detector for detector in self.detectors)
+        # positions of the detectors that record accepted calls, and that watch results
+        self.recorders = tuple(i for i, d in enumerate(self.detectors) if d.records)
+        self.watchers = tuple(i for i, d in enumerate(self.detectors) if d.watches_results)
         # the window is read by these; results by those that look at them
         self.results = poll.enabled or ping_pong.enabled or breaker.enabled
         self.window = self.results or (generic.enabled and generic.scope == "window")
@@ -92,7 +97,15 @@ class _Plan:
         """The tool detectors of a new run (the shared tuple when none keeps state)."""
         if self.shared:
             return self.detectors
-        return tuple(detector.fresh() for detector in self.detectors)
+        return tuple([detector.fresh() for detector in self.detectors])
+
+    def pick(
+        self, detectors: tuple[ToolDetector, ...], positions: tuple[int, ...]
+    ) -> tuple[ToolDetector, ...]:
+        """The detectors at ``positions`` (``detectors`` itself when that is all of them)."""
+        if len(positions) == len(detectors):
+            return detectors
+        return tuple([detectors[i] for i in positions]) if positions else ()
 
 
 _plans: dict[int, _Plan] = {}
@@ -150,9 +163,8 @@ class LoopDetector:
         self._last_results: dict[str, str] | None = {} if plan.last_results else None
         detectors = plan.fresh_detectors()
         self._detectors = detectors
-        recorders = tuple(d for d in detectors if d.records)
-        self._recorders = detectors if len(recorders) == len(detectors) else recorders
-        self._watchers = tuple(d for d in detectors if d.watches_results)
+        self._recorders = plan.pick(detectors, plan.recorders)
+        self._watchers = plan.pick(detectors, plan.watchers)
         self._content: ContentLoop | None = None
         self._content_tripped = False
         self._content_offences = 0

@@ -54,7 +54,11 @@ NEVER: Final = sys.maxsize
 def lowest_count(warn: int | None, block: int | None, brk: int | None) -> int:
     """The lowest count at which :func:`level_for` gives more than ``none`` (``NEVER`` when
     every level is off): below it, a detector need not look further."""
-    return min((t for t in (warn, block, brk) if t is not None), default=NEVER)
+    lowest = NEVER
+    for threshold in (warn, block, brk):
+        if threshold is not None and threshold < lowest:
+            lowest = threshold
+    return lowest
 
 
 def level_for(count: int, warn: int | None, block: int | None, brk: int | None) -> Level:
