@@ -23,34 +23,32 @@ class CallRecord(msgspec.Struct, gc=False):
 
 
 class Window:
-    """The last ``size`` accepted calls, oldest first, with their fingerprints in a list
-    beside them: "how often is this call in the window" is one C-level scan, made once per
-    proposed call however many detectors ask (:meth:`count` remembers its last answer)."""
+    """The last ``size`` accepted calls, oldest first, and how often each fingerprint is
+    among them: "how often is this call in the window" is one dict look-up."""
 
-    __slots__ = ("_probe", "_probe_count", "_size", "fingerprints", "records")
+    __slots__ = ("_counts", "_size", "records")
 
     def __init__(self, size: int) -> None:
         self._size = size
         self.records: list[CallRecord] = []
-        self.fingerprints: list[str] = []
-        self._probe: str | None = None
-        self._probe_count = 0
+        self._counts: dict[str, int] = {}
 
     def count(self, fingerprint: str) -> int:
         """Calls in the window with this fingerprint."""
-        if fingerprint != self._probe:
-            self._probe = fingerprint
-            self._probe_count = self.fingerprints.count(fingerprint)
-        return self._probe_count
+        return self._counts.get(fingerprint, 0)
 
     def append(self, call: CallRecord) -> None:
         """Add ``call``, forgetting the oldest past ``size``."""
-        self._probe = None
-        self.records.append(call)
-        self.fingerprints.append(call.fingerprint)
-        if len(self.records) > self._size:
-            del self.records[0]
-            del self.fingerprints[0]
+        records, counts = self.records, self._counts
+        records.append(call)
+        counts[call.fingerprint] = counts.get(call.fingerprint, 0) + 1
+        if len(records) > self._size:
+            oldest = records.pop(0).fingerprint
+            left = counts[oldest] - 1
+            if left:
+                counts[oldest] = left
+            else:
+                del counts[oldest]
 
 
 EMPTY_WINDOW = Window(0)
