@@ -184,6 +184,8 @@ def measure(
     """Figures of one preset (``strict``, ``openclaw``, ``gemini``)."""
     config = PRESETS[preset]
     messages = list(run_messages(runs, calls))
+    _monitor_us(config, messages[: len(messages) // 10 + 1], calls)  # warm up, not counted
+    _engine_us(config, max(runs // 10, 1), calls)
     monitor, engine = [], []
     for rep in range(reps):
         print(f"  {preset}: repetition {rep + 1}/{reps}", file=sys.stderr)
