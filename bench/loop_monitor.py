@@ -181,7 +181,15 @@ def _bytes_per_run(config: LoopConfig, runs: int, calls: int) -> float:
 def measure(
     preset: str, *, runs: int = 500, calls: int = 20, reps: int = 5, parked: int = 2000
 ) -> LoopMonitorFigures:
-    """Figures of one preset (``strict``, ``openclaw``, ``gemini``)."""
+    """Figures of one preset (``strict``, ``openclaw``, ``gemini``).
+
+    :raises ValueError: an unknown preset, or a size that is not positive.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"preset: must be one of {', '.join(sorted(PRESETS))}, got {preset!r}")
+    for key, value in (("runs", runs), ("calls", calls), ("reps", reps), ("parked", parked)):
+        if value < 1:
+            raise ValueError(f"{key}: must be a positive integer, got {value}")
     config = PRESETS[preset]
     messages = list(run_messages(runs, calls))
     _monitor_us(config, messages[: len(messages) // 10 + 1], calls)  # warm up, not counted
