@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Final, Literal, Protocol, Self
+from typing import Any, Final, Literal, NamedTuple, Protocol, Self
 
 import anyio
 import msgspec
@@ -42,9 +42,15 @@ from actors.loop_monitor import LoopMonitor
 from actors.progress_reporter import ProgressReporter
 from actors.tool_executor import ToolExecutor
 from actors.tools import ToolRegistry, default_registry
-from bus import AbortRequested, Bus, ChatMessage, Message
+from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec
 from orchestrator.conductor import Conductor, RunCheckpoint, RunInputs
-from orchestrator.config import Config, context_policy, merge_loop_overrides, run_settings
+from orchestrator.config import (
+    Config,
+    RunSettings,
+    context_policy,
+    merge_loop_overrides,
+    run_settings,
+)
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.event_log import EventLog
 from orchestrator.heap import freeze_long_lived
@@ -130,6 +136,22 @@ class ModelActor(Protocol):
     in-process scripted model of ``bench``)."""
 
     async def run(self, *, task_status: TaskStatus[None] = ...) -> None: ...
+
+
+RESOLVED_CACHE_SIZE: Final = 256
+"""Distinct run overrides whose resolved settings a runtime keeps (all dropped when full)."""
+
+_OVERRIDES_KEY = msgspec.json.Encoder(order="sorted")
+
+
+class _Resolved(NamedTuple):
+    """A run's overrides resolved against the config (immutable, shared between runs)."""
+
+    settings: RunSettings
+    loop: LoopConfig
+    policy: ContextPolicy
+    tool_specs: tuple[ToolSpec, ...]
+    finishing_tools: frozenset[str]
 
 
 class _Done:
@@ -252,6 +274,7 @@ class Runtime:
         self._idle = anyio.Event()
         self._idle.set()
         self._loop_configs: dict[str, LoopConfig] = {}
+        self._resolved: dict[bytes, _Resolved] = {}
         self._context_policies: dict[str, ContextPolicy] = {}
         self._hook_functions: dict[str, HookFunction] = dict(hook_functions or {})
         self._run_hooks: dict[str, tuple[Hook, ...]] = {}
@@ -385,17 +408,11 @@ class Runtime:
         """
         if self._tg is None or self._stack is None:
             raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
-        settings = run_settings(self.config, spec.overrides)
-        loop_config = merge_loop_overrides(PRESETS.get(settings.loop_preset, OFF), settings.loop)
-        unknown = [name for name in settings.tools if self.tools.get(name) is None]
-        if unknown:
-            raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")
-        self._check_hooks(settings.hooks)
+        resolved = self._resolve(spec.overrides)
+        settings, loop_config, policy = resolved.settings, resolved.loop, resolved.policy
         run_id = spec.run_id or uuid.uuid4().hex
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
-        tool_specs = self.tools.specs(settings.tools)
-        policy = context_policy(self.config, settings)
         point = self._journal.start_point(run_id) if self._journal is not None else None
         inputs = RunInputs(
             run_id=run_id,
@@ -409,12 +426,8 @@ class Runtime:
             plan=spec.plan,
             folder=spec.folder or self.config.tools.folder,
             settings=settings,
-            tool_specs=tool_specs,
-            finishing_tools=frozenset(
-                name
-                for name in settings.tools
-                if (tool := self.tools.get(name)) and tool.finishes_stage
-            ),
+            tool_specs=resolved.tool_specs,
+            finishing_tools=resolved.finishing_tools,
         )
         self._loop_configs[run_id] = loop_config
         if settings.hooks:
@@ -429,6 +442,44 @@ class Runtime:
         if watch is not None:
             self._tg.start_soon(self._watch, handle, watch, name=f"watch {run_id}")
         return handle
+
+    def _resolve(self, overrides: Mapping[str, Any] | None) -> _Resolved:
+        """What ``overrides`` make of the config for a run. Runs started with the same
+        overrides share it (all of it is immutable): a run costs neither the conversion
+        nor the memory again.
+
+        :raises ConfigError: an override names an unknown key or has a bad value, or an
+            unknown tool or hook.
+        """
+        try:
+            key: bytes | None = _OVERRIDES_KEY.encode(overrides or {})
+        except (TypeError, msgspec.EncodeError):  # not plain data: resolve it every time
+            key = None
+        found = self._resolved.get(key) if key is not None else None
+        if found is not None:
+            return found
+        settings = run_settings(self.config, overrides)
+        loop_config = merge_loop_overrides(PRESETS.get(settings.loop_preset, OFF), settings.loop)
+        unknown = [name for name in settings.tools if self.tools.get(name) is None]
+        if unknown:
+            raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")
+        self._check_hooks(settings.hooks)
+        resolved = _Resolved(
+            settings,
+            loop_config,
+            context_policy(self.config, settings),
+            self.tools.specs(settings.tools),
+            frozenset(
+                name
+                for name in settings.tools
+                if (tool := self.tools.get(name)) and tool.finishes_stage
+            ),
+        )
+        if key is not None:
+            if len(self._resolved) >= RESOLVED_CACHE_SIZE:
+                self._resolved.clear()
+            self._resolved[key] = resolved
+        return resolved
 
     async def run(self, spec: RunSpec) -> RunResult:
         """Start ``spec`` and wait for its result."""
