@@ -88,6 +88,10 @@ class GatekeeperStatistics(NamedTuple):
     silent_truncations: int
 
 
+MAX_ESTIMATORS: Final = 256
+"""Models whose token estimators are kept (one each, shared by the model's runs)."""
+
+
 @dataclass(slots=True)
 class _Run:
     run_id: str
@@ -132,7 +136,8 @@ class ContextGatekeeper:
         self._counter = counter
         self.calibration = calibration or Calibration()
         self._runs: dict[str, _Run] = {}
-        self._counted_by_finished = 0
+        self._estimators: dict[str, Estimator] = {}
+        self._counted_before = 0  # texts counted by estimators dropped from the table
         self._resyncs = self._blocked = self._collapses = 0
         self._compactions = self._silent = 0
 
@@ -153,9 +158,7 @@ class ContextGatekeeper:
         await subscription.serve(self._handle)
 
     def statistics(self) -> GatekeeperStatistics:
-        counted = self._counted_by_finished + sum(
-            run.ledger.estimator.calls for run in self._runs.values()
-        )
+        counted = self._counted_before + sum(e.calls for e in self._estimators.values())
         return GatekeeperStatistics(
             len(self._runs),
             counted,
@@ -178,9 +181,7 @@ class ContextGatekeeper:
             case RunStarted():
                 self._start(msg)
             case RunFinished():
-                run = self._runs.pop(msg.run_id, None)
-                if run is not None:
-                    self._counted_by_finished += run.ledger.estimator.calls
+                self._runs.pop(msg.run_id, None)
             case TurnStarted():
                 run = self._runs.get(msg.run_id)
                 if run is not None and not run.stopped:
@@ -206,7 +207,12 @@ class ContextGatekeeper:
         policy = self._policy_for(msg.run_id)
         if policy is None:
             return
-        estimator = Estimator(msg.model, counter=self._counter)
+        estimator = self._estimators.get(msg.model)
+        if estimator is None:  # one per model, shared by its runs (it holds no run state)
+            if len(self._estimators) >= MAX_ESTIMATORS:
+                self._counted_before += sum(e.calls for e in self._estimators.values())
+                self._estimators.clear()
+            estimator = self._estimators[msg.model] = Estimator(msg.model, counter=self._counter)
         self._runs[msg.run_id] = _Run(
             run_id=msg.run_id,
             model=msg.model,

@@ -67,6 +67,9 @@ SUBSCRIBER_NAME: Final = "tool_executor"
 
 LOOP_CAUSE: Final = "loop.cache_hits"
 
+TOOL_SETS_KEPT: Final = 256
+"""Distinct sets of enabled tools kept for runs to share."""
+
 _Handled = RunStarted | ToolExecute | ToolsCancel | RunFinished
 
 
@@ -219,6 +222,7 @@ class ToolExecutor:
         self._settings = settings or ToolExecutorSettings()
         self._clock = clock
         self._runs: dict[str, _Run] = {}
+        self._tool_sets: dict[tuple[str, ...], frozenset[str]] = {}
         self._workers: Workers | None = None
         self._hits = self._misses = self._loops = 0
 
@@ -269,7 +273,12 @@ class ToolExecutor:
                         Path(msg.folder) if msg.folder else None,
                         self._settings.limits,
                     )
-                    self._runs[msg.run_id] = _Run(ctx, frozenset(msg.tools), self._new_cache(msg))
+                    enabled = self._tool_sets.get(msg.tools)
+                    if enabled is None:  # runs with the same tools share one set
+                        if len(self._tool_sets) >= TOOL_SETS_KEPT:
+                            self._tool_sets.clear()
+                        enabled = self._tool_sets[msg.tools] = frozenset(msg.tools)
+                    self._runs[msg.run_id] = _Run(ctx, enabled, self._new_cache(msg))
             case ToolExecute():
                 self._execute(msg)
             case ToolsCancel():

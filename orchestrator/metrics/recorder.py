@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Container, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -152,7 +152,7 @@ class _Run:
     output_price: float = 0.0
     retries: int = 0
     truncations: int = 0
-    calls: dict[str, str] = field(default_factory=dict)
+    calls: dict[str, str] | None = None  # call id -> tool label, made at the first call
 
 
 class MetricsRecorder:
@@ -339,7 +339,10 @@ class MetricsRecorder:
 
     def _call_proposed(self, msg: ToolCallProposed) -> None:
         name = msg.call.name
-        self._run(msg.run_id).calls[msg.call.id] = self._tool_labels.get(name) or self._tool(name)
+        run = self._run(msg.run_id)
+        if run.calls is None:
+            run.calls = {}
+        run.calls[msg.call.id] = self._tool_labels.get(name) or self._tool(name)
 
     def _nudge(self, msg: Nudge) -> None:
         m = self.metrics
@@ -459,7 +462,7 @@ class MetricsRecorder:
 
     def _tool_result(self, msg: ToolResult) -> None:
         run = self._runs.get(msg.run_id)
-        tool = run.calls.pop(msg.call_id, None) if run is not None else None
+        tool = run.calls.pop(msg.call_id, None) if run is not None and run.calls else None
         tool = tool or self._tool_labels.get(msg.tool) or self._tool(msg.tool)
         self.metrics.tool_calls.labels(tool, tool_outcome(msg)).value += 1
         if msg.executed and msg.cache != "hit":
@@ -471,7 +474,7 @@ class MetricsRecorder:
             return
         if msg.verdict == "block":
             run = self._runs.get(msg.run_id)
-            tool = run.calls.pop(msg.call_id, None) if run is not None else None
+            tool = run.calls.pop(msg.call_id, None) if run is not None and run.calls else None
             if tool is not None:  # once per call, however many monitors block it
                 self.metrics.tool_calls.labels(tool, "blocked").value += 1
         if msg.source == LOOP_MONITOR and msg.cause.startswith("loop."):
