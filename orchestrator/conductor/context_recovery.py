@@ -44,8 +44,10 @@ class ContextRecovery(ModelCall):
         again."""
         refusals = 0
         while True:
+            await self._send_model_request()
+            answer = await self._answer("model error")
             try:
-                return await self._call_model()
+                return self._model_outcome(answer)
             except PromptTooLong as refused:
                 refusals += 1
                 await self._recover_context(refused.error, refusals)

@@ -53,7 +53,7 @@ class ModelCall(ControlInbox):
 
     __slots__ = ()
 
-    async def _call_model(self) -> ModelReply:
+    async def _send_model_request(self) -> None:
         self._llm_requests += 1
         await self._bus.publish(
             ModelRequest(
@@ -67,7 +67,9 @@ class ModelCall(ControlInbox):
                 deadline_at=self._deadline_at,
             )
         )
-        answer = await self._answer("model error")
+
+    def _model_outcome(self, answer: ModelReply | ModelError) -> ModelReply:
+        """The turn's reply; raises :class:`PromptTooLong` or :class:`Stopped` otherwise."""
         if isinstance(answer, ModelError):
             if answer.kind == "context_length" and self._stop is None:
                 raise PromptTooLong(answer)
@@ -89,7 +91,9 @@ class ModelCall(ControlInbox):
                 await self._bus.publish(
                     ModelCancel(run_id=self._run_id, turn=self._turn, reason=self._stop.cause)
                 )
-            msg = await self._receive(confirming=cancelled)
+            # Awaiting the inbox itself while nothing is cancelled: one coroutine frame
+            # less held by every run waiting for its model.
+            msg = await (self._receive(confirming=True) if cancelled else self._inbox.receive())
             if msg is None:  # the caller never confirmed the cancellation
                 raise Stopped(self._require_stop())
             match msg:

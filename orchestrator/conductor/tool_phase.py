@@ -143,8 +143,10 @@ class ToolPhase(ContextRecovery):
                         reason=self._stop.cause,
                     )
                 )
-            msg = await self._receive(
-                confirming=cancelled, extra=self._settings.abort_grace_seconds
+            msg = await (
+                self._receive(confirming=True, extra=self._settings.abort_grace_seconds)
+                if cancelled
+                else self._inbox.receive()
             )
             if msg is None:
                 break
