@@ -86,12 +86,13 @@ class _Plan:
         # positions of the detectors that record accepted calls, and that watch results
         self.recorders = tuple(i for i, d in enumerate(self.detectors) if d.records)
         self.watchers = tuple(i for i, d in enumerate(self.detectors) if d.watches_results)
-        # the window is read by these; results by those that look at them
+        # results are looked at by these three; the window is read by them and by a
+        # window-scoped generic repeat
         self.results = poll.enabled or ping_pong.enabled or breaker.enabled
         self.window = self.results or (generic.enabled and generic.scope == "window")
         # a call's previous result: the total breaker's evidence, a recorded refusal's result
-        self.last_results = breaker.enabled and breaker.mode == "total"
-        self.last_results = self.last_results or (self.results and config.record_blocked)
+        total = breaker.enabled and breaker.mode == "total"
+        self.last_results = total or (self.results and config.record_blocked)
 
     def fresh_detectors(self) -> tuple[ToolDetector, ...]:
         """The tool detectors of a new run (the shared tuple when none keeps state)."""
