@@ -169,7 +169,9 @@ def format_report(figures: dict[str, Any], args: argparse.Namespace, out: TextIO
     for row in figures["bus"]:
         out.write(
             f"bus, {row['subscribers']} subscriber(s): publish "
-            f"{row['publish_per_second']:,.0f}/s, settled {row['settled_per_second']:,.0f}/s\n"
+            f"{row['publish_per_second']:,.0f}/s, settled {row['settled_per_second']:,.0f}/s; "
+            f"inline: publish {row['inline_publish_per_second']:,.0f}/s, settled "
+            f"{row['inline_settled_per_second']:,.0f}/s\n"
         )
     if figures["http_client_us_per_request"] is not None:
         out.write(
