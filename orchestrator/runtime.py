@@ -275,6 +275,7 @@ class Runtime:
         self._idle.set()
         self._loop_configs: dict[str, LoopConfig] = {}
         self._resolved: dict[bytes, _Resolved] = {}
+        self._pipelines: set[str] = set()  # ids of the pipeline runs among the handles
         self._context_policies: dict[str, ContextPolicy] = {}
         self._hook_functions: dict[str, HookFunction] = dict(hook_functions or {})
         self._run_hooks: dict[str, tuple[Hook, ...]] = {}
@@ -505,6 +506,7 @@ class Runtime:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
         handle = RunHandle(self, run_id, run_id)
         self._handles[run_id] = handle
+        self._pipelines.add(run_id)
         self.event_log.open_run(run_id)
         self._active += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
@@ -607,6 +609,7 @@ class Runtime:
         while len(self._finished) > self._keep_finished_runs:
             old = self._finished.popleft()
             self._handles.pop(old, None)
+            self._pipelines.discard(old)
             self.event_log.close_run(old)
 
     async def _abort(
@@ -620,6 +623,8 @@ class Runtime:
         handle._abort = AbortRequested(run_id=handle.run_id, source=source, detail=detail)
         if handle.status == "running":
             await self.bus.publish(handle._abort)
-        for child_id, child in list(self._handles.items()):  # a pipeline's stage runs
+        if handle.run_id not in self._pipelines:
+            return  # only a pipeline has stage runs; a scan per run made shutdown O(runs²)
+        for child_id, child in list(self._handles.items()):  # the pipeline's stage runs
             if child_id.startswith(handle.run_id + ".") and not child.done:
                 await self._abort(child, source, detail)
