@@ -28,7 +28,7 @@ from anyio.abc import TaskStatus
 
 from actors.tools import Tool, ToolContext, default_registry
 from bench.scripted_model import ECHO_TOOL, ScriptedModel, echo_script
-from bus import ENCODER, Bus, Message
+from bus import ENCODER, Bus, Message, for_the_log
 from orchestrator.config import Config, RuntimeSettings
 from orchestrator.runtime import ModelActor, RunSpec, Runtime
 
@@ -167,7 +167,7 @@ class _Encoding:
         await sub.serve(self._record)
 
     def _record(self, msg: Message) -> None:
-        self.encoded += len(ENCODER.encode(msg))
+        self.encoded += len(ENCODER.encode(for_the_log(msg)))
 
 
 def bench_runtime(

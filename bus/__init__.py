@@ -51,6 +51,7 @@ from bus.messages import (
     TurnEnded,
     TurnStarted,
     Verdict,
+    for_the_log,
 )
 from bus.transcript import (
     IMAGE_MARKER,
@@ -130,6 +131,7 @@ __all__ = [
     "Usage",
     "Verdict",
     "cause_hint",
+    "for_the_log",
     "image_attachment",
     "is_known_cause",
     "message_images",

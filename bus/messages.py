@@ -68,6 +68,7 @@ __all__ = [
     "TurnEnded",
     "TurnStarted",
     "Verdict",
+    "for_the_log",
 ]
 
 
@@ -194,6 +195,25 @@ class ModelRequest(Message, frozen=True, kw_only=True):
     escalated_max_tokens: int | None = None
     """After ``finish_reason == "length"``, retry once with this ``max_tokens`` (``None``:
     the LLM caller's endpoint setting)."""
+    unchanged: int = 0
+    """How many leading messages are the very messages of the run's previous turn request
+    (set by the conductor; 0 when unknown). Lets an event log keep only what is new."""
+    first_message: int = 0
+    """Index in the prompt of ``messages[0]``. On the bus always 0 (the whole prompt); a
+    logged request (:func:`for_the_log`) carries the messages from ``unchanged`` on, so
+    its prompt is the previous logged prompt's first ``first_message`` messages followed
+    by ``messages``."""
+
+
+def for_the_log(msg: Message) -> Message:
+    """``msg`` as an event log stores it: a turn request without the messages the run's
+    previous request already carried (each request carries the whole prompt, so a log
+    that stored them all would grow with the square of the run's length)."""
+    if isinstance(msg, ModelRequest) and msg.unchanged > 0:
+        return msgspec.structs.replace(
+            msg, messages=msg.messages[msg.unchanged :], first_message=msg.unchanged
+        )
+    return msg
 
 
 class ModelTextDelta(Message, frozen=True, kw_only=True):

@@ -19,7 +19,7 @@ from anyio.abc import TaskStatus
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from bus import ENCODER, Bus, Message, RunFinished
+from bus import ENCODER, Bus, Message, RunFinished, for_the_log
 from orchestrator.cluster.jetstream import retrying
 from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.conductor import RunCheckpoint
@@ -75,7 +75,7 @@ class EventPublisher:
     async def publish(self, msg: Message, *, msg_id: str) -> int:
         """Store ``msg`` on its run's subject (retrying through outages); its stream sequence."""
         subject = self._settings.events_subject(msg.run_id)
-        payload = ENCODER.encode(msg)
+        payload = ENCODER.encode(for_the_log(msg))
         headers = {"Nats-Msg-Id": msg_id, TYPE_HEADER: type(msg).__name__}
         ack = await retrying(
             "event publish",

@@ -78,6 +78,8 @@ class ContextRecovery(ModelCall):
 
     def _on_context_action(self, action: ContextAction) -> None:
         if action.kind == "collapse":
+            if action.folds:
+                self._rewritten(min(fold.index for fold in action.folds))
             missed = apply_folds(self._transcript, action.folds)
             if missed:
                 logger.error("run %s: %d fold(s) did not match", self._run_id, len(missed))
@@ -119,6 +121,7 @@ class ContextRecovery(ModelCall):
                     "shorten it came back empty.",
                 )
             )
+        self._rewritten(start)
         self._transcript[start:end] = [summary_message(text, action.first_turn, action.last_turn)]
         self._context_seen -= end - start - 1
         self._trace_event(

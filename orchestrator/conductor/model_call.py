@@ -55,6 +55,8 @@ class ModelCall(ControlInbox):
 
     async def _send_model_request(self) -> None:
         self._llm_requests += 1
+        unchanged = min(self._sent_messages, self._rewritten_from)
+        self._sent_messages = self._rewritten_from = len(self._transcript)
         await self._bus.publish(
             ModelRequest(
                 run_id=self._run_id,
@@ -65,6 +67,7 @@ class ModelCall(ControlInbox):
                 max_tokens=self._settings.max_output_tokens,
                 escalated_max_tokens=self._settings.escalated_max_tokens,
                 deadline_at=self._deadline_at,
+                unchanged=unchanged,
             )
         )
 

@@ -57,7 +57,9 @@ class ConductorState:
         "_output",
         "_pending_nudges",
         "_pieces",
+        "_rewritten_from",
         "_run_id",
+        "_sent_messages",
         "_settings",
         "_started",
         "_state",
@@ -98,6 +100,10 @@ class ConductorState:
         self._context_action: ContextAction | None = None
         self._degraded = False
         self._continued: list[str] = []  # texts of turns a monitor continued (token target)
+        # For event logs: how much of the previous turn request's prompt is still the same
+        # (messages sent, then the lowest index rewritten in place since: folds, a summary).
+        self._sent_messages = 0
+        self._rewritten_from = 0
         if inputs.resume is not None:
             self._restore(inputs.resume)
 
@@ -166,6 +172,10 @@ class ConductorState:
 
     def _now(self) -> float:
         return round(time.monotonic() - self._started, 6)
+
+    def _rewritten(self, index: int) -> None:
+        """Messages from ``index`` on were changed in place (not appended)."""
+        self._rewritten_from = min(self._rewritten_from, index)
 
     def _enter(self, state: RunState, event: str) -> None:
         self._state = state

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskStatus
 
-from bus import ENCODER, Bus, Message, RunFinished, RunStarted
+from bus import ENCODER, Bus, Message, RunFinished, RunStarted, for_the_log
 from orchestrator.daemon.store import Store
 
 __all__ = ["EventRecorder"]
@@ -60,7 +60,9 @@ class EventRecorder:
         finished = isinstance(msg, RunFinished)
         if track.seq < self._cap or finished:
             track.seq += 1
-            self._store.append_event(msg.run_id, track.seq, type(msg).__name__, ENCODER.encode(msg))
+            self._store.append_event(
+                msg.run_id, track.seq, type(msg).__name__, ENCODER.encode(for_the_log(msg))
+            )
         else:
             track.dropped += 1
         if isinstance(msg, RunStarted):
