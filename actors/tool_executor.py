@@ -189,11 +189,14 @@ class _Batch:
 
 
 class _Run:
-    __slots__ = ("batches", "cache", "ctx", "enabled", "in_flight", "loop_stopped")
+    __slots__ = ("batches", "cache", "ctx", "enabled", "in_flight", "loop_stopped", "timeout")
 
-    def __init__(self, ctx: ToolContext, enabled: frozenset[str], cache: ResultCache) -> None:
+    def __init__(
+        self, ctx: ToolContext, enabled: frozenset[str], cache: ResultCache, timeout: float
+    ) -> None:
         self.ctx = ctx
         self.enabled = enabled
+        self.timeout = timeout  # seconds for tools without a limit of their own; 0: default
         self.batches: list[_Batch] = []
         self.cache = cache
         self.in_flight: dict[str, _Slot] = {}  # fingerprint -> the call that computes it
@@ -278,7 +281,9 @@ class ToolExecutor:
                         if len(self._tool_sets) >= TOOL_SETS_KEPT:
                             self._tool_sets.clear()
                         enabled = self._tool_sets[msg.tools] = frozenset(msg.tools)
-                    self._runs[msg.run_id] = _Run(ctx, enabled, self._new_cache(msg))
+                    self._runs[msg.run_id] = _Run(
+                        ctx, enabled, self._new_cache(msg), msg.tool_timeout_seconds
+                    )
             case ToolExecute():
                 self._execute(msg)
             case ToolsCancel():
@@ -463,7 +468,7 @@ class ToolExecutor:
         if tool is None:
             return unknown_tool(call.name, (n for n in run.enabled if n in self._registry))
         outcome: Outcome | None = None
-        timeout = tool.timeout_seconds or self._settings.default_timeout_seconds
+        timeout = tool.timeout_seconds or run.timeout or self._settings.default_timeout_seconds
         # One scope for both limits (a scope costs as much as the rest of a quick call):
         # the tool's time limit, and the batch's abort deadline, which cancel() may lower.
         timeout_at = time.monotonic() + timeout

@@ -116,6 +116,8 @@ class RunStarted(Message, frozen=True, kw_only=True):
     """How long a cached result of an idempotent tool is served."""
     cache_max_entries: int = 0
     """Cached results kept for the run (least recently used evicted); 0: no result cache."""
+    tool_timeout_seconds: float = 0.0
+    """A tool call's time limit for tools without one of their own (0: the executor's)."""
 
 
 class RunEnding(Message, frozen=True, kw_only=True):

@@ -29,6 +29,7 @@ from actors.context import (
 from actors.hooks import Hook
 from actors.loop import LoopConfig, LoopConfigError, check_config
 from actors.token_budget import BudgetMode
+from actors.tools.limits import IMAGE_MAX_BYTES
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -143,6 +144,11 @@ class ToolSettings(_Settings, frozen=True, kw_only=True):
     """How long a cached result is served before the tool runs again."""
     cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
     """Cached results kept per run (least recently used evicted first); 0 turns the cache off."""
+    max_result_chars: Positive = 100_000
+    """A tool result longer than this is cut, with a note saying how much was left out."""
+    image_max_bytes: Positive = IMAGE_MAX_BYTES
+    """``read_image`` refuses larger files. An image travels base64-encoded in its tool
+    result, so it must fit ``max_result_chars`` (4/3 of its size, plus about 1,000)."""
 
 
 class RuntimeSettings(_Settings, frozen=True, kw_only=True):

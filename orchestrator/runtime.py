@@ -41,7 +41,7 @@ from actors.loop import PRESETS, LoopConfig
 from actors.loop_monitor import LoopMonitor
 from actors.progress_reporter import ProgressReporter
 from actors.tool_executor import ToolExecutor
-from actors.tools import ToolRegistry, default_registry
+from actors.tools import ToolExecutorSettings, ToolLimits, ToolRegistry, default_registry
 from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec
 from orchestrator.conductor import Conductor, RunCheckpoint, RunInputs
 from orchestrator.config import (
@@ -154,6 +154,23 @@ class _Resolved(NamedTuple):
     finishing_tools: frozenset[str]
 
 
+def tool_executor_settings(config: Config) -> ToolExecutorSettings:
+    """The tool executor's limits from ``[tools]``.
+
+    :raises ConfigError: ``tools.image_max_bytes`` does not fit ``tools.max_result_chars``.
+    """
+    tools = config.tools
+    try:
+        return ToolExecutorSettings(
+            default_timeout_seconds=tools.timeout_seconds,
+            max_result_chars=tools.max_result_chars,
+            limits=ToolLimits(image_max_bytes=tools.image_max_bytes),
+        )
+    except ValueError as exc:
+        reason = str(exc).removeprefix("limits.image_max_bytes: ")
+        raise ConfigError("tools.image_max_bytes", reason) from None
+
+
 class _Done:
     """Set once when a run ends. Each waiter waits on a future of its own (cancelling one
     waiter cancels nothing else), made only when someone waits: an event would cost every
@@ -254,6 +271,7 @@ class Runtime:
         self._keep_finished_runs = keep_finished_runs
         self.bus = Bus()
         self.tools = tools or default_registry()
+        self._tool_settings = tool_executor_settings(self.config)
         self._scenario_tools: dict[str, ToolDef] = {}
         self.event_log = EventLog(self.bus)
         # Metrics: this runtime's own registry (serve it at /metrics); the recorder is the
@@ -310,7 +328,7 @@ class Runtime:
             )
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             self.context_gatekeeper = ContextGatekeeper(self.bus, self._context_policies.get)
-            executor = self.tool_executor = ToolExecutor(self.bus, self.tools)
+            executor = self.tool_executor = ToolExecutor(self.bus, self.tools, self._tool_settings)
             self.metrics_registry.register(ToolCacheCollector(executor.cache_statistics))
             actors = (
                 self.metrics,

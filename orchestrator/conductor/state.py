@@ -211,6 +211,7 @@ class ConductorState:
                 max_cache_hits=settings.max_cache_hits,
                 cache_ttl_seconds=settings.cache_ttl_seconds,
                 cache_max_entries=settings.cache_max_entries,
+                tool_timeout_seconds=settings.tool_timeout_seconds,
                 started_at=time.time() - (time.monotonic() - self._started),
                 resumed_from_turn=resume.turn if resume is not None else None,
                 output_token_budget=settings.output_token_budget or 0,
