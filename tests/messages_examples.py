@@ -208,3 +208,20 @@ def examples(run_id: str = "run-1") -> list[Message]:
     ]
     assert {type(item) for item in items} == set(MESSAGE_TYPES), "an example per type"
     return items
+
+
+def finished(run_id: str, turns: int = 1) -> RunFinished:
+    """A run's ``RunFinished`` after ``turns`` turns that completed (for tests that only
+    need a run to end)."""
+    return RunFinished(
+        run_id=run_id,
+        exit_reason=ExitReason.COMPLETED,
+        cause="model.end_turn",
+        outcome=Outcome.DONE,
+        detail="",
+        hint="",
+        turns=turns,
+        llm_requests=turns,
+        tool_calls=0,
+        usage=Usage(),
+    )

@@ -21,15 +21,13 @@ from bus import (
     ExitReason,
     Inbox,
     Message,
-    Outcome,
-    RunFinished,
     RunStarted,
     StopSignal,
     ToolCall,
     ToolExecute,
     ToolResult,
-    Usage,
 )
+from tests.messages_examples import finished
 
 WAIT = 5.0
 
@@ -139,21 +137,6 @@ class Caller:
     async def one(self, name: str = "query_order", order: str = "A1001") -> ToolResult:
         (result,) = await self.batch((name, order))
         return result
-
-
-def finished(run_id: str) -> RunFinished:
-    return RunFinished(
-        run_id=run_id,
-        exit_reason=ExitReason.COMPLETED,
-        cause="model.end_turn",
-        outcome=Outcome.DONE,
-        detail="",
-        hint="",
-        turns=1,
-        llm_requests=1,
-        tool_calls=0,
-        usage=Usage(),
-    )
 
 
 # ---------------------------------------------------------------------------- hits and loop

@@ -41,8 +41,6 @@ from bus import (
     ModelReplied,
     ModelReply,
     Nudge,
-    Outcome,
-    RunFinished,
     RunStarted,
     StopSignal,
     ToolCall,
@@ -50,6 +48,7 @@ from bus import (
     ToolVerdict,
     Usage,
 )
+from tests.messages_examples import finished
 
 PY = sys.executable
 
@@ -320,24 +319,9 @@ async def hooked(
                     await bus.publish(RunStarted(run_id=run_id, trace_id="t", task="x", model="m"))
                 yield bus, runner, inboxes
                 for run_id in runs:
-                    await bus.publish_settled(_finished(run_id))
+                    await bus.publish_settled(finished(run_id))
         finally:
             bus.close()
-
-
-def _finished(run_id: str) -> RunFinished:
-    return RunFinished(
-        run_id=run_id,
-        exit_reason=ExitReason.COMPLETED,
-        cause="model.end_turn",
-        outcome=Outcome.DONE,
-        detail="",
-        hint="",
-        turns=1,
-        llm_requests=1,
-        tool_calls=0,
-        usage=Usage(),
-    )
 
 
 def propose(run_id: str, tool: str, arguments: str = "{}", n: int = 1) -> ToolCallProposed:

@@ -32,6 +32,7 @@ from bus import (
     ToolVerdict,
     Usage,
 )
+from tests.messages_examples import finished
 
 PARAGRAPH = (
     "I will now check the configuration once more to be sure that everything is in order "
@@ -278,21 +279,6 @@ async def test_content_loop_cancels_and_nudges_then_stops() -> None:
     assert len(probe.cancels) == 2
 
 
-def _finished(run_id: str) -> RunFinished:
-    return RunFinished(
-        run_id=run_id,
-        exit_reason=ExitReason.COMPLETED,
-        cause="model.end_turn",
-        outcome=Outcome.DONE,
-        detail="",
-        hint="",
-        turns=1,
-        llm_requests=1,
-        tool_calls=0,
-        usage=Usage(),
-    )
-
-
 def _proposed(
     run_id: str, n: int, name: str = READ[0], arguments: str = READ[1]
 ) -> ToolCallProposed:
@@ -329,7 +315,7 @@ def test_a_run_holds_no_state_until_its_first_call_and_none_after_it_finishes() 
     monitor.handle(_proposed("r1", 1))
     monitor.handle(_proposed("r1", 2))
     assert (monitor.active_runs(), asked) == (1, ["r1"])  # the config is asked once
-    monitor.handle(_finished("r1"))
+    monitor.handle(finished("r1"))
     assert monitor.active_runs() == 0
 
 
@@ -339,7 +325,7 @@ def test_a_run_that_only_streams_text_gets_its_state_at_the_first_delta() -> Non
     assert monitor.active_runs() == 0
     monitor.handle(ModelTextDelta(run_id="r1", turn=1, text="Hello"))
     assert monitor.active_runs() == 1
-    monitor.handle(_finished("r1"))
+    monitor.handle(finished("r1"))
     assert monitor.active_runs() == 0
 
 
@@ -349,7 +335,7 @@ def test_an_override_is_used_at_the_first_call_and_dropped_with_a_run_that_made_
     monitor = LoopMonitor(bus, OPENCLAW)
     monitor.override("quiet", STRICT)
     monitor.handle(RunStarted(run_id="quiet", trace_id="t", task="x", model="m"))
-    monitor.handle(_finished("quiet"))  # never called a tool: the override goes too
+    monitor.handle(finished("quiet"))  # never called a tool: the override goes too
     monitor.override("r1", STRICT)
     monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
     for n in range(1, 4):
@@ -399,7 +385,7 @@ def test_a_parked_run_costs_the_monitor_at_most_300_bytes(preset: LoopConfig) ->
     started = [RunStarted(run_id=f"r{n}", trace_id="t", task="x", model="m") for n in range(runs)]
     replies = [ModelReply(run_id=f"r{n}", turn=1, text="") for n in range(runs)]
     monitor.handle(_proposed("warm", 1))  # code paths and caches once, outside the measure
-    monitor.handle(_finished("warm"))
+    monitor.handle(finished("warm"))
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()

@@ -25,17 +25,14 @@ from actors.tools import (
 )
 from bus import (
     Bus,
-    ExitReason,
     Inbox,
-    Outcome,
-    RunFinished,
     RunStarted,
     ToolCall,
     ToolExecute,
     ToolResult,
     ToolsCancel,
-    Usage,
 )
+from tests.messages_examples import finished
 
 WAIT = 5.0
 
@@ -97,21 +94,6 @@ async def _results(inbox: Inbox, count: int) -> list[ToolResult]:
             assert isinstance(msg, ToolResult)
             results.append(msg)
     return results
-
-
-def _finished(run_id: str) -> RunFinished:
-    return RunFinished(
-        run_id=run_id,
-        exit_reason=ExitReason.COMPLETED,
-        cause="completed",
-        outcome=Outcome.DONE,
-        detail="",
-        hint="",
-        turns=1,
-        llm_requests=1,
-        tool_calls=0,
-        usage=Usage(),
-    )
 
 
 # ---------------------------------------------------------------------------- order
@@ -408,13 +390,13 @@ async def test_two_runs_are_isolated() -> None:
             assert executor.statistics().runs == 2
 
             await bus.publish(ToolsCancel(run_id="b", turn=1, grace_seconds=0, reason="b only"))
-            await bus.publish(_finished("b"))
+            await bus.publish(finished("b"))
             with anyio.fail_after(WAIT):
                 await anyio.wait_all_tasks_blocked()
             assert not a_cancelled.is_set()
             assert executor.statistics() == (1, 1, 1)
 
-            await bus.publish(_finished("a"))  # drops a's state and cancels its call quietly
+            await bus.publish(finished("a"))  # drops a's state and cancels its call quietly
             with anyio.fail_after(WAIT):
                 await a_cancelled.wait()
                 await anyio.wait_all_tasks_blocked()

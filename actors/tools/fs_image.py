@@ -14,8 +14,6 @@ error or as noise.
 from __future__ import annotations
 
 import base64
-import os
-import stat
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +24,7 @@ from actors.context.images import IMAGE_MEDIA_TYPES, image_tokens, sniff_image
 from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
 from actors.tools.limits import ToolLimits
-from actors.tools.path_guard import guard_path
+from actors.tools.path_guard import open_regular_file
 from actors.tools.registry import Tool
 from bus import ImageDetail, image_attachment
 
@@ -38,7 +36,6 @@ DESCRIPTION = (
     "detail='high' to read small print, axes or numbers."
 )
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 _KINDS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WebP"}
 assert set(_KINDS) == set(IMAGE_MEDIA_TYPES)
 
@@ -70,18 +67,9 @@ def load_image(root: Path | None, path: str, detail: ImageDetail, limits: ToolLi
         (over ``limits.image_max_bytes``) or ``not_image`` (no PNG, JPEG, GIF or WebP
         magic bytes, whatever the file's name).
     """
-    resolved = guard_path(root, path)
-    if resolved.is_dir():
-        raise ToolError("path", f"{path} is a directory; use list_dir to see what it holds")
-    try:
-        fd = os.open(resolved, _OPEN_FLAGS)
-    except OSError:
-        raise ToolError("path", f"{path} cannot be opened") from None
     cap = limits.image_max_bytes
-    with open(fd, "rb") as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ToolError("path", f"{path} is not a regular file")
+    file, info = open_regular_file(root, path)
+    with file:
         if info.st_size > cap:
             raise _too_large(path, info.st_size, cap)
         data = file.read(cap + 1)  # the file may have grown since fstat

@@ -9,8 +9,6 @@ streamed: only as much is read as the answer needs.
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated
@@ -21,12 +19,11 @@ import msgspec
 from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
 from actors.tools.limits import ToolLimits
-from actors.tools.path_guard import guard_path
+from actors.tools.path_guard import open_regular_file
 
 __all__ = ["ReadFile", "read_file", "read_text"]
 
 _CHUNK = 64 * 1024
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 class ReadFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -58,16 +55,8 @@ def read_text(
         (NUL bytes in the first ``binary_probe_bytes``) or ``too_large`` (``offset`` lies
         beyond ``max_scan_bytes``).
     """
-    resolved = guard_path(root, path)
-    if resolved.is_dir():
-        raise ToolError("path", f"{path} is a directory; use list_dir to see what it holds")
-    try:
-        fd = os.open(resolved, _OPEN_FLAGS)
-    except OSError:
-        raise ToolError("path", f"{path} cannot be opened") from None
-    with open(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ToolError("path", f"{path} is not a regular file")
+    file, _ = open_regular_file(root, path)
+    with file:
         if b"\x00" in file.read(limits.binary_probe_bytes):
             raise ToolError(
                 "binary",

@@ -8,11 +8,14 @@ lies outside the folder.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
+from typing import BinaryIO
 
 from actors.tools.errors import PATH_ERROR, ToolError
 
-__all__ = ["guard_path"]
+__all__ = ["guard_path", "open_regular_file"]
 
 
 def guard_path(root: Path | None, path: str, *, must_exist: bool = True) -> Path:
@@ -39,3 +42,25 @@ def guard_path(root: Path | None, path: str, *, must_exist: bool = True) -> Path
     if not resolved.is_relative_to(base):
         raise ToolError("path", PATH_ERROR)
     return resolved
+
+
+# Read only; never follow a symlink swapped in at the last step; never block on a FIFO.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+
+
+def open_regular_file(root: Path | None, path: str) -> tuple[BinaryIO, os.stat_result]:
+    """``path`` inside ``root`` opened for reading, with its ``fstat``: a regular file, or
+    a :class:`ToolError` of kind ``path`` (outside, missing, a directory, anything else)."""
+    resolved = guard_path(root, path)
+    if resolved.is_dir():
+        raise ToolError("path", f"{path} is a directory; use list_dir to see what it holds")
+    try:
+        fd = os.open(resolved, _OPEN_FLAGS)
+    except OSError:
+        raise ToolError("path", f"{path} cannot be opened") from None
+    file = open(fd, "rb")  # noqa: SIM115  # the caller closes it (with ...)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        file.close()
+        raise ToolError("path", f"{path} is not a regular file")
+    return file, info
