@@ -10,9 +10,16 @@ from typing import Literal
 
 import msgspec
 
-from bus import ChatMessage, ExitReason, Outcome, Usage
+from bus import ChatMessage, ExitReason, Outcome, RunFinished, Usage
 
-__all__ = ["CallLogEntry", "RunResult", "TraceEntry", "describe_ending", "result_summary"]
+__all__ = [
+    "CallLogEntry",
+    "RunResult",
+    "TraceEntry",
+    "describe_ending",
+    "finished_message",
+    "result_summary",
+]
 
 RunState = Literal["PLAN", "ACT", "OBSERVE", "DONE", "FAILED"]
 
@@ -67,6 +74,24 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     trace: tuple[TraceEntry, ...]
     call_log: tuple[CallLogEntry, ...]
     transcript: tuple[ChatMessage, ...] = ()
+
+
+def finished_message(result: RunResult) -> RunFinished:
+    """The ``RunFinished`` that announces ``result`` on the bus (a run's last message)."""
+    return RunFinished(
+        run_id=result.run_id,
+        exit_reason=result.exit_reason,
+        cause=result.cause,
+        outcome=result.outcome,
+        detail=result.detail,
+        hint=result.hint,
+        turns=result.turns,
+        llm_requests=result.llm_requests,
+        tool_calls=result.tool_calls,
+        usage=result.usage,
+        incomplete=result.incomplete,
+        degraded=result.degraded,
+    )
 
 
 def result_summary(result: RunResult) -> dict[str, object]:

@@ -27,7 +27,7 @@ from bus import (
 from orchestrator.conductor.final_answer import FinalAnswer, answerable
 from orchestrator.conductor.model_call import cut_mid_json
 from orchestrator.conductor.state import Stopped
-from orchestrator.result import RunResult
+from orchestrator.result import RunResult, finished_message
 
 __all__ = ["Conductor"]
 
@@ -59,7 +59,7 @@ class Conductor(FinalAnswer):
             await self._bus.publish_settled(
                 RunEnding(run_id=self._run_id, exit_reason=stop.reason, cause=stop.cause)
             )
-            await self._bus.publish(self._finished_message(result))
+            await self._bus.publish(finished_message(result))
         return result
 
     async def _loop(self) -> StopSignal:

@@ -13,7 +13,6 @@ from bus import (
     ExitReason,
     Inbox,
     Nudge,
-    RunFinished,
     RunStarted,
     StopSignal,
     Usage,
@@ -254,20 +253,4 @@ class ConductorState:
             trace=tuple(self._trace),
             call_log=tuple(self._call_log),
             transcript=tuple(self._transcript),
-        )
-
-    def _finished_message(self, result: RunResult) -> RunFinished:
-        return RunFinished(
-            run_id=result.run_id,
-            exit_reason=result.exit_reason,
-            cause=result.cause,
-            outcome=result.outcome,
-            detail=result.detail,
-            hint=result.hint,
-            turns=result.turns,
-            llm_requests=result.llm_requests,
-            tool_calls=result.tool_calls,
-            usage=result.usage,
-            incomplete=result.incomplete,
-            degraded=result.degraded,
         )

@@ -21,14 +21,13 @@ from bus import (
     ExitReason,
     Progress,
     ProgressStatus,
-    RunFinished,
     Usage,
     cause_hint,
     outcome_of,
 )
 from orchestrator.pipeline.config import AgentStage, PipelineConfig, Stage
 from orchestrator.pipeline.plan import plan_of
-from orchestrator.result import RunResult
+from orchestrator.result import RunResult, finished_message
 from orchestrator.runtime import RunSpec, Runtime
 
 __all__ = ["PipelineRun", "StageContext", "StageHandler", "StageOutcome", "run_pipeline"]
@@ -188,21 +187,7 @@ async def run_pipeline(
     if reason is ExitReason.COMPLETED and run.degraded_by:
         detail = f"Every stage ran; degraded by {', '.join(run.degraded_by)}."
     result = _result(run, reason, cause, detail)
-    await runtime.bus.publish(
-        RunFinished(
-            run_id=run.run_id,
-            exit_reason=result.exit_reason,
-            cause=result.cause,
-            outcome=result.outcome,
-            detail=result.detail,
-            hint=result.hint,
-            turns=result.turns,
-            llm_requests=result.llm_requests,
-            tool_calls=result.tool_calls,
-            usage=result.usage,
-            degraded=result.degraded,
-        )
-    )
+    await runtime.bus.publish(finished_message(result))
     return result
 
 
