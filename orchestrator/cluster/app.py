@@ -28,7 +28,6 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.cluster.errors import ClusterError
@@ -45,6 +44,7 @@ from orchestrator.daemon.http import (
     json_response,
     list_query,
     read_body,
+    run_routes,
 )
 from orchestrator.daemon.metrics import render
 from orchestrator.daemon.schemas import REQUEST_DECODER, Health, RunAccepted, RunPage, RunView
@@ -130,18 +130,7 @@ def create_fleet_app(node: ClusterNode, *, auth: Authenticator | None = None) ->
             api.ready = False
             tg.cancel_scope.cancel()
 
-    routes = [
-        Route("/v1/runs", api.submit, methods=["POST"]),
-        Route("/v1/runs", api.list_runs, methods=["GET"]),
-        Route("/v1/runs/{id}", api.get_run, methods=["GET"]),
-        Route("/v1/runs/{id}/events", api.events, methods=["GET"]),
-        Route("/v1/runs/{id}/abort", api.abort, methods=["POST"]),
-        Route("/v1/scenarios", api.scenarios, methods=["GET"]),
-        Route("/metrics", api.metrics, methods=["GET"]),
-        Route("/healthz", api.healthz, methods=["GET"]),
-        Route("/readyz", api.readyz, methods=["GET"]),
-    ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=run_routes(api), lifespan=lifespan)
     app.add_middleware(_Guard, auth=auth)
     return app
 

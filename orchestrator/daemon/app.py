@@ -37,6 +37,7 @@ from orchestrator.daemon.http import (
     json_response,
     list_query,
     read_body,
+    run_routes,
 )
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.metrics import render
@@ -103,18 +104,7 @@ def create_app(config: Config, *, daemon: Daemon | None = None) -> Starlette:
         async with daemon.running():
             yield
 
-    routes = [
-        Route("/v1/runs", api.submit, methods=["POST"]),
-        Route("/v1/runs", api.list_runs, methods=["GET"]),
-        Route("/v1/runs/{id}", api.get_run, methods=["GET"]),
-        Route("/v1/runs/{id}/events", api.events, methods=["GET"]),
-        Route("/v1/runs/{id}/abort", api.abort, methods=["POST"]),
-        Route("/v1/scenarios", api.scenarios, methods=["GET"]),
-        Route("/v1/openapi.json", api.openapi, methods=["GET"]),
-        Route("/metrics", api.metrics, methods=["GET"]),
-        Route("/healthz", api.healthz, methods=["GET"]),
-        Route("/readyz", api.readyz, methods=["GET"]),
-    ]
+    routes = run_routes(api, Route("/v1/openapi.json", api.openapi, methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(_Guard, daemon=daemon)
     app.state.daemon = daemon

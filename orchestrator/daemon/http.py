@@ -5,11 +5,12 @@ errors, the bounded body read, the run-request decoder, query parameters, the li
 from __future__ import annotations
 
 import re
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from bus import ExitReason
 from orchestrator.daemon.errors import ApiError
@@ -19,12 +20,14 @@ __all__ = [
     "PAGE_LIMIT",
     "STATUSES",
     "ListQuery",
+    "RunApi",
     "decode_request",
     "error_response",
     "int_query",
     "json_response",
     "list_query",
     "read_body",
+    "run_routes",
 ]
 
 _ENCODER: Final = msgspec.json.Encoder()
@@ -133,3 +136,33 @@ def list_query(request: Request) -> ListQuery:
     cursor = query.get("cursor")
     before = int_query(cursor, "cursor", default=0, low=1) if cursor is not None else None
     return ListQuery(status, exit_reason, limit, before)
+
+
+class RunApi(Protocol):
+    """The handlers a daemon and a fleet member both serve (``docs/daemon.md``)."""
+
+    async def submit(self, request: Request) -> Response: ...
+    async def list_runs(self, request: Request) -> Response: ...
+    async def get_run(self, request: Request) -> Response: ...
+    async def events(self, request: Request) -> Response: ...
+    async def abort(self, request: Request) -> Response: ...
+    async def scenarios(self, request: Request) -> Response: ...
+    async def metrics(self, request: Request) -> Response: ...
+    async def healthz(self, request: Request) -> Response: ...
+    async def readyz(self, request: Request) -> Response: ...
+
+
+def run_routes(api: RunApi, *extra: Route) -> list[Route]:
+    """The API's routes on ``api``'s handlers, with ``extra`` routes after the run ones."""
+    return [
+        Route("/v1/runs", api.submit, methods=["POST"]),
+        Route("/v1/runs", api.list_runs, methods=["GET"]),
+        Route("/v1/runs/{id}", api.get_run, methods=["GET"]),
+        Route("/v1/runs/{id}/events", api.events, methods=["GET"]),
+        Route("/v1/runs/{id}/abort", api.abort, methods=["POST"]),
+        Route("/v1/scenarios", api.scenarios, methods=["GET"]),
+        *extra,
+        Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/readyz", api.readyz, methods=["GET"]),
+    ]
