@@ -207,6 +207,8 @@ class Subscription:
         self.failed = 0
         # Inline: how a published message is handled while serving (None: queue it).
         self._deliver: Callable[[Message, _Ticket | None], None] | None = None
+        # Inline ``serve``: the handler itself, which the bus calls directly while serving.
+        self.direct: Handler | None = None
 
     def statistics(self) -> SubscriptionStatistics:
         return SubscriptionStatistics(
@@ -325,7 +327,11 @@ class Subscription:
                 if ticket is not None:
                     ticket.done()
 
-        await self._hold(deliver, task_status)
+        self.direct = handler  # the bus calls it itself: no wrapper, no ticket
+        try:
+            await self._hold(deliver, task_status)
+        finally:
+            self.direct = None
 
     async def _serve_per_run_inline(
         self, handler: RunHandler, lanes: dict[str, deque[_Item]], task_status: TaskStatus[None]
@@ -460,15 +466,19 @@ class Inbox:
         return len(self._items)
 
 
-_Deliver = Callable[[Message, "_Ticket | None"], None]
+_Inline = tuple[Callable[..., Any], Subscription, bool]
+"""An inline subscriber on a route: ``(handler, sub, True)`` for a serving handler the bus
+calls itself, ``(deliver, sub, False)`` for one that takes the message and its ticket (a
+per-run handler, or a subscription not serving yet)."""
 
 
 class _Route(NamedTuple):
-    """Where one message type goes: queued subscribers, inline ones (each as the function
-    that handles a message and whether it answers), and the inboxes."""
+    """Where one message type goes: queued subscribers, inline ones, the inboxes, and how
+    many acknowledgements a settling publish waits for (a handler the bus calls itself
+    is done when it returns: it needs none)."""
 
     queued: tuple[Subscription, ...]
-    inline: tuple[tuple[_Deliver, bool], ...]
+    inline: tuple[_Inline, ...]
     answering: int
     to_inbox: bool
 
@@ -539,10 +549,15 @@ class Bus:
         route = self._routes.get(kind)
         if route is None:
             targets = [s for s in self._subscriptions if s.types is None or kind in s.types]
+            inline: list[_Inline] = [
+                (s.direct, s, True) if s.direct is not None else (s.deliverer(), s, False)
+                for s in targets
+                if s.inline
+            ]
             route = _Route(
                 tuple(s for s in targets if not s.inline),
-                tuple((s.deliverer(), s.answers) for s in targets if s.inline),
-                sum(1 for s in targets if s.answers),
+                tuple(inline),
+                sum(1 for s in targets if s.answers and s.direct is None),
                 kind in INBOX_TYPES,
             )
             self._routes[kind] = route
@@ -603,8 +618,8 @@ class Bus:
         for sub in route.queued:
             if not sub.mailbox.put_nowait((msg, None), force=sub.on_full == "wait"):
                 sub.dropped += 1
-        for deliver, _ in route.inline:
-            deliver(msg, None)
+        if route.inline:
+            self._call_inline(msg, route.inline, None)
         if route.to_inbox:
             self._to_inbox(msg)
 
@@ -613,22 +628,33 @@ class Bus:
         while pending:
             self._deliver_nowait(pending.popleft())
 
-    def _dispatch(
-        self, msg: Message, inline: tuple[tuple[_Deliver, bool], ...], ticket: _Ticket | None
-    ) -> None:
+    def _dispatch(self, msg: Message, inline: tuple[_Inline, ...], ticket: _Ticket | None) -> None:
         """Hand ``msg`` to the inline subscribers, then what they published meanwhile."""
         if self._dispatching:  # only reachable from a synchronous handler: keep FIFO order
-            for deliver, answers in inline:
-                deliver(msg, ticket if answers else None)
+            self._call_inline(msg, inline, ticket)
             return
         self._dispatching = True
         try:
-            for deliver, answers in inline:
-                deliver(msg, ticket if answers else None)
+            self._call_inline(msg, inline, ticket)
             if self._pending:
                 self._drain_pending()
         finally:
             self._dispatching = False
+
+    def _call_inline(
+        self, msg: Message, inline: tuple[_Inline, ...], ticket: _Ticket | None
+    ) -> None:
+        for handle, sub, direct in inline:
+            if direct:  # the hot path: a monitor's handler, called as is
+                try:
+                    if handle(msg) is not None:
+                        raise TypeError(f"inline handler of {sub.name!r} returned an awaitable")
+                except Exception as exc:
+                    sub.failed += 1
+                    self.report_failure(sub.name, msg, exc)
+                sub.handled += 1
+            else:
+                handle(msg, ticket if sub.answers else None)
 
     async def publish_settled(self, msg: Message) -> None:
         """Deliver ``msg`` and return once every answering subscriber has handled it."""
