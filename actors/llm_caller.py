@@ -3,8 +3,10 @@ a final :class:`bus.ModelError`, streaming :class:`bus.ModelTextDelta` on the wa
 
 A few ``openai.AsyncOpenAI`` clients (``max_retries=0``) per endpoint, a run always on the
 same one (:mod:`actors.llm.clients`); loopfuse retries itself so every attempt is seen (a
-:class:`bus.ModelError` with ``final=False`` per retried failure). The SDK sends each request;
-the body is encoded by msgspec and the streamed reply read by :mod:`actors.llm.stream`.
+:class:`bus.ModelError` with ``final=False`` per retried failure). Each request goes out
+through its client's connection pool with the headers the SDK built for that client
+(:mod:`actors.llm.transport`); the body is encoded by msgspec and the streamed reply read
+by :mod:`actors.llm.stream`.
 Each request runs in its own task of the caller's task group, under an absolute deadline
 (keep-alive bytes do not extend it) and its own cancel scope (:class:`bus.ModelCancel`).
 """
@@ -14,12 +16,10 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import aclosing
-from typing import Any, Final, NamedTuple, assert_never, cast
+from typing import Any, Final, NamedTuple, assert_never
 
 import anyio
-import httpx2
 import msgspec
-import openai
 from anyio.abc import TaskGroup, TaskStatus
 
 from actors.llm.accumulator import ReplyAccumulator
@@ -29,6 +29,7 @@ from actors.llm.errors import Failure, IncompleteStream, classify
 from actors.llm.retry import RetryPolicy
 from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
+from actors.llm.transport import RUN_ID_HEADER
 from actors.llm.wire import ToolSchemaError, WireTools, estimate_usage, prompt_chars, wire_messages
 from bus import Bus, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
 
@@ -36,15 +37,10 @@ __all__ = ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
 
 logger = logging.getLogger("loopfuse.llm_caller")
 
-RUN_ID_HEADER: Final = "X-Loopfuse-Run-Id"
-"""Request header naming the run, for server logs and scripted simulators."""
-
 CLOSE_TIMEOUT_SECONDS: Final = 2.0
 """How long closing an abandoned response (or the client) may take."""
 
-_COMPLETIONS: Final = "/chat/completions"
 _INCLUDE_USAGE: Final = {"include_usage": True}
-_BEARER: Final[openai.RequestOptions] = {"security": {"bearer_auth": True}}
 _encode = msgspec.json.Encoder().encode
 
 
@@ -280,28 +276,24 @@ class LLMCaller:
     async def _attempt(self, call: _Call, params: dict[str, Any], max_tokens: int | None) -> None:
         """One HTTP attempt, its text streamed as deltas into ``call.acc``.
 
-        The ``openai`` client sends the request (auth, headers, timeouts, status errors);
-        the body is encoded by msgspec and the response read by :mod:`actors.llm.stream`.
+        The request goes out through the run's ``openai`` client (:mod:`actors.llm.transport`:
+        headers the SDK built, its connection pool, its exceptions); the body is encoded by
+        msgspec and the response read by :mod:`actors.llm.stream`.
         """
         assert self._clients is not None
-        client = self._clients.for_run(call.request.run_id)
+        transport = self._clients.transport_for_run(call.request.run_id)
         call.attempt_started = anyio.current_time()
         call.streaming = False
         call.ttft = None
         body = dict(params)
         if max_tokens is not None:
             body[self._endpoint.max_tokens_param] = max_tokens
-        body["stream"] = self._endpoint.stream
-        if self._endpoint.stream:
+        stream = self._endpoint.stream
+        body["stream"] = stream
+        if stream:
             body["stream_options"] = _INCLUDE_USAGE
-        options: openai.RequestOptions = {
-            **_BEARER,
-            "headers": {RUN_ID_HEADER: call.request.run_id},
-        }
-        if not self._endpoint.stream:
-            response = await client.post(
-                _COMPLETIONS, cast_to=httpx2.Response, content=_encode(body), options=options
-            )
+        response = await transport.post(_encode(body), call.request.run_id, stream=stream)
+        if not stream:
             text = call.acc.feed_completion(decode_completion(response.content))
             call.ttft = anyio.current_time() - call.attempt_started
             if text:
@@ -309,16 +301,6 @@ class LLMCaller:
             if call.acc.finish_reason is None:
                 raise IncompleteStream("the completion has no finish reason")
             return
-        response = cast(
-            httpx2.Response,
-            await client.post(
-                _COMPLETIONS,
-                cast_to=httpx2.Response,
-                content=_encode(body),
-                options=options,
-                stream=True,
-            ),
-        )
         call.streaming = True
         try:
             async with aclosing(read_chunks(response)) as batches:

@@ -10,10 +10,11 @@ answer), with the same number of concurrent runs:
 * **raw**: the same two requests per run with ``AsyncOpenAI.chat.completions.create(
   stream=True)``, chunks iterated, the tool call answered by hand;
 * **lean**: the same raw loop on the LLM caller's transport path: the body encoded by
-  msgspec and sent with ``AsyncOpenAI.post`` (the SDK still sends it: auth, headers, status
-  errors) on the caller's clients (:mod:`actors.llm.clients`: runs spread over a few
-  connection pools), the reply read by :func:`actors.llm.stream.read_chunks` into the
-  caller's accumulator. What the SDK and its HTTP stack alone cost on that path;
+  msgspec and sent by :class:`actors.llm.transport.ChatTransport` (headers the SDK built
+  once per client, the SDK client's own connection pool, the SDK's exceptions) on the
+  caller's clients (:mod:`actors.llm.clients`: runs spread over a few connection pools),
+  the reply read by :func:`actors.llm.stream.read_chunks` into the caller's accumulator.
+  What the HTTP stack alone costs on that path, without the caller and the runtime;
 * **runtime**: the loopfuse runs again with the in-process scripted model playing the same
   scenario (no HTTP): the runtime's own share of the loopfuse figure (run start, its
   scenario folder, the tool call, every monitor). ``loopfuse - runtime`` is what the model
@@ -39,9 +40,7 @@ from contextlib import aclosing, contextmanager
 from typing import Any, NamedTuple
 
 import anyio
-import httpx2
 import msgspec
-import openai
 
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.clients import SHARDS, Clients
@@ -157,10 +156,13 @@ async def _runtime(base_url: str, runs: int) -> Sample:
     return await _loopfuse(base_url, runs, scripted=True)
 
 
-Turn = Callable[[openai.AsyncOpenAI, list[dict[str, Any]]], Awaitable[ReplyAccumulator]]
+Turn = Callable[[Clients, str, list[dict[str, Any]]], Awaitable[ReplyAccumulator]]
 
 
-async def _sdk_turn(client: openai.AsyncOpenAI, messages: list[dict[str, Any]]) -> ReplyAccumulator:
+async def _sdk_turn(
+    clients: Clients, run_id: str, messages: list[dict[str, Any]]
+) -> ReplyAccumulator:
+    client = clients.for_run(run_id)
     create: Any = client.chat.completions.create  # plain dicts, as a bare loop sends them
     stream = await create(
         model=SCENARIO,
@@ -187,11 +189,10 @@ async def _sdk_turn(client: openai.AsyncOpenAI, messages: list[dict[str, Any]]) 
 
 
 _encode = msgspec.json.Encoder().encode
-_STREAM_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 
 
 async def _lean_turn(
-    client: openai.AsyncOpenAI, messages: list[dict[str, Any]]
+    clients: Clients, run_id: str, messages: list[dict[str, Any]]
 ) -> ReplyAccumulator:
     body = {
         "model": SCENARIO,
@@ -200,13 +201,8 @@ async def _lean_turn(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    response: httpx2.Response = await client.post(
-        "/chat/completions",
-        cast_to=httpx2.Response,
-        content=_encode(body),
-        options=_STREAM_OPTIONS,
-        stream=True,
-    )
+    transport = clients.transport_for_run(run_id)
+    response = await transport.post(_encode(body), run_id, stream=True)
     acc = ReplyAccumulator()
     try:
         async with aclosing(read_chunks(response)) as batches:
@@ -218,12 +214,12 @@ async def _lean_turn(
     return acc
 
 
-async def _bare_run(client: openai.AsyncOpenAI, task: str, turn: Turn) -> int:
+async def _bare_run(clients: Clients, run_id: str, task: str, turn: Turn) -> int:
     messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
     requests = 0
     while True:
         requests += 1
-        acc = await turn(client, messages)
+        acc = await turn(clients, run_id, messages)
         calls = acc.assemble().tool_calls
         if not calls:
             return requests
@@ -253,7 +249,7 @@ async def _bare(base_url: str, runs: int, turn: Turn, *, pools: int) -> Sample:
     try:
 
         async def one(run_id: str) -> None:
-            counts.append(await _bare_run(clients.for_run(run_id), task, turn))
+            counts.append(await _bare_run(clients, run_id, task, turn))
 
         started = (time.process_time(), time.perf_counter())
         async with anyio.create_task_group() as tg:
@@ -421,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runtime_us_per_request": "loopfuse runtime alone (in-process model)",
         "client_us_per_request": "the model client's share (the difference)",
         "raw_openai_us_per_request": "raw AsyncOpenAI create(stream=True)",
-        "lean_openai_us_per_request": "raw AsyncOpenAI post + loopfuse's stream reader",
+        "lean_openai_us_per_request": "bare loop on loopfuse's transport + stream reader",
     }
     for key, label in labels.items():
         print(f"  {label:50} {row[key] or 0.0:8,.0f} µs")

@@ -6,7 +6,10 @@ runs costs O(runs) per request: measured, the largest part of the client CPU lef
 SDK's per-chunk models were gone. Runs are therefore spread over :data:`SHARDS` clients by
 their id (a run keeps its client, so its connection is reused turn after turn); each pool
 holds about ``runs / SHARDS`` connections. Clients are made on first use and share one TLS
-context (loading the CA certificates is the costly part of making a client).
+context per process (loading the CA certificates, 20-25 ms here, is the costly part of
+making a client; a runtime made after another one no longer pays it). Each client comes
+with its :class:`~actors.llm.transport.ChatTransport` (the chat-completions request built
+once per client, sent through the client's own connection pool).
 
 Every client has ``max_retries=0`` (the caller retries itself, so every attempt is seen),
 the endpoint's timeouts, key and extra headers.
@@ -21,11 +24,20 @@ import httpx2
 import openai
 
 from actors.llm.settings import NO_API_KEY, EndpointSettings
+from actors.llm.transport import COMPLETIONS, ChatTransport
 
 __all__ = ["SHARDS", "Clients"]
 
 SHARDS: Final = 8
 """Clients (connection pools) per endpoint at most."""
+
+_TLS: list[ssl.SSLContext] = []  # one per process, made at the first client
+
+
+def _tls_context() -> ssl.SSLContext:
+    if not _TLS:
+        _TLS.append(httpx2.create_ssl_context())
+    return _TLS[0]
 
 
 class Clients:
@@ -35,7 +47,7 @@ class Clients:
         self._endpoint = endpoint
         self._shards = shards
         self._clients: dict[int, openai.AsyncOpenAI] = {}
-        self._tls: ssl.SSLContext | None = None
+        self._transports: dict[int, ChatTransport] = {}
 
     def for_run(self, run_id: str) -> openai.AsyncOpenAI:
         """The client serving ``run_id`` (always the same one while this object lives)."""
@@ -45,13 +57,19 @@ class Clients:
             client = self._clients[shard] = self._new()
         return client
 
+    def transport_for_run(self, run_id: str) -> ChatTransport:
+        """The chat-completions transport of :meth:`for_run`'s client."""
+        shard = hash(run_id) % self._shards
+        transport = self._transports.get(shard)
+        if transport is None:
+            transport = self._transports[shard] = ChatTransport(self.for_run(run_id), COMPLETIONS)
+        return transport
+
     def __len__(self) -> int:
         return len(self._clients)
 
     def _new(self) -> openai.AsyncOpenAI:
         endpoint = self._endpoint
-        if self._tls is None:
-            self._tls = httpx2.create_ssl_context()
         return openai.AsyncOpenAI(
             base_url=endpoint.base_url,
             api_key=endpoint.api_key or NO_API_KEY,
@@ -60,12 +78,13 @@ class Clients:
                 endpoint.request_timeout_seconds, connect=endpoint.connect_timeout_seconds
             ),
             default_headers=dict(endpoint.extra_headers) or None,
-            http_client=openai.DefaultAsyncHttpxClient(verify=self._tls),
+            http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),
         )
 
     async def aclose(self) -> None:
         """Close every client made so far."""
         clients = list(self._clients.values())
         self._clients.clear()
+        self._transports.clear()
         for client in clients:
             await client.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 import httpx2
@@ -27,17 +27,31 @@ import openai
 
 from actors.llm.chunks import Chunk, decode_chunk, error_frame
 from actors.llm.sse import SSEDecoder
+from actors.llm.transport import CORE_ERRORS, as_httpx_error
 
-__all__ = ["DRAIN_SECONDS", "read_chunks"]
+__all__ = ["DRAIN_SECONDS", "StreamedResponse", "read_chunks"]
 
 DRAIN_SECONDS: Final = 0.1
 """How long the body after ``[DONE]`` may take to drain before the response is closed."""
 
 _DONE: Final = b"[DONE]"
-_TRANSPORT_ERRORS: Final = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
+_TRANSPORT_ERRORS: Final = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream, *CORE_ERRORS)
 
 
-async def read_chunks(response: httpx2.Response) -> AsyncGenerator[list[Chunk | Any], None]:
+class StreamedResponse(Protocol):
+    """What is read of a response: an ``httpx2.Response``, or a
+    :class:`~actors.llm.transport.Reply` straight from the connection pool."""
+
+    @property
+    def http_version(self) -> str: ...
+
+    @property
+    def request(self) -> httpx2.Request: ...
+
+    def aiter_bytes(self) -> AsyncGenerator[bytes, None]: ...
+
+
+async def read_chunks(response: StreamedResponse) -> AsyncGenerator[list[Chunk | Any], None]:
     """The chunks of each network read that completed any (never an empty batch).
 
     Close the generator (``contextlib.aclosing``) and the response when done with them.
@@ -73,6 +87,11 @@ async def read_chunks(response: httpx2.Response) -> AsyncGenerator[list[Chunk | 
                 return
     except httpx2.TimeoutException as exc:
         raise openai.APITimeoutError(request=response.request) from exc
+    except CORE_ERRORS as exc:  # from the pool's own iterator: as httpx2 would raise them
+        cause = as_httpx_error(exc)
+        if isinstance(cause, httpx2.TimeoutException):
+            raise openai.APITimeoutError(request=response.request) from cause
+        raise openai.APIConnectionError(request=response.request) from cause
     except _TRANSPORT_ERRORS as exc:
         raise openai.APIConnectionError(request=response.request) from exc
     finally:
