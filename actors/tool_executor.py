@@ -6,7 +6,11 @@ It observes (never answers, so settling publishes do not wait for it) four messa
   cache (``max_cache_hits``, ``cache_ttl_seconds``, ``cache_max_entries``).
 * :class:`~bus.ToolExecute` runs the calls of one reply concurrently (at most
   ``max_parallel_calls`` at a time) and publishes their :class:`~bus.ToolResult` in call
-  order, so a fast second call waits for the first's result to go out.
+  order, so a fast second call waits for the first's result to go out. A reply whose
+  every call is answered at once (a plain-``def`` tool, a cache hit, an unknown tool; no
+  call waiting for an identical one in flight) is answered inside the handler, in call
+  order, with ``publish_nowait``: no worker, no task switch (see :class:`Tool
+  <actors.tools.registry.Tool>` for what a plain-``def`` tool must be).
 * :class:`~bus.ToolsCancel` starts no more calls of that turn, gives running ones
   ``grace_seconds``, then cancels them. Every call still gets exactly one result: finished
   ones keep theirs, the others are ``aborted`` with ``executed=False``.
@@ -45,7 +49,7 @@ from anyio.abc import TaskStatus
 from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.tools.cache import CacheSettings, ResultCache
 from actors.tools.context import ToolContext
-from actors.tools.invoke import Outcome, invoke, timed_out, unknown_tool
+from actors.tools.invoke import Outcome, invoke, invoke_now, timed_out, unknown_tool
 from actors.tools.limits import ToolExecutorSettings
 from actors.tools.registry import Tool, ToolRegistry
 from actors.workers import Workers
@@ -103,11 +107,13 @@ class _Slot:
         "ready",
         "result",
         "scope",
+        "tool",
     )
 
     def __init__(self, call: ToolCall, fingerprint: str) -> None:
         self.call = call
         self.fingerprint = fingerprint
+        self.tool: Tool[Any] | None = None  # None: not registered or not enabled
         self._finished = False
         self._waiters: asyncio.Event | None = None  # made only if someone waits
         self.result: ToolResult | None = None
@@ -149,13 +155,17 @@ class _Batch:
 
     def __init__(self, msg: ToolExecute, max_parallel: int) -> None:
         self.turn = msg.turn
-        prints = msg.fingerprints
-        self.slots = tuple(
-            _Slot(
-                call, prints[i] if i < len(prints) else fingerprint_call(call.name, call.arguments)
+        calls, prints = msg.calls, msg.fingerprints
+        if len(calls) == 1 and prints:  # the common case, without a generator
+            self.slots: tuple[_Slot, ...] = (_Slot(calls[0], prints[0]),)
+        else:
+            self.slots = tuple(
+                _Slot(
+                    call,
+                    prints[i] if i < len(prints) else fingerprint_call(call.name, call.arguments),
+                )
+                for i, call in enumerate(calls)
             )
-            for i, call in enumerate(msg.calls)
-        )
         self._max_parallel = max_parallel
         self._limiter: anyio.CapacityLimiter | None = None
         self.abort_deadline = math.inf
@@ -260,6 +270,11 @@ class ToolExecutor:
         """Pool workers running a batch now (idle ones wait for the next batch)."""
         return self._workers.busy() if self._workers is not None else 0
 
+    def workers_started(self) -> int:
+        """Pool workers started since :meth:`run` began (batches answered inside the
+        handler start none)."""
+        return self._workers.started if self._workers is not None else 0
+
     def cache_statistics(self) -> ToolCacheStatistics:
         """Cached results held now (every run), and hits, misses and loops so far."""
         entries = sum(len(run.cache) for run in self._runs.values())
@@ -302,7 +317,8 @@ class ToolExecutor:
     def _execute(self, msg: ToolExecute) -> None:
         batch = _Batch(msg, self._settings.max_parallel_calls)
         run = self._runs.get(msg.run_id)
-        if run is None or self._workers is None:
+        workers = self._workers
+        if run is None or workers is None:
             for slot in batch.slots:
                 outcome = Outcome(
                     f"run {msg.run_id!r} is not known to the tool executor",
@@ -312,9 +328,11 @@ class ToolExecutor:
                 )
                 self._bus.publish_nowait(self._result(msg.run_id, batch, slot, outcome, 0.0))
             return
+        if self._plan(run, batch):
+            self._run_now(run, batch)
+            return
         run.batches.append(batch)
-        self._plan_cache(run, batch)
-        self._workers.submit(partial(self._run_batch, run, batch))
+        workers.submit(partial(self._run_batch, run, batch))
 
     # ------------------------------------------------------------------ result cache
 
@@ -324,20 +342,35 @@ class ToolExecutor:
         settings = CacheSettings(msg.max_cache_hits, msg.cache_ttl_seconds, msg.cache_max_entries)
         return ResultCache(settings, clock=self._clock)
 
-    def _tool(self, run: _Run, name: str) -> Tool[Any] | None:
-        return self._registry.get(name) if name in run.enabled else None
-
-    def _plan_cache(self, run: _Run, batch: _Batch) -> None:
-        """Decide, in call order and before anything runs, which calls the cache answers."""
+    def _plan(self, run: _Run, batch: _Batch) -> bool:
+        """Find each call's tool and decide, in call order and before anything runs, which
+        calls the cache answers. True when every call can be answered now, without an
+        await: a plain-``def`` tool, an answer ready (a hit, a refused loop) or no tool,
+        and no call waiting for an identical one in flight."""
+        registry, enabled = self._registry, run.enabled
+        now = True
+        side_effects = False
+        for slot in batch.slots:
+            name = slot.call.name
+            tool = slot.tool = registry.get(name) if name in enabled else None
+            if tool is not None:
+                side_effects = side_effects or not tool.idempotent
+                now = now and tool.inline
         if not run.cache.enabled:
-            return
-        tools = [self._tool(run, slot.call.name) for slot in batch.slots]
-        if any(tool is not None and not tool.idempotent for tool in tools):
+            return now
+        if side_effects:
             run.cache.clear()
             batch.stores = False
-        for slot, tool in zip(batch.slots, tools, strict=True):
-            if tool is not None and tool.idempotent:
+        now = True
+        for slot in batch.slots:
+            tool = slot.tool
+            if tool is None:
+                continue
+            if tool.idempotent:
                 self._claim(run, batch, slot)
+            if slot.leader is not None or (slot.ready is None and not tool.inline):
+                now = False
+        return now
 
     def _claim(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
         """Answer ``slot`` from the cache, refuse it as a loop, make it wait for the
@@ -392,6 +425,35 @@ class ToolExecutor:
             executed=False,
         )
 
+    def _run_now(self, run: _Run, batch: _Batch) -> None:
+        """Answer every call of ``batch`` here, in call order (see :meth:`_plan`)."""
+        run_id = run.ctx.run_id
+        publish = self._bus.publish_nowait
+        try:
+            for slot in batch.slots:
+                started = time.monotonic()
+                outcome = slot.ready
+                if outcome is None:
+                    tool = slot.tool
+                    if tool is None:
+                        outcome = self._unknown(run, slot.call.name)
+                    else:
+                        max_chars = self._settings.max_result_chars
+                        outcome = invoke_now(
+                            tool, slot.call.arguments, run.ctx, max_chars=max_chars
+                        )
+                    self._fill(run, batch, slot, outcome)
+                duration = time.monotonic() - started
+                publish(self._result(run_id, batch, slot, outcome, duration))
+        except BaseException:  # not from a tool (invoke_now answers those): let no call
+            for slot in batch.slots:  # that never ran keep identical later calls waiting
+                if run.in_flight.get(slot.fingerprint) is slot:
+                    del run.in_flight[slot.fingerprint]
+            raise
+
+    def _unknown(self, run: _Run, name: str) -> Outcome:
+        return unknown_tool(name, (n for n in run.enabled if n in self._registry))
+
     async def _wait_for_leader(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
         while slot.leader is not None:
             await slot.leader.wait_done()
@@ -407,10 +469,13 @@ class ToolExecutor:
     # ------------------------------------------------------------------ calls
 
     async def _run_batch(self, run: _Run, batch: _Batch) -> None:
-        if len(batch.slots) == 1:
-            await self._run_single(run, batch)
-            return
         try:
+            if len(batch.slots) == 1:  # the common case: run it in this task, no task group
+                slot = batch.slots[0]
+                await self._run_call(run, batch, slot)
+                if slot.result is not None and not batch.silent:
+                    await self._bus.publish(slot.result)
+                return
             async with anyio.create_task_group() as tg:
                 for slot in batch.slots:
                     tg.start_soon(self._run_call, run, batch, slot)
@@ -422,21 +487,11 @@ class ToolExecutor:
             if batch in run.batches:
                 run.batches.remove(batch)
 
-    async def _run_single(self, run: _Run, batch: _Batch) -> None:
-        """A batch of one call (the common case): run it in this task, no task group."""
-        slot = batch.slots[0]
-        try:
-            await self._run_call(run, batch, slot)
-            if slot.result is not None and not batch.silent:
-                await self._bus.publish(slot.result)
-        finally:
-            if batch in run.batches:
-                run.batches.remove(batch)
-
     async def _run_call(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
         started = time.monotonic()
         try:
-            await self._wait_for_leader(run, batch, slot)
+            if slot.leader is not None:
+                await self._wait_for_leader(run, batch, slot)
             outcome = slot.ready
             if outcome is None:
                 if len(batch.slots) == 1:  # max_parallel_calls >= 1: the limiter never waits
@@ -464,9 +519,13 @@ class ToolExecutor:
         call = slot.call
         if batch.reason is not None:
             return _aborted(call, f"before it started: {batch.reason}")
-        tool = self._tool(run, call.name)
+        tool = slot.tool
         if tool is None:
-            return unknown_tool(call.name, (n for n in run.enabled if n in self._registry))
+            return self._unknown(run, call.name)
+        if tool.inline:  # nothing to cancel or time out: no scope
+            return invoke_now(
+                tool, call.arguments, run.ctx, max_chars=self._settings.max_result_chars
+            )
         outcome: Outcome | None = None
         timeout = tool.timeout_seconds or run.timeout or self._settings.default_timeout_seconds
         # One scope for both limits (a scope costs as much as the rest of a quick call):

@@ -140,12 +140,14 @@ async def guard_loop(runs: int, turns: int) -> Sample:
 # ------------------------------------------------------------------ loopfuse
 
 
-async def _echo(arguments: dict[str, Any], ctx: ToolContext) -> str:
+def _echo(arguments: dict[str, Any], ctx: ToolContext) -> str:
     return str(arguments.get("text", ""))
 
 
 def echo_tool() -> Tool[dict[str, Any]]:
-    """The trivial ``echo`` tool: returns its ``text`` argument."""
+    """The trivial ``echo`` tool: returns its ``text`` argument. A plain function, as the
+    bare loop's inline code is: the executor answers it inside its handler, no task switch
+    (``bench.tool_executor`` measures an ``async def`` echo beside it)."""
     return Tool.from_json_schema(
         ECHO_TOOL,
         "Return the text it is given.",

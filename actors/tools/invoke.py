@@ -3,12 +3,15 @@
 Arguments are decoded and validated, the tool runs under its deadline, and whatever
 happens becomes an :class:`Outcome`: the text the model reads, whether it is an error and
 of which kind. Cancellation from outside (an abort) is the one thing that passes through.
+A plain-``def`` tool (:attr:`Tool.inline <actors.tools.registry.Tool.inline>`) runs with
+:func:`invoke_now`, synchronously, to the same outcomes (it has no deadline).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, NamedTuple
+import inspect
+from collections.abc import Awaitable, Iterable
+from typing import Any, NamedTuple, cast
 
 import anyio
 import anyio.lowlevel
@@ -17,7 +20,7 @@ from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
 from actors.tools.registry import Tool
 
-__all__ = ["Outcome", "cap_text", "invoke", "timed_out", "unknown_tool"]
+__all__ = ["Outcome", "cap_text", "invoke", "invoke_now", "timed_out", "unknown_tool"]
 
 
 class Outcome(NamedTuple):
@@ -56,8 +59,11 @@ async def invoke(
     """Run ``tool`` on ``arguments`` within ``time_limit`` seconds; cut text at ``max_chars``.
 
     With ``time_limit=None`` the caller enforces the limit with a cancel scope of its own
-    (the tool executor folds it into the scope it needs anyway).
+    (the tool executor folds it into the scope it needs anyway). A plain-``def`` tool runs
+    as :func:`invoke_now` does, without a limit.
     """
+    if tool.inline:
+        return invoke_now(tool, arguments, ctx, max_chars=max_chars)
     try:
         params = tool.decode(arguments)
     except ToolError as exc:
@@ -66,10 +72,10 @@ async def invoke(
     content: object = None
     try:
         if time_limit is None:
-            content = await tool.fn(params, ctx)
+            content = await cast("Awaitable[str]", tool.fn(params, ctx))
         else:
             with anyio.move_on_after(time_limit) as scope:
-                content = await tool.fn(params, ctx)
+                content = await cast("Awaitable[str]", tool.fn(params, ctx))
             timed_out_now = scope.cancelled_caught
     except ToolError as exc:
         return Outcome(cap_text(exc.message, max_chars), is_error=True, error_kind=exc.kind)
@@ -77,17 +83,49 @@ async def invoke(
         # A real cancellation is level-triggered: the checkpoint raises it again. Getting
         # past it means the tool raised a cancellation exception of its own.
         await anyio.lowlevel.checkpoint()
-        text = f"{tool.name} failed: it raised {type(exc).__name__} without being cancelled"
-        return Outcome(text, is_error=True, error_kind="exception")
+        return _raised_cancel(tool, exc)
     except Exception as exc:
-        text = f"{tool.name} failed: {type(exc).__name__}: {exc}"
-        return Outcome(cap_text(text, max_chars), is_error=True, error_kind="exception")
+        return _failed(tool, exc, max_chars)
     if timed_out_now and time_limit is not None:
         return timed_out(tool.name, time_limit)
-    if not isinstance(content, str):
-        text = f"{tool.name} failed: it returned {type(content).__name__}, not text"
-        return Outcome(text, is_error=True, error_kind="exception")
-    return Outcome(cap_text(content, max_chars))
+    return _returned(tool, content, max_chars)
+
+
+def invoke_now(tool: Tool[Any], arguments: str, ctx: ToolContext, *, max_chars: int) -> Outcome:
+    """Run the plain-``def`` ``tool`` on ``arguments`` now: :func:`invoke`'s outcomes, no
+    await, no deadline (nothing can cancel it while it runs)."""
+    try:
+        params = tool.decode(arguments)
+    except ToolError as exc:
+        return Outcome(exc.message, is_error=True, error_kind=exc.kind, executed=False)
+    try:
+        content: object = tool.fn(params, ctx)
+    except ToolError as exc:
+        return Outcome(cap_text(exc.message, max_chars), is_error=True, error_kind=exc.kind)
+    except Exception as exc:
+        return _failed(tool, exc, max_chars)
+    except anyio.get_cancelled_exc_class() as exc:  # no await in it: never a real cancel
+        return _raised_cancel(tool, exc)
+    return _returned(tool, content, max_chars)
+
+
+def _returned(tool: Tool[Any], content: object, max_chars: int) -> Outcome:
+    if isinstance(content, str):
+        return Outcome(cap_text(content, max_chars))
+    if inspect.iscoroutine(content):  # a plain callable returning one: never awaited
+        content.close()
+    text = f"{tool.name} failed: it returned {type(content).__name__}, not text"
+    return Outcome(text, is_error=True, error_kind="exception")
+
+
+def _failed(tool: Tool[Any], exc: Exception, max_chars: int) -> Outcome:
+    text = f"{tool.name} failed: {type(exc).__name__}: {exc}"
+    return Outcome(cap_text(text, max_chars), is_error=True, error_kind="exception")
+
+
+def _raised_cancel(tool: Tool[Any], exc: BaseException) -> Outcome:
+    text = f"{tool.name} failed: it raised {type(exc).__name__} without being cancelled"
+    return Outcome(text, is_error=True, error_kind="exception")
 
 
 def _valid_utf8(text: str) -> str:

@@ -1,7 +1,8 @@
 """Tools and the registry that holds them.
 
-A :class:`Tool` pairs a name and description with a parameters type and an async function
-``(params, ctx) -> str``. Parameters are a frozen msgspec Struct with
+A :class:`Tool` pairs a name and description with a parameters type and a function
+``(params, ctx) -> str``: an ``async def``, or a plain ``def`` for a quick, pure tool (the
+executor runs it at once, inside its bus handler). Parameters are a frozen msgspec Struct with
 ``forbid_unknown_fields=True``; the JSON schema sent to the model is generated from it
 (:func:`~actors.tools.schema.parameters_schema`). Tools defined by data (the simulator's
 scenario files) give a raw JSON schema instead and receive the decoded ``dict``.
@@ -9,6 +10,7 @@ scenario files) give a raw JSON schema instead and receive the decoded ``dict``.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
@@ -23,7 +25,8 @@ from bus import ToolSpec
 __all__ = ["Tool", "ToolFn", "ToolRegistry"]
 
 P = TypeVar("P")
-ToolFn = Callable[[P, ToolContext], Awaitable[str]]
+ToolFn = Callable[[P, ToolContext], Awaitable[str]] | Callable[[P, ToolContext], str]
+"""A tool's function: ``async (params, ctx) -> str``, or a plain ``(params, ctx) -> str``."""
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ENCODE = msgspec.json.Encoder(order="sorted").encode
@@ -35,14 +38,25 @@ class Tool(Generic[P]):
 
     :param name: what the model calls it (``[A-Za-z0-9_-]{1,64}``).
     :param params: a frozen msgspec Struct with ``forbid_unknown_fields=True``.
-    :param fn: ``async (params, ctx) -> str``; raise :class:`ToolError` to answer with an
-        error.
+    :param fn: ``async (params, ctx) -> str``, or a plain ``def (params, ctx) -> str``; raise
+        :class:`ToolError` to answer with an error (any other exception is an error result
+        too, the same for both kinds).
     :param idempotent: calling it twice with the same arguments gives the same result
         without side effects (a result cache may reuse it).
     :param timeout_seconds: deadline of one call; ``None`` takes the executor's default.
+        Only for ``async def`` tools.
     :param finishes_stage: the conductor ends the stage after this tool ran.
-    :raises ValueError: on a bad name or a parameters type that is not a frozen Struct
-        forbidding unknown fields.
+    :raises ValueError: on a bad name, a parameters type that is not a frozen Struct
+        forbidding unknown fields, or ``timeout_seconds`` given to a plain ``def``.
+
+    A plain ``def`` (told apart with :func:`inspect.iscoroutinefunction` here, once;
+    :attr:`inline` says which) runs without a task switch: when every call of a reply is
+    of such tools (or answered from the result cache), the executor runs them inside its
+    bus handler and publishes their results at once. It blocks the event loop while it
+    runs, so it cannot be cancelled (an abort waits for it) nor timed out, and every other
+    run waits meanwhile: **keep it quick and pure** (no I/O, no sleeping, no heavy work);
+    anything that waits or may hang is an ``async def``. A plain callable that returns an
+    awaitable is a mistake: its call is an error result (it returned a coroutine, not text).
     """
 
     __slots__ = (
@@ -51,6 +65,7 @@ class Tool(Generic[P]):
         "finishes_stage",
         "fn",
         "idempotent",
+        "inline",
         "name",
         "schema",
         "spec",
@@ -147,10 +162,17 @@ class Tool(Generic[P]):
             raise ValueError(f"tool name {name!r} must match {_NAME.pattern}")
         if timeout_seconds is not None and not timeout_seconds > 0:
             raise ValueError(f"tool {name!r}: timeout_seconds must be positive")
+        inline = not _is_async(fn)
+        if inline and timeout_seconds is not None:
+            raise ValueError(
+                f"tool {name!r}: timeout_seconds needs an async def function (a plain def "
+                "runs to its end inside the executor and cannot be timed out)"
+            )
         self.name = name
         self.description = description
         self.schema = schema
         self.fn = fn
+        self.inline = inline  # a plain def: run at once, no task, no deadline
         self._decode = decode
         self.idempotent = idempotent
         self.timeout_seconds = timeout_seconds
@@ -176,6 +198,14 @@ class Tool(Generic[P]):
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+def _is_async(fn: object) -> bool:
+    """Whether calling ``fn`` gives a coroutine: an ``async def`` function, method or
+    :func:`functools.partial` of one, or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    return callable(fn) and inspect.iscoroutinefunction(type(fn).__call__)
 
 
 class ToolRegistry:
