@@ -7,8 +7,10 @@ same one (:mod:`actors.llm.clients`); loopfuse retries itself so every attempt i
 through its client's connection pool with the headers the SDK built for that client
 (:mod:`actors.llm.transport`); the body is encoded by msgspec and the streamed reply read
 by :mod:`actors.llm.stream`.
-Each request runs in its own task of the caller's task group, under an absolute deadline
-(keep-alive bytes do not extend it) and its own cancel scope (:class:`bus.ModelCancel`).
+Each request runs in a worker task of the caller's task group (:mod:`actors.workers`: a
+task is reused, not started per request), under one cancel scope of its own that carries
+its absolute deadline (keep-alive bytes do not extend it) and is cancelled by
+:class:`bus.ModelCancel`.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import aclosing
+from functools import partial
 from typing import Any, Final, NamedTuple, assert_never
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.chunks import decode_completion
@@ -31,6 +34,7 @@ from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
 from actors.llm.transport import RUN_ID_HEADER
 from actors.llm.wire import ToolSchemaError, WireTools, estimate_usage, prompt_chars, wire_messages
+from actors.workers import Workers
 from bus import Bus, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
 
 __all__ = ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
@@ -104,7 +108,7 @@ class LLMCaller:
         self._active: dict[tuple[str, int], _Call] = {}
         self._no_escalation: set[str] = set()
         self._clients: Clients | None = None
-        self._tg: TaskGroup | None = None
+        self._workers: Workers | None = None
         self._requests = self._replies = self._final_errors = self._retries = 0
 
     def statistics(self) -> LLMCallerStatistics:
@@ -119,14 +123,17 @@ class LLMCaller:
         clients = self._clients = Clients(self._endpoint)
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
+                self._workers = Workers(tg)
                 task_status.started()
-                await sub.serve(self._handle)
-                for call in list(self._active.values()):
-                    call.cancel("caller stopped")
+                try:
+                    await sub.serve(self._handle)
+                    for call in list(self._active.values()):
+                        call.cancel("caller stopped")
+                finally:
+                    self._workers.close()
         finally:
             self._bus.unsubscribe(sub)
-            self._tg = None
+            self._workers = None
             with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
                 await clients.aclose()
 
@@ -148,20 +155,29 @@ class LLMCaller:
         self._requests += 1
         key = (request.run_id, request.turn)
         call = _Call(request)
-        if key in self._active or self._tg is None:
+        if key in self._active or self._workers is None:
             failure = Failure("bad_request", "a request for this turn is already in flight")
             self._publish_final(call, self._error(call, failure, final=True))
             return
         self._active[key] = call
-        self._tg.start_soon(self._serve, call, name=f"llm_caller {request.run_id}/{request.turn}")
+        self._workers.submit(partial(self._serve, call))
 
     async def _serve(self, call: _Call) -> None:
-        """Answer one request exactly once, whatever happens (cancellation included)."""
+        """Answer one request exactly once, whatever happens (cancellation included).
+
+        ``call.scope`` carries the call's absolute deadline too: caught without a cancel
+        reason, it was the deadline."""
         request = call.request
         try:
+            budget = self._endpoint.call_deadline_seconds
+            if request.deadline_at is not None:
+                budget = min(budget, request.deadline_at - time.time())
+            deadline = call.scope.deadline = anyio.current_time() + budget
             with call.scope:
-                result = await self._with_deadline(call)
+                result = await self._attempts(call, deadline)
                 self._publish_final(call, result)
+            if not call.done and call.cancel_reason is None and call.scope.cancelled_caught:
+                self._publish_final(call, self._deadline_error(call, budget))
             if not call.done:  # ModelCancel, or the caller stopping
                 self._publish_final(call, self._reply(call, aborted=True))
         except Exception as exc:
@@ -185,17 +201,11 @@ class LLMCaller:
             self._final_errors += 1
         self._bus.publish_nowait(msg)
 
-    async def _with_deadline(self, call: _Call) -> ModelReply | ModelError:
-        request = call.request
-        budget = self._endpoint.call_deadline_seconds
-        if request.deadline_at is not None:
-            budget = min(budget, request.deadline_at - time.time())
-        deadline = anyio.current_time() + budget
-        with anyio.CancelScope(deadline=deadline):
-            return await self._attempts(call, deadline)
+    @staticmethod
+    def _deadline_error(call: _Call, budget: float) -> ModelError:
         return ModelError(
-            run_id=request.run_id,
-            turn=request.turn,
+            run_id=call.request.run_id,
+            turn=call.request.turn,
             kind="deadline",
             message=f"no reply within the call deadline of {max(budget, 0.0):.3g}s",
             attempt=max(call.attempts, 1),

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing, contextmanager
 from typing import Any, NamedTuple
 
@@ -73,6 +73,8 @@ class HttpFigures(NamedTuple):
     raw: Sample
     lean: Sample | None = None
     runtime: Sample | None = None
+    reps: Mapping[str, tuple[float, ...]] | None = None
+    """CPU µs per request of every repetition, per workload, in the order measured."""
 
     @property
     def loopfuse_us_per_request(self) -> float:
@@ -91,10 +93,28 @@ class HttpFigures(NamedTuple):
         return None if self.runtime is None else self.runtime.cpu_us_per_turn
 
     @property
+    def client_pairs(self) -> tuple[float, ...]:
+        """Loopfuse minus its runtime alone, repetition by repetition (the two measured
+        back to back, so a slow stretch of the machine weighs on both)."""
+        reps = self.reps or {}
+        loopfuse, runtime = reps.get("loopfuse", ()), reps.get("runtime", ())
+        return tuple(a - b for a, b in zip(loopfuse, runtime, strict=False))
+
+    @property
     def client_us_per_request(self) -> float | None:
-        """What the model client adds per request: loopfuse minus its runtime alone."""
+        """What the model client adds per request: the median of :attr:`client_pairs`
+        (loopfuse minus its runtime alone when the repetitions are not kept)."""
+        pairs = sorted(self.client_pairs)
+        if pairs:
+            return pairs[len(pairs) // 2]
         runtime = self.runtime_us_per_request
         return None if runtime is None else self.loopfuse_us_per_request - runtime
+
+    def spread(self, name: str) -> tuple[float, float] | None:
+        """The lowest and highest CPU µs per request of ``name`` (a workload or
+        ``"client"``) over the repetitions."""
+        values = self.client_pairs if name == "client" else (self.reps or {}).get(name, ())
+        return (min(values), max(values)) if values else None
 
 
 def _free_port() -> int:
@@ -288,7 +308,10 @@ async def measure_http(base_url: str, runs: int = 50, *, reps: int = 1) -> HttpF
     for _ in range(reps):
         for name, workload in WORKLOADS.items():
             got[name].append(await workload(base_url, runs))
-    return HttpFigures(**{name: _median(samples) for name, samples in got.items()})
+    return HttpFigures(
+        **{name: _median(samples) for name, samples in got.items()},
+        reps={name: tuple(s.cpu_us_per_turn for s in samples) for name, samples in got.items()},
+    )
 
 
 def _sample_stream(words: int = 20) -> bytes:
@@ -411,16 +434,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(msgspec.json.encode(row).decode())
         return 0
-    print(f"client CPU per request, {args.runs} concurrent runs, median of {args.reps}:")
+    print(
+        f"client CPU per request, {args.runs} concurrent runs, "
+        f"median (min-max) of {args.reps} alternating repetitions:"
+    )
     labels = {
         "loopfuse_us_per_request": "loopfuse (runtime + LLM caller over HTTP)",
         "runtime_us_per_request": "loopfuse runtime alone (in-process model)",
-        "client_us_per_request": "the model client's share (the difference)",
+        "client_us_per_request": "the model client's share (paired difference)",
         "raw_openai_us_per_request": "raw AsyncOpenAI create(stream=True)",
         "lean_openai_us_per_request": "bare loop on loopfuse's transport + stream reader",
     }
     for key, label in labels.items():
-        print(f"  {label:50} {row[key] or 0.0:8,.0f} µs")
+        name = key.removesuffix("_us_per_request").removesuffix("_openai")
+        low, high = figures.spread(name) or (0.0, 0.0)
+        print(f"  {label:50} {row[key] or 0.0:8,.0f} µs  ({low:,.0f}-{high:,.0f})")
     return 0
 
 
