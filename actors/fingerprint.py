@@ -9,44 +9,45 @@ It never raises: arguments that are not JSON hash as their raw text.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+import math
 
 import msgspec
 
 __all__ = ["canonical_arguments", "fingerprint_call", "fingerprint_result"]
 
-_decode = msgspec.json.Decoder().decode
-_encoder = msgspec.json.Encoder(order="sorted")
+_INTEGRAL_LIMIT = 2**53
 
 
-def _normalise(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _normalise(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_normalise(item) for item in value]
+def _float(text: str) -> float | int:
+    """A JSON float literal as the canonical form has it: integral values as integers."""
+    value = float(text)
+    if value.is_integer():
+        return int(value) if abs(value) < _INTEGRAL_LIMIT else value
+    if math.isinf(value):  # as msgspec's own float parsing: out of range
+        raise ValueError("Number out of range")
     return value
+
+
+# Floats are normalised as they are decoded (float_hook): no second walk over the value.
+_decode = msgspec.json.Decoder(float_hook=_float).decode
+_encoder = msgspec.json.Encoder(order="sorted")
 
 
 def canonical_arguments(arguments: str) -> bytes:
     """The canonical JSON of ``arguments`` (raw text tagged as such when not JSON)."""
     try:
-        return _encoder.encode(_normalise(_decode(arguments)))
+        return _encoder.encode(_decode(arguments))
     except (msgspec.DecodeError, msgspec.EncodeError, RecursionError, ValueError, TypeError):
         return b"raw:" + arguments.encode("utf-8", "surrogatepass")
 
 
 def fingerprint_call(tool: str, arguments: str) -> str:
     """Hex SHA-256 of ``tool`` and its canonical arguments."""
-    digest = hashlib.sha256(tool.encode("utf-8", "surrogatepass"))
-    digest.update(b"\x00")
-    digest.update(canonical_arguments(arguments))
-    return digest.hexdigest()
+    key = b"%b\x00%b" % (tool.encode("utf-8", "surrogatepass"), canonical_arguments(arguments))
+    return hashlib.sha256(key).hexdigest()
 
 
 def fingerprint_result(content: str, *, is_error: bool = False) -> str:
     """Hex SHA-256 of a tool result (errors and successes never collide)."""
-    digest = hashlib.sha256(b"error:" if is_error else b"ok:")
-    digest.update(content.encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()
+    prefix = b"error:" if is_error else b"ok:"
+    return hashlib.sha256(prefix + content.encode("utf-8", "surrogatepass")).hexdigest()

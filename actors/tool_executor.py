@@ -284,6 +284,8 @@ class ToolExecutor:
 
     def _handle(self, msg: _Handled) -> None:
         match msg:
+            case ToolExecute():  # the busy one first
+                self._execute(msg)
             case RunStarted():
                 if msg.run_id not in self._runs:
                     ctx = ToolContext(
@@ -299,8 +301,6 @@ class ToolExecutor:
                     self._runs[msg.run_id] = _Run(
                         ctx, enabled, self._new_cache(msg), msg.tool_timeout_seconds
                     )
-            case ToolExecute():
-                self._execute(msg)
             case ToolsCancel():
                 if run := self._runs.get(msg.run_id):
                     for batch in run.batches:

@@ -19,7 +19,7 @@ import msgspec
 
 from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
-from actors.tools.schema import check_arguments, inline_refs, parameters_schema
+from actors.tools.schema import argument_checker, inline_refs, parameters_schema
 from bus import ToolSpec
 
 __all__ = ["Tool", "ToolFn", "ToolRegistry"]
@@ -124,10 +124,12 @@ class Tool(Generic[P]):
         if flat.get("type") != "object":
             raise ValueError(f"tool {name!r}: parameters schema must have type 'object'")
 
+        check = argument_checker(flat)
+
         def decode(arguments: bytes) -> dict[str, Any]:
             value = _DECODE_ANY(arguments)
             try:
-                check_arguments(flat, value)
+                check(value)
             except ValueError as exc:
                 raise msgspec.ValidationError(str(exc)) from None
             assert isinstance(value, dict)

@@ -7,11 +7,12 @@ schema and drops the ``title`` keys msgspec adds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-__all__ = ["check_arguments", "inline_refs", "parameters_schema"]
+__all__ = ["argument_checker", "check_arguments", "inline_refs", "parameters_schema"]
 
 _REF_PREFIX = "#/$defs/"
 _NAME_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
@@ -102,6 +103,57 @@ def check_arguments(schema: dict[str, Any], arguments: Any) -> None:
         if kinds and not any(_is_type(value, kind) for kind in kinds):
             wanted = " | ".join(f"`{kind}`" for kind in kinds)
             raise ValueError(f"Expected {wanted}, got `{_json_type(value)}` - at `$.{name}`")
+
+
+def argument_checker(schema: dict[str, Any]) -> Callable[[Any], None]:
+    """:func:`check_arguments` against ``schema``, with what it reads of the schema read
+    once: the same checks in the same order, the same messages. A schema whose parts are
+    not what a JSON schema has there (``properties`` not an object, ...) is checked by
+    :func:`check_arguments` itself at each call, as before.
+    """
+    try:
+        properties = schema.get("properties", {})
+        required = tuple(schema.get("required", ()))
+        closed = schema.get("additionalProperties", True) is False
+        fields: dict[str, tuple[tuple[type, ...], bool, str] | None] = {}
+        for name, field in properties.items():
+            if field is None:
+                continue  # read as no schema for the field: an unknown field
+            expected = field.get("type") if isinstance(field, dict) else None
+            kinds = [expected] if isinstance(expected, str) else list(expected or ())
+            if not kinds:
+                fields[name] = None  # any value
+                continue
+            types = tuple(t for kind in kinds for t in _JSON_TYPES.get(kind, (object,)))
+            takes_bool = any(_is_type(True, kind) for kind in kinds)
+            fields[name] = (types, takes_bool, " | ".join(f"`{kind}`" for kind in kinds))
+    except (AttributeError, TypeError):
+
+        def check_each_time(arguments: Any) -> None:
+            check_arguments(schema, arguments)
+
+        return check_each_time
+
+    def check(arguments: Any) -> None:
+        if not isinstance(arguments, dict):
+            raise ValueError(f"Expected `object`, got `{_json_type(arguments)}`")
+        for name in required:
+            if name not in arguments:
+                raise ValueError(f"Object missing required field `{name}`")
+        for name, value in arguments.items():
+            if name not in fields:
+                if closed:
+                    raise ValueError(f"Object contains unknown field `{name}`")
+                continue
+            field = fields[name]
+            if field is None:
+                continue
+            types, takes_bool, wanted = field
+            if takes_bool if isinstance(value, bool) else isinstance(value, types):
+                continue
+            raise ValueError(f"Expected {wanted}, got `{_json_type(value)}` - at `$.{name}`")
+
+    return check
 
 
 def _is_type(value: Any, kind: str) -> bool:
