@@ -291,3 +291,17 @@ async def test_the_caller_reports_a_status_error_as_before_and_scrubs_the_key() 
     assert "sk-secret" not in final.message
     assert final.message == "Incorrect API key provided: ***"
     assert dict(app.seen[0][1])["x-loopfuse-run-id"] == "r1"
+
+
+@pytest.mark.asyncio
+async def test_a_closed_client_refuses_as_httpx2_does() -> None:
+    app = Server((200, SSE, OK_STREAM))
+    async with open_server(app) as url:
+        pool = Clients(EndpointSettings(base_url=url, api_key="k"))
+        transport = pool.transport_for_run("r")
+        with anyio.fail_after(WAIT):
+            assert await read_text(await transport.post(b"{}", "r", stream=True)) == "hi"
+            await pool.aclose()
+            with pytest.raises(RuntimeError, match="closed"):
+                await transport.post(b"{}", "r", stream=True)
+    assert len(app.seen) == 1

@@ -152,7 +152,8 @@ class ChatTransport:
         if not self._ready:
             await self._prepare()
         pool = self._pool
-        if pool is None or self._client._client.cookies:
+        http = self._client._client
+        if pool is None or http.cookies or http.is_closed:  # closed: httpx2 raises as before
             return await self._sdk_post(body, run_id, stream=stream)
         headers = [
             *self._before,
