@@ -102,7 +102,9 @@ class _Run:
     window: int
     stale: bool = False
     stopped: bool = False
-    sent: Estimate | None = None
+    sent_tokens: int = 0
+    """The estimate of the last request sent, not yet answered (0: none)."""
+    sent_floor: int = 0
     sent_turn: int = 0
     pending: Span | None = None
     recovery_turn: int = 0
@@ -177,15 +179,13 @@ class ContextGatekeeper:
     # ------------------------------------------------------------------ handling
 
     def _handle(self, msg: _Message) -> None:
+        # Every turn's three first: a case that misses costs an isinstance check.
         match msg:
-            case RunStarted():
-                self._start(msg)
-            case RunFinished():
-                self._runs.pop(msg.run_id, None)
             case TurnStarted():
                 run = self._runs.get(msg.run_id)
                 if run is not None and not run.stopped:
-                    self._sync(run, msg.appended, msg.prompt_messages, max(msg.turn - 1, 0))
+                    turn = msg.turn - 1 if msg.turn > 1 else 0  # the turn that added them
+                    self._sync(run, msg.appended, msg.prompt_messages, turn)
                     self._check(run, msg)
             case ModelRequest():
                 run = self._runs.get(msg.run_id)
@@ -195,6 +195,10 @@ class ContextGatekeeper:
                 run = self._runs.get(msg.run_id)
                 if run is not None:
                     self._replied(run, msg)
+            case RunStarted():
+                self._start(msg)
+            case RunFinished():
+                self._runs.pop(msg.run_id, None)
             case PromptRejected():
                 run = self._runs.get(msg.run_id)
                 if run is not None and not run.stopped:
@@ -227,7 +231,7 @@ class ContextGatekeeper:
     ) -> None:
         """Add the reported messages the ledger does not have yet (aligned by position)."""
         first = prompt_messages - len(appended)
-        skip = len(run.ledger) - first
+        skip = len(run.ledger.entries) - first
         if run.stale or first < 0 or skip < 0 or skip > len(appended):
             if not run.stale:
                 logger.warning(
@@ -244,14 +248,15 @@ class ContextGatekeeper:
     # ------------------------------------------------------------------ before a request
 
     def _prompt(self, run: _Run) -> int:
-        raw = run.ledger.total.tokens + run.tools.tokens
+        raw = run.ledger.tokens + run.tools.tokens
         return self.calibration.apply(run.model, raw)
 
     def _check(self, run: _Run, msg: TurnStarted) -> None:
         if run.stale:
             return
-        policy, limit = run.policy, run.limit
-        prompt = self._prompt(run)
+        policy = run.policy
+        limit = run.window - policy.safety_buffer - policy.output_reserve  # run.limit, sooner
+        prompt = self.calibration.apply(run.model, run.ledger.tokens + run.tools.tokens)
         if policy.collapse_at and prompt > policy.collapse_at * limit:
             excess = prompt - policy.collapse_to * limit
             needed = math.ceil(excess / self.calibration.ratio(run.model))
@@ -330,45 +335,47 @@ class ContextGatekeeper:
                 ledger.splice(span.start, span.end, summary, span.last_turn)
             else:
                 run.stale = True
-        if run.stale or len(msg.messages) < len(ledger):
+        known = len(ledger.entries)
+        if run.stale or len(msg.messages) < known:
             # Out of step (should not happen): count the request afresh, once.
             self._resyncs += 1
             ledger.reset()
             ledger.extend(msg.messages, msg.turn)
             run.stale = False
-        else:
-            ledger.extend(msg.messages[len(ledger) :], msg.turn)
-        run.sent = ledger.total + run.tools
+        elif len(msg.messages) > known:  # nudges (most requests add nothing)
+            ledger.extend(msg.messages[known:], msg.turn)
+        run.sent_tokens = ledger.tokens + run.tools.tokens
+        run.sent_floor = ledger.floor + run.tools.floor
         run.sent_turn = msg.turn
 
     def _replied(self, run: _Run, msg: ModelReplied) -> None:
-        sent, run.sent = run.sent, None
+        sent, floor, run.sent_tokens = run.sent_tokens, run.sent_floor, 0
         usage = msg.usage
-        if sent is None or msg.turn != run.sent_turn or usage.estimated:
+        if not sent or msg.turn != run.sent_turn or usage.estimated:
             return
         reported = usage.prompt_tokens
         if reported <= 0:
             return
-        if reported < run.policy.silent_truncation_ratio * sent.floor:
+        if reported < run.policy.silent_truncation_ratio * floor:
             self._silent += 1
             self._publish(
                 ContextAction(
                     run_id=msg.run_id,
                     turn=msg.turn,
                     kind="silent_truncation",
-                    estimate_tokens=sent.floor,
+                    estimate_tokens=floor,
                     reported_tokens=reported,
                     limit_tokens=run.limit,
                     detail=(
                         f"The endpoint counted {reported:,} prompt tokens where at least "
-                        f"{sent.floor:,} were sent: it probably cut the prompt without an "
+                        f"{floor:,} were sent: it probably cut the prompt without an "
                         "error (Ollama does at num_ctx); the model may not have seen the "
                         "task or the latest results."
                     ),
                 )
             )
             return
-        self.calibration.observe(run.model, sent.tokens, reported)
+        self.calibration.observe(run.model, sent, reported)
 
     # ------------------------------------------------------------------ after a refusal
 

@@ -52,7 +52,9 @@ class Calibration:
         endpoint reported ``reported``. Returns the new ratio."""
         if estimated <= 0 or reported <= 0:
             return self.ratio(model)
-        sample = min(max(reported / estimated, self._low), self._high)
+        sample = reported / estimated  # clamped as min(max(sample, low), high), sooner
+        sample = self._low if sample < self._low else sample
+        sample = self._high if sample > self._high else sample
         found = self._ratios.get(model)
         if found is None:
             self._ratios[model] = _Ratio(sample, 1)
@@ -63,4 +65,5 @@ class Calibration:
 
     def apply(self, model: str, tokens: int) -> int:
         """``tokens`` (an estimate) calibrated for ``model``."""
-        return math.ceil(tokens * self.ratio(model))
+        found = self._ratios.get(model)  # no call to ratio(): this runs before every request
+        return tokens if found is None else math.ceil(tokens * found.value)

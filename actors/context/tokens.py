@@ -32,7 +32,15 @@ import msgspec
 
 from actors.context.images import part_tokens
 from actors.context.windows import Encoding, encoding_for
-from bus import ChatMessage, ContentPart, ImagePart, TextPart, ToolSpec, message_images
+from bus import (
+    IMAGE_MARKER,
+    ChatMessage,
+    ContentPart,
+    ImagePart,
+    TextPart,
+    ToolSpec,
+    message_images,
+)
 
 __all__ = [
     "CALL_OVERHEAD",
@@ -66,9 +74,11 @@ REQUEST_OVERHEAD: Final = 3
 _DIGITS: Final = re.compile(r"\d+")
 
 SHORT_TEXT_CHARS: Final = 48
-"""Texts up to this long have their counts kept (see :func:`bpe_counter`)."""
+"""Texts up to this long have their estimates kept (see :class:`Estimator`)."""
 SHORT_TEXT_CACHE: Final = 8192
-"""Short texts whose counts are kept per vocabulary (the lot is dropped when full)."""
+"""Short texts whose estimates are kept per way of counting (the lot is dropped when full)."""
+TOOL_SETS: Final = 16
+"""Tool sets whose estimates each :class:`Estimator` keeps (the lot is dropped when full)."""
 
 
 class Estimate(msgspec.Struct, frozen=True, gc=False):
@@ -85,6 +95,9 @@ class Estimate(msgspec.Struct, frozen=True, gc=False):
         return Estimate(self.tokens - other.tokens, self.floor - other.floor)
 
 
+_NOTHING: Final = Estimate()
+
+
 @functools.cache
 def bpe_counter(encoding: Encoding) -> TextCounter:
     """A counter for an OpenAI vocabulary from ``bpe-openai`` (its tiktoken-compatible
@@ -96,26 +109,29 @@ def bpe_counter(encoding: Encoding) -> TextCounter:
         warnings.simplefilter("ignore", DeprecationWarning)
         module: Any = importlib.import_module("bpe_openai")
         vocabulary = module.get_encoding(encoding)
-
-    # Short texts (tool names, call ids, small arguments) recur turn after turn: their
-    # counts are kept, which spares the tokenizer most of a turn's calls.
-    short: dict[str, int] = {}
+    encode = vocabulary.encode_ordinary
 
     def count(text: str) -> int:
-        if len(text) > SHORT_TEXT_CHARS:
-            return len(vocabulary.encode_ordinary(text))
-        found = short.get(text)
-        if found is None:
-            if len(short) >= SHORT_TEXT_CACHE:
-                short.clear()
-            found = short[text] = len(vocabulary.encode_ordinary(text))
-        return found
+        return len(encode(text))
 
     return count
 
 
+@functools.cache
+def _short_estimates(encoding: Encoding, exact: bool) -> dict[str, Estimate]:
+    """The estimates of short texts kept for one way of counting (shared by every model
+    that counts that way)."""
+    return {}
+
+
 class Estimator:
     """Estimates prompt pieces for one model.
+
+    Short texts (tool names, call ids, small arguments: up to :data:`SHORT_TEXT_CHARS`)
+    recur turn after turn and across runs, tool sets run after run: with the default
+    counter their estimates are kept (at most :data:`SHORT_TEXT_CACHE` texts per way of
+    counting, :data:`TOOL_SETS` tool sets per estimator; each lot is dropped when full).
+    A ``counter`` passed in is called for every text.
 
     :param counter: counts text in ``encoding`` (default: :func:`bpe_counter`); tests pass
         a spy here.
@@ -127,19 +143,34 @@ class Estimator:
         self.exact = own is not None
         self.encoding: Encoding = own or FALLBACK_ENCODING
         self._counter = counter
+        self._short = _short_estimates(self.encoding, self.exact) if counter is None else None
+        self._tool_sets: dict[tuple[ToolSpec, ...], tuple[Estimate, int]] | None = (
+            {} if counter is None else None
+        )
         self.calls = 0
-        """How many texts were counted (the cost of the estimates, for tests and stats)."""
+        """How many texts were estimated, counted or found kept (for tests and stats)."""
 
     def _count(self, text: str) -> int:
         if self._counter is None:
             self._counter = bpe_counter(self.encoding)
-        self.calls += 1
         return self._counter(text)
 
     def text(self, text: str) -> Estimate:
         """Tokens of ``text``; nothing is counted for an empty text."""
         if not text:
-            return Estimate()
+            return _NOTHING
+        self.calls += 1
+        short = self._short
+        if short is not None and len(text) <= SHORT_TEXT_CHARS:
+            found = short.get(text)
+            if found is None:
+                if len(short) >= SHORT_TEXT_CACHE:
+                    short.clear()
+                found = short[text] = self._estimate(text)
+            return found
+        return self._estimate(text)
+
+    def _estimate(self, text: str) -> Estimate:
         base = self._count(text)
         if self.exact:
             return Estimate(base, base)
@@ -148,52 +179,77 @@ class Estimator:
 
     def message(self, message: ChatMessage) -> Estimate:
         """Tokens of one transcript message with its framing."""
-        total = Estimate(MESSAGE_OVERHEAD, MESSAGE_OVERHEAD)
-        text, parts = message_images(message)
-        if text:
-            total = total + self.text(text)
+        text = self.text
+        tokens = floor = MESSAGE_OVERHEAD
+        content, parts = message.content, message.parts
+        if parts or (content and IMAGE_MARKER in content):  # else no image to take out
+            content, parts = message_images(message)
+        if content:
+            found = text(content)
+            tokens += found.tokens
+            floor += found.floor
         if parts:
-            total = total + self._parts(parts)
+            found = self._parts(parts)
+            tokens += found.tokens
+            floor += found.floor
         if message.name:
-            total = total + self.text(message.name) + Estimate(1, 1)
+            found = text(message.name)
+            tokens += found.tokens + 1
+            floor += found.floor + 1
         if message.tool_call_id:
-            total = total + self.text(message.tool_call_id)
+            found = text(message.tool_call_id)
+            tokens += found.tokens
+            floor += found.floor
         for call in message.tool_calls:
-            total = (
-                total
-                + Estimate(CALL_OVERHEAD, CALL_OVERHEAD)
-                + self.text(call.name)
-                + self.text(call.arguments)
-            )
-        return total
+            name = text(call.name)
+            arguments = text(call.arguments)
+            tokens += CALL_OVERHEAD + name.tokens + arguments.tokens
+            floor += CALL_OVERHEAD + name.floor + arguments.floor
+        return Estimate(tokens, floor)
 
     def _parts(self, parts: Iterable[ContentPart]) -> Estimate:
         """Tokens of content parts: texts counted, images priced by their pixel size
         (:func:`~actors.context.images.part_tokens`), never by the characters of a URL."""
-        total = Estimate()
+        tokens = floor = 0
         for part in parts:
             match part:
                 case TextPart(text=text):
-                    total = total + self.text(text)
+                    found = self.text(text)
+                    tokens += found.tokens
+                    floor += found.floor
                 case ImagePart(image_url=image_url):
                     # Only OpenAI's price of a fixed detail is known; other models (and
                     # "auto", which may pick "low") can charge less: no floor then.
-                    tokens = part_tokens(part)
-                    exact = self.exact and image_url.detail != "auto"
-                    total = total + Estimate(tokens, tokens if exact else 0)
+                    price = part_tokens(part)
+                    tokens += price
+                    if self.exact and image_url.detail != "auto":
+                        floor += price
                 case _:
                     assert_never(part)
-        return total
+        return Estimate(tokens, floor)
 
     def tools(self, specs: Iterable[ToolSpec]) -> Estimate:
         """Tokens of the tool schemas sent with every request, plus the request's framing."""
-        total = Estimate(REQUEST_OVERHEAD, REQUEST_OVERHEAD)
+        key = tuple(specs)
+        kept = self._tool_sets
+        if kept is None:
+            return self._tools(key)
+        found = kept.get(key)  # runs of a model mostly share their tool set
+        if found is None:
+            if len(kept) >= TOOL_SETS:
+                kept.clear()
+            before = self.calls
+            found = kept[key] = (self._tools(key), self.calls - before)
+        else:
+            self.calls += found[1]
+        return found[0]
+
+    def _tools(self, specs: tuple[ToolSpec, ...]) -> Estimate:
+        tokens = floor = REQUEST_OVERHEAD
         for spec in specs:
-            total = (
-                total
-                + Estimate(TOOL_OVERHEAD, TOOL_OVERHEAD)
-                + self.text(spec.name)
-                + self.text(spec.description)
-                + self.text(spec.parameters)
-            )
-        return total
+            name = self.text(spec.name)
+            description = self.text(spec.description)
+            parameters = self.text(spec.parameters)
+            tokens += TOOL_OVERHEAD + name.tokens + description.tokens + parameters.tokens
+            floor += TOOL_OVERHEAD + name.floor + description.floor + parameters.floor
+        return Estimate(tokens, floor)
