@@ -9,12 +9,14 @@ echo, answered inside the executor's inline handler). A third column, ``floor``,
 the executor by an inline subscriber that answers every call with a ready-made result: the
 drivers' own cost (publish, inbox, task switches), to subtract. The messages are built
 before the clock starts; figures are CPU time (``time.process_time``) per call, median and
-range over ``--reps`` repetitions, the columns alternated.
+range over ``--reps`` repetitions, the columns alternated (a garbage collection before each
+clock start).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -150,6 +152,7 @@ async def _once(kind: str, runs: int, turns: int) -> float:
 
     async with anyio.create_task_group() as tg:
         await tg.start(actor)
+        gc.collect()  # the previous repetition's garbage is not this one's cost
         cpu = time.process_time()
         async with anyio.create_task_group() as runs_tg:
             for run in batches:
