@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Literal
+from typing import Literal, cast
 
 from bus import (
     Bus,
@@ -26,6 +26,10 @@ from orchestrator.result import CallLogEntry, RunResult, RunState, TraceEntry
 __all__ = ["ConductorState", "Stopped"]
 
 logger = logging.getLogger("loopfuse.conductor")
+
+
+_RawTrace = tuple[float, int, RunState, str, str]
+"""A trace entry as made: monotonic time, turn, state, event, detail."""
 
 
 class Stopped(Exception):
@@ -80,7 +84,9 @@ class ConductorState:
         self._started = time.monotonic()
         self._deadline_at = time.time() + inputs.settings.deadline_seconds
         self._transcript: list[ChatMessage] = []
-        self._trace: list[TraceEntry] = []
+        # Entries as made: a raw tuple per state change (made every turn, so cheap), turned
+        # into TraceEntry structs once, when a result or a checkpoint reads them.
+        self._trace: list[TraceEntry | _RawTrace] = []
         self._call_log: list[CallLogEntry] = []
         self._turn = 0
         self._state: RunState = "PLAN"
@@ -120,7 +126,7 @@ class ConductorState:
             injected=tuple(sorted(self._injected or ())),
             truncations=self._truncations,
             output=self._output,
-            trace=tuple(self._trace),
+            trace=self._trace_entries(),
             call_log=tuple(self._call_log),
         )
 
@@ -169,8 +175,15 @@ class ConductorState:
             run_id=self._run_id, reason=reason, cause=cause, source=source, detail=detail
         )
 
-    def _now(self) -> float:
-        return round(time.monotonic() - self._started, 6)
+    def _trace_entries(self) -> tuple[TraceEntry, ...]:
+        trace, started = self._trace, self._started
+        for index, entry in enumerate(trace):
+            if isinstance(entry, tuple):
+                at, turn, state, event, detail = entry
+                trace[index] = TraceEntry(
+                    at=round(at - started, 6), turn=turn, state=state, event=event, detail=detail
+                )
+        return cast(tuple[TraceEntry, ...], tuple(trace))  # every entry converted above
 
     def _rewritten(self, index: int) -> None:
         """Messages from ``index`` on were changed in place (not appended)."""
@@ -178,14 +191,10 @@ class ConductorState:
 
     def _enter(self, state: RunState, event: str) -> None:
         self._state = state
-        self._trace.append(TraceEntry(at=self._now(), turn=self._turn, state=state, event=event))
+        self._trace.append((time.monotonic(), self._turn, state, event, ""))
 
     def _trace_event(self, event: str, detail: str = "") -> None:
-        self._trace.append(
-            TraceEntry(
-                at=self._now(), turn=self._turn, state=self._state, event=event, detail=detail
-            )
-        )
+        self._trace.append((time.monotonic(), self._turn, self._state, event, detail))
 
     async def _publish_started(self) -> None:
         settings = self._settings
@@ -225,15 +234,8 @@ class ConductorState:
     def _result(self, stop: StopSignal) -> RunResult:
         outcome = outcome_of(stop.reason)
         final_state: Literal["DONE", "FAILED"] = "DONE" if outcome.value == "done" else "FAILED"
-        self._trace.append(
-            TraceEntry(
-                at=self._now(),
-                turn=self._turn,
-                state=final_state,
-                event=f"{stop.reason.value}/{stop.cause}",
-                detail=stop.detail,
-            )
-        )
+        event = f"{stop.reason.value}/{stop.cause}"
+        self._trace.append((time.monotonic(), self._turn, final_state, event, stop.detail))
         return RunResult(
             run_id=self._run_id,
             trace_id=self._in.trace_id,
@@ -250,7 +252,7 @@ class ConductorState:
             incomplete=self._incomplete,
             degraded=self._degraded,
             nudges=self._nudges,
-            trace=tuple(self._trace),
+            trace=self._trace_entries(),
             call_log=tuple(self._call_log),
             transcript=tuple(self._transcript),
         )

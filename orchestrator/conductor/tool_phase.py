@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from actors.fingerprint import fingerprint_call
 from bus import (
@@ -26,20 +25,13 @@ __all__ = ["ToolPhase", "call_specific"]
 logger = logging.getLogger("loopfuse.conductor")
 
 
-@dataclass
-class _Turn:
-    """What the inbox delivered while one step of a turn was pending."""
-
-    verdicts: dict[str, ToolVerdict] = field(default_factory=dict)
-
-
 class ToolPhase(ContextRecovery):
     """Proposed calls through the monitors, approved calls to the executor, results back."""
 
     __slots__ = ()
 
     async def _act(self, calls: tuple[ToolCall, ...]) -> StopSignal | None:
-        turn = _Turn()
+        verdicts: dict[str, ToolVerdict] = {}  # what monitors answered, by call id
         fingerprints = [fingerprint_call(call.name, call.arguments) for call in calls]
         approved: list[int] = []
         blocked: dict[int, str] = {}
@@ -52,12 +44,12 @@ class ToolPhase(ContextRecovery):
                     fingerprint=fingerprints[index],
                     index=index,
                 ),
-                verdicts=turn.verdicts,
+                verdicts=verdicts,
                 raise_on_stop=False,
             )
             if self._stop is not None:
                 break
-            verdict = turn.verdicts.get(call.id)
+            verdict = verdicts.get(call.id)
             if verdict is not None and verdict.verdict == "block":
                 blocked[index] = verdict.message or "This call was blocked."
             else:
@@ -71,7 +63,7 @@ class ToolPhase(ContextRecovery):
 
         finished: StopSignal | None = None
         for index, call in enumerate(calls):
-            verdict = turn.verdicts.get(call.id)
+            verdict = verdicts.get(call.id)
             result = results.get(index)
             if result is not None:
                 content = result.content
