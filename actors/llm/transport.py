@@ -66,6 +66,7 @@ CORE_ERRORS: Final = (
 """What the connection pool raises (httpx2's transport maps them to its own classes)."""
 
 _PLACEHOLDER: Final = "-"
+_MARK: Final = _PLACEHOLDER.encode()
 _CONTENT_LENGTH: Final = b"Content-Length"
 _UNUSUAL: Final = frozenset({b"content-encoding", b"set-cookie"})
 _PLATFORM: list[Any] = []  # the SDK's platform, detected once per process (in a thread)
@@ -228,7 +229,7 @@ class ChatTransport:
             self._pool = transport._pool
         raw = [(k, v) for k, v in built.headers.raw if k.lower() != b"content-length"]
         name = self._run_id_header.lower().encode("ascii")
-        at = next(i for i, (k, _) in enumerate(raw) if k.lower() == name)
+        at = next(i for i, (k, v) in enumerate(raw) if k.lower() == name and v == _MARK)
         self._run_id_name = raw[at][0]
         self._before, self._after = raw[:at], raw[at + 1 :]
         url = self._url = built.url
