@@ -344,9 +344,16 @@ class Subscription:
                     if lane is not None:
                         lane.append((msg, ticket))
                         return
-                    job = self._decide(handler, msg)
+                    try:  # _decide and _acknowledge written out: this runs for every message
+                        job = handler(msg)
+                    except Exception as exc:
+                        self.failed += 1
+                        self._bus.report_failure(self.name, msg, exc)
+                        job = None
                     if job is None:
-                        self._acknowledge(ticket)
+                        self.handled += 1
+                        if ticket is not None:
+                            ticket.done()
                         return
                     lanes[msg.run_id] = deque(((msg, ticket),))
                     tg.start_soon(self._lane, handler, lanes, msg.run_id, job)
