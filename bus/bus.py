@@ -33,7 +33,7 @@ import asyncio
 import inspect
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 import anyio
@@ -207,8 +207,10 @@ class Subscription:
         self.failed = 0
         # Inline: how a published message is handled while serving (None: queue it).
         self._deliver: Callable[[Message, _Ticket | None], None] | None = None
-        # Inline ``serve``: the handler itself, which the bus calls directly while serving.
+        # Inline ``serve``: the handler itself, which the bus calls directly while serving;
+        # with ``serve_by_type``, the function of each message type.
         self.direct: Handler | None = None
+        self.by_type: dict[type[Message], Callable[[Any], None]] | None = None
 
     def statistics(self) -> SubscriptionStatistics:
         return SubscriptionStatistics(
@@ -268,6 +270,36 @@ class Subscription:
         finally:
             self.mailbox.close()
             self.mailbox.release_all()
+
+    async def serve_by_type(
+        self,
+        handlers: Mapping[type[Message], Callable[[Any], None]],
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Like :meth:`serve` for an inline subscription, with one synchronous function per
+        message type: the bus calls each message's own function (no dispatch on the type
+        per message, which costs a busy monitor more than its work). Messages of a type
+        without a function are not delivered."""
+        if not self.inline:
+            raise TypeError(f"subscriber {self.name!r}: serve_by_type needs inline=True")
+        table = dict(handlers)
+        for kind, function in table.items():
+            if inspect.iscoroutinefunction(function):
+                raise TypeError(
+                    f"subscriber {self.name!r}: the {kind.__name__} handler must be synchronous"
+                )
+
+        def handler(msg: Message) -> None:  # the backlog queued before serving began
+            function = table.get(type(msg))
+            if function is not None:
+                function(msg)
+
+        self.by_type = table
+        try:
+            await self._serve_inline(handler, task_status)
+        finally:
+            self.by_type = None
 
     async def serve_per_run(
         self, handler: RunHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -556,11 +588,16 @@ class Bus:
         route = self._routes.get(kind)
         if route is None:
             targets = [s for s in self._subscriptions if s.types is None or kind in s.types]
-            inline: list[_Inline] = [
-                (s.direct, s, True) if s.direct is not None else (s.deliverer(), s, False)
-                for s in targets
-                if s.inline
-            ]
+            inline: list[_Inline] = []
+            for s in targets:
+                if not s.inline:
+                    continue
+                if s.direct is None:
+                    inline.append((s.deliverer(), s, False))
+                elif s.by_type is None:
+                    inline.append((s.direct, s, True))
+                elif (function := s.by_type.get(kind)) is not None:
+                    inline.append((function, s, True))
             route = _Route(
                 tuple(s for s in targets if not s.inline),
                 tuple(inline),

@@ -3,6 +3,8 @@ barrier rule, failure isolation and per-run lanes of the queued ones."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import anyio
 import pytest
 
@@ -227,3 +229,52 @@ async def test_unsubscribing_an_inline_subscriber_stops_its_deliveries() -> None
         await anyio.wait_all_tasks_blocked()  # serve() returns once closed
         bus.publish_nowait(turn("r", 2))
     assert seen == [1]
+
+
+@pytest.mark.asyncio
+async def test_serve_by_type_calls_each_types_function_in_order() -> None:
+    """One function per type: a queued backlog first, then live messages; a type without
+    a function is not delivered; a failure is isolated and reported; settling publishes
+    wait for none of them (they are done when they return)."""
+    bus = Bus()
+    sub = bus.subscribe(name="monitor", answers=True, inline=True)
+    seen: list[str] = []
+    failures: list[Message] = []
+    watcher = bus.subscribe(ActorFailed, name="watcher", inline=True)
+
+    def on_turn(msg: TurnStarted) -> None:
+        seen.append(f"started {msg.turn}")
+
+    def on_end(msg: TurnEnded) -> None:
+        if msg.turn == 3:
+            raise RuntimeError("boom")
+        seen.append(f"ended {msg.turn}")
+
+    bus.publish_nowait(turn("r", 1))  # before serving: queued, then handled in order
+    async with anyio.create_task_group() as tg:
+        await tg.start(watcher.serve, failures.append)
+        await tg.start(partial(sub.serve_by_type, {TurnStarted: on_turn, TurnEnded: on_end}))
+        assert seen == ["started 1"]
+        await bus.publish_settled(TurnEnded(run_id="r", turn=2, tool_calls=0))
+        await bus.publish_settled(nudge("r", "no function for Nudge"))
+        await bus.publish_settled(TurnEnded(run_id="r", turn=3, tool_calls=0))
+        bus.close()
+    assert seen == ["started 1", "ended 2"]
+    assert [type(m) for m in failures] == [ActorFailed]
+    stats = sub.statistics()
+    assert (stats.handled, stats.failed) == (3, 1)
+
+
+@pytest.mark.asyncio
+async def test_serve_by_type_refuses_a_queued_subscription_and_async_functions() -> None:
+    bus = Bus()
+    queued = bus.subscribe(TurnStarted, name="queued")
+    with pytest.raises(TypeError, match="inline=True"):
+        await queued.serve_by_type({TurnStarted: lambda m: None})
+
+    async def handler(msg: TurnStarted) -> None:
+        pass
+
+    inline = bus.subscribe(TurnStarted, name="inline", inline=True)
+    with pytest.raises(TypeError, match="TurnStarted handler must be synchronous"):
+        await inline.serve_by_type({TurnStarted: handler})

@@ -169,6 +169,8 @@ def cut_mid_json(reply: ModelReply) -> bool:
     """Whether a tool call's arguments stop mid-JSON (the output limit cut the reply, even
     if the server did not say ``length``). Complete but malformed JSON is not a cut: that
     call runs and the model reads the decoding error."""
+    if not reply.invalid_tool_calls:  # every turn: nothing to look at
+        return False
     invalid = set(reply.invalid_tool_calls)
     return any(unclosed_json(call.arguments) for call in reply.tool_calls if call.id in invalid)
 

@@ -156,6 +156,8 @@ class ConductorState:
         return self._stop
 
     def _inject_nudges(self) -> None:
+        if not self._pending_nudges:
+            return
         for nudge in self._pending_nudges:
             key = (nudge.kind, nudge.text)
             if self._injected is None:
