@@ -167,7 +167,15 @@ async def _once(kind: str, runs: int, turns: int) -> float:
 def measure(
     runs: int = 500, turns: int = 20, reps: int = 7, kinds: tuple[str, ...] = KINDS
 ) -> list[ExecutorFigures]:
-    """Each kind ``reps`` times, alternated; µs of CPU per call."""
+    """Each kind ``reps`` times, alternated; µs of CPU per call.
+
+    :raises ValueError: an unknown kind, or a size that is not positive (named)."""
+    for kind in kinds:
+        if kind not in KINDS:
+            raise ValueError(f"kinds: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    for key, size in (("runs", runs), ("turns", turns), ("reps", reps)):
+        if size < 1:
+            raise ValueError(f"{key} must be positive, got {size}")
     samples: dict[str, list[float]] = {kind: [] for kind in kinds}
     for kind in kinds:  # warm up
         anyio.run(_once, kind, 2, 2)
