@@ -56,7 +56,7 @@ class Tool(Generic[P]):
     runs, so it cannot be cancelled (an abort waits for it) nor timed out, and every other
     run waits meanwhile: **keep it quick and pure** (no I/O, no sleeping, no heavy work);
     anything that waits or may hang is an ``async def``. A plain callable that returns an
-    awaitable is a mistake: its call is an error result (it returned a coroutine, not text).
+    awaitable is a mistake: its calls are error results ("returned coroutine, not text").
     """
 
     __slots__ = (
