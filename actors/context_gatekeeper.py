@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple, assert_never
+from typing import Any, Final, NamedTuple
 
 import anyio
 from anyio.abc import TaskStatus
@@ -52,6 +52,7 @@ from bus import (
     ContextAction,
     ExitReason,
     Fold,
+    Message,
     ModelReplied,
     ModelRequest,
     PromptRejected,
@@ -72,8 +73,6 @@ HISTORY_CHARS_PER_TOKEN: Final = 3
 
 _WINDOW_IN_MESSAGE: Final = re.compile(r"maximum context length is (\d[\d,]*)", re.IGNORECASE)
 _SUMMARY_PREFIX: Final = f"{NUDGE_MARKER}{SUMMARY_NUDGE_KIND}]"
-
-_Message = RunStarted | RunFinished | TurnStarted | ModelRequest | ModelReplied | PromptRejected
 
 
 class GatekeeperStatistics(NamedTuple):
@@ -145,19 +144,9 @@ class ContextGatekeeper:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes this subscription; started once subscribed."""
-        subscription = self._bus.subscribe(
-            RunStarted,
-            RunFinished,
-            TurnStarted,
-            ModelRequest,
-            ModelReplied,
-            PromptRejected,
-            name=SOURCE,
-            answers=True,
-            inline=True,
-        )
-        task_status.started()
-        await subscription.serve(self._handle)
+        handlers = self.handlers()
+        subscription = self._bus.subscribe(*handlers, name=SOURCE, answers=True, inline=True)
+        await subscription.serve_by_type(handlers, task_status=task_status)
 
     def statistics(self) -> GatekeeperStatistics:
         counted = self._counted_before + sum(e.calls for e in self._estimators.values())
@@ -178,34 +167,17 @@ class ContextGatekeeper:
 
     # ------------------------------------------------------------------ handling
 
-    def _handle(self, msg: _Message) -> None:
-        # Every turn's three first: a case that misses costs an isinstance check.
-        match msg:
-            case TurnStarted():
-                run = self._runs.get(msg.run_id)
-                if run is not None and not run.stopped:
-                    turn = msg.turn - 1 if msg.turn > 1 else 0  # the turn that added them
-                    self._sync(run, msg.appended, msg.prompt_messages, turn)
-                    self._check(run, msg)
-            case ModelRequest():
-                run = self._runs.get(msg.run_id)
-                if run is not None and msg.purpose == "turn":
-                    self._sent(run, msg)
-            case ModelReplied():
-                run = self._runs.get(msg.run_id)
-                if run is not None:
-                    self._replied(run, msg)
-            case RunStarted():
-                self._start(msg)
-            case RunFinished():
-                self._runs.pop(msg.run_id, None)
-            case PromptRejected():
-                run = self._runs.get(msg.run_id)
-                if run is not None and not run.stopped:
-                    self._sync(run, msg.appended, msg.prompt_messages, msg.turn)
-                    self._rejected(run, msg)
-            case _:
-                assert_never(msg)
+    def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
+        """The function of each message type the gatekeeper handles: what the bus calls
+        inline (no dispatch on the type per message: a missed ``match`` arm costs ~70 ns)."""
+        return {
+            RunStarted: self._start,
+            RunFinished: self._finished,
+            TurnStarted: self._turn_started,
+            ModelRequest: self._sent,
+            ModelReplied: self._replied,
+            PromptRejected: self._rejected,
+        }
 
     def _start(self, msg: RunStarted) -> None:
         policy = self._policy_for(msg.run_id)
@@ -225,6 +197,16 @@ class ContextGatekeeper:
             tools=estimator.tools(msg.tool_specs),
             window=policy.window,
         )
+
+    def _finished(self, msg: RunFinished) -> None:
+        self._runs.pop(msg.run_id, None)
+
+    def _turn_started(self, msg: TurnStarted) -> None:
+        run = self._runs.get(msg.run_id)
+        if run is not None and not run.stopped:
+            turn = msg.turn - 1 if msg.turn > 1 else 0  # the turn that added the messages
+            self._sync(run, msg.appended, msg.prompt_messages, turn)
+            self._check(run, msg)
 
     def _sync(
         self, run: _Run, appended: Sequence[ChatMessage], prompt_messages: int, turn: int
@@ -321,7 +303,10 @@ class ContextGatekeeper:
 
     # ------------------------------------------------------------------ requests and replies
 
-    def _sent(self, run: _Run, msg: ModelRequest) -> None:
+    def _sent(self, msg: ModelRequest) -> None:
+        run = self._runs.get(msg.run_id)
+        if run is None or msg.purpose != "turn":
+            return
         ledger = run.ledger
         span, run.pending = run.pending, None
         if span is not None and not run.stale:
@@ -348,7 +333,10 @@ class ContextGatekeeper:
         run.sent_floor = ledger.floor + run.tools.floor
         run.sent_turn = msg.turn
 
-    def _replied(self, run: _Run, msg: ModelReplied) -> None:
+    def _replied(self, msg: ModelReplied) -> None:
+        run = self._runs.get(msg.run_id)
+        if run is None:
+            return
         sent, floor, run.sent_tokens = run.sent_tokens, run.sent_floor, 0
         usage = msg.usage
         if not sent or msg.turn != run.sent_turn or usage.estimated:
@@ -379,7 +367,11 @@ class ContextGatekeeper:
 
     # ------------------------------------------------------------------ after a refusal
 
-    def _rejected(self, run: _Run, msg: PromptRejected) -> None:
+    def _rejected(self, msg: PromptRejected) -> None:
+        run = self._runs.get(msg.run_id)
+        if run is None or run.stopped:
+            return
+        self._sync(run, msg.appended, msg.prompt_messages, msg.turn)
         found = _WINDOW_IN_MESSAGE.search(msg.message)
         if found is not None:
             run.window = min(run.window, int(found[1].replace(",", "")))

@@ -3,10 +3,11 @@
 The messages are the throughput workload's own (:func:`bench.recorder.capture_messages`:
 the echo script, every monitor on), captured from real runs by an inline observer on the
 runtime's bus; the gatekeeper's six types are kept, in their order. They are then fed to
-the handler the bus calls inline (``ContextGatekeeper._handle``) of a fresh gatekeeper,
-``repeat`` times over (each pass with new run ids, so every pass starts and ends its runs),
-with the policy the runtime gives the workload's runs; only those calls are timed, in CPU
-time (``time.process_time``). Progress goes to stderr; the figures to stdout.
+a fresh gatekeeper's functions, by type, as the bus calls them inline
+(``ContextGatekeeper.handlers()``), ``repeat`` times over (each pass with new run ids, so
+every pass starts and ends its runs), with the policy the runtime gives the workload's
+runs; only those calls are timed, in CPU time (``time.process_time``). Progress goes to
+stderr; the figures to stdout.
 """
 
 from __future__ import annotations
@@ -71,12 +72,11 @@ def _passes(messages: Sequence[_Handled], repeat: int) -> list[list[_Handled]]:
 def _time_once(
     passes: Sequence[Sequence[_Handled]], policy: Callable[[str], ContextPolicy | None]
 ) -> float:
-    keeper = ContextGatekeeper(Bus(), policy)
-    handle = keeper._handle  # the handler the bus calls inline
+    handlers = ContextGatekeeper(Bus(), policy).handlers()  # what the bus calls inline
     started = time.process_time()
     for messages in passes:
         for msg in messages:
-            handle(msg)
+            handlers[type(msg)](msg)
     return time.process_time() - started
 
 

@@ -39,6 +39,8 @@ class Entry(msgspec.Struct, gc=False):
 class PromptLedger:
     """Token estimates of one run's transcript, kept in step with it."""
 
+    __slots__ = ("_call_names", "entries", "estimator", "floor", "tokens")
+
     def __init__(self, estimator: Estimator) -> None:
         self.estimator = estimator
         self.entries: list[Entry] = []
@@ -58,16 +60,20 @@ class PromptLedger:
 
     def extend(self, messages: Iterable[ChatMessage], turn: int) -> None:
         """Append ``messages`` (added in ``turn``), counting each."""
-        append, entry_of = self.entries.append, self._entry
-        tokens, floor = self.tokens, self.floor
-        try:
-            for message in messages:
-                estimate = (entry := entry_of(message, turn)).estimate
-                append(entry)
-                tokens += estimate.tokens
-                floor += estimate.floor
-        finally:  # a count that failed leaves the entries before it, and their tokens
-            self.tokens, self.floor = tokens, floor
+        entries, names, estimate_of = self.entries, self._call_names, self.estimator.message
+        for message in messages:  # every message of every run: no helper calls
+            estimate = estimate_of(message)
+            role, call_id, content = message.role, message.tool_call_id, message.content
+            tool = None
+            if role == "assistant":
+                for call in message.tool_calls:
+                    names[call.id] = call.name
+            elif role == "tool" and call_id is not None:
+                tool = names.pop(call_id, None)
+            chars = 0 if content is None else len(content)
+            entries.append(Entry(role, estimate, chars, turn, tool, call_id))
+            self.tokens += estimate.tokens
+            self.floor += estimate.floor
 
     def fold(self, fold: Fold) -> Estimate:
         """Put ``fold.stub`` in place of a tool result; returns the tokens saved."""
@@ -83,14 +89,13 @@ class PromptLedger:
 
     def splice(self, start: int, end: int, message: ChatMessage, turn: int) -> None:
         """Replace entries ``start``..``end`` (exclusive) by ``message`` (a summary)."""
-        entry = self._entry(message, turn)
+        self.extend((message,), turn)  # counted at the end first: a failed count changes nothing
+        entry = self.entries.pop()
         entry.summary = True
         for old in self.entries[start:end]:
             self.tokens -= old.estimate.tokens
             self.floor -= old.estimate.floor
         self.entries[start:end] = [entry]
-        self.tokens += entry.estimate.tokens
-        self.floor += entry.estimate.floor
 
     def reset(self) -> None:
         """Forget everything (before counting a transcript afresh)."""
@@ -108,20 +113,3 @@ class PromptLedger:
     def first_user(self) -> int:
         """Index of the first user message (the task), or -1."""
         return next((i for i, entry in enumerate(self.entries) if entry.role == "user"), -1)
-
-    def _entry(self, message: ChatMessage, turn: int) -> Entry:
-        tool = None
-        if message.role == "assistant":
-            for call in message.tool_calls:
-                self._call_names[call.id] = call.name
-        elif message.role == "tool" and message.tool_call_id is not None:
-            tool = self._call_names.pop(message.tool_call_id, None)
-        content = message.content
-        return Entry(  # by position: cheaper than by keyword, on every message
-            message.role,
-            self.estimator.message(message),
-            0 if content is None else len(content),
-            turn,
-            tool,
-            message.tool_call_id,
-        )

@@ -137,6 +137,8 @@ class Estimator:
         a spy here.
     """
 
+    __slots__ = ("_counter", "_short", "_tool_sets", "calls", "encoding", "exact", "model")
+
     def __init__(self, model: str, *, counter: TextCounter | None = None) -> None:
         self.model = model
         own = encoding_for(model)
