@@ -11,7 +11,7 @@ import json
 import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -305,3 +305,40 @@ async def test_a_closed_client_refuses_as_httpx2_does() -> None:
             with pytest.raises(RuntimeError, match="closed"):
                 await transport.post(b"{}", "r", stream=True)
     assert len(app.seen) == 1
+
+
+class BreaksMidStream:
+    """Sends one event, then fails: uvicorn drops the connection mid-body."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        first = b'data: {"choices":[{"index":0,"delta":{"content":"par"}}]}\n\n'
+        await send({"type": "http.response.body", "body": first, "more_body": True})
+        raise RuntimeError("the server fell over")
+
+
+async def read_into(acc: ReplyAccumulator, response: Any) -> None:
+    try:
+        async with aclosing(read_chunks(response)) as batches:
+            async for batch in batches:
+                for chunk in batch:
+                    acc.feed_chunk(chunk)
+    finally:
+        await response.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_connection_lost_mid_stream_is_the_sdks_connection_error() -> None:
+    async with open_server(cast(Server, BreaksMidStream())) as url, open_clients(url) as pool:
+        acc = ReplyAccumulator()
+        with anyio.fail_after(WAIT):
+            response = await pool.transport_for_run("r7").post(b"{}", "r7", stream=True)
+            assert isinstance(response, Reply)
+            with pytest.raises(openai.APIConnectionError) as caught:
+                await read_into(acc, response)
+    assert type(caught.value) is openai.APIConnectionError
+    assert isinstance(caught.value.__cause__, httpx2.RemoteProtocolError)
+    assert caught.value.request.headers[RUN_ID_HEADER] == "r7"
+    assert acc.text == "par"
+    assert classify(caught.value, streaming=True).kind == "stream"

@@ -89,11 +89,14 @@ class Reply:
     and the caller use of an ``httpx2.Response`` (``aiter_bytes``, ``aread``, ``aclose``,
     ``http_version``, ``request``), without building one."""
 
-    __slots__ = ("_body", "_response", "_transport", "http_version", "status_code")
+    __slots__ = ("_body", "_response", "_run_id", "_transport", "http_version", "status_code")
 
-    def __init__(self, transport: ChatTransport, body: bytes, response: httpcore2.Response) -> None:
+    def __init__(
+        self, transport: ChatTransport, body: bytes, run_id: str, response: httpcore2.Response
+    ) -> None:
         self._transport = transport
         self._body = body
+        self._run_id = run_id
         self._response = response
         self.status_code = response.status
         version = response.extensions.get("http_version", b"HTTP/1.1")
@@ -121,7 +124,7 @@ class Reply:
     @property
     def request(self) -> httpx2.Request:
         """The request as httpx2 would have built it (made only when an error needs it)."""
-        return self._transport.httpx_request(self._body, None)
+        return self._transport.httpx_request(self._body, self._run_id)
 
 
 class ChatTransport:
@@ -176,18 +179,15 @@ class ChatTransport:
             raise _sdk_error(cause, self.httpx_request(body, run_id)) from cause
         status = response.status
         if 200 <= status < 300 and not any(k.lower() in _UNUSUAL for k, _ in response.headers):
-            reply = Reply(self, body, response)
+            reply = Reply(self, body, run_id, response)
             if not stream:
                 await reply.aread()
             return reply
         return await self._unusual(body, run_id, response, stream=stream)
 
-    def httpx_request(self, body: bytes, run_id: str | None) -> httpx2.Request:
+    def httpx_request(self, body: bytes, run_id: str) -> httpx2.Request:
         """This request as an ``httpx2.Request`` (for errors and the httpx2 fallbacks)."""
-        headers = [*self._before]
-        if run_id is not None:
-            headers.append((self._run_id_name, _header_value(run_id)))
-        headers += self._after
+        headers = [*self._before, (self._run_id_name, _header_value(run_id)), *self._after]
         return httpx2.Request(
             "POST",
             cast(httpx2.URL, self._url),
