@@ -44,6 +44,7 @@ class Server:
     def __init__(self, *answers: Answer) -> None:
         self.answers = list(answers)
         self.seen: list[tuple[str, list[tuple[str, str]], bytes]] = []
+        self.clients: list[Any] = []  # the client's address of each request
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         assert scope["type"] == "http"
@@ -55,6 +56,7 @@ class Server:
                 break
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
         self.seen.append((scope["path"], headers, body))
+        self.clients.append(scope["client"])
         status, extra, content = self.answers[min(len(self.seen), len(self.answers)) - 1]
         await send({"type": "http.response.start", "status": status, "headers": extra})
         await send({"type": "http.response.body", "body": content})
@@ -263,9 +265,11 @@ async def test_a_non_streamed_reply_is_read_whole() -> None:
     app = Server((200, [(b"content-type", b"application/json")], json.dumps(completion).encode()))
     async with open_server(app) as url, open_clients(url) as pool:
         with anyio.fail_after(WAIT):
-            response = await pool.transport_for_run("r").post(b"{}", "r", stream=False)
-            assert json.loads(response.content) == completion
-            await response.aclose()
+            for _ in range(2):
+                response = await pool.transport_for_run("r").post(b"{}", "r", stream=False)
+                assert json.loads(response.content) == completion
+    first, second = app.clients
+    assert first == second  # read whole and closed: the connection went back to the pool
 
 
 @pytest.mark.asyncio

@@ -180,8 +180,11 @@ class ChatTransport:
         status = response.status
         if 200 <= status < 300 and not any(k.lower() in _UNUSUAL for k, _ in response.headers):
             reply = Reply(self, body, run_id, response)
-            if not stream:
-                await reply.aread()
+            if not stream:  # read whole and closed, as httpx2 does: the connection is free
+                try:
+                    await reply.aread()
+                finally:
+                    await reply.aclose()
             return reply
         return await self._unusual(body, run_id, response, stream=stream)
 
