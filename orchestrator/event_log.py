@@ -24,23 +24,23 @@ DEFAULT_EVENT_CAP: Final = 10_000
 
 
 class _RunEvents:
-    __slots__ = ("_changed", "dropped", "events", "finished")
+    __slots__ = ("dropped", "events", "finished", "following")
 
     def __init__(self) -> None:
         self.events: list[Message] = []
         self.finished = False
         self.dropped = 0
-        self._changed: asyncio.Event | None = None  # made only while someone follows
+        self.following: asyncio.Event | None = None  # made only while someone follows
 
     def wake(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        if self.following is not None:
+            self.following.set()
+            self.following = None
 
     async def changed(self) -> None:
-        if self._changed is None:
-            self._changed = asyncio.Event()
-        await self._changed.wait()
+        if self.following is None:
+            self.following = asyncio.Event()
+        await self.following.wait()
 
 
 class EventLog:
@@ -92,13 +92,16 @@ class EventLog:
             await log.changed()
 
     def _record(self, msg: Message) -> None:
+        # Called inline for every message of every run: a type check rather than
+        # isinstance (bus messages have no subclasses), and no call unless someone follows.
         log = self._runs.get(msg.run_id)
         if log is None:
             return
-        if isinstance(msg, RunFinished):
+        if type(msg) is RunFinished:
             log.finished = True
         elif len(log.events) >= self._cap:
             log.dropped += 1
             return
         log.events.append(msg)
-        log.wake()
+        if log.following is not None:
+            log.wake()
