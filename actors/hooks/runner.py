@@ -132,6 +132,8 @@ class HookRunner:
 
     def handle(self, msg: _Message) -> Job | None:
         """Handle one message: ``None`` when done, or the job that runs its hooks."""
+        if type(msg) is not RunStarted and msg.run_id not in self._runs:
+            return None  # a run without hooks (most runs): every message is a no-op
         match msg:
             case RunStarted():
                 configured = self._hooks(msg.run_id) if callable(self._hooks) else self._hooks
