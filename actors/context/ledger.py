@@ -20,8 +20,8 @@ __all__ = ["Entry", "PromptLedger"]
 
 
 class Entry(msgspec.Struct, gc=False):
-    """One transcript message as the ledger knows it (a mutable Struct: made in C, a
-    third of a slotted dataclass's cost, for every message of every run)."""
+    """One transcript message as the ledger knows it (a mutable Struct: made in C, for
+    under half a slotted dataclass's cost, for every message of every run)."""
 
     role: Role
     estimate: Estimate
