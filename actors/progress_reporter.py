@@ -9,7 +9,6 @@ and the last event always reaches 100%.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import assert_never
 
 import anyio
 from anyio.abc import TaskStatus
@@ -25,7 +24,8 @@ _Message = RunStarted | TurnStarted | RunEnding
 class _Plan:
     stages: tuple[str, ...]
     current: str
-    max_turns: int
+    limit: str  # " of at most <max_turns>", or "" without a limit
+    index: int = 0  # the position of ``current`` in ``stages`` (1-based)
 
 
 class ProgressReporter:
@@ -46,29 +46,44 @@ class ProgressReporter:
         await subscription.serve(self._handle)
 
     def _handle(self, msg: _Message) -> None:
-        match msg:
-            case RunStarted():
-                plan = _Plan(msg.plan or (msg.stage,), msg.stage, msg.max_turns)
-                self._plans[msg.run_id] = plan
-                self._emit(msg.run_id, plan, msg.stage, "started", "run started")
-            case TurnStarted():
-                running = self._plans.get(msg.run_id)
-                if running is None:
-                    return
+        # Called inline at every turn: the turn first, tested by identity (bus messages
+        # have no subclasses; a ``match`` of class patterns costs several times more).
+        # mypy cannot see this chain is exhaustive, so the last branch does at run time
+        # what ``assert_never`` would.
+        if type(msg) is TurnStarted:
+            running = self._plans.get(msg.run_id)
+            if running is None:
+                return
+            if msg.stage != running.current:
                 running.current = msg.stage
-                limit = f" of at most {running.max_turns}" if running.max_turns else ""
-                self._emit(msg.run_id, running, msg.stage, "running", f"turn {msg.turn}{limit}")
-            case RunEnding():
-                ended = self._plans.pop(msg.run_id, None)
-                if ended is None:
-                    return
-                done = f"{msg.exit_reason.value} ({msg.cause})"
-                position = self._position(ended, ended.current)
-                self._emit(msg.run_id, ended, ended.current, "finished", done)
-                for stage in ended.stages[position:]:
-                    self._emit(msg.run_id, ended, stage, "skipped", "not reached")
-            case _:
-                assert_never(msg)
+                running.index = self._position(running, msg.stage)
+            self._bus.publish_nowait(
+                Progress(
+                    run_id=msg.run_id,
+                    stage=msg.stage,
+                    index=running.index,
+                    total=len(running.stages),
+                    status="running",
+                    detail=f"turn {msg.turn}{running.limit}",
+                )
+            )
+        elif type(msg) is RunStarted:
+            limit = f" of at most {msg.max_turns}" if msg.max_turns else ""
+            plan = _Plan(msg.plan or (msg.stage,), msg.stage, limit)
+            plan.index = self._position(plan, msg.stage)
+            self._plans[msg.run_id] = plan
+            self._emit(msg.run_id, plan, msg.stage, "started", "run started")
+        elif type(msg) is RunEnding:
+            ended = self._plans.pop(msg.run_id, None)
+            if ended is None:
+                return
+            done = f"{msg.exit_reason.value} ({msg.cause})"
+            position = self._position(ended, ended.current)
+            self._emit(msg.run_id, ended, ended.current, "finished", done)
+            for stage in ended.stages[position:]:
+                self._emit(msg.run_id, ended, stage, "skipped", "not reached")
+        else:
+            raise AssertionError(f"progress reporter: unexpected {type(msg).__name__}")
 
     @staticmethod
     def _position(plan: _Plan, stage: str) -> int:
