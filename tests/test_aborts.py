@@ -55,27 +55,41 @@ def _task_code(task: asyncio.Task[object]) -> CodeType | None:
 POOLED: Final = "Workers._work"
 
 
+def _ours(task: asyncio.Task[object]) -> str | None:
+    """The qualified name of the loopfuse function ``task`` runs, or None when it is not
+    loopfuse's own (the simulator's tasks and the idle pool workers left out)."""
+    code = _task_code(task)
+    if code is None:
+        return None
+    path = code.co_filename
+    if not path.startswith(PACKAGES) or path.startswith(SIMULATOR) or code.co_qualname == POOLED:
+        return None
+    return code.co_qualname
+
+
 def loopfuse_tasks() -> list[str]:
-    """The running tasks whose function is loopfuse's own (the simulator's and the idle
-    pool workers left out)."""
-    names: list[str] = []
-    for task in asyncio.all_tasks():
-        code = _task_code(task)
-        path = code.co_filename if code is not None else ""
-        ours = code is not None and path.startswith(PACKAGES) and not path.startswith(SIMULATOR)
-        if ours and code is not None and code.co_qualname != POOLED:
-            names.append(code.co_qualname)
-    return sorted(names)
+    """The running tasks whose function is loopfuse's own, by name."""
+    return sorted(name for task in asyncio.all_tasks() if (name := _ours(task)) is not None)
 
 
-async def settle_tasks(expected: list[str]) -> None:
-    """Wait until loopfuse's tasks are ``expected`` again (fails naming the leftovers)."""
+def our_tasks() -> set[asyncio.Task[object]]:
+    return {task for task in asyncio.all_tasks() if _ours(task) is not None}
+
+
+async def settle_tasks(baseline: set[asyncio.Task[object]]) -> None:
+    """Wait until every loopfuse task started since ``baseline`` has ended, then check that
+    the runtime's own tasks are those of the baseline (fails naming the difference).
+
+    Waits on the tasks themselves: ``wait_all_tasks_blocked`` can poll for the whole
+    timeout on a loaded machine while some unrelated task is always runnable."""
     try:
         with anyio.fail_after(30):  # generous: a loaded CI machine is slow to wind down
-            while loopfuse_tasks() != expected:
-                await anyio.wait_all_tasks_blocked()
+            while extra := our_tasks() - baseline:
+                await asyncio.wait(extra)
     except TimeoutError:
-        pytest.fail(f"tasks left behind: {sorted(set(loopfuse_tasks()) - set(expected))}")
+        pytest.fail(f"tasks left behind: {sorted(_ours(t) or '' for t in our_tasks() - baseline)}")
+    expected = sorted(name for task in baseline if (name := _ours(task)) is not None)
+    assert loopfuse_tasks() == expected, "a runtime task ended with a run"
 
 
 def scenario(text: str, name: str) -> Scenario:
@@ -226,7 +240,7 @@ async def test_no_task_and_no_per_run_state_outlive_their_run() -> None:
     before = len(asyncio.all_tasks())
     names = ("abort_streaming", "abort_tools", "api_down", "hook_denied", "hook_blocks")
     async with Runtime() as runtime:
-        baseline = loopfuse_tasks()
+        baseline = our_tasks()
         for name in names:  # one at a time, so each run's leftovers would show
             result = await run_scenario(runtime, SHIPPED[name])
             assert expectation_mismatches(SHIPPED[name], result) == [], name
