@@ -627,7 +627,7 @@ class Bus:
     async def publish(self, msg: Message) -> None:
         """Deliver ``msg``; waits for room in lossless mailboxes, never for handling."""
         self.published += 1
-        route = self._route(type(msg))
+        route = self._routes.get(type(msg)) or self._route(type(msg))
         for sub in route.queued:
             if not sub.mailbox.put_nowait((msg, None)):
                 if sub.on_full == "drop":
@@ -658,7 +658,7 @@ class Bus:
             self._dispatching = False
 
     def _deliver_nowait(self, msg: Message) -> None:
-        route = self._route(type(msg))
+        route = self._routes.get(type(msg)) or self._route(type(msg))
         for sub in route.queued:
             if not sub.mailbox.put_nowait((msg, None), force=sub.on_full == "wait"):
                 sub.dropped += 1
@@ -703,7 +703,7 @@ class Bus:
     async def publish_settled(self, msg: Message) -> None:
         """Deliver ``msg`` and return once every answering subscriber has handled it."""
         self.published += 1
-        route = self._route(type(msg))
+        route = self._routes.get(type(msg)) or self._route(type(msg))
         ticket: _Ticket | None = None
         if route.answering:
             ticket = _Ticket()

@@ -113,12 +113,15 @@ class ToolPhase(ContextRecovery):
         self, calls: tuple[ToolCall, ...], fingerprints: list[str], approved: list[int]
     ) -> dict[int, ToolResult]:
         self._enter("ACT", f"running {len(approved)} tool call(s)")
+        every = len(approved) == len(calls)
         await self._bus.publish(
             ToolExecute(
                 run_id=self._run_id,
                 turn=self._turn,
-                calls=tuple(calls[i] for i in approved),
-                fingerprints=tuple(fingerprints[i] for i in approved),
+                calls=calls if every else tuple(calls[i] for i in approved),
+                fingerprints=tuple(fingerprints[i] for i in approved)
+                if not every
+                else tuple(fingerprints),
             )
         )
         by_id = {calls[i].id: i for i in approved}
@@ -135,11 +138,13 @@ class ToolPhase(ContextRecovery):
                         reason=self._stop.cause,
                     )
                 )
-            msg = await (
-                self._receive(confirming=True, extra=self._settings.abort_grace_seconds)
-                if cancelled
-                else self._inbox.receive()
-            )
+            msg = self._inbox.receive_nowait()  # quick tools answered during the publish
+            if msg is None:
+                msg = await (
+                    self._receive(confirming=True, extra=self._settings.abort_grace_seconds)
+                    if cancelled
+                    else self._inbox.receive()
+                )
             if msg is None:
                 break
             match msg:
