@@ -78,7 +78,7 @@ from orchestrator.metrics.labels import (
     tool_outcome,
     truncation_step,
 )
-from orchestrator.metrics.series import CounterSeries
+from orchestrator.metrics.series import CounterSeries, HistogramSeries
 
 __all__ = ["MAX_TRACKED_RUNS", "METRICS_MAILBOX_SIZE", "SUBSCRIBER", "MetricsRecorder"]
 
@@ -142,6 +142,18 @@ class _ModelSeries:
         self.blocked = metrics.blocked_requests.labels(label)
 
 
+class _ToolSeries:
+    """The series of one ``tool`` label, each looked up at its first use (a tool
+    registered after the recorder was made has no series until it is called)."""
+
+    __slots__ = ("duration", "label", "outcomes")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.outcomes: dict[str, CounterSeries] = {}
+        self.duration: HistogramSeries | None = None
+
+
 @dataclass(slots=True)
 class _Run:
     model: str
@@ -152,7 +164,7 @@ class _Run:
     output_price: float = 0.0
     retries: int = 0
     truncations: int = 0
-    calls: dict[str, str] | None = None  # call id -> tool label, made at the first call
+    calls: dict[str, _ToolSeries] | None = None  # by call id, made at the first call
 
 
 class MetricsRecorder:
@@ -188,7 +200,8 @@ class MetricsRecorder:
         self.metrics = m = Metrics(registry)
         self._models = BoundedLabel()
         self._tools = BoundedLabel(tools)
-        self._tool_labels: dict[str, str] = {}  # kept names only: bounded by the registry
+        self._tool_names: dict[str, _ToolSeries] = {}  # kept names: bounded by the registry
+        self._tool_series: dict[str, _ToolSeries] = {}  # by label
         self._windows: dict[str, int] = {}  # model name -> window (0: none), cached
         self._windows_set: dict[str, int] = {}  # set_context_window's, never forgotten
         self._window_of = context_window
@@ -201,7 +214,9 @@ class MetricsRecorder:
         self._store_writes = m.store_write_duration.labels()
         self._escalations = m.truncation_recoveries.labels("escalate")
         self._actions = {action: m.context_actions.labels(action) for action in CONTEXT_ACTIONS}
-        self._counted: dict[type, CounterSeries] = {}
+        # Each type's message counter and handler (None: only counted), made at its first
+        # message: one dict lookup per message.
+        self._kinds: dict[type, tuple[CounterSeries, Callable[[Any], None] | None]] = {}
         self._handlers: dict[type, Callable[[Any], None]] = {
             RunStarted: self._run_started,
             RunFinished: self._finish,
@@ -235,8 +250,12 @@ class MetricsRecorder:
             self._bus.unsubscribe(subscription)
 
     def _record(self, msg: BusMessage) -> None:
+        # :meth:`handle` written out (the bus calls this for every message: one call less).
         try:
-            self.handle(msg)
+            counted, handler = self._kinds.get(type(msg)) or self._kind(type(msg))
+            counted.value += 1
+            if handler is not None:
+                handler(msg)
         except Exception:
             logger.exception("metrics recorder failed on %s", type(msg).__name__)
             self._errors.value += 1
@@ -296,14 +315,17 @@ class MetricsRecorder:
 
     def handle(self, msg: BusMessage) -> None:
         """Record one message; never blocks."""
-        kind = type(msg)
-        counted = self._counted.get(kind)
-        if counted is None:
-            counted = self._counted[kind] = self.metrics.bus_messages.labels(kind.__name__)
+        counted, handler = self._kinds.get(type(msg)) or self._kind(type(msg))
         counted.value += 1
-        handler = self._handlers.get(kind)
         if handler is not None:
             handler(msg)
+
+    def _kind(self, kind: type) -> tuple[CounterSeries, Callable[[Any], None] | None]:
+        entry = self._kinds[kind] = (
+            self.metrics.bus_messages.labels(kind.__name__),
+            self._handlers.get(kind),
+        )
+        return entry
 
     def _run_started(self, msg: RunStarted) -> None:
         self._runs_started.value += 1
@@ -322,7 +344,7 @@ class MetricsRecorder:
         self._turns.value += 1
 
     def _model_request(self, msg: ModelRequest) -> None:
-        run = self._run(msg.run_id)
+        run = self._runs.get(msg.run_id) or self._run(msg.run_id)
         run.retries = 0
         if msg.model != run.model:
             run.model, run.series = msg.model, self._series_of(self._models(msg.model))
@@ -338,11 +360,11 @@ class MetricsRecorder:
             self._run(msg.run_id).truncations += 1
 
     def _call_proposed(self, msg: ToolCallProposed) -> None:
-        name = msg.call.name
-        run = self._run(msg.run_id)
+        call = msg.call
+        run = self._runs.get(msg.run_id) or self._run(msg.run_id)
         if run.calls is None:
             run.calls = {}
-        run.calls[msg.call.id] = self._tool_labels.get(name) or self._tool(name)
+        run.calls[call.id] = self._tool_names.get(call.name) or self._tool(call.name)
 
     def _nudge(self, msg: Nudge) -> None:
         m = self.metrics
@@ -369,11 +391,21 @@ class MetricsRecorder:
             series = self._model_series[label] = _ModelSeries(self.metrics, label)
         return series
 
-    def _tool(self, name: str) -> str:
+    def _tool(self, name: str) -> _ToolSeries:
+        """The series of tool ``name``'s label (a kept name is remembered)."""
         label = self._tools(name)
+        tool = self._tool_series.get(label)
+        if tool is None:
+            tool = self._tool_series[label] = _ToolSeries(label)
         if label != OTHER:
-            self._tool_labels[name] = label
-        return label
+            self._tool_names[name] = tool
+        return tool
+
+    def _count_call(self, tool: _ToolSeries, outcome: str) -> None:
+        series = tool.outcomes.get(outcome)
+        if series is None:
+            series = tool.outcomes[outcome] = self.metrics.tool_calls.labels(tool.label, outcome)
+        series.value += 1
 
     def _bound_runs(self) -> None:
         runs = self._runs
@@ -463,11 +495,22 @@ class MetricsRecorder:
     def _tool_result(self, msg: ToolResult) -> None:
         run = self._runs.get(msg.run_id)
         tool = run.calls.pop(msg.call_id, None) if run is not None and run.calls else None
-        tool = tool or self._tool_labels.get(msg.tool) or self._tool(msg.tool)
-        self.metrics.tool_calls.labels(tool, tool_outcome(msg)).value += 1
+        tool = tool or self._tool_names.get(msg.tool) or self._tool(msg.tool)
+        if msg.is_error:
+            self._count_call(tool, tool_outcome(msg))
+        else:  # tool_outcome's first answer, written out with the count: most calls
+            outcome = "cache_hit" if msg.cache == "hit" else "ok"
+            series = tool.outcomes.get(outcome)
+            if series is None:
+                series = tool.outcomes[outcome] = self.metrics.tool_calls.labels(
+                    tool.label, outcome
+                )
+            series.value += 1
         if msg.executed and msg.cache != "hit":
-            ex = run.exemplar if run is not None else None
-            self.metrics.tool_duration.labels(tool).observe(msg.duration_seconds, ex)
+            duration = tool.duration
+            if duration is None:
+                duration = tool.duration = self.metrics.tool_duration.labels(tool.label)
+            duration.observe(msg.duration_seconds, run.exemplar if run is not None else None)
 
     def _verdict_seen(self, msg: ToolVerdict) -> None:
         if msg.verdict == "allow":
@@ -476,7 +519,7 @@ class MetricsRecorder:
             run = self._runs.get(msg.run_id)
             tool = run.calls.pop(msg.call_id, None) if run is not None and run.calls else None
             if tool is not None:  # once per call, however many monitors block it
-                self.metrics.tool_calls.labels(tool, "blocked").value += 1
+                self._count_call(tool, "blocked")
         if msg.source == LOOP_MONITOR and msg.cause.startswith("loop."):
             level = "warning" if msg.verdict == "warn" else "critical"
             self.metrics.loop_detections.labels(loop_detector(msg.cause), level).value += 1
