@@ -34,11 +34,16 @@ async def _loopfuse_events(runs: int, turns: int) -> Sample:
     return await loopfuse_loop(runs, turns, events=True)
 
 
+async def _loopfuse_async_tool(runs: int, turns: int) -> Sample:
+    return await loopfuse_loop(runs, turns, async_tool=True)
+
+
 WORKLOADS: dict[str, Workload] = {
     "bare": bare_loop,
     "guard": guard_loop,
     "loopfuse": _loopfuse,
     "loopfuse+events": _loopfuse_events,
+    "loopfuse+async_tool": _loopfuse_async_tool,
 }
 
 
@@ -108,6 +113,7 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
     figures["guard_us_per_turn"] = cpu_of("guard")
     figures["loopfuse_us_per_turn"] = cpu_of("loopfuse")
     figures["loopfuse_events_us_per_turn"] = cpu_of("loopfuse+events")
+    figures["loopfuse_async_tool_us_per_turn"] = cpu_of("loopfuse+async_tool")
     figures["ratio_vs_guard"] = figures["loopfuse_us_per_turn"] / figures["guard_us_per_turn"]
     figures["us_per_turn_runs_of_20_turns"] = cpu_of("loopfuse", "history_20")
     figures["us_per_turn_runs_of_200_turns"] = cpu_of("loopfuse", "history_200")

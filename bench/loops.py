@@ -144,15 +144,19 @@ def _echo(arguments: dict[str, Any], ctx: ToolContext) -> str:
     return str(arguments.get("text", ""))
 
 
-def echo_tool() -> Tool[dict[str, Any]]:
+async def _echo_async(arguments: dict[str, Any], ctx: ToolContext) -> str:
+    return str(arguments.get("text", ""))
+
+
+def echo_tool(*, asynchronous: bool = False) -> Tool[dict[str, Any]]:
     """The trivial ``echo`` tool: returns its ``text`` argument. A plain function, as the
-    bare loop's inline code is: the executor answers it inside its handler, no task switch
-    (``bench.tool_executor`` measures an ``async def`` echo beside it)."""
+    bare loop's inline code is: the executor answers it inside its handler, no task switch.
+    ``asynchronous=True``: the same as an ``async def``, run by a pooled worker task."""
     return Tool.from_json_schema(
         ECHO_TOOL,
         "Return the text it is given.",
         {"type": "object", "properties": {"text": {"type": "string"}}},
-        _echo,
+        _echo_async if asynchronous else _echo,
     )
 
 
@@ -173,12 +177,16 @@ class _Encoding:
 
 
 def bench_runtime(
-    runs: int, turns: int, model: Callable[[Bus], ModelActor] | None = None
+    runs: int,
+    turns: int,
+    model: Callable[[Bus], ModelActor] | None = None,
+    *,
+    async_tool: bool = False,
 ) -> Runtime:
     """A runtime with every monitor on, the echo tool and ``model`` (default: the scripted
     model playing :func:`~bench.scripted_model.echo_script`)."""
     tools = default_registry()
-    tools.add(echo_tool())
+    tools.add(echo_tool(asynchronous=async_tool))
     config = Config(runtime=RuntimeSettings(max_concurrent_runs=max(runs, 1)))
     script = echo_script(turns)
     return Runtime(
@@ -199,11 +207,14 @@ def bench_overrides(turns: int) -> dict[str, Any]:
     }
 
 
-async def loopfuse_loop(runs: int, turns: int, *, events: bool = False) -> Sample:
-    """``runs`` concurrent loopfuse runs of ``turns`` turns (setup not timed).
+async def loopfuse_loop(
+    runs: int, turns: int, *, events: bool = False, async_tool: bool = False
+) -> Sample:
+    """``runs`` concurrent loopfuse runs of ``turns`` turns (setup not timed); with
+    ``async_tool``, the echo tool is an ``async def``.
 
     :raises RuntimeError: a run did not end as the workload expects (completed)."""
-    runtime = bench_runtime(runs, turns)
+    runtime = bench_runtime(runs, turns, async_tool=async_tool)
     overrides = bench_overrides(turns)
     async with anyio.create_task_group() as tg:
         if events:  # its subscription closes with the runtime's bus

@@ -29,7 +29,7 @@ from anyio.abc import TaskStatus
 
 from actors.fingerprint import fingerprint_call
 from actors.tool_executor import ToolExecutor
-from actors.tools import Tool, ToolContext, ToolRegistry
+from actors.tools import ToolRegistry
 from bench.loops import echo_tool
 from bench.scripted_model import ECHO_TOOL
 from bus import (
@@ -56,15 +56,6 @@ class ExecutorFigures(NamedTuple):
     us_per_call: float
     us_per_call_min: float
     us_per_call_max: float
-
-
-async def _echo_async(arguments: dict[str, Any], ctx: ToolContext) -> str:
-    return str(arguments.get("text", ""))
-
-
-def _async_echo_tool() -> Tool[dict[str, Any]]:
-    sync = echo_tool()
-    return Tool.from_json_schema(ECHO_TOOL, sync.description, sync.schema, _echo_async)
 
 
 def _messages(runs: int, turns: int) -> list[list[ToolExecute]]:
@@ -118,7 +109,7 @@ class _Floor:
 async def _once(kind: str, runs: int, turns: int) -> float:
     """CPU seconds of ``runs`` x ``turns`` calls."""
     bus = Bus()
-    tools = ToolRegistry([_async_echo_tool() if kind == "async" else echo_tool()])
+    tools = ToolRegistry([echo_tool(asynchronous=kind == "async")])
     actor: Callable[..., Any] = _Floor(bus).run if kind == "floor" else ToolExecutor(bus, tools).run
     batches = _messages(runs, turns)
     errors = 0
