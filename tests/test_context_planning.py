@@ -111,6 +111,34 @@ def test_collapse_stops_once_enough_is_saved() -> None:
     assert saved >= 100
 
 
+def test_each_plan_reads_only_what_the_last_one_could_not_settle() -> None:
+    """A long run near its window plans a collapse every turn: entries already folded or
+    never foldable are not read again, a result planned but not folded is, and a summary
+    (positions move) starts the scan over."""
+    messages = transcript(*(turn(n, [10]) for n in range(1, 101)))
+    ledger = ledger_of(messages)
+    assert plan_collapse(ledger, min_chars=400) == ((), 0)
+    assert ledger.fold_scan_start(400) == ledger.last_assistant()  # all settled
+    assert ledger.fold_scan_start(50) == 0  # another minimum: from the start
+
+    more = turn(101, [5_000]) + turn(102, [5_000]) + turn(103, [10])
+    ledger.extend(more, 101)
+    first = ledger.fold_scan_start(400)
+    folds, _ = plan_collapse(ledger, min_chars=400, needed=1)  # takes one, leaves one
+    # first: turn 100's assistant message; +1 its result, +2 turn 101's, +3 its result
+    assert [fold.index for fold in folds] == [first + 3]
+    assert ledger.fold_scan_start(400) == first + 3  # planned, not folded yet: kept
+    assert [f.index for f in plan_collapse(ledger, min_chars=400)[0]] == [first + 3, first + 5]
+    ledger.fold(folds[0])
+    assert ledger.fold_scan_start(400) == first + 3
+    plan_collapse(ledger, min_chars=400, needed=1)
+    assert ledger.fold_scan_start(400) == first + 5
+
+    ledger.splice(2, 10, ChatMessage(role="user", content="summary"), 103)
+    assert ledger.fold_scan_start(400) == 0
+    assert [f.index for f in plan_collapse(ledger, min_chars=400)[0]] == [first + 5 - 7]
+
+
 def test_a_fold_that_does_not_match_the_transcript_is_left_alone() -> None:
     messages = transcript(turn(1, [500]), turn(2, [10]))
     wrong = [Fold(index=3, call_id="other", stub="s"), Fold(index=99, call_id="c1_0", stub="s")]

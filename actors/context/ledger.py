@@ -39,7 +39,7 @@ class Entry(msgspec.Struct, gc=False):
 class PromptLedger:
     """Token estimates of one run's transcript, kept in step with it."""
 
-    __slots__ = ("_call_names", "entries", "estimator", "floor", "tokens")
+    __slots__ = ("_call_names", "_fold_scan", "entries", "estimator", "floor", "tokens")
 
     def __init__(self, estimator: Estimator) -> None:
         self.estimator = estimator
@@ -49,6 +49,19 @@ class PromptLedger:
         self.floor = 0
         """``total.floor``, likewise."""
         self._call_names: dict[str, str] = {}
+        # (min_chars, n): for that fold minimum, entries before n are folded or can never be
+        # folded, so collapse planning starts at n (a long run near its window plans every
+        # turn; without this, each plan re-read the whole history).
+        self._fold_scan = (0, 0)
+
+    def fold_scan_start(self, min_chars: int) -> int:
+        """Where :func:`~actors.context.planning.plan_collapse` starts for ``min_chars``."""
+        chars, start = self._fold_scan
+        return start if chars == min_chars else 0
+
+    def settle_fold_scan(self, min_chars: int, start: int) -> None:
+        """Entries before ``start`` are folded or never foldable with ``min_chars``."""
+        self._fold_scan = (min_chars, start)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -96,12 +109,14 @@ class PromptLedger:
             self.tokens -= old.estimate.tokens
             self.floor -= old.estimate.floor
         self.entries[start:end] = [entry]
+        self._fold_scan = (0, 0)  # positions moved
 
     def reset(self) -> None:
         """Forget everything (before counting a transcript afresh)."""
         self.entries.clear()
         self._call_names.clear()
         self.tokens = self.floor = 0
+        self._fold_scan = (0, 0)
 
     def last_assistant(self) -> int:
         """Index of the last assistant message, or -1."""

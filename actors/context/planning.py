@@ -58,14 +58,20 @@ def plan_collapse(
     """Folds of tool results the model has already answered, oldest first, each at least
     ``min_chars`` long, until ``needed`` tokens are saved (all of them when ``None``).
 
-    Returns the folds and the tokens they save (estimates). The ledger is not changed.
+    Returns the folds and the tokens they save (estimates). The ledger's entries are not
+    changed; it remembers how far its entries are folded or never foldable, so the next
+    plan starts there (O(new messages) per plan, not O(history)).
     """
     consumed_before = ledger.last_assistant()
+    start = ledger.fold_scan_start(min_chars)
+    settled = start  # entries before it: folded, or never foldable with min_chars
     folds: list[Fold] = []
     saved = 0
-    for index in range(consumed_before):
+    for index in range(start, consumed_before):
         entry = ledger.entries[index]
         if entry.role != "tool" or entry.folded or entry.chars < min_chars:
+            if settled == index:
+                settled += 1
             continue
         stub = fold_stub(entry.tool, entry.chars, entry.turn)
         after = ledger.estimator.message(
@@ -73,11 +79,14 @@ def plan_collapse(
         )
         gain = (entry.estimate - after).tokens
         if gain <= 0:
+            if settled == index:
+                settled += 1
             continue
         folds.append(Fold(index=index, call_id=entry.call_id or "", stub=stub))
         saved += gain
         if needed is not None and saved >= needed:
             break
+    ledger.settle_fold_scan(min_chars, settled)
     return tuple(folds), saved
 
 
