@@ -69,6 +69,7 @@ class ConductorState:
         "_stop",
         "_tool_calls",
         "_trace",
+        "_traced",
         "_transcript",
         "_truncations",
         "_turn",
@@ -87,6 +88,7 @@ class ConductorState:
         # Entries as made: a raw tuple per state change (made every turn, so cheap), turned
         # into TraceEntry structs once, when a result or a checkpoint reads them.
         self._trace: list[TraceEntry | _RawTrace] = []
+        self._traced = 0  # entries converted so far (a checkpoint per turn converts the new)
         self._call_log: list[CallLogEntry] = []
         self._turn = 0
         self._state: RunState = "PLAN"
@@ -143,6 +145,7 @@ class ConductorState:
         self._truncations = point.truncations
         self._output = point.output
         self._trace = [*point.trace]
+        self._traced = len(self._trace)
         self._call_log = list(point.call_log)
         self._trace_event("resumed", f"after turn {point.turn}")
 
@@ -179,12 +182,14 @@ class ConductorState:
 
     def _trace_entries(self) -> tuple[TraceEntry, ...]:
         trace, started = self._trace, self._started
-        for index, entry in enumerate(trace):
+        for index in range(self._traced, len(trace)):
+            entry = trace[index]
             if isinstance(entry, tuple):
                 at, turn, state, event, detail = entry
                 trace[index] = TraceEntry(
                     at=round(at - started, 6), turn=turn, state=state, event=event, detail=detail
                 )
+        self._traced = len(trace)
         return cast(tuple[TraceEntry, ...], tuple(trace))  # every entry converted above
 
     def _rewritten(self, index: int) -> None:
