@@ -12,7 +12,6 @@ stderr; the figures to stdout.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -26,6 +25,7 @@ import msgspec
 from actors.context import ContextPolicy
 from actors.context_gatekeeper import ContextGatekeeper
 from bench.loops import bench_overrides
+from bench.options import replay_parser
 from bench.recorder import capture_messages
 from bus import (
     Bus,
@@ -107,24 +107,9 @@ def measure_gatekeeper(
     )
 
 
-def _positive(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return number
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the figures (a line, or one JSON object with ``--json``); 0 on success."""
-    parser = argparse.ArgumentParser(prog="python -m bench.gatekeeper", description=__doc__)
-    parser.add_argument("--runs", type=_positive, default=20, help="runs captured (default 20)")
-    parser.add_argument("--turns", type=_positive, default=20, help="turns per run (default 20)")
-    parser.add_argument("--repeat", type=_positive, default=50, help="passes over them per rep")
-    parser.add_argument("--reps", type=_positive, default=5, help="timed repetitions (default 5)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser = replay_parser("python -m bench.gatekeeper", __doc__, repeat=50)
     args = parser.parse_args(argv)
     print("capturing the workload's messages, then timing the gatekeeper…", file=sys.stderr)
     figures = measure_gatekeeper(args.runs, args.turns, repeat=args.repeat, reps=args.reps)

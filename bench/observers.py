@@ -13,7 +13,6 @@ bus's own delivery, the same for every handler, is not in them). Progress goes t
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -28,7 +27,8 @@ from actors.hooks import HookRunner
 from actors.loop import STRICT
 from actors.loop_monitor import LoopMonitor
 from actors.progress_reporter import ProgressReporter
-from bench.recorder import _positive, _recorder, capture_messages
+from bench.options import replay_parser
+from bench.recorder import _recorder, capture_messages
 from bus import (
     Bus,
     BusMessage,
@@ -169,12 +169,7 @@ def measure_observers(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the figures (a table, or one JSON array with ``--json``); 0 on success."""
-    parser = argparse.ArgumentParser(prog="python -m bench.observers", description=__doc__)
-    parser.add_argument("--runs", type=_positive, default=20, help="runs captured (default 20)")
-    parser.add_argument("--turns", type=_positive, default=20, help="turns per run (default 20)")
-    parser.add_argument("--repeat", type=_positive, default=20, help="passes per rep (default 20)")
-    parser.add_argument("--reps", type=_positive, default=5, help="timed repetitions (default 5)")
-    parser.add_argument("--json", action="store_true", help="print one JSON array")
+    parser = replay_parser("python -m bench.observers", __doc__, repeat=20)
     args = parser.parse_args(argv)
     print("capturing the workload's messages, then timing the observers…", file=sys.stderr)
     figures = measure_observers(args.runs, args.turns, repeat=args.repeat, reps=args.reps)

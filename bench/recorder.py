@@ -10,7 +10,6 @@ less than in wall time). Progress goes to stderr; the figures to stdout.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from prometheus_client import generate_latest
 
 from actors.tools import default_registry
 from bench.loops import bench_overrides, bench_runtime, echo_tool
+from bench.options import replay_parser
 from bus import Bus, BusMessage, Message
 from orchestrator.config import Config
 from orchestrator.metrics import MetricsRecorder, new_registry
@@ -126,24 +126,9 @@ def measure_recorder(
     )
 
 
-def _positive(text: str) -> int:
-    try:
-        number = int(text)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
-    return number
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the figures (a table, or one JSON object with ``--json``); 0 on success."""
-    parser = argparse.ArgumentParser(prog="python -m bench.recorder", description=__doc__)
-    parser.add_argument("--runs", type=_positive, default=20, help="runs captured (default 20)")
-    parser.add_argument("--turns", type=_positive, default=20, help="turns per run (default 20)")
-    parser.add_argument("--repeat", type=_positive, default=50, help="passes over them per rep")
-    parser.add_argument("--reps", type=_positive, default=5, help="timed repetitions (default 5)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser = replay_parser("python -m bench.recorder", __doc__, repeat=50)
     args = parser.parse_args(argv)
     print("capturing the workload's messages, then timing the recorder…", file=sys.stderr)
     figures = measure_recorder(args.runs, args.turns, repeat=args.repeat, reps=args.reps)
