@@ -4,16 +4,14 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -35,6 +33,7 @@ from bus import (
 )
 from orchestrator.sim.loader import load_scenario
 from orchestrator.sim.server import open_simulator
+from tests.loopback import open_loopback
 
 WAIT = 10.0  # seconds any awaited event may take before the test fails
 FAST = {"backoff_base_seconds": 0.01, "backoff_cap_seconds": 0.02, "connect_timeout_seconds": 2.0}
@@ -379,26 +378,9 @@ class FakeServer:
         yield b"data: [DONE]\n\n"
 
 
-class QuietServer(uvicorn.Server):
-    """Leaves signal handling to pytest."""
-
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@asynccontextmanager
-async def open_fake_server(fake: FakeServer) -> AsyncIterator[str]:
+def open_fake_server(fake: FakeServer) -> AbstractAsyncContextManager[str]:
     app = Starlette(routes=[Route("/v1/chat/completions", fake.chat, methods=["POST"])])
-    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="off")
-    server = QuietServer(config)
-    with socket.create_server(("127.0.0.1", 0)) as sock:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            try:
-                yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-            finally:
-                server.should_exit = True
+    return open_loopback(app)
 
 
 def chunk(

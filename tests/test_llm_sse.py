@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
-from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -20,7 +19,6 @@ import httpx2
 import msgspec
 import openai
 import pytest
-import uvicorn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,6 +31,7 @@ from actors.llm.sse import SSEDecoder
 from actors.llm.stream import read_chunks
 from actors.llm_caller import LLMCaller
 from bus import Bus, ChatMessage, Message, ModelError, ModelReply, ModelRequest, ModelTextDelta
+from tests.loopback import open_loopback
 
 WAIT = 10.0
 
@@ -431,25 +430,6 @@ class Pieces:
         for piece in pieces:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-class QuietServer(uvicorn.Server):
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@asynccontextmanager
-async def open_loopback(app: Pieces) -> AsyncIterator[str]:
-    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="off")
-    server = QuietServer(config)
-    with socket.create_server(("127.0.0.1", 0)) as sock:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            try:
-                yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-            finally:
-                server.should_exit = True
 
 
 async def ask(

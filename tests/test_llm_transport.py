@@ -9,15 +9,14 @@ from __future__ import annotations
 import gzip
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
-from contextlib import aclosing, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
 from typing import Any, cast
 
 import anyio
 import httpx2
 import openai
 import pytest
-import uvicorn
 
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.clients import Clients
@@ -27,6 +26,7 @@ from actors.llm.stream import read_chunks
 from actors.llm.transport import COMPLETIONS, RUN_ID_HEADER, ChatTransport, Reply
 from actors.llm_caller import LLMCaller
 from bus import Bus, ChatMessage, ModelError, ModelReply, ModelRequest
+from tests.loopback import open_loopback
 
 WAIT = 10.0
 OK_STREAM = (
@@ -60,25 +60,6 @@ class Server:
         status, extra, content = self.answers[min(len(self.seen), len(self.answers)) - 1]
         await send({"type": "http.response.start", "status": status, "headers": extra})
         await send({"type": "http.response.body", "body": content})
-
-
-class QuietServer(uvicorn.Server):
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@asynccontextmanager
-async def open_server(app: Server) -> AsyncIterator[str]:
-    config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="off")
-    server = QuietServer(config)
-    with socket.create_server(("127.0.0.1", 0)) as sock:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            try:
-                yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-            finally:
-                server.should_exit = True
 
 
 @asynccontextmanager
@@ -121,7 +102,7 @@ async def sdk_post(client: openai.AsyncOpenAI, body: bytes, run_id: str) -> http
 async def test_the_same_request_on_the_wire_as_the_sdk_post() -> None:
     app = Server((200, SSE, OK_STREAM))
     body = b'{"model":"m","messages":[],"stream":true}'
-    async with open_server(app) as url, open_clients(url, extra_headers={"X-Team": "a"}) as pool:
+    async with open_loopback(app) as url, open_clients(url, extra_headers={"X-Team": "a"}) as pool:
         with anyio.fail_after(WAIT):
             transport = pool.transport_for_run("run-1")
             assert await read_text(await transport.post(body, "run-1", stream=True)) == "hi"
@@ -154,7 +135,7 @@ async def test_status_errors_are_the_sdks_own(status: int, payload: Any, kind: s
     content = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"retry-after", b"7")]
     app = Server((status, headers, content))
-    async with open_server(app) as url, open_clients(url) as pool:
+    async with open_loopback(app) as url, open_clients(url) as pool:
         with anyio.fail_after(WAIT):
             with pytest.raises(openai.APIStatusError) as fast:
                 await pool.transport_for_run("r").post(b"{}", "r", stream=True)
@@ -201,7 +182,7 @@ async def test_a_cookie_set_by_the_server_is_sent_back_as_httpx2_does() -> None:
     app = Server(
         (200, [*SSE, (b"set-cookie", b"lb=node-2; Path=/")], OK_STREAM), (200, SSE, OK_STREAM)
     )
-    async with open_server(app) as url, open_clients(url) as pool:
+    async with open_loopback(app) as url, open_clients(url) as pool:
         transport = pool.transport_for_run("r")
         with anyio.fail_after(WAIT):
             first = await transport.post(b"{}", "r", stream=True)
@@ -216,7 +197,7 @@ async def test_a_cookie_set_by_the_server_is_sent_back_as_httpx2_does() -> None:
 async def test_a_compressed_body_is_decoded() -> None:
     headers = [*SSE, (b"content-encoding", b"gzip")]
     app = Server((200, headers, gzip.compress(OK_STREAM)))
-    async with open_server(app) as url, open_clients(url) as pool:
+    async with open_loopback(app) as url, open_clients(url) as pool:
         with anyio.fail_after(WAIT):
             response = await pool.transport_for_run("r").post(b"{}", "r", stream=True)
             assert await read_text(response) == "hi"
@@ -226,7 +207,7 @@ async def test_a_compressed_body_is_decoded() -> None:
 @pytest.mark.asyncio
 async def test_a_redirect_is_followed_as_the_sdks_client_follows_it() -> None:
     app = Server((307, [(b"location", b"/v2/chat/completions")], b""), (200, SSE, OK_STREAM))
-    async with open_server(app) as url, open_clients(url) as pool:
+    async with open_loopback(app) as url, open_clients(url) as pool:
         with anyio.fail_after(WAIT):
             response = await pool.transport_for_run("r").post(b'{"a":1}', "r", stream=True)
             assert await read_text(response) == "hi"
@@ -263,7 +244,7 @@ async def test_a_client_on_another_transport_goes_through_the_sdk() -> None:
 async def test_a_non_streamed_reply_is_read_whole() -> None:
     completion = {"choices": [{"message": {"content": "whole"}, "finish_reason": "stop"}]}
     app = Server((200, [(b"content-type", b"application/json")], json.dumps(completion).encode()))
-    async with open_server(app) as url, open_clients(url) as pool:
+    async with open_loopback(app) as url, open_clients(url) as pool:
         with anyio.fail_after(WAIT):
             for _ in range(2):
                 response = await pool.transport_for_run("r").post(b"{}", "r", stream=False)
@@ -280,7 +261,7 @@ async def test_the_caller_reports_a_status_error_as_before_and_scrubs_the_key() 
     request = ModelRequest(
         run_id="r1", turn=1, model="m", messages=(ChatMessage(role="user", content="Go"),)
     )
-    async with open_server(app) as url:
+    async with open_loopback(app) as url:
         caller = LLMCaller(bus, EndpointSettings(base_url=url, api_key="sk-secret"))
         with anyio.fail_after(WAIT):
             async with anyio.create_task_group() as tg:
@@ -300,7 +281,7 @@ async def test_the_caller_reports_a_status_error_as_before_and_scrubs_the_key() 
 @pytest.mark.asyncio
 async def test_a_closed_client_refuses_as_httpx2_does() -> None:
     app = Server((200, SSE, OK_STREAM))
-    async with open_server(app) as url:
+    async with open_loopback(app) as url:
         pool = Clients(EndpointSettings(base_url=url, api_key="k"))
         transport = pool.transport_for_run("r")
         with anyio.fail_after(WAIT):
@@ -334,7 +315,7 @@ async def read_into(acc: ReplyAccumulator, response: Any) -> None:
 
 @pytest.mark.asyncio
 async def test_a_connection_lost_mid_stream_is_the_sdks_connection_error() -> None:
-    async with open_server(cast(Server, BreaksMidStream())) as url, open_clients(url) as pool:
+    async with open_loopback(cast(Server, BreaksMidStream())) as url, open_clients(url) as pool:
         acc = ReplyAccumulator()
         with anyio.fail_after(WAIT):
             response = await pool.transport_for_run("r7").post(b"{}", "r7", stream=True)
