@@ -197,16 +197,21 @@ async def test_results_and_errors_are_the_async_tools_own() -> None:
     assert "150 of 250 characters left out" in answers["sync"][5]["content"]
 
 
-@pytest.mark.asyncio
-async def test_the_cache_answers_plain_defs_the_same_way() -> None:
-    """miss, hit, hit, loop: the stop precedes the refused call's result; no worker."""
+def counted_lookup() -> tuple[ToolRegistry, Counter[str]]:
+    """An idempotent plain-def ``lookup`` tool, and how often it ran per argument."""
     ran: Counter[str] = Counter()
 
     def lookup(params: Text, ctx: ToolContext) -> str:
         ran[params.text] += 1
         return f"order {params.text}"
 
-    registry = ToolRegistry([Tool("lookup", "", Text, lookup, idempotent=True)])
+    return ToolRegistry([Tool("lookup", "", Text, lookup, idempotent=True)]), ran
+
+
+@pytest.mark.asyncio
+async def test_the_cache_answers_plain_defs_the_same_way() -> None:
+    """miss, hit, hit, loop: the stop precedes the refused call's result; no worker."""
+    registry, ran = counted_lookup()
     call = ("lookup", '{"text": "A1"}')
     async with open_executor(registry) as (bus, executor):
         with bus.open_inbox("r1") as inbox:
@@ -231,13 +236,7 @@ async def test_the_cache_answers_plain_defs_the_same_way() -> None:
 @pytest.mark.asyncio
 async def test_identical_plain_def_calls_in_one_reply_share_one_execution() -> None:
     """The second waits for the first (the normal path), then hits."""
-    ran: Counter[str] = Counter()
-
-    def lookup(params: Text, ctx: ToolContext) -> str:
-        ran[params.text] += 1
-        return f"order {params.text}"
-
-    registry = ToolRegistry([Tool("lookup", "", Text, lookup, idempotent=True)])
+    registry, ran = counted_lookup()
     call = ("lookup", '{"text": "A1"}')
     async with open_executor(registry) as (bus, executor):
         with bus.open_inbox("r1") as inbox:
