@@ -35,18 +35,15 @@ import msgspec
 from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.loop import PRESETS, LoopConfig, LoopDetector
 from actors.loop_monitor import LoopMonitor
-from bench.scripted_model import ECHO_TOOL
+from bench.scripted_model import ECHO_TOOL, finished_run
 from bus import (
     Bus,
-    ExitReason,
     ModelReply,
-    Outcome,
     RunFinished,
     RunStarted,
     ToolCall,
     ToolCallProposed,
     ToolResult,
-    Usage,
 )
 
 __all__ = ["LoopMonitorFigures", "main", "measure", "run_messages"]
@@ -71,21 +68,6 @@ class LoopMonitorFigures(NamedTuple):
 
 def _started(run_id: str) -> RunStarted:
     return RunStarted(run_id=run_id, trace_id="t", task="Echo the steps.", model="scripted")
-
-
-def _finished(run_id: str, turns: int) -> RunFinished:
-    return RunFinished(
-        run_id=run_id,
-        exit_reason=ExitReason.COMPLETED,
-        cause="model.end_turn",
-        outcome=Outcome.DONE,
-        detail="",
-        hint="",
-        turns=turns,
-        llm_requests=turns,
-        tool_calls=turns - 1,
-        usage=Usage(),
-    )
 
 
 def _turn(run_id: str, turn: int) -> tuple[ModelReply, ToolCallProposed, ToolResult]:
@@ -120,7 +102,7 @@ def run_messages(runs: int, calls: int, *, finish: bool = True) -> Iterator[Mess
     if finish:
         for run_id in ids:
             yield ModelReply(run_id=run_id, turn=calls + 1, text="done")
-            yield _finished(run_id, calls + 1)
+            yield finished_run(run_id, calls + 1, calls)
 
 
 def _monitor_us(config: LoopConfig, messages: Sequence[Message], calls: int) -> float:

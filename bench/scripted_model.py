@@ -18,12 +18,29 @@ from typing import Final, assert_never
 import anyio
 from anyio.abc import TaskStatus
 
-from bus import Bus, ModelCancel, ModelReply, ModelRequest, ToolCall, Usage
+from bus import (
+    Bus,
+    ExitReason,
+    ModelCancel,
+    ModelReply,
+    ModelRequest,
+    Outcome,
+    RunFinished,
+    ToolCall,
+    Usage,
+)
 from orchestrator.sim import Scenario
 from orchestrator.sim.script import locate, step_at
 from orchestrator.sim.wire import build_reply, estimate_tokens
 
-__all__ = ["ECHO_TOOL", "Script", "ScriptedModel", "echo_script", "scenario_script"]
+__all__ = [
+    "ECHO_TOOL",
+    "Script",
+    "ScriptedModel",
+    "echo_script",
+    "finished_run",
+    "scenario_script",
+]
 
 Script = Callable[[ModelRequest], ModelReply]
 """Turns a request into its reply (must not block)."""
@@ -125,3 +142,20 @@ def scenario_script(scenarios: Iterable[Scenario]) -> Script:
         )
 
     return script
+
+
+def finished_run(run_id: str, turns: int, tool_calls: int = 0) -> RunFinished:
+    """A ``RunFinished`` for a run that completed after ``turns`` turns (for benchmarks that
+    drive an actor with hand-made messages)."""
+    return RunFinished(
+        run_id=run_id,
+        exit_reason=ExitReason.COMPLETED,
+        cause="model.end_turn",
+        outcome=Outcome.DONE,
+        detail="",
+        hint="",
+        turns=turns,
+        llm_requests=turns,
+        tool_calls=tool_calls,
+        usage=Usage(),
+    )

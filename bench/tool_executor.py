@@ -31,17 +31,13 @@ from actors.fingerprint import fingerprint_call
 from actors.tool_executor import ToolExecutor
 from actors.tools import ToolRegistry
 from bench.loops import echo_tool
-from bench.scripted_model import ECHO_TOOL
+from bench.scripted_model import ECHO_TOOL, finished_run
 from bus import (
     Bus,
-    ExitReason,
-    Outcome,
-    RunFinished,
     RunStarted,
     ToolCall,
     ToolExecute,
     ToolResult,
-    Usage,
 )
 
 __all__ = ["KINDS", "ExecutorFigures", "main", "measure"]
@@ -126,20 +122,7 @@ async def _once(kind: str, runs: int, turns: int) -> float:
                 result = await inbox.receive()
                 assert isinstance(result, ToolResult)
                 errors += result.is_error
-            await bus.publish(
-                RunFinished(
-                    run_id=run_id,
-                    exit_reason=ExitReason.COMPLETED,
-                    cause="model.end_turn",
-                    outcome=Outcome.DONE,
-                    detail="",
-                    hint="",
-                    turns=len(run),
-                    llm_requests=len(run),
-                    tool_calls=len(run),
-                    usage=Usage(),
-                )
-            )
+            await bus.publish(finished_run(run_id, len(run), len(run)))
 
     async with anyio.create_task_group() as tg:
         await tg.start(actor)

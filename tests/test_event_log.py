@@ -9,23 +9,9 @@ from dataclasses import dataclass, field
 import anyio
 import pytest
 
-from bus import Bus, ExitReason, Message, Outcome, RunFinished, TurnEnded, TurnStarted, Usage
+from bus import Bus, Message, RunFinished, TurnEnded, TurnStarted
 from orchestrator.event_log import EventLog
-
-
-def finished(run_id: str) -> RunFinished:
-    return RunFinished(
-        run_id=run_id,
-        exit_reason=ExitReason.COMPLETED,
-        cause="model.end_turn",
-        outcome=Outcome.DONE,
-        detail="",
-        hint="",
-        turns=1,
-        llm_requests=1,
-        tool_calls=0,
-        usage=Usage(),
-    )
+from tests.messages_examples import finished
 
 
 def turn(run_id: str, number: int) -> TurnStarted:
