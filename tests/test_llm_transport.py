@@ -76,6 +76,11 @@ SSE = [(b"content-type", b"text/event-stream")]
 
 async def read_text(response: Any) -> str:
     acc = ReplyAccumulator()
+    await read_into(acc, response)
+    return acc.text
+
+
+async def read_into(acc: ReplyAccumulator, response: Any) -> None:
     try:
         async with aclosing(read_chunks(response)) as batches:
             async for batch in batches:
@@ -83,7 +88,6 @@ async def read_text(response: Any) -> str:
                     acc.feed_chunk(chunk)
     finally:
         await response.aclose()
-    return acc.text
 
 
 async def sdk_post(client: openai.AsyncOpenAI, body: bytes, run_id: str) -> httpx2.Response:
@@ -301,16 +305,6 @@ class BreaksMidStream:
         first = b'data: {"choices":[{"index":0,"delta":{"content":"par"}}]}\n\n'
         await send({"type": "http.response.body", "body": first, "more_body": True})
         raise RuntimeError("the server fell over")
-
-
-async def read_into(acc: ReplyAccumulator, response: Any) -> None:
-    try:
-        async with aclosing(read_chunks(response)) as batches:
-            async for batch in batches:
-                for chunk in batch:
-                    acc.feed_chunk(chunk)
-    finally:
-        await response.aclose()
 
 
 @pytest.mark.asyncio
