@@ -43,6 +43,37 @@ class _RunEvents:
         await self.following.wait()
 
 
+class _Follower:
+    """One reader of a run's events (an iterator class, not an async generator: this module
+    is compiled with mypyc, which does not compile async generators)."""
+
+    __slots__ = ("_log", "_position", "_run_id", "_runs", "_started")
+
+    def __init__(self, runs: dict[str, _RunEvents], run_id: str, position: int) -> None:
+        self._runs = runs
+        self._run_id = run_id
+        self._position = position
+        self._log: _RunEvents | None = None
+        self._started = False
+
+    def __aiter__(self) -> _Follower:
+        return self
+
+    async def __anext__(self) -> Message:
+        if not self._started:  # looked up at the first step, as a generator would
+            self._started = True
+            self._log = self._runs.get(self._run_id)
+        log = self._log
+        if log is None:
+            raise StopAsyncIteration
+        while self._position >= len(log.events):
+            if log.finished:
+                raise StopAsyncIteration
+            await log.changed()
+        self._position += 1
+        return log.events[self._position - 1]
+
+
 class EventLog:
     """Keeps the events of the runs opened with :meth:`open_run`."""
 
@@ -77,19 +108,9 @@ class EventLog:
         log = self._runs.get(run_id)
         return log.dropped if log is not None else 0
 
-    async def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Message]:
+    def follow(self, run_id: str, *, after: int = 0) -> AsyncIterator[Message]:
         """Yield ``run_id``'s events from position ``after``, live, until the run ends."""
-        log = self._runs.get(run_id)
-        if log is None:
-            return
-        position = after
-        while True:
-            while position < len(log.events):
-                position += 1
-                yield log.events[position - 1]
-            if log.finished:
-                return
-            await log.changed()
+        return _Follower(self._runs, run_id, after)
 
     def _record(self, msg: Message) -> None:
         # Called inline for every message of every run: a type check rather than

@@ -11,29 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import msgspec
-
-from actors.context.tokens import Estimate, Estimator
-from bus import ChatMessage, Fold, Role
+from actors.context.records import Entry, Estimate
+from actors.context.tokens import Estimator
+from bus import ChatMessage, Fold
 
 __all__ = ["Entry", "PromptLedger"]
-
-
-class Entry(msgspec.Struct, gc=False):
-    """One transcript message as the ledger knows it (a mutable Struct: made in C, for
-    under half a slotted dataclass's cost, for every message of every run)."""
-
-    role: Role
-    estimate: Estimate
-    chars: int
-    """Characters of its content."""
-    turn: int
-    """The turn that added it (0: the system prompt and the task)."""
-    tool: str | None = None
-    """For a tool result: the tool that produced it."""
-    call_id: str | None = None
-    folded: bool = False
-    summary: bool = False
 
 
 class PromptLedger:

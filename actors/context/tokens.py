@@ -28,9 +28,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, Final, assert_never
 
-import msgspec
-
 from actors.context.images import part_tokens
+from actors.context.records import Estimate
 from actors.context.windows import Encoding, encoding_for
 from bus import (
     IMAGE_MARKER,
@@ -79,20 +78,6 @@ SHORT_TEXT_CACHE: Final = 8192
 """Short texts whose estimates are kept per way of counting (the lot is dropped when full)."""
 TOOL_SETS: Final = 16
 """Tool sets whose estimates each :class:`Estimator` keeps (the lot is dropped when full)."""
-
-
-class Estimate(msgspec.Struct, frozen=True, gc=False):
-    """Tokens of a piece: ``tokens`` (never knowingly low) and ``floor`` (never knowingly
-    high); equal when the model's own tokenizer counted them."""
-
-    tokens: int = 0
-    floor: int = 0
-
-    def __add__(self, other: Estimate) -> Estimate:
-        return Estimate(self.tokens + other.tokens, self.floor + other.floor)
-
-    def __sub__(self, other: Estimate) -> Estimate:
-        return Estimate(self.tokens - other.tokens, self.floor - other.floor)
 
 
 _NOTHING: Final = Estimate()
