@@ -4,22 +4,12 @@ random plans (stages entered in any order, unknown stages, runs ending anywhere)
 from __future__ import annotations
 
 import random
-from typing import cast
 
 import pytest
 
 from actors.progress_reporter import ProgressReporter
-from bus import Bus, ExitReason, Message, Progress, RunEnding, RunStarted, TurnStarted
-
-
-class _Published:
-    """Stands in for the bus: keeps what the reporter publishes."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-
-    def publish_nowait(self, msg: Message) -> None:
-        self.messages.append(msg)
+from bus import ExitReason, Progress, RunEnding, RunStarted, TurnStarted
+from tests.published import Published
 
 
 def _position(stages: tuple[str, ...], stage: str) -> int:
@@ -102,16 +92,16 @@ def random_messages(rng: random.Random) -> list[RunStarted | TurnStarted | RunEn
 @pytest.mark.parametrize("seed", range(20))
 def test_progress_follows_the_rules_on_random_runs(seed: int) -> None:
     messages = random_messages(random.Random(seed))
-    published = _Published()
-    reporter = ProgressReporter(cast(Bus, published))
+    published = Published()
+    reporter = ProgressReporter(published.bus)
     for msg in messages:
         reporter._handle(msg)
     assert published.messages == expected(messages)
 
 
 def test_a_stage_plan_is_reported_with_its_denominator_and_skips() -> None:
-    published = _Published()
-    reporter = ProgressReporter(cast(Bus, published))
+    published = Published()
+    reporter = ProgressReporter(published.bus)
     plan = ("plan", "draft", "review")
     reporter._handle(
         RunStarted(run_id="r", trace_id="t", task="x", model="m", stage="plan", plan=plan)
