@@ -33,6 +33,7 @@ from bus import (
     Usage,
 )
 from tests.messages_examples import finished
+from tests.published import Published
 
 PARAGRAPH = (
     "I will now check the configuration once more to be sure that everything is in order "
@@ -288,17 +289,6 @@ def _proposed(
     )
 
 
-class AnsweringBus(Bus):
-    """A bus that keeps what the monitor answers (for calls to ``handle`` made directly)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.answers: list[Message] = []
-
-    def publish_nowait(self, msg: Message) -> None:
-        self.answers.append(msg)
-
-
 def test_a_run_holds_no_state_until_its_first_call_and_none_after_it_finishes() -> None:
     asked: list[str] = []
 
@@ -330,9 +320,8 @@ def test_a_run_that_only_streams_text_gets_its_state_at_the_first_delta() -> Non
 
 
 def test_an_override_is_used_at_the_first_call_and_dropped_with_a_run_that_made_none() -> None:
-    bus = AnsweringBus()
-    answers = bus.answers
-    monitor = LoopMonitor(bus, OPENCLAW)
+    published = Published()
+    monitor = LoopMonitor(published.bus, OPENCLAW)
     monitor.override("quiet", STRICT)
     monitor.handle(RunStarted(run_id="quiet", trace_id="t", task="x", model="m"))
     monitor.handle(finished("quiet"))  # never called a tool: the override goes too
@@ -342,40 +331,38 @@ def test_an_override_is_used_at_the_first_call_and_dropped_with_a_run_that_made_
         monitor.handle(_proposed("r1", n))
         monitor.handle(_proposed("quiet", n))  # a new run "quiet": the monitor's config
     # strict nudges r1 at its 3rd identical call; openclaw says nothing to "quiet" yet
-    assert [(type(m).__name__, m.run_id) for m in answers] == [
+    assert [(type(m).__name__, m.run_id) for m in published.messages] == [
         ("ToolVerdict", "r1"), ("Nudge", "r1"),
     ]  # fmt: skip
 
 
 def test_run_started_again_starts_the_run_afresh() -> None:
-    bus = AnsweringBus()
-    answers = bus.answers
-    monitor = LoopMonitor(bus, STRICT)
+    published = Published()
+    monitor = LoopMonitor(published.bus, STRICT)
     for n in range(1, 5):
         monitor.handle(_proposed("r1", n))
-    assert [type(m) for m in answers] == [ToolVerdict, Nudge]
+    assert [type(m) for m in published.messages] == [ToolVerdict, Nudge]
     monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
     assert monitor.active_runs() == 0
     monitor.handle(_proposed("r1", 5))  # would have been the 5th identical call: a stop
-    assert [type(m) for m in answers] == [ToolVerdict, Nudge]
+    assert [type(m) for m in published.messages] == [ToolVerdict, Nudge]
 
 
 def test_a_parked_run_and_a_looping_run_interleaved() -> None:
-    bus = AnsweringBus()
-    answers = bus.answers
-    monitor = LoopMonitor(bus, STRICT)
+    published = Published()
+    monitor = LoopMonitor(published.bus, STRICT)
     for run_id in ("parked", "looping"):
         monitor.handle(RunStarted(run_id=run_id, trace_id="t", task="x", model="m"))
     for n in range(1, 6):
         monitor.handle(_proposed("looping", n))
         monitor.handle(ModelReply(run_id="parked", turn=n, text=""))
     assert monitor.active_runs() == 1
-    assert [(type(m), m.run_id) for m in answers] == [
+    assert [(type(m), m.run_id) for m in published.messages] == [
         (ToolVerdict, "looping"), (Nudge, "looping"), (StopSignal, "looping"),
     ]  # fmt: skip
     # the parked run's first call is its first: nothing carried over from the other run
     monitor.handle(_proposed("parked", 1))
-    assert len(answers) == 3
+    assert len(published.messages) == 3
 
 
 @pytest.mark.parametrize("preset", [STRICT, OPENCLAW, GEMINI], ids=lambda c: c.name)
