@@ -559,9 +559,8 @@ async def test_a_recorder_fault_is_counted_and_never_ends_a_run() -> None:
     assert value(registry, "loopfuse_metrics_recorder_errors_total") == 1
 
 
-def test_state_is_bounded_when_run_endings_are_lost(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("orchestrator.metrics.recorder.MAX_TRACKED_RUNS", 3)
-    rec, _ = recorder()
+def test_state_is_bounded_when_run_endings_are_lost() -> None:
+    rec, _ = recorder(max_runs=3)
     for index in range(10):
         rec.handle(started(f"r{index}"))
     assert rec.tracked_runs() == 3

@@ -181,6 +181,8 @@ class MetricsRecorder:
     :param clock: monotonic seconds, for run durations.
     :param mailbox_size: the subscription's mailbox capacity (:data:`METRICS_MAILBOX_SIZE`);
         inline, the recorder handles each message during its publish and drops none.
+    :param max_runs: runs whose state is kept at most (:data:`MAX_TRACKED_RUNS`); beyond
+        that the oldest is forgotten.
     """
 
     def __init__(
@@ -194,9 +196,11 @@ class MetricsRecorder:
         context_window: Callable[[str], int | None] = window_for,
         clock: Callable[[], float] = time.monotonic,
         mailbox_size: int = METRICS_MAILBOX_SIZE,
+        max_runs: int = MAX_TRACKED_RUNS,
     ) -> None:
         self._bus = bus
         self._mailbox_size = mailbox_size
+        self._max_runs = max_runs
         self.metrics = m = Metrics(registry)
         self._models = BoundedLabel()
         self._tools = BoundedLabel(tools)
@@ -409,7 +413,7 @@ class MetricsRecorder:
 
     def _bound_runs(self) -> None:
         runs = self._runs
-        while len(runs) > MAX_TRACKED_RUNS:
+        while len(runs) > self._max_runs:
             del runs[next(iter(runs))]
 
     def _run(self, run_id: str) -> _Run:
