@@ -63,11 +63,13 @@ class CounterSeries:
         self.created = time.time()
         self.exemplar: _Kept | None = None
 
-    def inc(self, amount: float = 1, exemplar: ExemplarLabels | None = None) -> None:
+    def inc(self, amount: int | float = 1, exemplar: ExemplarLabels | None = None) -> None:
         """Add ``amount``; keep ``exemplar`` as this series' exemplar.
 
         :raises ValueError: ``amount`` is negative.
         """
+        # ``int | float``, not ``float``: compiled, a ``float`` parameter turns an int into
+        # a float, and the error below would say ``-1.0`` where Python says ``-1``.
         if amount < 0:
             raise ValueError(f"a counter only goes up: {amount} is negative")
         self.value += amount
