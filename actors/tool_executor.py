@@ -181,9 +181,16 @@ class _Batch:
             self._limiter = anyio.CapacityLimiter(self._max_parallel)
         return self._limiter
 
-    def aborted_by(self, timeout_at: float) -> bool:
-        """Whether a call's scope that fired was cancelled by the abort, not its timeout."""
-        return self.reason is not None and self.abort_deadline <= timeout_at
+    def abort_reason(self, timeout_at: float) -> str | None:
+        """The abort's reason when a call's scope that fired was cancelled by the abort, not
+        by its timeout; None otherwise.
+
+        A method, not ``batch.reason`` read in the caller: the caller checked ``reason`` is
+        None before its await, and mypy keeps that narrowing past the await (the compiled
+        build then rejects the reason :meth:`cancel` set meanwhile)."""
+        if self.reason is not None and self.abort_deadline <= timeout_at:
+            return self.reason
+        return None
 
     def cancel(self, grace: float, reason: str) -> None:
         """Start nothing more; cancel running calls after ``grace`` seconds (idempotent)."""
@@ -545,8 +552,9 @@ class ToolExecutor:
                 slot.scope = None
         if outcome is not None:
             return outcome
-        if batch.aborted_by(timeout_at):
-            return _aborted(call, f"cancelled after a grace of {batch.grace:g} s: {batch.reason}")
+        reason = batch.abort_reason(timeout_at)
+        if reason is not None:
+            return _aborted(call, f"cancelled after a grace of {batch.grace:g} s: {reason}")
         return timed_out(tool.name, timeout)
 
     @staticmethod
