@@ -69,13 +69,13 @@ async def invoke(
     except ToolError as exc:
         return Outcome(exc.message, is_error=True, error_kind=exc.kind, executed=False)
     timed_out_now = False
-    content: object = None
+    content: object = None  # whatever the tool returned: _returned checks it is text
     try:
         if time_limit is None:
-            content = await cast("Awaitable[str]", tool.fn(params, ctx))
+            content = await cast("Awaitable[object]", tool.fn(params, ctx))
         else:
             with anyio.move_on_after(time_limit) as scope:
-                content = await cast("Awaitable[str]", tool.fn(params, ctx))
+                content = await cast("Awaitable[object]", tool.fn(params, ctx))
             timed_out_now = scope.cancelled_caught
     except ToolError as exc:
         return Outcome(cap_text(exc.message, max_chars), is_error=True, error_kind=exc.kind)
