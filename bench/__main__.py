@@ -20,6 +20,7 @@ from bench.bus_throughput import measure_bus
 from bench.http_client import measure_http, simulator_process
 from bench.loops import Sample, bare_loop, guard_loop, loopfuse_loop
 from bench.memory import bare_parked, loopfuse_parked
+from orchestrator.build import compiled_modules
 
 __all__ = ["Spread", "main", "measure"]
 
@@ -115,6 +116,7 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
     figures["loopfuse_events_us_per_turn"] = cpu_of("loopfuse+events")
     figures["loopfuse_async_tool_us_per_turn"] = cpu_of("loopfuse+async_tool")
     figures["ratio_vs_guard"] = figures["loopfuse_us_per_turn"] / figures["guard_us_per_turn"]
+    figures["compiled_modules"] = len(compiled_modules())  # 0: a pure-Python install
     figures["us_per_turn_runs_of_20_turns"] = cpu_of("loopfuse", "history_20")
     figures["us_per_turn_runs_of_200_turns"] = cpu_of("loopfuse", "history_200")
     # turns 21..200 alone: what the 180 later turns of a run cost beyond its first 20
@@ -180,7 +182,8 @@ def format_report(figures: dict[str, Any], args: argparse.Namespace, out: TextIO
     out.write(
         f"\nthroughput CPU/turn: bare {figures['bare_us_per_turn']:.1f} µs, guard "
         f"{figures['guard_us_per_turn']:.1f} µs, loopfuse {figures['loopfuse_us_per_turn']:.1f} "
-        f"µs (x{figures['ratio_vs_guard']:.1f} the guard; target ≤ 3)\n"
+        f"µs (x{figures['ratio_vs_guard']:.1f} the guard; target ≤ 3; "
+        f"{figures['compiled_modules']} modules compiled)\n"
         f"O(history): 20 runs x 20 turns {figures['us_per_turn_runs_of_20_turns']:.1f} µs/turn, "
         f"x 200 turns {figures['us_per_turn_runs_of_200_turns']:.1f} µs/turn, turns 21-200 "
         f"alone {figures['us_per_turn_21_to_200']:.1f} µs/turn\n"
