@@ -57,6 +57,8 @@ COMPILED = [
     "actors/loop/poll.py",
     "actors/tools/cache.py",
     "actors/tools/invoke.py",
+    "actors/tools/registry.py",
+    "actors/tools/schema.py",
 ]
 """The compiled modules. Modules that define msgspec Structs stay Python (mypyc would
 build the class without its ``frozen=True``), and so do async generators (unsupported)."""

@@ -135,8 +135,7 @@ class Tool(Generic[P]):
             assert isinstance(value, dict)
             return value
 
-        tool: Tool[dict[str, Any]] = Tool.__new__(Tool)
-        tool._setup(
+        return _SchemaTool(
             name,
             description,
             flat,
@@ -146,7 +145,6 @@ class Tool(Generic[P]):
             timeout_seconds=timeout_seconds,
             finishes_stage=finishes_stage,
         )
-        return tool
 
     def _setup(
         self,
@@ -200,6 +198,36 @@ class Tool(Generic[P]):
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+class _SchemaTool(Tool[dict[str, Any]]):
+    """A tool made by :meth:`Tool.from_json_schema` (its own constructor: this module is
+    compiled with mypyc, where ``Tool.__new__`` without ``__init__`` is not possible)."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        schema: dict[str, Any],
+        fn: ToolFn[dict[str, Any]],
+        decode: Callable[[bytes], dict[str, Any]],
+        *,
+        idempotent: bool,
+        timeout_seconds: float | None,
+        finishes_stage: bool,
+    ) -> None:
+        self._setup(
+            name,
+            description,
+            schema,
+            fn,
+            decode,
+            idempotent=idempotent,
+            timeout_seconds=timeout_seconds,
+            finishes_stage=finishes_stage,
+        )
 
 
 def _is_async(fn: object) -> bool:
