@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import anyio
 import msgspec
 
+from orchestrator.build import stale_modules
 from orchestrator.config import Config, ModelSettings, load_config
 from orchestrator.daemon.commands import COMMANDS as DAEMON_COMMANDS
 from orchestrator.daemon.commands import add_commands as add_daemon_commands
@@ -40,6 +41,8 @@ from orchestrator.scenario_runs import expectation_mismatches, start_scenario
 from orchestrator.sim import find_scenario, serve_simulator, shipped_scenarios
 
 __all__ = ["main"]
+
+logger = logging.getLogger("loopfuse.cli")
 
 _json = msgspec.json.Encoder()
 
@@ -82,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``loopfuse`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if stale := stale_modules():
+        logger.warning(
+            "compiled modules older than their sources (the old code runs): %s; "
+            "run `pip install -e .` again",
+            ", ".join(stale),
+        )
     try:
         config = load_config(args.config)
         match args.command:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import types
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import cli
 from orchestrator.build import compiled_modules, stale_modules
 
 
@@ -47,3 +49,23 @@ def test_a_source_edited_after_its_build_makes_the_module_stale(
     assert "actors.hot" not in stale_modules()
     os.utime(source, (built + 10, built + 10))  # edited after the build
     assert "actors.hot" in stale_modules()
+
+
+def test_the_command_line_warns_when_it_runs_stale_compiled_code(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    extension = tmp_path / "hot.cpython-311-x86_64-linux-gnu.so"
+    extension.write_bytes(b"")
+    source = tmp_path / "hot.py"
+    source.write_text("")
+    built = extension.stat().st_mtime
+    os.utime(source, (built + 10, built + 10))
+    _fake_module(monkeypatch, "actors.hot", extension)
+    with caplog.at_level(logging.WARNING, logger="loopfuse.cli"):
+        assert cli.main(["scenarios"]) == 0
+    assert "actors.hot" in caplog.text
+    assert "pip install -e ." in caplog.text
+    assert "completed" in capsys.readouterr().out  # the command itself still ran
