@@ -8,6 +8,7 @@ of them alike; figures are medians with their min–max.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -95,6 +96,7 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
             for name, workload in WORKLOADS.items():
                 if path.startswith("history") and name != "loopfuse":
                     continue
+                gc.collect()  # the previous workload's garbage is not this one's cost
                 sample = anyio.run(workload, runs, turns)
                 samples.setdefault((name, path), []).append(sample)
     figures: dict[str, Any] = {"workloads": {}}
