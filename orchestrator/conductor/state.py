@@ -186,8 +186,11 @@ class ConductorState:
             entry = trace[index]
             if isinstance(entry, tuple):
                 at, turn, state, event, detail = entry
+                # Whole microseconds: round(x, 6) goes through decimal conversion (~1,400
+                # instructions an entry, four entries a turn); the nearest integer does not.
+                micros = round((at - started) * 1_000_000)
                 trace[index] = TraceEntry(
-                    at=round(at - started, 6), turn=turn, state=state, event=event, detail=detail
+                    at=micros / 1_000_000, turn=turn, state=state, event=event, detail=detail
                 )
         self._traced = len(trace)
         return cast(tuple[TraceEntry, ...], tuple(trace))  # every entry converted above
