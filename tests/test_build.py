@@ -13,6 +13,8 @@ import pytest
 from orchestrator import cli
 from orchestrator.build import compiled_modules, stale_modules
 
+_EXTENSION = "cpython-311-x86_64-linux-gnu.so"
+
 
 def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, path: Path) -> None:
     module = types.ModuleType(name)
@@ -20,35 +22,43 @@ def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, path: Path) -> None
     monkeypatch.setitem(sys.modules, name, module)
 
 
+def _built_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, *, edited_since: bool
+) -> None:
+    """A compiled module ``name`` whose source beside it is older or newer than it."""
+    stem = name.rsplit(".", 1)[-1]
+    extension = tmp_path / f"{stem}.{_EXTENSION}"
+    extension.write_bytes(b"")
+    source = tmp_path / f"{stem}.py"
+    source.write_text("")
+    built = extension.stat().st_mtime
+    edited = built + 10 if edited_since else built - 10
+    os.utime(source, (edited, edited))
+    _fake_module(monkeypatch, name, extension)
+
+
 def test_a_compiled_module_is_listed_and_a_python_one_is_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    extension = tmp_path / "fast.cpython-311-x86_64-linux-gnu.so"
-    extension.write_bytes(b"")
+    _built_module(tmp_path, monkeypatch, "bus.fast_example", edited_since=False)
     source = tmp_path / "slow.py"
     source.write_text("")
-    _fake_module(monkeypatch, "bus.fast_example", extension)
     _fake_module(monkeypatch, "bus.slow_example", source)
-    _fake_module(monkeypatch, "elsewhere.fast_example", extension)  # not loopfuse's
+    _fake_module(monkeypatch, "elsewhere.fast_example", tmp_path / f"fast.{_EXTENSION}")
     listed = compiled_modules()
     assert "bus.fast_example" in listed
     assert "bus.slow_example" not in listed
-    assert "elsewhere.fast_example" not in listed
+    assert "elsewhere.fast_example" not in listed  # not loopfuse's
 
 
 def test_a_source_edited_after_its_build_makes_the_module_stale(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    extension = tmp_path / "hot.cpython-311-x86_64-linux-gnu.so"
-    extension.write_bytes(b"")
-    source = tmp_path / "hot.py"
-    source.write_text("")
-    built = extension.stat().st_mtime
-    os.utime(source, (built - 10, built - 10))
-    _fake_module(monkeypatch, "actors.hot", extension)
-    assert "actors.hot" not in stale_modules()
-    os.utime(source, (built + 10, built + 10))  # edited after the build
-    assert "actors.hot" in stale_modules()
+    _built_module(tmp_path, monkeypatch, "actors.cold", edited_since=False)
+    _built_module(tmp_path, monkeypatch, "actors.hot", edited_since=True)
+    stale = stale_modules()
+    assert "actors.hot" in stale
+    assert "actors.cold" not in stale
 
 
 def test_the_command_line_warns_when_it_runs_stale_compiled_code(
@@ -57,13 +67,7 @@ def test_the_command_line_warns_when_it_runs_stale_compiled_code(
     caplog: pytest.LogCaptureFixture,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    extension = tmp_path / "hot.cpython-311-x86_64-linux-gnu.so"
-    extension.write_bytes(b"")
-    source = tmp_path / "hot.py"
-    source.write_text("")
-    built = extension.stat().st_mtime
-    os.utime(source, (built + 10, built + 10))
-    _fake_module(monkeypatch, "actors.hot", extension)
+    _built_module(tmp_path, monkeypatch, "actors.hot", edited_since=True)
     with caplog.at_level(logging.WARNING, logger="loopfuse.cli"):
         assert cli.main(["scenarios"]) == 0
     assert "actors.hot" in caplog.text
