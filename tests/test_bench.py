@@ -9,6 +9,8 @@ import pytest
 
 from bench.__main__ import main
 from bench.bus_throughput import measure_bus
+from bench.instructions import main as instructions_main
+from bench.instructions import run_workload
 from bench.loops import bare_loop, guard_loop, loopfuse_loop
 from bench.memory import bare_parked, loopfuse_parked
 
@@ -21,6 +23,20 @@ async def test_each_loop_runs_every_turn_of_every_run(workload: object) -> None:
     assert sample.cpu_seconds >= 0
     assert sample.wall_seconds > 0
     assert sample.cpu_us_per_turn == pytest.approx(sample.cpu_seconds / 12 * 1e6)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("workload", ["loopfuse", "guard"])
+async def test_the_instruction_count_workload_runs_what_it_is_told(workload: str) -> None:
+    sample = await run_workload(workload, 3, 4)
+    assert sample is not None
+    assert sample.turns == 12
+    assert await run_workload(workload, 0, 4) is None  # the warm-up alone: the baseline
+
+
+def test_the_instruction_count_workload_refuses_an_unknown_one() -> None:
+    with pytest.raises(SystemExit):
+        instructions_main(["bare", "3"])
 
 
 @pytest.mark.asyncio
