@@ -2,13 +2,13 @@
 
 The modules in :data:`COMPILED` run for every message of every turn: the bus, the
 conductor, the monitors and observers. mypyc turns their strictly typed Python into C
-extensions (the same sources, checked by ``mypy --strict``), which cuts the orchestrator's
-CPU per turn by about 40 % (``docs/performance.md``). Every other module stays Python.
+extensions (the same sources, checked by ``mypy --strict``), which halves the orchestrator's
+CPU per turn (``docs/performance.md``). Every other module stays Python.
 
 Compiling needs a C compiler and the Python headers. Without them (or with
 ``LOOPFUSE_PURE_PYTHON=1`` at install time) the install goes on as pure Python, the same
-behaviour at the old speed, and says so; :func:`orchestrator.build.compiled_modules` tells at
-run time which modules are compiled.
+behaviour at the old speed (``pip install -v`` shows why);
+:func:`orchestrator.build.compiled_modules` tells at run time which modules are compiled.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import sys
 __all__ = ["compiled_modules", "stale_modules"]
 
 _PACKAGES = ("bus", "actors", "orchestrator")
+_EXTENSIONS = (".so", ".pyd")
 
 
 def _loaded() -> list[tuple[str, str]]:
@@ -21,7 +22,7 @@ def _loaded() -> list[tuple[str, str]]:
 
 def compiled_modules() -> tuple[str, ...]:
     """The imported loopfuse modules that are C extensions, sorted by name."""
-    return tuple(sorted(name for name, path in _loaded() if not path.endswith(".py")))
+    return tuple(sorted(name for name, path in _loaded() if path.endswith(_EXTENSIONS)))
 
 
 def stale_modules() -> tuple[str, ...]:
@@ -29,7 +30,7 @@ def stale_modules() -> tuple[str, ...]:
     (an editable install edited since: run ``pip install -e .`` again)."""
     stale = []
     for name, path in _loaded():
-        if path.endswith(".py"):
+        if not path.endswith(_EXTENSIONS):
             continue
         source = os.path.join(os.path.dirname(path), name.rsplit(".", 1)[-1] + ".py")
         if os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(path):
