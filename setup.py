@@ -77,13 +77,6 @@ class _OptionalBuildExt(build_ext):
                     os.remove(built)
             _fall_back(f"compiling failed ({exc})")
 
-    def build_extension(self, ext: Any) -> None:
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            _fall_back(f"compiling {ext.name} failed ({exc})")
-            raise
-
 
 def _fall_back(why: str) -> None:
     print(f"loopfuse: {why}; installing pure Python (slower hot path)", file=sys.stderr)

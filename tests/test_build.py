@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import os
 import sys
+import tomllib
 import types
 from pathlib import Path
 
@@ -73,3 +75,48 @@ def test_the_command_line_warns_when_it_runs_stale_compiled_code(
     assert "actors.hot" in caplog.text
     assert "pip install -e ." in caplog.text
     assert "completed" in capsys.readouterr().out  # the command itself still ran
+
+
+# --------------------------------------------------------------------------- setup.py
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compiled_sources() -> list[str]:
+    """setup.py's COMPILED list, read without running setup.py."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "COMPILED" for target in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no COMPILED list")
+
+
+def _base_names(node: ast.ClassDef) -> set[str]:
+    return {ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases}
+
+
+def test_compiled_modules_define_no_struct_and_no_async_generator() -> None:
+    """mypyc builds a msgspec Struct without its options (a frozen message would turn
+    mutable) and cannot compile an async generator (the whole build would fall back to
+    pure Python, silently halving the speed)."""
+    sources = _compiled_sources()
+    assert len(sources) == len(set(sources))
+    for source in sources:
+        tree = ast.parse((ROOT / source).read_text(), filename=source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                assert "Struct" not in _base_names(node), f"{source}: Struct {node.name}"
+            if isinstance(node, ast.AsyncFunctionDef):
+                own = [
+                    inner
+                    for inner in ast.walk(node)
+                    if isinstance(inner, ast.Yield | ast.YieldFrom)
+                ]
+                assert not own, f"{source}: async generator {node.name}"
+
+
+def test_the_build_has_every_runtime_dependency_mypyc_type_checks_against() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert set(project["project"]["dependencies"]) <= set(project["build-system"]["requires"])
