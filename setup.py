@@ -5,6 +5,8 @@ conductor, the monitors and observers. mypyc turns their strictly typed Python i
 extensions (the same sources, checked by ``mypy --strict``), which halves the orchestrator's
 CPU per turn (``docs/performance.md``). Every other module stays Python.
 
+Only a built wheel or a regular install (``pip install .``) compiles. An editable install
+(``pip install -e .``) stays pure Python, so an edited module runs as edited with no rebuild.
 Compiling needs a C compiler and the Python headers. Without them (or with
 ``LOOPFUSE_PURE_PYTHON=1`` at install time) the install goes on as pure Python, the same
 behaviour at the old speed (``pip install -v`` shows why);
@@ -82,8 +84,15 @@ def _fall_back(why: str) -> None:
     print(f"loopfuse: {why}; installing pure Python (slower hot path)", file=sys.stderr)
 
 
+_BUILDING_COMMANDS = frozenset({"bdist_wheel", "build", "build_ext", "install"})
+"""The setup commands that make installable code; ``editable_wheel`` (``pip install -e``)
+and the metadata steps (``egg_info``, ``dist_info``) are not among them."""
+
+
 def _extensions() -> list[Any]:
     if os.environ.get("LOOPFUSE_PURE_PYTHON") == "1":
+        return []
+    if _BUILDING_COMMANDS.isdisjoint(sys.argv[1:]):
         return []
     try:
         from mypyc.build import mypycify
