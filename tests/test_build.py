@@ -120,3 +120,18 @@ def test_compiled_modules_define_no_struct_and_no_async_generator() -> None:
 def test_the_build_has_every_runtime_dependency_mypyc_type_checks_against() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert set(project["project"]["dependencies"]) <= set(project["build-system"]["requires"])
+
+
+@pytest.mark.skipif(
+    os.environ.get("LOOPFUSE_EXPECT_COMPILED") != "1",
+    reason="only scripts/check-compiled runs against a compiled wheel",
+)
+def test_every_listed_module_runs_compiled_in_a_wheel() -> None:
+    """A wheel must compile the whole list: one module left as Python (a build that fell
+    back, a renamed file) would silently run the hot path at the pure-Python speed."""
+    import importlib
+
+    for source in _compiled_sources():
+        importlib.import_module(source.removesuffix(".py").replace("/", "."))
+    expected = {source.removesuffix(".py").replace("/", ".") for source in _compiled_sources()}
+    assert expected <= set(compiled_modules())
