@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 
-__all__ = ["compiled_modules", "stale_modules"]
+__all__ = ["STALE_FIX", "compiled_modules", "stale_modules"]
+
+STALE_FIX = (
+    "delete them (`find bus actors orchestrator -name '*.so' -delete`): an editable "
+    "install is pure Python, and Python imports an extension before the source beside it"
+)
 
 _PACKAGES = ("bus", "actors", "orchestrator")
 _EXTENSIONS = (".so", ".pyd")
@@ -25,12 +31,22 @@ def compiled_modules() -> tuple[str, ...]:
     return tuple(sorted(name for name, path in _loaded() if path.endswith(_EXTENSIONS)))
 
 
+def _installed(path: str) -> bool:
+    """Whether ``path`` lies in an installed package (a wheel's sources beside its
+    extensions keep the wheel's times, which say nothing about staleness)."""
+    paths = sysconfig.get_paths()
+    roots = {os.path.realpath(paths[key]) for key in ("purelib", "platlib")}
+    real = os.path.realpath(path)
+    return any(real.startswith(root + os.sep) for root in roots)
+
+
 def stale_modules() -> tuple[str, ...]:
-    """Imported compiled modules whose source beside them changed after they were built
-    (an editable install edited since: run ``pip install -e .`` again)."""
+    """Compiled modules in a source tree whose source beside them changed after they were
+    built: extensions left by an older build, which Python imports instead of the edited
+    source (delete them; an editable install is pure Python)."""
     stale = []
     for name, path in _loaded():
-        if not path.endswith(_EXTENSIONS):
+        if not path.endswith(_EXTENSIONS) or _installed(path):
             continue
         source = os.path.join(os.path.dirname(path), name.rsplit(".", 1)[-1] + ".py")
         if os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(path):

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import anyio
 import msgspec
 
-from orchestrator.build import stale_modules
+from orchestrator.build import STALE_FIX, stale_modules
 from orchestrator.config import Config, ModelSettings, load_config
 from orchestrator.daemon.commands import COMMANDS as DAEMON_COMMANDS
 from orchestrator.daemon.commands import add_commands as add_daemon_commands
@@ -88,8 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if stale := stale_modules():
         logger.warning(
             "compiled modules older than their sources (the old code runs): %s; "
-            "run `pip install -e .` again",
+            "%s",
             ", ".join(stale),
+            STALE_FIX,
         )
     try:
         config = load_config(args.config)

@@ -73,7 +73,7 @@ def test_the_command_line_warns_when_it_runs_stale_compiled_code(
     with caplog.at_level(logging.WARNING, logger="loopfuse.cli"):
         assert cli.main(["scenarios"]) == 0
     assert "actors.hot" in caplog.text
-    assert "pip install -e ." in caplog.text
+    assert "-name '*.so' -delete" in caplog.text
     assert "completed" in capsys.readouterr().out  # the command itself still ran
 
 
