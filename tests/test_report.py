@@ -87,6 +87,32 @@ def test_scan_is_bounded_and_stays_inside_the_folder(tmp_path: Path) -> None:
         scan_folder(root / "f0.csv")
 
 
+def test_scan_follows_links_only_inside_and_skips_special_files(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("no")
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.csv").write_text("12345")
+    (root / "file_link.txt").symlink_to("sub/a.csv")
+    (root / "dir_link").symlink_to("sub")
+    (root / "abs_out").symlink_to(outside)
+    (root / "rel_out.txt").symlink_to("../outside/secret.txt")
+    (root / "dangling").symlink_to("nowhere")
+    os.mkfifo(root / "pipe")
+    scan = scan_folder(root)
+    assert {(f.path, f.size) for f in scan.files} == {
+        ("sub/a.csv", 5),
+        ("file_link.txt", 5),
+        ("dir_link/a.csv", 5),
+    }
+    assert scan.truncated is None
+    (root / "sub" / "loop").symlink_to("..")  # a loop inside stops at the depth bound
+    looped = scan_folder(root, max_depth=3)
+    assert looped.truncated == "depth"
+    assert "dir_link/loop/file_link.txt" in {f.path for f in looped.files}
+
+
 async def _report(
     tmp_path: Path, scenario: str, *, rounds: int = 1, runtime_scenarios: tuple[Scenario, ...] = ()
 ) -> tuple[list[Progress], RunResult, Runtime, str]:

@@ -9,6 +9,7 @@ the rest.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Annotated
 
@@ -17,8 +18,9 @@ import msgspec
 
 from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
+from actors.tools.folder import Folder, PathRefused
 from actors.tools.limits import ToolLimits
-from actors.tools.path_guard import guard_path
+from actors.tools.path_guard import open_directory, open_folder
 
 __all__ = ["ListDir", "list_dir", "list_text"]
 
@@ -41,18 +43,19 @@ def list_text(root: Path | None, path: str, limits: ToolLimits) -> str:
 
     :raises ToolError: kind ``path`` when ``path`` is missing, outside or not a directory.
     """
-    resolved = guard_path(root, path)
-    if not resolved.is_dir():
-        raise ToolError("path", f"{path} is a file, not a directory; use read_file to read it")
-    try:
-        with os.scandir(resolved) as scan:
-            entries = sorted(scan, key=lambda entry: entry.name)
-    except OSError:
-        raise ToolError("path", f"{path} cannot be listed") from None
-    if not entries:
-        return "[list_dir: the directory is empty.]"
-    assert root is not None  # guard_path accepted the path
-    lines = [_describe(root, entry) for entry in entries[: limits.list_entries]]
+    with open_folder(root) as folder:
+        fd = open_directory(folder, path)
+        try:
+            with os.scandir(fd) as scan:
+                entries = sorted(scan, key=lambda entry: entry.name)
+            if not entries:
+                return "[list_dir: the directory is empty.]"
+            shown = entries[: limits.list_entries]
+            lines = [_describe(folder, path, entry) for entry in shown]
+        except OSError:
+            raise ToolError("path", f"{path} cannot be listed") from None
+        finally:
+            os.close(fd)
     left_out = len(entries) - len(lines)
     if left_out:
         lines.append(
@@ -62,14 +65,16 @@ def list_text(root: Path | None, path: str, limits: ToolLimits) -> str:
     return "\n".join(lines)
 
 
-def _describe(root: Path, entry: os.DirEntry[str]) -> str:
+def _describe(folder: Folder, path: str, entry: os.DirEntry[str]) -> str:
+    """``entry`` (of a scan of a directory descriptor: it looks beneath that, never
+    follows a link) as a line; a link is looked up again through the folder."""
     try:
         if entry.is_symlink():
-            target = guard_path(root, entry.path)
-            is_dir, size = target.is_dir(), target.stat().st_size
+            info = folder.stat(f"{path}/{entry.name}" if path else entry.name)
+            is_dir, size = stat.S_ISDIR(info.st_mode), info.st_size
         else:
             is_dir = entry.is_dir(follow_symlinks=False)
             size = entry.stat(follow_symlinks=False).st_size
-    except (ToolError, OSError):
+    except (PathRefused, OSError):
         return f"{entry.name}  (unavailable link)"
     return f"{entry.name}/" if is_dir else f"{entry.name}  ({size} bytes)"

@@ -1,18 +1,22 @@
 """``scan``: a deterministic, bounded, path-guarded survey of a data folder (no model).
 
 Files are bucketed by extension into documents / images / data / other with counts and
-sizes. The walk is bounded by file count, depth and time, never follows a symbolic link
-out of the folder, and skips hidden entries.
+sizes. The walk is bounded by file count, depth and time, goes through directory
+descriptors (as the path guard does: a directory swapped for a link mid-walk leads nowhere
+outside), follows a symbolic link only when it stays inside the folder, and skips hidden
+entries.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
-from pathlib import Path
 from typing import Final, Literal
 
 import msgspec
+
+from actors.tools.folder import Folder, PathRefused
 
 __all__ = ["Bucket", "FolderScan", "ScannedFile", "scan_folder"]
 
@@ -29,6 +33,7 @@ _BUCKETS: Final[dict[str, Bucket]] = {
     ),
 }
 BUCKET_ORDER: Final[tuple[Bucket, ...]] = ("documents", "images", "data", "other")
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK
 
 
 class ScannedFile(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,43 +93,101 @@ def scan_folder(
 ) -> FolderScan:
     """Scan ``root`` recursively within the bounds.
 
+    The walk goes through directory descriptors (each subdirectory opened with
+    ``O_NOFOLLOW`` beneath its parent's), so a directory swapped for a link while it runs
+    leads nowhere outside. A link is looked up through the path guard's walker and counts
+    only when it leads to a file or directory inside the folder.
+
     :raises NotADirectoryError: ``root`` is not a directory.
     """
-    base = Path(root).resolve()
-    if not base.is_dir():
-        raise NotADirectoryError(f"report folder {str(root)!r} is not a directory")
-    deadline = time.monotonic() + max_seconds
-    files: list[ScannedFile] = []
-    truncated: str | None = None
-    stack: list[tuple[Path, int]] = [(base, 0)]
-    while stack and truncated is None:
-        folder, depth = stack.pop()
+    try:
+        folder = Folder(root)
+    except OSError:
+        raise NotADirectoryError(f"report folder {str(root)!r} is not a directory") from None
+    with folder:
+        walk = _Scan(folder, max_files, max_depth, time.monotonic() + max_seconds)
         try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+            with folder.entry(".") as top:
+                fd = top.open(_DIR_FLAGS)
+        except (PathRefused, OSError):
+            raise NotADirectoryError(f"report folder {str(root)!r} cannot be read") from None
+        try:
+            walk.visit(fd, "", 0)
+        finally:
+            os.close(fd)
+        files = sorted(walk.files, key=lambda f: f.path)
+        return FolderScan(root=folder.real_path, files=tuple(files), truncated=walk.truncated)
+
+
+class _Scan:
+    """One bounded walk: depth first, each directory's entries by name."""
+
+    def __init__(self, folder: Folder, max_files: int, max_depth: int, deadline: float) -> None:
+        self.folder = folder
+        self.max_files = max_files
+        self.max_depth = max_depth
+        self.deadline = deadline
+        self.files: list[ScannedFile] = []
+        self.truncated: str | None = None
+
+    def visit(self, fd: int, prefix: str, depth: int) -> None:
+        """Directory ``fd`` (at ``prefix``, ``depth`` below the folder) and what it holds."""
+        try:
+            with os.scandir(fd) as scan:
+                entries = sorted(scan, key=lambda e: e.name)
         except OSError:
-            continue
-        subfolders: list[Path] = []
+            return
+        subfolders: list[tuple[os.DirEntry[str], str]] = []
         for entry in entries:
             if entry.name.startswith("."):
                 continue
-            if time.monotonic() > deadline:
-                truncated = "time"
+            if time.monotonic() > self.deadline:
+                self.truncated = "time"
                 break
-            path = Path(entry.path)
-            if not path.resolve().is_relative_to(base):
-                continue  # a link out of the folder
-            if entry.is_dir():
-                if depth + 1 > max_depth:
-                    truncated = "depth"
+            relative = prefix + entry.name
+            kind, size = self._kind(entry, relative)
+            if kind == "dir":
+                if depth + 1 > self.max_depth:
+                    self.truncated = "depth"
                     continue
-                subfolders.append(path)
-            elif entry.is_file():
-                if len(files) >= max_files:
-                    truncated = "files"
+                subfolders.append((entry, relative))
+            elif kind == "file":
+                if len(self.files) >= self.max_files:
+                    self.truncated = "files"
                     break
-                bucket = _BUCKETS.get(path.suffix.lower(), "other")
-                relative = path.relative_to(base).as_posix()
-                files.append(ScannedFile(path=relative, size=entry.stat().st_size, bucket=bucket))
-        stack.extend((sub, depth + 1) for sub in reversed(subfolders))
-    files.sort(key=lambda f: f.path)
-    return FolderScan(root=str(base), files=tuple(files), truncated=truncated)
+                bucket = _BUCKETS.get(os.path.splitext(entry.name)[1].lower(), "other")
+                self.files.append(ScannedFile(path=relative, size=size, bucket=bucket))
+        for entry, relative in subfolders:
+            if self.truncated is not None:
+                return
+            sub = self._open(fd, entry, relative)
+            if sub is None:
+                continue
+            try:
+                self.visit(sub, relative + "/", depth + 1)
+            finally:
+                os.close(sub)
+
+    def _kind(self, entry: os.DirEntry[str], relative: str) -> tuple[str | None, int]:
+        """``dir``, ``file`` (with its size) or neither; a link as what it leads to inside."""
+        try:
+            if entry.is_symlink():
+                info = self.folder.stat(relative)
+            else:
+                info = entry.stat(follow_symlinks=False)
+        except (PathRefused, OSError):
+            return None, 0  # a link out of the folder, a loop, or gone since the listing
+        if stat.S_ISDIR(info.st_mode):
+            return "dir", 0
+        return ("file", info.st_size) if stat.S_ISREG(info.st_mode) else (None, 0)
+
+    def _open(self, parent: int, entry: os.DirEntry[str], relative: str) -> int | None:
+        try:
+            if not entry.is_symlink():
+                return os.open(entry.name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+            with self.folder.entry(relative) as target:
+                if not stat.S_ISDIR(target.info.st_mode):
+                    return None
+                return target.open(_DIR_FLAGS)
+        except (PathRefused, OSError):
+            return None  # gone, or swapped for a link or a file since the listing
