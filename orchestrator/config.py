@@ -34,6 +34,8 @@ from orchestrator.errors import ConfigError
 
 __all__ = [
     "BudgetSettings",
+    "ClientCeilings",
+    "ClientOverrides",
     "Config",
     "ContextSettings",
     "DaemonSettings",
@@ -190,6 +192,68 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
 
 OnCrash = Literal["resume", "abort"]
 
+ClientKey = Literal[
+    "model",
+    "max_turns",
+    "max_tool_calls",
+    "deadline_seconds",
+    "max_output_tokens",
+    "output_token_budget",
+    "input_token_budget",
+    "cost_budget",
+    "answer_max_tokens",
+    "budget_mode",
+    "on_stop",
+    "loop_preset",
+    "loop",
+    "tools",
+    "on_crash",
+]
+"""The run settings an operator may let API clients set (``docs/security.md``). Hooks,
+prices, tool limits, context and cache settings are not among them: no policy lets a
+request set those."""
+
+DEFAULT_CLIENT_KEYS: Final[tuple[ClientKey, ...]] = (
+    "model",
+    "max_turns",
+    "max_tool_calls",
+    "deadline_seconds",
+    "max_output_tokens",
+    "output_token_budget",
+    "input_token_budget",
+    "cost_budget",
+    "loop_preset",
+    "loop",
+    "on_crash",
+)
+
+
+class ClientCeilings(_Settings, frozen=True, kw_only=True):
+    """``[daemon.client_overrides.ceilings]``: the most a request may ask for. Unset: the
+    operator's own value for the run (a request may lower a budget, never raise it)."""
+
+    max_turns: Positive | None = None
+    max_tool_calls: Positive | None = None
+    deadline_seconds: PositiveFloat | None = None
+    max_output_tokens: Positive | None = None
+    output_token_budget: Positive | None = None
+    input_token_budget: Positive | None = None
+    cost_budget: PositiveFloat | None = None
+    answer_max_tokens: Positive | None = None
+
+
+class ClientOverrides(_Settings, frozen=True, kw_only=True):
+    """``[daemon.client_overrides]``: what a request's ``config`` may set (the CLI and the
+    library are the operator and may set anything)."""
+
+    allowed: tuple[ClientKey, ...] = DEFAULT_CLIENT_KEYS
+    models: tuple[str, ...] = ()
+    """Models a request may choose besides ``model.model`` and those named under
+    ``[models]`` and ``[prices]``."""
+    loop_presets: tuple[LoopPreset, ...] = ("strict", "openclaw", "gemini")
+    """Loop presets a request may choose (``off`` turns loop detection off)."""
+    ceilings: ClientCeilings = ClientCeilings()
+
 
 class DaemonSettings(_Settings, frozen=True, kw_only=True):
     """``loopfuse serve``: where it listens, who may call it, its limits and its store.
@@ -217,6 +281,10 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     turn, or end it (``abort.crash``). A run's ``config.on_crash`` overrides it."""
     scenarios: tuple[str, ...] = ()
     """Scenario files served besides the shipped ones (``{"scenario": NAME}`` runs)."""
+    folder_roots: tuple[Annotated[str, msgspec.Meta(pattern="^/")], ...] = ()
+    """Absolute folders whose insides a request's ``folder`` may name; none: a request
+    may not name a folder at all."""
+    client_overrides: ClientOverrides = ClientOverrides()
 
 
 class FleetSettings(_Settings, frozen=True, kw_only=True):
@@ -317,6 +385,9 @@ def _choices(kind: type[msgspec.Struct], key: str) -> tuple[object, ...]:
     """The values a ``Literal`` field at dotted ``key`` of ``kind`` allows (else empty)."""
     node: Any = kind
     for part in key.split("."):
+        if part.isdigit() and typing.get_origin(node) is tuple:  # an item of a list
+            node = typing.get_args(node)[0]
+            continue
         fields = getattr(node, "__struct_fields__", None)
         if fields is None or part not in fields:
             return ()

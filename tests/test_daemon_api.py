@@ -347,8 +347,9 @@ async def test_a_pipeline_run_writes_its_report(tmp_path: Path) -> None:
         "pipeline": {"name": "report", "goal": "Summarise the growth measurements"},
         "folder": str(SAMPLE),
     }
+    config = daemon_config(tmp_path, folder_roots=(str(SAMPLE.parent),))
     async with (
-        open_daemon(daemon_config(tmp_path)) as running,
+        open_daemon(config) as running,
         DaemonClient(running.url) as client,
     ):
         accepted = await client.submit(request)

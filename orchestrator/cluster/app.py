@@ -60,7 +60,7 @@ def _micros(seconds: float) -> int:
 
 
 def _api_error(exc: ClusterError) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message)
+    return ApiError(exc.status, exc.code, exc.message, key=exc.key)
 
 
 def _view(state: RunState) -> RunView:
@@ -91,7 +91,7 @@ class _Guard:
             authorization = None
             for name, value in scope["headers"]:
                 if name == b"authorization":
-                    authorization = value.decode("latin-1")
+                    authorization = value  # the bytes: tokens are compared as bytes
             if not self._auth.accepts(authorization):
                 refusal = ApiError(
                     401,

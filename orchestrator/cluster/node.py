@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 import anyio
 import msgspec
@@ -52,14 +52,14 @@ from orchestrator.cluster.publisher import EventPublisher, KvJournal
 from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.cluster.state import STATE_DECODER, STATE_ENCODER, RunState
 from orchestrator.conductor import RunCheckpoint
-from orchestrator.config import Config, run_settings
+from orchestrator.config import Config
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.lifespan import default_store_path
+from orchestrator.daemon.policy import admit
 from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash_ending, phase_of
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
-from orchestrator.daemon.starting import check_pipeline, start_request
+from orchestrator.daemon.starting import start_request
 from orchestrator.daemon.store import StoredEvent
-from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult, result_summary
 from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario, shipped_scenarios
@@ -239,7 +239,8 @@ class ClusterNode:
         """Queue ``request`` for whichever daemon has room; its state and whether it is new
         (``False``: a run with that ``idempotency_key`` exists already, and is returned).
 
-        :raises ClusterError: 422 bad request, 409 key reused for a different request.
+        :raises ClusterError: 422 bad request or refused by the operator's policy
+            (:mod:`~orchestrator.daemon.policy`), 409 key reused for a different request.
         """
         on_crash = self._on_crash(request)
         digest = hashlib.blake2b(
@@ -384,25 +385,11 @@ class ClusterNode:
         )
 
     def _on_crash(self, request: RunRequest) -> str:
-        overrides: dict[str, Any] = dict(request.config)
-        if request.scenario is not None:
-            scenario = self._scenarios.get(request.scenario)
-            if scenario is None:
-                raise ClusterError(
-                    422, "unknown_scenario", f"no scenario named {request.scenario!r}"
-                )
-            overrides = {"model": scenario.name, **scenario.config, **overrides}
-        elif request.pipeline is not None:
-            try:
-                check_pipeline(request)
-            except ApiError as exc:
-                raise ClusterError(exc.status, exc.code, exc.message) from None
-        elif request.task is None:
-            raise ClusterError(422, "missing_field", "give a `task`, a `pipeline` or a `scenario`")
+        """The run's ``on_crash``, once ``request`` passed the operator's policy."""
         try:
-            return run_settings(self.config, overrides).on_crash
-        except ConfigError as exc:
-            raise ClusterError(422, "invalid_config", f"{exc.key}: {exc.reason}") from None
+            return admit(request, self.config, self._scenarios).settings.on_crash
+        except ApiError as exc:
+            raise ClusterError(exc.status, exc.code, exc.message, key=exc.key) from None
 
     # ------------------------------------------------------------------ aborts
 
@@ -539,6 +526,9 @@ class ClusterNode:
         tg.start_soon(self._keep_in_progress, run_id, progress)
         try:
             ended = await self._run(mine, took_over)
+        except ApiError as exc:  # this daemon's policy refuses it: another delivery would too
+            logger.error("run refused at start: %s", exc, extra={"run_id": run_id})
+            ended = _failed_to_start(mine, exc, msg.metadata.num_delivered)
         except Exception as exc:
             if msg.metadata.num_delivered < self.settings.max_deliver:
                 raise  # NAK'd: another delivery may start it

@@ -5,6 +5,9 @@ commas. With none, every request is let through (the daemon binds to loopback by
 ``/healthz``, ``/readyz`` and the OpenAPI document are always open; ``/metrics`` is open
 unless ``daemon.metrics_auth``. Tokens are never logged, and a refusal never says which part
 of a token was wrong.
+
+Tokens are compared as bytes: a configured token is its UTF-8 encoding, a presented one the
+header's bytes as they came over the wire, so a token in any script authenticates.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ class Authenticator:
     """Decides whether a request's ``Authorization`` header is acceptable for a path."""
 
     def __init__(self, tokens: tuple[str, ...], *, metrics_auth: bool) -> None:
-        self._tokens = tuple(token.encode() for token in tokens)
+        # surrogateescape: a variable that is not UTF-8 keeps its bytes, as os.environb has them
+        self._tokens = tuple(token.encode("utf-8", "surrogateescape") for token in tokens)
         self._metrics_auth = metrics_auth
 
     @classmethod
@@ -44,13 +48,22 @@ class Authenticator:
             return False
         return path != "/metrics" or self._metrics_auth
 
-    def accepts(self, authorization: str | None) -> bool:
-        """``True`` for ``Bearer <one of the tokens>``; every token is compared, always."""
+    def accepts(self, authorization: bytes | str | None) -> bool:
+        """``True`` for ``Bearer <one of the tokens>``; every token is compared, always.
+
+        ``authorization`` is the header's raw bytes, or the text an ASGI framework makes of
+        them (latin-1, byte for byte, as Starlette's ``request.headers`` does).
+        """
         if authorization is None:
             return False
-        scheme, _, presented = authorization.partition(" ")
-        if scheme.lower() != "bearer":
+        if isinstance(authorization, str):
+            try:
+                authorization = authorization.encode("latin-1")
+            except UnicodeEncodeError:  # not a header's text: no byte string it could be
+                return False
+        scheme, _, presented = authorization.partition(b" ")
+        if scheme.lower() != b"bearer":
             return False
-        given = presented.strip().encode()
+        given = presented.strip()
         matches = [hmac.compare_digest(given, token) for token in self._tokens]
         return any(matches)

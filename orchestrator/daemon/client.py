@@ -9,13 +9,17 @@
         print((await client.run(run_id))["result"])
 
 Refusals raise :class:`DaemonError` with the status and the error body's code and message.
+Every submission carries an ``idempotency_key`` (a new one unless the request has its own),
+and one whose answer was lost (a reset connection, a timeout) is sent again with that key:
+a retry never creates a second run.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any, NamedTuple, Self
+from typing import Any, Final, NamedTuple, Self
 
 import httpx
 import msgspec
@@ -23,6 +27,9 @@ import msgspec
 __all__ = ["DaemonClient", "DaemonError", "SseEvent"]
 
 _json = msgspec.json.Decoder(dict[str, Any])
+
+SUBMIT_ATTEMPTS: Final = 3
+"""Tries of one submission whose answer was lost, all with the same idempotency key."""
 
 
 class DaemonError(Exception):
@@ -47,9 +54,19 @@ class SseEvent(NamedTuple):
 class DaemonClient:
     """An async client of one daemon; use it as ``async with``."""
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout)
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        # The token's UTF-8 bytes: the daemon compares bytes (httpx would send str as ASCII).
+        headers = {b"Authorization": b"Bearer " + token.encode()} if token else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        )
 
     async def __aenter__(self) -> Self:
         await self._http.__aenter__()
@@ -74,7 +91,18 @@ class DaemonClient:
         return body
 
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
-        """``POST /v1/runs``; returns ``{"id", "trace_id", "status"}``."""
+        """``POST /v1/runs``; returns ``{"id", "trace_id", "status"}``.
+
+        The request is sent with its ``idempotency_key``, or a new one, and sent again with
+        the same key when no answer came back (up to :data:`SUBMIT_ATTEMPTS` times).
+        """
+        if request.get("idempotency_key") is None:
+            request = {**request, "idempotency_key": uuid.uuid4().hex}
+        for _ in range(SUBMIT_ATTEMPTS - 1):
+            try:
+                return await self._call("POST", "/v1/runs", json=request)
+            except httpx.TransportError:
+                continue  # the answer was lost: the same key gets the same run
         return await self._call("POST", "/v1/runs", json=request)
 
     async def run(self, run_id: str) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The run service: what the API does to runs, on top of the runtime and the store.
 
-* :meth:`RunService.submit` validates a request, admits it (at most
-  ``runtime.max_concurrent_runs`` running plus ``daemon.queue_size`` waiting; beyond that a
-  429), starts it, and returns only once its row is committed: a run answered with 202 is
-  never lost.
+* :meth:`RunService.submit` checks a request against the operator's policy
+  (:mod:`~orchestrator.daemon.policy`), admits it (at most ``runtime.max_concurrent_runs``
+  running plus ``daemon.queue_size`` waiting; beyond that a 429), starts it, and returns
+  only once its row is committed: a run answered with 202 is never lost. Concurrent
+  requests with one idempotency key all get the run the first one creates.
 * :meth:`RunService.recover` runs at start-up, before the API answers: every run the store
   says was queued or running is started again, resumed from its last completed turn, or
   ended with ``abort.crash``, as its ``on_crash`` says.
@@ -27,8 +28,9 @@ from anyio.abc import TaskGroup
 
 from bus import ENCODER, ExitReason, RunFinished
 from orchestrator.conductor import RunCheckpoint
-from orchestrator.config import Config, run_settings
+from orchestrator.config import Config
 from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.policy import admit
 from orchestrator.daemon.recorder import EventRecorder
 from orchestrator.daemon.recovery import (
     CHECKPOINT_DECODER,
@@ -38,7 +40,7 @@ from orchestrator.daemon.recovery import (
     phase_of,
 )
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
-from orchestrator.daemon.starting import check_pipeline, start_request
+from orchestrator.daemon.starting import start_request
 from orchestrator.daemon.store import RunRow, Store
 from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult, result_summary
@@ -70,6 +72,23 @@ class ServiceStatistics(NamedTuple):
     crash_aborted: int
 
 
+class _Claim:
+    """An idempotency key being submitted: later requests with it wait for ``done``."""
+
+    def __init__(self, digest: str) -> None:
+        self.digest = digest
+        self.done = anyio.Event()
+
+
+def _key_conflict() -> ApiError:
+    return ApiError(
+        409,
+        "idempotency_conflict",
+        "this idempotency key was used for a different request",
+        key="idempotency_key",
+    )
+
+
 def _log(message: str, run_id: str, trace_id: str, **fields: Any) -> None:
     logger.info(message, extra={"run_id": run_id, "trace_id": trace_id, **fields})
 
@@ -99,7 +118,7 @@ class RunService:
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
-        self._claimed_keys: dict[str, str] = {}
+        self._claims: dict[str, _Claim] = {}
         self._live: dict[str, RunHandle] = {}
         self._accepted = 0
         self._rejected_full = 0
@@ -129,7 +148,11 @@ class RunService:
         """Store and start ``request``; returns its row and whether it is new (``False``:
         an earlier run with the same idempotency key).
 
-        :raises ApiError: 422 bad request, 409 key reused differently, 429 full, 503 draining.
+        Requests with a key that another request is submitting wait for its outcome: every
+        concurrent repeat gets the same run.
+
+        :raises ApiError: 422 bad request or refused by the operator's policy, 409 key
+            reused differently, 429 full, 503 draining.
         """
         self._check_open()
         digest = hashlib.blake2b(
@@ -137,39 +160,49 @@ class RunService:
             digest_size=16,
         ).hexdigest()
         key = request.idempotency_key
-        if key is not None:
+        if key is None:
+            return await self._create(request, digest, None), True
+        while True:
             earlier = await self._earlier(key, digest)
             if earlier is not None:
                 return earlier, False
-            if key in self._claimed_keys:  # a concurrent request with that key won
-                raise ApiError(409, "idempotency_conflict", "that idempotency key is in use")
+            claim = self._claims.get(key)
+            if claim is None:
+                break
+            if claim.digest != digest:
+                raise _key_conflict()
+            await claim.done.wait()  # then its row is committed, or it was refused
+        claim = _Claim(digest)
+        self._claims[key] = claim
+        try:
             self._check_open()
+            return await self._create(request, digest, key), True
+        finally:
+            del self._claims[key]
+            claim.done.set()
+
+    async def _create(self, request: RunRequest, digest: str, key: str | None) -> RunRow:
+        on_crash = admit(request, self._config, self._scenarios).settings.on_crash
         self._check_room()
         run_id, trace_id = uuid.uuid4().hex, uuid.uuid4().hex
-        if key is not None:
-            self._claimed_keys[key] = run_id
-        try:
-            on_crash = self._on_crash(request)
-            row = RunRow(
-                id=run_id,
-                trace_id=trace_id,
-                status="queued",
-                on_crash=on_crash,
-                request=_ENCODER.encode(request),
-                request_hash=digest,
-                idempotency_key=key,
-                created_at=time.time(),
-            )
-            finished = await self._launch(row, request, StartPoint(trace_id=trace_id))
-            self._store.insert_run(row)  # queued before any of its events can be
-            self._watch(row, finished)
+        row = RunRow(
+            id=run_id,
+            trace_id=trace_id,
+            status="queued",
+            on_crash=on_crash,
+            request=_ENCODER.encode(request),
+            request_hash=digest,
+            idempotency_key=key,
+            created_at=time.time(),
+        )
+        finished = await self._launch(row, request, StartPoint(trace_id=trace_id))
+        self._store.insert_run(row)  # queued before any of its events can be
+        self._watch(row, finished)
+        with anyio.CancelScope(shield=True):  # a started run's row is committed, always
             await self._store.flush()  # committed before the 202
-        finally:
-            if key is not None:
-                self._claimed_keys.pop(key, None)
         self._accepted += 1
         _log("run accepted", run_id, trace_id, on_crash=on_crash)
-        return row, True
+        return row
 
     def _check_open(self) -> None:
         if self.draining:
@@ -196,50 +229,8 @@ class RunService:
     async def _earlier(self, key: str, digest: str) -> RunRow | None:
         row = await self._store.find_key(key)
         if row is not None and row.request_hash != digest:
-            raise ApiError(
-                409,
-                "idempotency_conflict",
-                "this idempotency key was used for a different request",
-                key="idempotency_key",
-            )
+            raise _key_conflict()
         return row
-
-    def _on_crash(self, request: RunRequest) -> str:
-        """The run's effective ``on_crash`` (validating its overrides on the way)."""
-        overrides: dict[str, Any] = dict(request.config)
-        if request.scenario is not None:
-            scenario = self._scenario(request)
-            overrides = {"model": scenario.name, **scenario.config, **overrides}
-        elif request.pipeline is not None:
-            check_pipeline(request)
-        elif request.task is None:
-            raise ApiError(
-                422, "missing_field", "give a `task`, a `pipeline` or a `scenario`", key="task"
-            )
-        try:
-            return run_settings(self._config, overrides).on_crash
-        except ConfigError as exc:
-            raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
-
-    def _scenario(self, request: RunRequest) -> Scenario:
-        for name in ("task", "pipeline", "system", "folder"):
-            if getattr(request, name) is not None:
-                raise ApiError(
-                    422,
-                    "conflicting_fields",
-                    f"`{name}` cannot be combined with `scenario`",
-                    key=name,
-                )
-        assert request.scenario is not None
-        scenario = self._scenarios.get(request.scenario)
-        if scenario is None:
-            raise ApiError(
-                422,
-                "unknown_scenario",
-                f"no scenario named {request.scenario!r}; GET /v1/scenarios lists them",
-                key="scenario",
-            )
-        return scenario
 
     def scenario_names(self) -> list[str]:
         return sorted(self._scenarios)

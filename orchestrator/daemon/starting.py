@@ -1,6 +1,9 @@
 """Starting what ``POST /v1/runs`` asked for on a runtime: a task, a scenario or a pipeline.
 
-Shared by the single daemon and by fleet members, so both run a request the same way.
+Shared by the single daemon and by fleet members, so both run a request the same way. The
+request passes the operator's policy again here (:func:`~orchestrator.daemon.policy.admit`):
+a stored request runs only as the policy of the daemon that starts it allows, with its
+folder resolved at that moment.
 """
 
 from __future__ import annotations
@@ -9,35 +12,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
-import msgspec
 
 from orchestrator.config import Config
-from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.policy import admit
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.report import ReportOptions, simulated_models, start_report
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
 from orchestrator.scenario_runs import start_scenario
 from orchestrator.sim import Scenario
 
-__all__ = ["check_pipeline", "report_path", "start_request"]
-
-
-def check_pipeline(request: RunRequest) -> None:
-    """Refuse a pipeline request that cannot run: it needs a ``folder`` that is a directory
-    here, and no ``task``.
-
-    :raises ApiError: 422 naming the field.
-    """
-    if request.task is not None:
-        raise ApiError(
-            422, "conflicting_fields", "`task` cannot be combined with `pipeline`", key="task"
-        )
-    if request.folder is None:
-        raise ApiError(422, "missing_field", "a `pipeline` needs a `folder`", key="folder")
-    if not Path(request.folder).is_dir():
-        raise ApiError(
-            422, "invalid_folder", f"{request.folder!r} is not a directory here", key="folder"
-        )
+__all__ = ["report_path", "start_request"]
 
 
 def report_path(reports: Path, run_id: str, request: RunRequest) -> Path:
@@ -56,16 +40,15 @@ async def start_request(
     scenarios: Mapping[str, Scenario],
     reports: Path,
 ) -> RunHandle:
-    """Start ``request`` as run ``run_id`` (it was validated when it was accepted)."""
-    if request.scenario is not None:
-        scenario = scenarios[request.scenario]
-        if request.config:
-            scenario = msgspec.structs.replace(
-                scenario, config={**scenario.config, **request.config}
-            )
-        return await start_scenario(runtime, scenario, run_id=run_id)
+    """Start ``request`` as run ``run_id``.
+
+    :raises ApiError: 422, the request does not pass ``config``'s policy (any more).
+    """
+    admitted = admit(request, config, scenarios)
+    if admitted.scenario is not None:
+        return await start_scenario(runtime, admitted.scenario, run_id=run_id)
     if request.pipeline is not None:
-        assert request.folder is not None
+        assert admitted.folder is not None
         pipeline = request.pipeline
         await anyio.Path(reports).mkdir(parents=True, exist_ok=True)
         options = ReportOptions(
@@ -76,12 +59,12 @@ async def start_request(
             # With no endpoint configured, the simulator plays each stage's script.
             models=simulated_models("report") if config.model.base_url is None else {},
         )
-        return await start_report(runtime, request.folder, options, run_id=run_id)
+        return await start_report(runtime, admitted.folder, options, run_id=run_id)
     assert request.task is not None
     spec = RunSpec(
         task=request.task,
         system=request.system,
-        folder=request.folder,
+        folder=admitted.folder,
         overrides=dict(request.config),
         run_id=run_id,
     )

@@ -1,0 +1,263 @@
+"""What an API request may ask of a run: the operator's policy at the daemon's door.
+
+A request body is untrusted, authenticated or not (``docs/security.md``). :func:`admit`
+checks a ``POST /v1/runs`` request against the operator's config, when the daemon (or a
+fleet member) accepts it and again when it starts it, so a stored request never gets more
+than the policy of the daemon that runs it:
+
+* ``scenario`` is a name the daemon serves (shipped, or listed in ``daemon.scenarios``),
+  never a path;
+* ``config`` sets only the keys ``daemon.client_overrides.allowed`` lists: budgets up to the
+  operator's value for the run (or ``daemon.client_overrides.ceilings``), a model the
+  operator configured, a loop preset from ``loop_presets``, tools among the run's own;
+* ``folder`` must resolve (symlinks followed) inside one of ``daemon.folder_roots``; with
+  none configured, no request may name a folder.
+
+Every refusal is an :class:`ApiError` 422 naming the key. The CLI and the library are the
+operator: :class:`~orchestrator.runtime.RunSpec` and friends take any setting.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+import msgspec
+
+from orchestrator.config import ClientOverrides, Config, RunSettings, run_settings
+from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.schemas import RunRequest
+from orchestrator.errors import ConfigError
+from orchestrator.sim import Scenario
+
+__all__ = ["Admitted", "admit", "allowed_models", "resolve_folder"]
+
+CEILINGED: Final = frozenset(
+    {
+        "max_turns",
+        "max_tool_calls",
+        "deadline_seconds",
+        "max_output_tokens",
+        "output_token_budget",
+        "input_token_budget",
+        "cost_budget",
+        "answer_max_tokens",
+    }
+)
+"""Numbers a request may lower but not raise above the operator's value or ceiling."""
+
+_OPERATOR_ONLY: Final = {
+    "hooks": "hooks run commands on the daemon's host: only the operator sets them",
+    "input_price_per_million": "prices are the operator's",
+    "output_price_per_million": "prices are the operator's",
+}
+_PIPELINE_KEYS: Final = frozenset({"on_crash"})
+
+
+class Admitted(NamedTuple):
+    """A request the policy let through."""
+
+    request: RunRequest
+    scenario: Scenario | None
+    """The scenario it names, with the request's ``config`` on top of the scenario's."""
+    folder: str | None
+    """``request.folder`` resolved (symlinks followed), inside a root."""
+    settings: RunSettings
+    """The run's effective settings (a pipeline's stages have their own; its ``on_crash``
+    is the run's)."""
+
+
+def admit(request: RunRequest, config: Config, scenarios: Mapping[str, Scenario]) -> Admitted:
+    """Check ``request`` against ``config``'s policy (see the module docstring).
+
+    :raises ApiError: 422 naming the offending key.
+    """
+    _check_shape(request)
+    folder = resolve_folder(request.folder, config) if request.folder is not None else None
+    client = dict(request.config)
+    if request.pipeline is not None:
+        _check_keys(client, config.daemon.client_overrides, allowed=_PIPELINE_KEYS)
+        return Admitted(request, None, folder, _settings(config, client))
+    scenario = _scenario(request, scenarios) if request.scenario is not None else None
+    operator: dict[str, Any] = (
+        {"model": scenario.name, **scenario.config} if scenario is not None else {}
+    )
+    policy = config.daemon.client_overrides
+    _check_keys(client, policy)
+    base = _settings(config, operator)
+    settings = _settings(config, {**operator, **client})
+    for key in client:
+        _check_value(key, settings, base, config, policy)
+    if scenario is not None and client:
+        scenario = _with_config(scenario, client)
+    return Admitted(request, scenario, folder, settings)
+
+
+def _check_shape(request: RunRequest) -> None:
+    if request.scenario is not None:
+        for name in ("task", "pipeline", "system", "folder"):
+            if getattr(request, name) is not None:
+                raise ApiError(
+                    422,
+                    "conflicting_fields",
+                    f"`{name}` cannot be combined with `scenario`",
+                    key=name,
+                )
+    elif request.pipeline is not None:
+        if request.task is not None:
+            raise ApiError(
+                422, "conflicting_fields", "`task` cannot be combined with `pipeline`", key="task"
+            )
+        if request.folder is None:
+            raise ApiError(422, "missing_field", "a `pipeline` needs a `folder`", key="folder")
+    elif request.task is None:
+        raise ApiError(
+            422, "missing_field", "give a `task`, a `pipeline` or a `scenario`", key="task"
+        )
+
+
+def _scenario(request: RunRequest, scenarios: Mapping[str, Scenario]) -> Scenario:
+    assert request.scenario is not None
+    scenario = scenarios.get(request.scenario)
+    if scenario is None:  # a name, never a path: nothing is looked up on disk
+        raise ApiError(
+            422,
+            "unknown_scenario",
+            f"no scenario named {request.scenario!r}; GET /v1/scenarios lists them",
+            key="scenario",
+        )
+    return scenario
+
+
+def _with_config(scenario: Scenario, client: Mapping[str, Any]) -> Scenario:
+    return msgspec.structs.replace(scenario, config={**scenario.config, **client})
+
+
+def _settings(config: Config, overrides: Mapping[str, Any]) -> RunSettings:
+    try:
+        return run_settings(config, overrides, source="request")
+    except ConfigError as exc:
+        raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
+
+
+def _refuse(key: str, why: str) -> ApiError:
+    return ApiError(422, "override_not_allowed", f"`config.{key}`: {why}", key=f"config.{key}")
+
+
+def _check_keys(
+    client: Mapping[str, Any], policy: ClientOverrides, *, allowed: frozenset[str] | None = None
+) -> None:
+    for key in client:
+        if key not in RunSettings.__struct_fields__:
+            raise ApiError(422, "invalid_config", "unknown key", key=f"config.{key}")
+        if key in _OPERATOR_ONLY:
+            raise _refuse(key, f"a request may never set it ({_OPERATOR_ONLY[key]})")
+        if allowed is not None and key not in allowed:
+            raise _refuse(
+                key, f"a pipeline run takes only {sorted(allowed)} from `config`, not {key!r}"
+            )
+        if key not in policy.allowed:
+            raise _refuse(
+                key,
+                "not allowed by daemon.client_overrides.allowed (the operator's policy "
+                f"lets a request set: {', '.join(policy.allowed) or 'nothing'})",
+            )
+
+
+def _check_value(
+    key: str, settings: RunSettings, base: RunSettings, config: Config, policy: ClientOverrides
+) -> None:
+    value, own = getattr(settings, key), getattr(base, key)
+    if key in CEILINGED:
+        ceiling = getattr(policy.ceilings, key)
+        limit = ceiling if ceiling is not None else own
+        where = f"daemon.client_overrides.ceilings.{key}" if ceiling is not None else "the run's"
+        if limit is None:
+            return
+        if value is None:
+            raise _refuse(key, f"the operator's limit of {_number(limit)} ({where}) stays")
+        if value > limit:
+            raise _refuse(
+                key,
+                f"{_number(value)} is above the operator's ceiling of {_number(limit)} ({where}; "
+                f"daemon.client_overrides.ceilings.{key} raises it)",
+            )
+    elif key == "model" and value != own:
+        models = allowed_models(config)
+        if value not in models:
+            raise _refuse(
+                key,
+                f"{value!r} is not a model this daemon offers (model.model, [models], "
+                f"[prices], daemon.client_overrides.models: {', '.join(sorted(models))})",
+            )
+    elif key == "loop_preset" and value != own and value not in policy.loop_presets:
+        raise _refuse(
+            key,
+            f"{value!r} is not allowed by daemon.client_overrides.loop_presets "
+            f"({', '.join(policy.loop_presets) or 'none'})",
+        )
+    elif key == "tools":
+        extra = [name for name in value if name not in own]
+        if extra:
+            raise _refuse(
+                key,
+                f"{', '.join(extra)} not among the run's tools ({', '.join(own)}); "
+                "a request may only leave tools out",
+            )
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def allowed_models(config: Config) -> frozenset[str]:
+    """The models a request may choose: ``model.model``, the names under ``[models]`` and
+    ``[prices]``, and ``daemon.client_overrides.models``."""
+    return frozenset(
+        (
+            config.model.model,
+            *config.models,
+            *config.prices,
+            *config.daemon.client_overrides.models,
+        )
+    )
+
+
+def resolve_folder(folder: str, config: Config) -> str:
+    """``folder`` with its symlinks resolved, if that is inside one of
+    ``daemon.folder_roots`` and a directory.
+
+    A refusal says nothing about what exists outside the roots.
+
+    :raises ApiError: 422 ``folder_not_allowed`` (no roots, or outside them) or
+        ``invalid_folder`` (inside, but not a directory), naming ``folder``.
+    """
+    roots = config.daemon.folder_roots
+    if not roots:
+        raise ApiError(
+            422,
+            "folder_not_allowed",
+            "this daemon takes no `folder` from a request: the operator enables folder "
+            "runs by listing the folders they may read in daemon.folder_roots",
+            key="folder",
+        )
+    outside = ApiError(
+        422,
+        "folder_not_allowed",
+        "`folder` must be an absolute path inside one of the daemon's folder roots "
+        "(daemon.folder_roots)",
+        key="folder",
+    )
+    if not os.path.isabs(folder) or "\0" in folder:
+        raise outside
+    resolved = os.path.realpath(folder)
+    if not any(_inside(resolved, os.path.realpath(root)) for root in roots):
+        raise outside
+    if not os.path.isdir(resolved):
+        raise ApiError(422, "invalid_folder", f"{folder!r} is not a directory here", key="folder")
+    return resolved
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
