@@ -125,6 +125,7 @@ class BudgetMonitor:
                     "budget.max_tool_calls",
                     f"Call {budget.proposed} ({msg.call.name}) would exceed the limit of "
                     f"{budget.max_tool_calls} tool calls (max_tool_calls); it did not run.",
+                    per_call=True,
                 )
         elif type(msg) is ModelReplied:
             budget = self._runs.get(msg.run_id)
@@ -198,7 +199,7 @@ class BudgetMonitor:
             run_id, "budget.deadline", "The run's wall-clock deadline passed (deadline_seconds)."
         )
 
-    def _stop(self, run_id: str, cause: str, detail: str) -> None:
+    def _stop(self, run_id: str, cause: str, detail: str, *, per_call: bool = False) -> None:
         budget = self._runs.get(run_id)
         if budget is None or budget.stopped:
             return
@@ -210,6 +211,8 @@ class BudgetMonitor:
                 cause=cause,
                 source="budget_monitor",
                 detail=detail,
+                answerable=True,
+                per_call=per_call,
             )
         )
 

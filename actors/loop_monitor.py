@@ -218,5 +218,7 @@ class LoopMonitor:
                 cause=decision.cause or "loop.generic_repeat",
                 source=self._name,
                 detail=decision.message,
+                answerable=True,
+                per_call=True,
             )
         )

@@ -416,6 +416,8 @@ class ToolExecutor:
                     reason=ExitReason.HOOK_STOPPED,
                     cause=LOOP_CAUSE,
                     source=SUBSCRIBER_NAME,
+                    answerable=True,
+                    per_call=True,
                     detail=(
                         f"{call.name} was called again with the same arguments after its "
                         f"cached result had been returned {allowed} time(s); this call "

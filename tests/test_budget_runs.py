@@ -428,6 +428,8 @@ async def test_a_stop_at_the_reply_gets_its_calls_closed_and_the_answer_is_bound
                         cause="loop.cycle",
                         source="test_stopper",
                         detail="stopped at the reply",
+                        answerable=True,  # as the loop monitor publishes it
+                        per_call=True,
                     )
                 )
 

@@ -370,7 +370,7 @@ async def test_a_folder_must_resolve_inside_a_root(tmp_path: Path) -> None:
 @pytest.mark.asyncio
 async def test_scenarios_are_names_never_paths(tmp_path: Path) -> None:
     mine = tmp_path / "mine.toml"
-    mine.write_text(_completed_text())
+    mine.write_text(completed_text())
     paths = [str(mine), "/etc/passwd", "../x.toml", "orchestrator/scenarios/completed.toml"]
     paths += ["completed.toml", "./completed", str(tmp_path / "daemon.db")]
     async with (
@@ -391,7 +391,7 @@ async def test_scenarios_are_names_never_paths(tmp_path: Path) -> None:
     assert "mine" in names
 
 
-def _completed_text() -> str:
+def completed_text() -> str:
     shipped = Path(__file__).resolve().parent.parent / "orchestrator" / "scenarios"
     return (shipped / "completed.toml").read_text(encoding="utf-8")
 

@@ -15,7 +15,7 @@ pytest.importorskip("nats", reason="nats-py is not installed (pip install loopfu
 from orchestrator.cluster.testing import NatsServer, nats_server_binary
 from tests.test_cluster_http import start_daemon, stop
 from tests.test_daemon_idempotency import post_all
-from tests.test_daemon_policy import hook, refusal
+from tests.test_daemon_policy import completed_text, hook, refusal
 
 pytestmark = pytest.mark.skipif(
     nats_server_binary() is None,
@@ -39,9 +39,10 @@ async def test_a_fleet_member_refuses_the_probes_and_keeps_keys_concurrent(
     root = tmp_path / "root"
     (root / "data").mkdir(parents=True)
     (root / "escape").symlink_to("/etc")
-    daemon, url = start_daemon(
-        server, "p", tmp_path, f'[daemon]\nfolder_roots = ["{root}"]\nstore_path = "{tmp_path}/s"\n'
-    )
+    mine = tmp_path / "mine.toml"
+    mine.write_text(completed_text())
+    settings = f'folder_roots = ["{root}"]\nstore_path = "{tmp_path}/s"\nscenarios = ["{mine}"]\n'
+    daemon, url = start_daemon(server, "p", tmp_path, f"[daemon]\n{settings}")
     probes = {
         "config.hooks": {"scenario": "completed", "config": {"hooks": [hook(marker)]}},
         "config.model": {"task": "x", "config": {"model": "path_escape"}},
@@ -49,6 +50,7 @@ async def test_a_fleet_member_refuses_the_probes_and_keeps_keys_concurrent(
         "folder": {"task": "x", "folder": "/etc"},
         "scenario": {"scenario": "/etc/passwd"},
     }
+    by_path = {"scenario": str(mine)}
     try:
         with anyio.fail_after(90):
             async with httpx.AsyncClient(base_url=url, timeout=30) as http:
@@ -60,6 +62,9 @@ async def test_a_fleet_member_refuses_the_probes_and_keeps_keys_concurrent(
                 inside = await http.post(
                     "/v1/runs", json={"task": "x", "folder": str(root / "data")}
                 )
+                path = await http.post("/v1/runs", json=by_path)
+                name = await http.post("/v1/runs", json={"scenario": "mine"})
+                names = (await http.get("/v1/scenarios")).json()["scenarios"]
             body = {"scenario": "completed", "idempotency_key": "fleet-30"}
             repeats = await post_all(url, [body] * 30)
     finally:
@@ -69,6 +74,9 @@ async def test_a_fleet_member_refuses_the_probes_and_keeps_keys_concurrent(
         assert refusal(response)["key"] == key
     assert refusal(escape)["code"] == "folder_not_allowed"
     assert inside.status_code == 202, inside.text
+    assert refusal(path)["code"] == "unknown_scenario"
+    assert name.status_code == 202, name.text
+    assert {"mine", "completed"} <= set(names)
     assert sorted(r.status_code for r in repeats) == [200] * 29 + [202]
     assert len({r.json()["id"] for r in repeats}) == 1
     assert not marker.exists()

@@ -290,6 +290,7 @@ class HookRunner:
                 cause=f"hook.{outcome.hook}",
                 source=self._name,
                 detail=outcome.deny_detail(subject),
+                per_call=True,
             )
         )
 

@@ -48,7 +48,6 @@ from orchestrator.daemon.http import (
 )
 from orchestrator.daemon.metrics import render
 from orchestrator.daemon.schemas import REQUEST_DECODER, Health, RunAccepted, RunPage, RunView
-from orchestrator.sim import shipped_scenarios
 
 __all__ = ["create_fleet_app"]
 
@@ -170,7 +169,7 @@ class _FleetApi:
         return json_response(RunPage(runs=runs, next_cursor=next_cursor))
 
     async def scenarios(self, request: Request) -> Response:
-        return json_response({"scenarios": sorted(s.name for s in shipped_scenarios())})
+        return json_response({"scenarios": self._node.scenario_names()})
 
     async def get_run(self, request: Request) -> Response:
         return json_response(_view(await self._node.state(request.path_params["id"])))

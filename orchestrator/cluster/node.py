@@ -379,6 +379,11 @@ class ClusterNode:
         """Return once this daemon holds no message (every run it took is stored and acked)."""
         await self._idle.wait()
 
+    def scenario_names(self) -> list[str]:
+        """The scenarios a request may name: the shipped ones and the operator's (none when
+        a real endpoint serves the runs)."""
+        return sorted(self._scenarios)
+
     def statistics(self) -> NodeStatistics:
         return NodeStatistics(
             node=self.name, in_flight=self._in_flight, slots=self.slots, **self._counts

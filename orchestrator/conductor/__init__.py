@@ -1,13 +1,18 @@
 """The conductor: one run's state machine, PLAN → ACT → OBSERVE → … → DONE | FAILED.
 
-Split by concern, each module a layer of one class (bottom to top): ``state`` (transcript,
-counters, result), ``control`` (checkpoints and the control inbox), ``model_call``,
-``context_recovery``, ``tool_phase``, ``final_answer``, and ``conductor`` (the loop).
+A composition (``docs/architecture.md``): ``state`` (the run's record), ``inbox`` (the
+control inbox and checkpoints), the phases ``model_call``, ``context_recovery``,
+``tool_phase`` and ``final_answer``, and ``conductor`` (the loop that runs them).
 """
 
 from __future__ import annotations
 
 from orchestrator.conductor.conductor import Conductor
-from orchestrator.conductor.inputs import RunCheckpoint, RunInputs
+from orchestrator.conductor.inputs import (
+    ConductorSettings,
+    ContextFunctions,
+    RunCheckpoint,
+    RunInputs,
+)
 
-__all__ = ["Conductor", "RunCheckpoint", "RunInputs"]
+__all__ = ["Conductor", "ConductorSettings", "ContextFunctions", "RunCheckpoint", "RunInputs"]

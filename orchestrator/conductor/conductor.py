@@ -1,32 +1,49 @@
-"""The conductor: one run's state machine, PLAN → ACT → OBSERVE → … → DONE | FAILED.
+"""The conductor: one run's state machine. It owns the transcript and the order of events;
+monitors decide loops, budgets and hooks. ``docs/architecture.md`` draws the route.
 
-The conductor owns the transcript and the order of events; it decides nothing about loops,
-budgets or hooks. At every checkpoint it publishes a settling message, so every monitor has
-answered before the run goes on (the barrier rule), then reads its control inbox: the first
-stop ends the run, nudges are injected before the next model call, verdicts gate tools.
+::
 
-Checkpoints: before each model call (``TurnStarted``), after each reply (``ModelReplied``),
-before each tool call (``ToolCallProposed``), after the turn's tools (``TurnEnded``). Tool
-results reach every monitor before ``TurnEnded`` settles, because mailboxes are FIFO."""
+    start ─▶ PLAN: checkpoint TurnStarted, inject nudges, model call
+                   (prompt too long ─▶ context recovery ─▶ model call again)
+             ACT:  checkpoint ModelReplied
+                   cut by the output limit ─▶ nudge to go on ─────────────▶ OBSERVE
+                   no tool calls ─▶ a monitor continues it ───────────────▶ OBSERVE
+                                 ─▶ else DONE (model.end_turn)
+                   tool calls ─▶ tool phase (a checkpoint per proposed call) ─▶ OBSERVE
+             OBSERVE: checkpoint TurnEnded, save a checkpoint ─▶ PLAN
+
+Every checkpoint is a settling publish (every monitor has answered when it returns); a stop
+among the answers raises :class:`Stopped` there, and :meth:`Conductor.run` ends the run.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
+from typing import NoReturn
 
 import anyio
 
 from bus import (
+    Bus,
     ChatMessage,
     ExitReason,
+    Inbox,
     ModelReplied,
+    ModelReply,
     RunEnding,
+    RunStarted,
     StopSignal,
     TurnEnded,
     TurnStarted,
 )
-from orchestrator.conductor.final_answer import FinalAnswer, answerable
-from orchestrator.conductor.model_call import cut_mid_json
-from orchestrator.conductor.state import Stopped
+from orchestrator.conductor.context_recovery import ContextRecovery
+from orchestrator.conductor.final_answer import FinalAnswer
+from orchestrator.conductor.inbox import ControlInbox, Stopped
+from orchestrator.conductor.inputs import RunInputs
+from orchestrator.conductor.model_call import ModelCall, cut_mid_json
+from orchestrator.conductor.state import RunRecord
+from orchestrator.conductor.tool_phase import ToolPhase
 from orchestrator.result import RunResult, finished_message
 
 __all__ = ["Conductor"]
@@ -34,118 +51,203 @@ __all__ = ["Conductor"]
 logger = logging.getLogger("loopfuse.conductor")
 
 
-class Conductor(FinalAnswer):
+class Conductor:
     """Runs one run to its end and returns its :class:`RunResult`; never raises."""
 
-    __slots__ = ()
+    __slots__ = ("_bus", "_context", "_control", "_in", "_model", "_run", "_tools")
+
+    def __init__(self, bus: Bus, inputs: RunInputs, inbox: Inbox) -> None:
+        self._bus = bus
+        self._in = inputs
+        settings = inputs.settings
+        self._run = run = RunRecord(inputs.run_id, inputs.trace_id, settings.deadline_seconds)
+        if inputs.resume is not None:
+            run.restore(inputs.resume)
+        self._context = ContextRecovery(run, inputs.context)
+        self._control = control = ControlInbox(bus, inbox, run, self._context.on_action)
+        self._model = ModelCall(bus, run, control, settings, inputs.tool_specs)
+        self._tools = ToolPhase(
+            bus,
+            run,
+            control,
+            finishing_tools=inputs.finishing_tools,
+            abort_grace_seconds=settings.abort_grace_seconds,
+        )
 
     async def run(self) -> RunResult:
         """Run to the end. Exceptions end the run ``hook_stopped``/``internal.error``."""
+        run, bus = self._run, self._bus
         stop: StopSignal
         try:
-            await self._publish_started()
-            stop = await self._loop()
+            await bus.publish(self._started())
+            await self._loop()
         except Stopped as stopped:
             stop = stopped.stop
         except Exception as exc:
-            logger.exception("run %s failed inside the conductor", self._run_id)
-            stop = self._make_stop(
-                ExitReason.HOOK_STOPPED, "internal.error", "conductor", repr(exc)
+            logger.exception("run %s failed inside the conductor", run.run_id)
+            stop = StopSignal(
+                run_id=run.run_id,
+                reason=ExitReason.HOOK_STOPPED,
+                cause="internal.error",
+                source="conductor",
+                detail=repr(exc),
             )
-        if self._settings.on_stop == "answer" and answerable(stop):
-            await self._final_answer(stop)
-        result = self._result(stop)
+        settings = self._in.settings
+        if settings.on_stop == "answer" and stop.answerable:
+            await FinalAnswer(bus, run, self._control, settings).ask(stop)
+        result = run.result(stop)
         with anyio.CancelScope(shield=True):
-            await self._bus.publish_settled(
-                RunEnding(run_id=self._run_id, exit_reason=stop.reason, cause=stop.cause)
+            await bus.publish_settled(
+                RunEnding(run_id=run.run_id, exit_reason=stop.reason, cause=stop.cause)
             )
-            await self._bus.publish(finished_message(result))
+            await bus.publish(finished_message(result))
         return result
 
-    async def _loop(self) -> StopSignal:
-        if not self._transcript:  # not resumed from a checkpoint that has one
-            if self._in.system:
-                self._transcript.append(ChatMessage(role="system", content=self._in.system))
-            self._transcript.extend(self._in.history)
-            self._transcript.append(ChatMessage(role="user", content=self._in.task))
-        while (early := self._inbox.receive_nowait()) is not None:  # e.g. aborted while queued
-            self._control(early)
-        if self._stop is not None:
-            return self._stop
+    async def _loop(self) -> NoReturn:
+        run, control, model, inputs = self._run, self._control, self._model, self._in
+        if not run.transcript:  # not resumed from a checkpoint that has one
+            if inputs.system:
+                run.transcript.append(ChatMessage(role="system", content=inputs.system))
+            run.transcript.extend(inputs.history)
+            run.transcript.append(ChatMessage(role="user", content=inputs.task))
+        control.take_pending()  # e.g. aborted while queued
+        control.end_if_stopped()
         while True:
-            self._turn += 1
-            self._enter("PLAN", "turn started")
-            await self._checkpoint(
+            run.turn += 1
+            run.enter("PLAN", "turn started")
+            await control.checkpoint(
                 TurnStarted(
-                    run_id=self._run_id,
-                    turn=self._turn,
-                    stage=self._in.stage,
-                    prompt_messages=len(self._transcript),
-                    appended=self._appended(),
+                    run_id=run.run_id,
+                    turn=run.turn,
+                    stage=inputs.stage,
+                    prompt_messages=len(run.transcript),
+                    appended=self._context.appended(),
                 )
             )
-            self._inject_nudges()
-            reply = await self._model_reply()
-            self._usage = self._usage + reply.usage
+            if control.nudges:
+                run.inject(control.take_nudges())
+            reply = await self._reply()
+            run.usage = run.usage + reply.usage
             if reply.aborted:
                 # Cut by a monitor (content loop) without a stop: keep what streamed, go on.
-                self._keep_partial(reply)
-                self._trace_event("stream cut", reply.finish_reason or "")
+                model.keep_partial(reply)
+                run.trace_event("stream cut", reply.finish_reason or "")
                 await self._end_turn(0)
                 continue
-            self._enter("ACT", "reply received")
+            run.enter("ACT", "reply received")
             truncated = reply.finish_reason == "length" or cut_mid_json(reply)
             calls = () if truncated else reply.tool_calls
-            self._transcript.append(
+            run.transcript.append(
                 ChatMessage(role="assistant", content=reply.text or None, tool_calls=calls)
             )
-            await self._checkpoint(
+            await control.checkpoint(
                 ModelReplied(
-                    run_id=self._run_id,
-                    turn=self._turn,
+                    run_id=run.run_id,
+                    turn=run.turn,
                     text_chars=len(reply.text),
                     tool_calls=len(calls),
                     finish_reason=reply.finish_reason,
                     usage=reply.usage,
-                    total_usage=self._usage,
+                    total_usage=run.usage,
                 )
             )
             if truncated:
-                stop = self._on_truncated(reply, dropped=len(reply.tool_calls))
-                if stop is not None:
-                    return stop
+                model.truncated(reply, dropped=len(reply.tool_calls))
                 await self._end_turn(0)
                 continue
             if not calls:
-                continuing = [n for n in self._pending_nudges if n.continues]
-                if continuing:
-                    # A monitor answered this end of turn: "keep working" (a token target:
-                    # the answer grows, so its parts are kept) or a stop hook's veto (the
-                    # answer is refused, so only the next one counts).
-                    if any(n.kind.startswith("budget.") for n in continuing):
-                        self._continued.append(self._recovered(reply.text))
-                    self._pieces.clear()
-                    self._output = joined(self._continued)
-                    self._trace_event("continued", ", ".join(n.kind for n in continuing))
+                if self._continued(reply):
                     await self._end_turn(0)
                     continue
-                self._output = joined([*self._continued, self._recovered(reply.text)])
-                return self._make_stop(
-                    ExitReason.COMPLETED, "model.end_turn", "model", "The model ended its turn."
-                )
-            self._pieces.clear()  # tool calls: a cut answer was not continued
-            finished = await self._act(calls)
+                run.output = joined([*run.continued, run.recovered(reply.text)])
+                control.end(self._completed("model", "The model ended its turn."))
+            run.pieces.clear()  # tool calls: a cut answer was not continued
+            finishing = await self._tools.run(calls)
             await self._end_turn(len(calls))
-            if finished is not None:
-                return finished
+            if finishing is not None:
+                control.end(
+                    self._completed("conductor", f"The model called {finishing} to finish.")
+                )
+
+    async def _reply(self) -> ModelReply:
+        """The turn's reply. When the endpoint refuses the prompt as too long, the context
+        gatekeeper answers (collapse, then compaction, then a stop) and the turn is sent
+        again."""
+        model = self._model
+        refusals = 0
+        while True:
+            await model.send()
+            answer = await model.answer("model error")
+            refused = model.too_long(answer)
+            if refused is None:
+                return model.reply(answer)
+            refusals += 1
+            await self._context.recover(self._control, model, refused, refusals)
+
+    def _continued(self, reply: ModelReply) -> bool:
+        """A monitor answered this end of turn "keep working": a token target (the answer
+        grows, so its parts are kept) or a stop hook's veto (the answer is refused, so only
+        the next one counts)."""
+        run = self._run
+        continuing = [n for n in self._control.nudges if n.continues]
+        if not continuing:
+            return False
+        if any(n.kind.startswith("budget.") for n in continuing):
+            run.continued.append(run.recovered(reply.text))
+        run.pieces.clear()
+        run.output = joined(run.continued)
+        run.trace_event("continued", ", ".join(n.kind for n in continuing))
+        return True
 
     async def _end_turn(self, tool_calls: int) -> None:
-        self._enter("OBSERVE", "turn ended")
-        await self._checkpoint(
-            TurnEnded(run_id=self._run_id, turn=self._turn, tool_calls=tool_calls)
+        run = self._run
+        run.enter("OBSERVE", "turn ended")
+        await self._control.checkpoint(
+            TurnEnded(run_id=run.run_id, turn=run.turn, tool_calls=tool_calls)
         )
         if self._in.on_checkpoint is not None:
-            self._in.on_checkpoint(self._snapshot())
+            self._in.on_checkpoint(run.snapshot())
+
+    def _completed(self, source: str, detail: str) -> StopSignal:
+        return StopSignal(
+            run_id=self._run.run_id,
+            reason=ExitReason.COMPLETED,
+            cause="model.end_turn",
+            source=source,
+            detail=detail,
+        )
+
+    def _started(self) -> RunStarted:
+        inputs, settings, run = self._in, self._in.settings, self._run
+        resume = inputs.resume
+        # A resumed run's budgets go on from where it was: the deadline counts the time
+        # it ran before, the tool-call budget the calls it proposed.
+        return RunStarted(
+            run_id=run.run_id,
+            trace_id=inputs.trace_id,
+            task=inputs.task,
+            model=settings.model,
+            stage=inputs.stage,
+            plan=inputs.plan,
+            folder=inputs.folder,
+            tools=tuple(spec.name for spec in inputs.tool_specs),
+            tool_specs=inputs.tool_specs,
+            max_turns=settings.max_turns,
+            max_tool_calls=max(1, settings.max_tool_calls - len(run.call_log)),
+            deadline_seconds=settings.deadline_seconds,
+            max_cache_hits=settings.max_cache_hits,
+            cache_ttl_seconds=settings.cache_ttl_seconds,
+            cache_max_entries=settings.cache_max_entries,
+            tool_timeout_seconds=settings.tool_timeout_seconds,
+            started_at=time.time() - (time.monotonic() - run.started),
+            resumed_from_turn=resume.turn if resume is not None else None,
+            output_token_budget=settings.output_token_budget,
+            input_token_budget=settings.input_token_budget,
+            cost_budget=settings.cost_budget,
+            budget_mode=settings.budget_mode,
+            input_price_per_million=settings.input_price_per_million,
+            output_price_per_million=settings.output_price_per_million,
+        )
 
 
 def joined(texts: list[str]) -> str:

@@ -1,22 +1,16 @@
-"""Recovery from "prompt too long": the gatekeeper collapses or compacts, the turn is resent."""
+"""The context gatekeeper's side of the transcript: what it was shown, its folds applied,
+and recovery from "prompt too long" (collapse or compaction, then the turn is resent)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Final
 
-from actors.context import apply_folds, compaction_prompt, summary_message
-from bus import (
-    ChatMessage,
-    ContextAction,
-    ExitReason,
-    ModelError,
-    ModelReply,
-    ModelRequest,
-    PromptRejected,
-)
-from orchestrator.conductor.model_call import ModelCall, PromptTooLong
-from orchestrator.conductor.state import Stopped
+from bus import ChatMessage, ContextAction, ExitReason, ModelError, PromptRejected, StopSignal
+from orchestrator.conductor.inbox import ControlInbox
+from orchestrator.conductor.inputs import ContextFunctions
+from orchestrator.conductor.model_call import ModelCall
+from orchestrator.conductor.state import RunRecord
 
 __all__ = ["MAX_CONTEXT_RECOVERIES", "ContextRecovery"]
 
@@ -27,121 +21,112 @@ logger = logging.getLogger("loopfuse.conductor")
 MAX_CONTEXT_RECOVERIES: Final = 3
 
 
-class ContextRecovery(ModelCall):
-    """Keeps the context gatekeeper in step, and recovers from "prompt too long"."""
+class ContextRecovery:
+    """Keeps the context gatekeeper in step with the transcript and carries out its
+    answers (with the ``functions`` the runtime passed in)."""
 
-    __slots__ = ()
+    __slots__ = ("_functions", "_pending", "_run", "_seen")
 
-    def _appended(self) -> tuple[ChatMessage, ...]:
+    def __init__(self, run: RunRecord, functions: ContextFunctions) -> None:
+        self._run = run
+        self._functions = functions
+        self._seen = 0  # transcript messages the context gatekeeper was shown
+        self._pending: ContextAction | None = None  # this turn's collapse or compaction
+
+    def appended(self) -> tuple[ChatMessage, ...]:
         """The transcript's messages the context gatekeeper has not been shown yet."""
-        appended = tuple(self._transcript[self._context_seen :])
-        self._context_seen = len(self._transcript)
+        transcript = self._run.transcript
+        appended = tuple(transcript[self._seen :])
+        self._seen = len(transcript)
         return appended
 
-    async def _model_reply(self) -> ModelReply:
-        """The turn's reply. When the endpoint refuses the prompt as too long, the context
-        gatekeeper answers (collapse, then compaction, then a stop) and the turn is sent
-        again."""
-        refusals = 0
-        while True:
-            await self._send_model_request()
-            answer = await self._answer("model error")
-            try:
-                return self._model_outcome(answer)
-            except PromptTooLong as refused:
-                refusals += 1
-                await self._recover_context(refused.error, refusals)
+    def on_action(self, action: ContextAction) -> None:
+        """The gatekeeper's answer, as it arrives: folds are applied at once."""
+        run = self._run
+        if action.kind == "collapse":
+            if action.folds:
+                run.rewritten(min(fold.index for fold in action.folds))
+            missed = self._functions.fold(run.transcript, action.folds)
+            if missed:
+                logger.error("run %s: %d fold(s) did not match", run.run_id, len(missed))
+        run.trace_event(f"context {action.kind.replace('_', ' ')}", action.detail)
+        if action.kind in ("collapse", "compact") and action.turn == run.turn:
+            self._pending = action
 
-    async def _recover_context(self, error: ModelError, attempt: int) -> None:
-        self._context_action = None
-        await self._checkpoint(
+    async def recover(
+        self, control: ControlInbox, model: ModelCall, error: ModelError, attempt: int
+    ) -> None:
+        """The endpoint refused this turn's prompt (``attempt``-th time): ask the gatekeeper
+        what to do and do it, or end the run if nobody can make the prompt shorter."""
+        run = self._run
+        self._pending = None
+        await control.checkpoint(
             PromptRejected(
-                run_id=self._run_id,
-                turn=self._turn,
+                run_id=run.run_id,
+                turn=run.turn,
                 attempt=attempt,
-                prompt_messages=len(self._transcript),
-                appended=self._appended(),
+                prompt_messages=len(run.transcript),
+                appended=self.appended(),
                 status=error.status,
                 message=error.message,
             )
         )
-        action = self._take_context_action()
+        action = self._take_pending()  # a call: what the checkpoint set, not what mypy saw
         if action is None or attempt > MAX_CONTEXT_RECOVERIES:
-            # Nobody can make the prompt shorter: the refusal ends the run.
-            raise Stopped(self._model_error_stop(error))
+            control.end(model.error_stop(error))
         if action.kind == "compact":
-            await self._compact(action)
+            await self._compact(control, model, action)
 
-    def _take_context_action(self) -> ContextAction | None:
-        action, self._context_action = self._context_action, None
+    def _take_pending(self) -> ContextAction | None:
+        action, self._pending = self._pending, None
         return action
 
-    def _on_context_action(self, action: ContextAction) -> None:
-        if action.kind == "collapse":
-            if action.folds:
-                self._rewritten(min(fold.index for fold in action.folds))
-            missed = apply_folds(self._transcript, action.folds)
-            if missed:
-                logger.error("run %s: %d fold(s) did not match", self._run_id, len(missed))
-        self._trace_event(f"context {action.kind.replace('_', ' ')}", action.detail)
-        if action.kind in ("collapse", "compact") and action.turn == self._turn:
-            self._context_action = action
-
-    async def _compact(self, action: ContextAction) -> None:
-        """Put the model's summary of messages ``start``..``end`` in their place (a model
-        call without tools); an empty or failed summary ends the run ``prompt_too_long``."""
+    async def _compact(
+        self, control: ControlInbox, model: ModelCall, action: ContextAction
+    ) -> None:
+        """Put the model's summary of messages ``start``..``end`` in their place; an empty
+        or failed summary ends the run ``prompt_too_long``."""
+        run, functions = self._run, self._functions
         start, end = action.start, action.end
-        self._llm_requests += 1
-        await self._bus.publish(
-            ModelRequest(
-                run_id=self._run_id,
-                turn=self._turn,
-                model=self._settings.model,
-                messages=compaction_prompt(
-                    self._transcript[start:end],
-                    first_turn=action.first_turn,
-                    last_turn=action.last_turn,
-                    history_chars=action.history_chars,
-                    summary_max_tokens=action.summary_max_tokens,
-                ),
-                max_tokens=action.summary_max_tokens,
-                deadline_at=self._deadline_at,
-                purpose="compact",
-            )
+        answer = await model.summarise(
+            functions.compaction_prompt(
+                run.transcript[start:end],
+                first_turn=action.first_turn,
+                last_turn=action.last_turn,
+                history_chars=action.history_chars,
+                summary_max_tokens=action.summary_max_tokens,
+            ),
+            action.summary_max_tokens,
         )
-        reply = await self._summary_reply()
-        text = reply.text.strip()
-        if reply.aborted or not text:
-            raise Stopped(
-                self._make_stop(
-                    ExitReason.PROMPT_TOO_LONG,
-                    "context.prompt_too_long",
-                    "conductor",
-                    "The endpoint refused the prompt as too long and the summary meant to "
-                    "shorten it came back empty.",
+        if isinstance(answer, ModelError):
+            control.end(
+                self._too_long(
+                    "The endpoint refused the prompt as too long and the call to summarise "
+                    f"it failed ({answer.kind}): {answer.message}"
                 )
             )
-        self._rewritten(start)
-        self._transcript[start:end] = [summary_message(text, action.first_turn, action.last_turn)]
-        self._context_seen -= end - start - 1
-        self._trace_event(
+        run.usage = run.usage + answer.usage
+        control.end_if_stopped()
+        text = answer.text.strip()
+        if answer.aborted or not text:
+            control.end(
+                self._too_long(
+                    "The endpoint refused the prompt as too long and the summary meant to "
+                    "shorten it came back empty."
+                )
+            )
+        run.rewritten(start)
+        run.transcript[start:end] = [functions.summary(text, action.first_turn, action.last_turn)]
+        self._seen -= end - start - 1
+        run.trace_event(
             "context compacted", f"{end - start} messages → a summary of {len(text):,} chars"
         )
 
-    async def _summary_reply(self) -> ModelReply:
-        answer = await self._answer("compaction: model error")
-        if isinstance(answer, ModelError):
-            raise Stopped(
-                self._stop
-                or self._make_stop(
-                    ExitReason.PROMPT_TOO_LONG,
-                    "context.prompt_too_long",
-                    "conductor",
-                    "The endpoint refused the prompt as too long and the call "
-                    f"to summarise it failed ({answer.kind}): {answer.message}",
-                )
-            )
-        self._usage = self._usage + answer.usage
-        if self._stop is not None:
-            raise Stopped(self._stop)
-        return answer
+    def _too_long(self, detail: str) -> StopSignal:
+        return StopSignal(
+            run_id=self._run.run_id,
+            reason=ExitReason.PROMPT_TOO_LONG,
+            cause="context.prompt_too_long",
+            source="conductor",
+            detail=detail,
+        )

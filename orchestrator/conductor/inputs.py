@@ -1,24 +1,24 @@
-"""What a run starts from: its fixed inputs, and the checkpoint a resumed run goes on after."""
+"""What a run starts from: its fixed inputs, the settings the conductor reads, the context
+functions it is handed, and the checkpoint a resumed run goes on after."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 import msgspec
 
-from bus import (
-    ChatMessage,
-    ToolSpec,
-    Usage,
-)
-from orchestrator.config import RunSettings
+from bus import ChatMessage, Fold, ToolSpec, Usage
 from orchestrator.result import CallLogEntry, TraceEntry
 
-__all__ = ["RunCheckpoint", "RunInputs"]
-
-logger = logging.getLogger("loopfuse.conductor")
+__all__ = [
+    "CompactionPrompt",
+    "ConductorSettings",
+    "ContextFunctions",
+    "RunCheckpoint",
+    "RunInputs",
+]
 
 
 class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -45,13 +45,69 @@ class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ConductorSettings:
+    """What the conductor reads of a run's settings (the runtime makes it from the config's
+    ``RunSettings``). The budgets are only passed on, in ``RunStarted``; 0 means none."""
+
+    model: str
+    max_turns: int
+    max_tool_calls: int
+    deadline_seconds: float
+    max_output_tokens: int | None
+    escalated_max_tokens: int | None
+    tool_timeout_seconds: float
+    abort_grace_seconds: float
+    truncation_recoveries: int
+    max_cache_hits: int
+    cache_ttl_seconds: float
+    cache_max_entries: int
+    answer_max_tokens: int
+    answer_deadline_seconds: float
+    on_stop: Literal["keep", "answer"] = "keep"
+    output_token_budget: int = 0
+    input_token_budget: int = 0
+    cost_budget: float = 0.0
+    budget_mode: Literal["ceiling", "target"] = "ceiling"
+    input_price_per_million: float = 0.0
+    output_price_per_million: float = 0.0
+
+
+class CompactionPrompt(Protocol):
+    """The request that asks the model to summarise ``messages`` (turns ``first_turn`` to
+    ``last_turn``)."""
+
+    def __call__(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        first_turn: int,
+        last_turn: int,
+        history_chars: int,
+        summary_max_tokens: int,
+    ) -> tuple[ChatMessage, ...]: ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextFunctions:
+    """How the context gatekeeper's answers are carried out on a transcript. The runtime
+    passes ``actors.context``'s functions; the conductor only calls them."""
+
+    fold: Callable[[MutableSequence[ChatMessage], Sequence[Fold]], list[Fold]]
+    """Put each fold's stub in place of its tool result; returns the folds that missed."""
+    compaction_prompt: CompactionPrompt
+    summary: Callable[[str, int, int], ChatMessage]
+    """The message that stands for turns ``first``..``last`` once summarised."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunInputs:
     """Everything one run needs, fixed before it starts."""
 
     run_id: str
     trace_id: str
     task: str
-    settings: RunSettings
+    settings: ConductorSettings
+    context: ContextFunctions
     tool_specs: tuple[ToolSpec, ...] = ()
     finishing_tools: frozenset[str] = frozenset()
     system: str | None = None

@@ -1,4 +1,4 @@
-"""The model call: one request, its reply, the endpoint's final errors, truncation recovery."""
+"""The model call: one request, its reply or final error, and output-limit cuts."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import time
 from typing import Final
 
 from bus import (
+    Bus,
     ChatMessage,
     ExitReason,
     ModelCancel,
@@ -15,17 +16,13 @@ from bus import (
     ModelRequest,
     Nudge,
     StopSignal,
+    ToolSpec,
 )
-from orchestrator.conductor.control import ControlInbox
-from orchestrator.conductor.state import Stopped
+from orchestrator.conductor.inbox import ControlInbox
+from orchestrator.conductor.inputs import ConductorSettings
+from orchestrator.conductor.state import RunRecord
 
-__all__ = [
-    "TRUNCATED_CALLS_NOTE",
-    "TRUNCATION_NUDGES",
-    "ModelCall",
-    "PromptTooLong",
-    "cut_mid_json",
-]
+__all__ = ["TRUNCATED_CALLS_NOTE", "TRUNCATION_NUDGES", "ModelCall", "cut_mid_json"]
 
 logger = logging.getLogger("loopfuse.conductor")
 
@@ -41,128 +38,172 @@ TRUNCATED_CALLS_NOTE: Final = (
 )
 
 
-class PromptTooLong(Exception):
-    """Internal: the endpoint refused the turn's prompt as too long (a final error)."""
+class ModelCall:
+    """Sends the turn's request and waits for its reply; turns endpoint failures into the
+    run's ending and output-limit cuts into a nudge to go on."""
 
-    def __init__(self, error: ModelError) -> None:
-        self.error = error
+    __slots__ = ("_bus", "_control", "_run", "_settings", "_tools")
 
+    def __init__(
+        self,
+        bus: Bus,
+        run: RunRecord,
+        control: ControlInbox,
+        settings: ConductorSettings,
+        tools: tuple[ToolSpec, ...],
+    ) -> None:
+        self._bus = bus
+        self._run = run
+        self._control = control
+        self._settings = settings
+        self._tools = tools
 
-class ModelCall(ControlInbox):
-    """One model request and its reply; endpoint failures and output-limit cuts."""
-
-    __slots__ = ()
-
-    async def _send_model_request(self) -> None:
-        self._llm_requests += 1
-        unchanged = min(self._sent_messages, self._rewritten_from)
-        self._sent_messages = self._rewritten_from = len(self._transcript)
+    async def send(self) -> None:
+        """Publish the turn's request: the whole transcript, with the tools."""
+        run, settings = self._run, self._settings
+        run.llm_requests += 1
+        unchanged = min(run.sent_messages, run.rewritten_from)
+        run.sent_messages = run.rewritten_from = len(run.transcript)
         await self._bus.publish(
             ModelRequest(
-                run_id=self._run_id,
-                turn=self._turn,
-                model=self._settings.model,
-                messages=tuple(self._transcript),
-                tools=self._in.tool_specs,
-                max_tokens=self._settings.max_output_tokens,
-                escalated_max_tokens=self._settings.escalated_max_tokens,
-                deadline_at=self._deadline_at,
+                run_id=run.run_id,
+                turn=run.turn,
+                model=settings.model,
+                messages=tuple(run.transcript),
+                tools=self._tools,
+                max_tokens=settings.max_output_tokens,
+                escalated_max_tokens=settings.escalated_max_tokens,
+                deadline_at=run.deadline_at,
                 unchanged=unchanged,
             )
         )
 
-    def _model_outcome(self, answer: ModelReply | ModelError) -> ModelReply:
-        """The turn's reply; raises :class:`PromptTooLong` or :class:`Stopped` otherwise."""
-        if isinstance(answer, ModelError):
-            if answer.kind == "context_length" and self._stop is None:
-                raise PromptTooLong(answer)
-            raise Stopped(self._stop or self._model_error_stop(answer))
-        if self._stop is not None:
-            self._keep_partial(answer)
-            self._usage = self._usage + answer.usage
-            raise Stopped(self._stop)
-        return answer
+    async def summarise(
+        self, messages: tuple[ChatMessage, ...], max_tokens: int
+    ) -> ModelReply | ModelError:
+        """A compaction: ``messages`` (the summarising prompt) sent without tools."""
+        run = self._run
+        run.llm_requests += 1
+        await self._bus.publish(
+            ModelRequest(
+                run_id=run.run_id,
+                turn=run.turn,
+                model=self._settings.model,
+                messages=messages,
+                max_tokens=max_tokens,
+                deadline_at=run.deadline_at,
+                purpose="compact",
+            )
+        )
+        return await self.answer("compaction: model error")
 
-    async def _answer(self, label: str) -> ModelReply | ModelError:
-        """The reply to this turn's model request, or its final error (each failed attempt
-        is traced as ``label``). A stop that arrives meanwhile cancels the request; the
-        reply, partial, still comes back (or the run stops if it never does)."""
+    async def answer(self, label: str) -> ModelReply | ModelError:
+        """The reply to this turn's request, or its final error (each failed attempt is
+        traced as ``label``). A stop that arrives meanwhile cancels the request; the reply,
+        partial, still comes back (or the run ends if it never does)."""
+        run, control = self._run, self._control
         cancelled = False
         while True:
-            if self._stop is not None and not cancelled:
+            stop = control.stop
+            if stop is not None and not cancelled:
                 cancelled = True
                 await self._bus.publish(
-                    ModelCancel(run_id=self._run_id, turn=self._turn, reason=self._stop.cause)
+                    ModelCancel(run_id=run.run_id, turn=run.turn, reason=stop.cause)
                 )
-            # Awaiting the inbox itself while nothing is cancelled: one coroutine frame
-            # less held by every run waiting for its model.
-            msg = await (self._receive(confirming=True) if cancelled else self._inbox.receive())
+            msg = await (control.receive_confirming() if cancelled else control.receive())
             if msg is None:  # the caller never confirmed the cancellation
-                raise Stopped(self._require_stop())
+                control.end()
             match msg:
-                case ModelReply(turn=turn) if turn == self._turn:
+                case ModelReply(turn=turn) if turn == run.turn:
                     return msg
-                case ModelError(turn=turn) if turn == self._turn:
-                    self._trace_event(f"{label} ({msg.kind})", msg.message)
+                case ModelError(turn=turn) if turn == run.turn:
+                    run.trace_event(f"{label} ({msg.kind})", msg.message)
                     if msg.final:
                         return msg
                 case _:
-                    self._control(msg)
+                    control.take(msg)
 
-    def _model_error_stop(self, error: ModelError) -> StopSignal:
+    def too_long(self, answer: ModelReply | ModelError) -> ModelError | None:
+        """``answer`` if the endpoint refused the prompt as too long (and nothing stops)."""
+        if (
+            isinstance(answer, ModelError)
+            and answer.kind == "context_length"
+            and self._control.stop is None
+        ):
+            return answer
+        return None
+
+    def reply(self, answer: ModelReply | ModelError) -> ModelReply:
+        """The turn's reply; a final error or a stop that came meanwhile ends the run."""
+        control = self._control
+        if isinstance(answer, ModelError):
+            control.end(self.error_stop(answer))
+        if control.stop is not None:
+            self.keep_partial(answer)
+            self._run.usage = self._run.usage + answer.usage
+            control.end()
+        return answer
+
+    def error_stop(self, error: ModelError) -> StopSignal:
+        """How a final model error ends the run."""
+        run_id = self._run.run_id
         detail = f"{error.kind} after {error.attempt} attempt(s): {error.message}"
         match error.kind:
             case "context_length":
-                return self._make_stop(
-                    ExitReason.PROMPT_TOO_LONG, "context.prompt_too_long", "llm_caller", detail
-                )
-            case "deadline" if time.time() >= self._deadline_at:
-                return self._make_stop(
-                    ExitReason.MAX_TURNS, "budget.deadline", "llm_caller", detail
+                reason, cause = ExitReason.PROMPT_TOO_LONG, "context.prompt_too_long"
+            case "deadline" if time.time() >= self._run.deadline_at:
+                return StopSignal(
+                    run_id=run_id,
+                    reason=ExitReason.MAX_TURNS,
+                    cause="budget.deadline",
+                    source="llm_caller",
+                    detail=detail,
+                    answerable=True,
                 )
             case "bad_request" | "auth":
-                return self._make_stop(
-                    ExitReason.ABORTED_STREAMING, "model.bad_request", "llm_caller", detail
-                )
+                reason, cause = ExitReason.ABORTED_STREAMING, "model.bad_request"
             case _:
-                return self._make_stop(
-                    ExitReason.ABORTED_STREAMING, "model.unavailable", "llm_caller", detail
-                )
+                reason, cause = ExitReason.ABORTED_STREAMING, "model.unavailable"
+        return StopSignal(
+            run_id=run_id, reason=reason, cause=cause, source="llm_caller", detail=detail
+        )
 
-    def _keep_partial(self, reply: ModelReply) -> None:
+    def keep_partial(self, reply: ModelReply) -> None:
+        """Keep what streamed of a cut reply."""
+        run = self._run
         if reply.text:
-            self._transcript.append(ChatMessage(role="assistant", content=reply.text))
-            self._output = self._recovered(reply.text)
+            run.transcript.append(ChatMessage(role="assistant", content=reply.text))
+            run.output = run.recovered(reply.text)
 
-    def _recovered(self, text: str) -> str:
-        """``text`` after the pieces of the answer it continues (the output limit cut
-        them; the model was asked to go on exactly where it stopped, so no separator)."""
-        return "".join((*self._pieces, text))
-
-    def _on_truncated(self, reply: ModelReply, *, dropped: int) -> StopSignal | None:
-        self._output = self._recovered(reply.text)
-        self._pieces.append(reply.text)
-        if self._truncations >= self._settings.truncation_recoveries:
-            self._incomplete = True
-            return self._make_stop(
-                ExitReason.COMPLETED,
-                "truncation.gave_up",
-                "conductor",
-                f"The answer was cut off by the output limit {self._truncations + 1} times; "
-                "the partial text is kept.",
+    def truncated(self, reply: ModelReply, *, dropped: int) -> None:
+        """The output limit cut ``reply``: queue a nudge to go on where it stopped, or end
+        the run with the pieces once ``truncation_recoveries`` are used up."""
+        run = self._run
+        run.output = run.recovered(reply.text)
+        run.pieces.append(reply.text)
+        if run.truncations >= self._settings.truncation_recoveries:
+            run.incomplete = True
+            self._control.end(
+                StopSignal(
+                    run_id=run.run_id,
+                    reason=ExitReason.COMPLETED,
+                    cause="truncation.gave_up",
+                    source="conductor",
+                    detail=f"The answer was cut off by the output limit {run.truncations + 1} "
+                    "times; the partial text is kept.",
+                )
             )
-        text = TRUNCATION_NUDGES[min(self._truncations, len(TRUNCATION_NUDGES) - 1)]
-        self._truncations += 1
+        text = TRUNCATION_NUDGES[min(run.truncations, len(TRUNCATION_NUDGES) - 1)]
+        run.truncations += 1
         if dropped:
             text += TRUNCATED_CALLS_NOTE
-        detail = f"recovery {self._truncations}" + (
+        detail = f"recovery {run.truncations}" + (
             f", {dropped} tool call(s) dropped" if dropped else ""
         )
-        self._trace_event("truncated", detail)
-        self._pending_nudges.append(
-            Nudge(run_id=self._run_id, kind="truncation.recover", text=text, source="conductor")
+        run.trace_event("truncated", detail)
+        self._control.nudges.append(
+            Nudge(run_id=run.run_id, kind="truncation.recover", text=text, source="conductor")
         )
-        return None
 
 
 def cut_mid_json(reply: ModelReply) -> bool:

@@ -6,9 +6,8 @@ import logging
 
 from actors.fingerprint import fingerprint_call
 from bus import (
+    Bus,
     ChatMessage,
-    ExitReason,
-    StopSignal,
     ToolCall,
     ToolCallProposed,
     ToolExecute,
@@ -16,78 +15,91 @@ from bus import (
     ToolsCancel,
     ToolVerdict,
 )
-from orchestrator.conductor.context_recovery import ContextRecovery
-from orchestrator.conductor.state import Stopped
+from orchestrator.conductor.inbox import ControlInbox
+from orchestrator.conductor.state import RunRecord
 from orchestrator.result import CallLogEntry
 
-__all__ = ["ToolPhase", "call_specific"]
+__all__ = ["ToolPhase"]
 
 logger = logging.getLogger("loopfuse.conductor")
 
 
-class ToolPhase(ContextRecovery):
+class ToolPhase:
     """Proposed calls through the monitors, approved calls to the executor, results back."""
 
-    __slots__ = ()
+    __slots__ = ("_bus", "_control", "_finishing", "_grace", "_run")
 
-    async def _act(self, calls: tuple[ToolCall, ...]) -> StopSignal | None:
-        verdicts: dict[str, ToolVerdict] = {}  # what monitors answered, by call id
+    def __init__(
+        self,
+        bus: Bus,
+        run: RunRecord,
+        control: ControlInbox,
+        *,
+        finishing_tools: frozenset[str],
+        abort_grace_seconds: float,
+    ) -> None:
+        self._bus = bus
+        self._run = run
+        self._control = control
+        self._finishing = finishing_tools
+        self._grace = abort_grace_seconds
+
+    async def run(self, calls: tuple[ToolCall, ...]) -> str | None:
+        """Propose, run and record ``calls``; returns the name of the finishing tool that
+        succeeded, if one did. A stop received meanwhile ends the run once every call has
+        its result (or its "not run") in the transcript."""
+        run, control = self._run, self._control
         fingerprints = [fingerprint_call(call.name, call.arguments) for call in calls]
         approved: list[int] = []
         blocked: dict[int, str] = {}
-        for index, call in enumerate(calls):
-            await self._checkpoint(
-                ToolCallProposed(
-                    run_id=self._run_id,
-                    turn=self._turn,
-                    call=call,
-                    fingerprint=fingerprints[index],
-                    index=index,
-                ),
-                verdicts=verdicts,
-                raise_on_stop=False,
-            )
-            if self._stop is not None:
-                break
-            verdict = verdicts.get(call.id)
-            if verdict is not None and verdict.verdict == "block":
-                blocked[index] = verdict.message or "This call was blocked."
-            else:
-                approved.append(index)
+        verdicts: dict[str, ToolVerdict] = {}  # what monitors answered, by call id
+        control.verdicts = verdicts
+        try:
+            for index, call in enumerate(calls):
+                await control.settle(
+                    ToolCallProposed(
+                        run_id=run.run_id,
+                        turn=run.turn,
+                        call=call,
+                        fingerprint=fingerprints[index],
+                        index=index,
+                    )
+                )
+                if control.stop is not None:
+                    break
+                verdict = verdicts.get(call.id)
+                if verdict is not None and verdict.verdict == "block":
+                    blocked[index] = verdict.message or "This call was blocked."
+                else:
+                    approved.append(index)
+        finally:
+            control.verdicts = None
 
         results: dict[int, ToolResult] = {}
-        if approved and (self._stop is None or call_specific(self._stop)):
+        stop = control.stop
+        if approved and (stop is None or stop.per_call):
             # A stop decided on one call (a budget or loop verdict) still lets the calls
             # approved before it run, so their work is kept; any other stop runs nothing.
             results = await self._execute(calls, fingerprints, approved)
 
-        finished: StopSignal | None = None
+        finished: str | None = None
         for index, call in enumerate(calls):
             verdict = verdicts.get(call.id)
             result = results.get(index)
             if result is not None:
                 content = result.content
-                self._tool_calls += 1 if result.executed else 0
-                if (
-                    call.name in self._in.finishing_tools
-                    and not result.is_error
-                    and finished is None
-                ):
-                    self._output = call.arguments
-                    finished = self._make_stop(
-                        ExitReason.COMPLETED,
-                        "model.end_turn",
-                        "conductor",
-                        f"The model called {call.name} to finish.",
-                    )
+                run.tool_calls += 1 if result.executed else 0
+                if call.name in self._finishing and not result.is_error and finished is None:
+                    run.output = call.arguments
+                    finished = call.name
             elif index in blocked:
                 content = f"Error: {blocked[index]}"
             else:
                 content = "Error: not run: the run was stopping."
-            self._transcript.append(ChatMessage(role="tool", tool_call_id=call.id, content=content))
-            self._call_log.append(
+            run.transcript.append(ChatMessage(role="tool", tool_call_id=call.id, content=content))
+            run.call_log.append(
                 CallLogEntry(
-                    turn=self._turn,
+                    turn=run.turn,
                     call_id=call.id,
                     tool=call.name,
                     arguments=call.arguments,
@@ -105,57 +117,54 @@ class ToolPhase(ContextRecovery):
                     duration_seconds=result.duration_seconds if result is not None else 0.0,
                 )
             )
-        if self._stop is not None:
-            raise Stopped(self._stop)
+        control.end_if_stopped()
         return finished
 
     async def _execute(
         self, calls: tuple[ToolCall, ...], fingerprints: list[str], approved: list[int]
     ) -> dict[int, ToolResult]:
-        self._enter("ACT", f"running {len(approved)} tool call(s)")
+        run, control = self._run, self._control
+        run.enter("ACT", f"running {len(approved)} tool call(s)")
         every = len(approved) == len(calls)
         await self._bus.publish(
             ToolExecute(
-                run_id=self._run_id,
-                turn=self._turn,
+                run_id=run.run_id,
+                turn=run.turn,
                 calls=calls if every else tuple(calls[i] for i in approved),
-                fingerprints=tuple(fingerprints[i] for i in approved)
-                if not every
-                else tuple(fingerprints),
+                fingerprints=tuple(fingerprints)
+                if every
+                else tuple(fingerprints[i] for i in approved),
             )
         )
         by_id = {calls[i].id: i for i in approved}
         results: dict[int, ToolResult] = {}
         cancelled = False
         while len(results) < len(approved):
-            if self._stop is not None and not cancelled and not call_specific(self._stop):
+            stop = control.stop
+            if stop is not None and not cancelled and not stop.per_call:
                 cancelled = True
                 await self._bus.publish(
                     ToolsCancel(
-                        run_id=self._run_id,
-                        turn=self._turn,
-                        grace_seconds=self._settings.abort_grace_seconds,
-                        reason=self._stop.cause,
+                        run_id=run.run_id,
+                        turn=run.turn,
+                        grace_seconds=self._grace,
+                        reason=stop.cause,
                     )
                 )
-            msg = self._inbox.receive_nowait()  # quick tools answered during the publish
+            msg = control.receive_nowait()  # quick tools answered during the publish
             if msg is None:
                 msg = await (
-                    self._receive(confirming=True, extra=self._settings.abort_grace_seconds)
+                    control.receive_confirming(extra=self._grace)
                     if cancelled
-                    else self._inbox.receive()
+                    else control.receive()
                 )
             if msg is None:
                 break
             match msg:
                 case ToolResult(turn=turn, call_id=call_id) if (
-                    turn == self._turn and call_id in by_id
+                    turn == run.turn and call_id in by_id
                 ):
                     results[by_id[call_id]] = msg
                 case _:
-                    self._control(msg)
+                    control.take(msg)
         return results
-
-
-def call_specific(stop: StopSignal) -> bool:
-    return stop.cause == "budget.max_tool_calls" or stop.cause.startswith(("loop.", "hook."))
