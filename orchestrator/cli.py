@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import anyio
 import msgspec
 
+from actors.tools.figure import warn_about_figure_sandbox
 from orchestrator.build import STALE_FIX, stale_modules
 from orchestrator.config import Config, ModelSettings, load_config
 from orchestrator.daemon.commands import COMMANDS as DAEMON_COMMANDS
@@ -153,6 +154,8 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
         config = msgspec.structs.replace(config, model=model)
         assert isinstance(config.model, ModelSettings)
         async with Runtime(config) as runtime:
+            offered = [tool for tool in config.tools.enabled if tool in runtime.tools]
+            await warn_about_figure_sandbox(logger, offered, config.tools.figure_sandbox)
             handle = await runtime.start(RunSpec(task=args.task, folder=args.folder))
             result = await _follow(handle)
         mismatches = []

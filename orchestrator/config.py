@@ -29,7 +29,7 @@ from actors.context import (
 from actors.hooks import Hook
 from actors.loop import LoopConfig, LoopConfigError, check_config
 from actors.token_budget import BudgetMode
-from actors.tools.limits import IMAGE_MAX_BYTES
+from actors.tools.limits import IMAGE_MAX_BYTES, FigureSandbox
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -151,6 +151,10 @@ class ToolSettings(_Settings, frozen=True, kw_only=True):
     image_max_bytes: Positive = IMAGE_MAX_BYTES
     """``read_image`` refuses larger files. An image travels base64-encoded in its tool
     result, so it must fit ``max_result_chars`` (4/3 of its size, plus about 1,000)."""
+    figure_sandbox: FigureSandbox = "bubblewrap"
+    """How ``make_figure`` runs model-written code: ``"bubblewrap"`` (an OS sandbox; the
+    tool is refused where bubblewrap cannot run) or ``"unsafe-process"`` (a plain child
+    process, no isolation: the operator's explicit opt-out, logged at start-up)."""
 
 
 class RuntimeSettings(_Settings, frozen=True, kw_only=True):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 import msgspec
 
-__all__ = ["IMAGE_MAX_BYTES", "READ_CHARS", "ToolExecutorSettings", "ToolLimits"]
+__all__ = ["IMAGE_MAX_BYTES", "READ_CHARS", "FigureSandbox", "ToolExecutorSettings", "ToolLimits"]
 
 READ_CHARS: Final = 7000
 """``read_file`` cuts its text at this many characters (seed 000: ``READ_CHARS``)."""
@@ -19,6 +19,10 @@ IMAGE_RESULT_OVERHEAD: Final = 1_000
 """Characters of a ``read_image`` result besides the image's base64 (text, URL head)."""
 
 _Positive = Annotated[int, msgspec.Meta(gt=0)]
+
+FigureSandbox = Literal["bubblewrap", "unsafe-process"]
+"""How ``make_figure`` runs model-written code: in a bubblewrap sandbox (refused when
+bubblewrap cannot run), or, when the operator opts out, in a plain child process."""
 
 
 class ToolLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -34,6 +38,8 @@ class ToolLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """``read_file`` gives up past this many bytes (a huge ``offset`` in a huge file)."""
     image_max_bytes: _Positive = IMAGE_MAX_BYTES
     """``read_image`` refuses image files larger than this (bytes)."""
+    figure_sandbox: FigureSandbox = "bubblewrap"
+    """``make_figure``'s sandbox (``tools.figure_sandbox``)."""
 
 
 class ToolExecutorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

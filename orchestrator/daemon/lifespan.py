@@ -22,6 +22,7 @@ import anyio
 from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
+from actors.tools.figure import warn_about_figure_sandbox
 from orchestrator.config import Config
 from orchestrator.daemon import retention
 from orchestrator.daemon.auth import Authenticator
@@ -143,6 +144,7 @@ class Daemon:
         self._service = service
         self.registry = daemon_registry(runtime)
         self.registry.register(DaemonCollector(service, store, lambda: self.streams))
+        await warn_about_figure_sandbox(logger, runtime.tools, self.config.tools.figure_sandbox)
         await service.recover()
         await retention.prune_now(store, self.config.daemon)
         tg.start_soon(retention.keep_pruning, store, self.config.daemon)

@@ -43,8 +43,10 @@ class RunRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     scenario by name.
 
     ``config`` overrides the run's settings by key (the keys of
-    :class:`orchestrator.config.RunSettings`: ``max_turns``, ``model``, ``on_crash`` …).
-    A repeated ``idempotency_key`` returns the run it first created.
+    :class:`orchestrator.config.RunSettings`: ``max_turns``, ``model``, ``on_crash`` …) as
+    far as the operator's ``[daemon.client_overrides]`` allows; a ``folder`` must lie in
+    ``daemon.folder_roots`` (``docs/security.md``). A repeated ``idempotency_key`` returns
+    the run it first created, also to repeats sent at the same time.
     """
 
     task: Annotated[str, msgspec.Meta(min_length=1)] | None = None

@@ -8,6 +8,7 @@ model.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import anyio
 import msgspec
 
+from actors.tools.figure import warn_about_figure_sandbox
 from bus import Progress
 from orchestrator.config import Config
 from orchestrator.progress_view import ProgressView
@@ -24,6 +26,8 @@ from orchestrator.result import RunResult, describe_ending, result_summary
 from orchestrator.runtime import RunHandle, Runtime
 
 __all__ = ["run_report_command"]
+
+logger = logging.getLogger("loopfuse.report")
 
 
 async def run_report_command(
@@ -49,6 +53,7 @@ async def run_report_command(
     )
     view = ProgressView(sys.stderr, live=sys.stderr.isatty())
     async with Runtime(config) as runtime:
+        await warn_about_figure_sandbox(logger, runtime.tools, config.tools.figure_sandbox)
         handle = await start_report(runtime, folder, options)
         async with anyio.create_task_group() as tg:
 

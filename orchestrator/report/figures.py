@@ -1,6 +1,8 @@
 """Figures ``make_figure`` saved during explore, moved next to the report and linked.
 
-``make_figure`` writes into a per-run temporary folder and answers ``Saved: PATH, PATH``.
+``make_figure`` writes the files its sandbox passed back into a per-run temporary folder
+(the daemon writes them: the sandbox has no writable view of the host) and answers
+``Saved: PATH, PATH``.
 :func:`saved_figures` reads those paths back from the explore run's transcript;
 :func:`place_figures` copies the files into ``NAME.figures/`` next to the report, points
 any mention of a temporary path in the report at its copy, and (Markdown) adds a
@@ -51,12 +53,13 @@ def place_figures(
 ) -> tuple[str, tuple[Path, ...]]:
     """Copy ``figures`` next to ``out``; return the report with its links and the copies.
 
-    A figure that no longer exists is left out. Runs in a worker thread (file I/O).
+    A figure that no longer exists, or is not a regular file (a link, a pipe), is left
+    out. Runs in a worker thread (file I/O).
     """
     target = figures_dir(out)
     copies: list[Path] = []
     for figure in figures:
-        if not figure.is_file():
+        if figure.is_symlink() or not figure.is_file():
             continue
         target.mkdir(parents=True, exist_ok=True)
         copy = target / figure.name

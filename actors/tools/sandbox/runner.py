@@ -1,0 +1,252 @@
+"""Run model-written code in the sandbox and bring its files back.
+
+:func:`run_sandboxed` runs the static check, then :func:`run_process_layer`: with
+``sandbox="bubblewrap"`` (the default) the driver runs inside bubblewrap
+(:mod:`actors.tools.sandbox.bubblewrap`), and when bubblewrap is missing or cannot start
+a sandbox here the call is refused (:class:`SandboxUnavailable`), never run without it.
+``sandbox="unsafe-process"`` is the operator's explicit opt-out: the same driver and
+rlimits in a plain child process that can read, write and connect wherever the daemon's
+user can.
+
+Either way a wall-clock timeout kills the whole process group (and bubblewrap's death
+kills the sandbox: ``--die-with-parent``, then the end of its pid namespace), and the
+files come back through the result channel (:mod:`actors.tools.sandbox.outputs`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final
+
+from actors.tools.limits import FigureSandbox
+from actors.tools.sandbox.bubblewrap import (
+    DATA_DIR,
+    OUT_DIR,
+    SANDBOX_ENV,
+    bubblewrap_args,
+    bubblewrap_problem,
+    find_bubblewrap,
+    seccomp_pipe,
+)
+from actors.tools.sandbox.limits import SandboxLimits
+from actors.tools.sandbox.outputs import OutputsUnreadable, read_outputs, save_outputs
+from actors.tools.sandbox.static_check import ALLOWED_MODULES, REFUSED_NAMES, check_code
+
+__all__ = [
+    "SandboxResult",
+    "SandboxUnavailable",
+    "run_process_layer",
+    "run_sandboxed",
+    "sandbox_warning",
+]
+
+DEFAULT_LIMITS: Final = SandboxLimits()
+_ERROR_CHARS: Final = 500
+_KILLED: Final = frozenset({signal.SIGKILL, signal.SIGXCPU})
+"""How the CPU-time limit ends a process: SIGXCPU at the soft limit, SIGKILL at the hard."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """The bubblewrap sandbox cannot run here; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxResult:
+    ok: bool
+    error: str
+    outputs: tuple[str, ...]
+    """Files the code saved, now in the output folder (names)."""
+
+
+def unavailable_message(problem: str) -> str:
+    """The refusal: the problem, and the operator's two ways out."""
+    return (
+        f"{problem}; make_figure runs model-written code only inside a bubblewrap sandbox. "
+        "The operator can install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) "
+        'or set tools.figure_sandbox = "unsafe-process" to run it without one'
+    )
+
+
+def sandbox_warning(sandbox: FigureSandbox, bwrap: str | None = None) -> str | None:
+    """What to log at start-up about ``make_figure``'s sandbox, or ``None`` when bubblewrap
+    works here. Blocking (it may start bubblewrap once): call it in a thread."""
+    if sandbox == "unsafe-process":
+        return (
+            'tools.figure_sandbox = "unsafe-process": make_figure runs model-written code '
+            "in a plain process, without an OS sandbox (it can read and write what the "
+            "daemon's user can, and use the network)"
+        )
+    problem = bubblewrap_problem(bwrap or find_bubblewrap())
+    if problem is None:
+        return None
+    return f"make_figure will refuse every call: {unavailable_message(problem)}"
+
+
+def run_sandboxed(
+    code: str,
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    sandbox: FigureSandbox = "bubblewrap",
+    bwrap: str | None = None,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+) -> SandboxResult:
+    """Check ``code``, then run it (blocking: call it in a thread).
+
+    :raises SandboxRefused: the static check refused the code.
+    :raises SandboxUnavailable: see :func:`run_process_layer`.
+    """
+    check_code(code)
+    return run_process_layer(code, data_dir, out_dir, sandbox=sandbox, bwrap=bwrap, limits=limits)
+
+
+def run_process_layer(
+    code: str,
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    sandbox: FigureSandbox = "bubblewrap",
+    bwrap: str | None = None,
+    limits: SandboxLimits = DEFAULT_LIMITS,
+) -> SandboxResult:
+    """Run ``code`` without the static check (blocking). ``data_dir`` is visible read-only;
+    the files the code saves end up in ``out_dir``. ``bwrap``: the bubblewrap executable
+    (default: ``bwrap`` on ``PATH``).
+
+    :raises SandboxUnavailable: ``sandbox="bubblewrap"`` and bubblewrap is missing or
+        cannot start a sandbox here.
+    """
+    bwrap = bwrap or find_bubblewrap()
+    if sandbox == "bubblewrap" and (problem := bubblewrap_problem(bwrap)) is not None:
+        raise SandboxUnavailable(unavailable_message(problem))
+    with (
+        tempfile.TemporaryDirectory(prefix="loopfuse-figure-") as scratch,
+        tempfile.TemporaryFile() as channel,
+        tempfile.TemporaryFile() as errors,
+    ):
+        if sandbox == "bubblewrap":
+            assert bwrap is not None
+            returncode = _in_bubblewrap(bwrap, code, data_dir, limits, scratch, channel, errors)
+        else:
+            returncode = _in_process(code, data_dir, limits, scratch, channel, errors)
+        if returncode is None:
+            reason = f"timed out after {limits.timeout_seconds:g} s (the sandbox was killed)"
+            return SandboxResult(False, reason, ())
+        if returncode != 0:
+            return SandboxResult(False, _failure(returncode, errors, limits), ())
+        channel.seek(0)
+        try:
+            files = read_outputs(channel, limits.file_bytes)
+        except OutputsUnreadable as exc:
+            return SandboxResult(False, f"its files could not be read back: {exc}", ())
+    return SandboxResult(True, "", save_outputs(files, out_dir))
+
+
+@functools.cache
+def _driver_source() -> str:
+    return Path(__file__).with_name("driver.py").read_text(encoding="utf-8")
+
+
+def _command(data: str, out: str, limits: SandboxLimits) -> list[str]:
+    config = {
+        "data": data,
+        "out": out,
+        "allowed": sorted(ALLOWED_MODULES),
+        "refused": sorted(REFUSED_NAMES),
+        "limits": limits.rlimits(),
+    }
+    return [sys.executable, "-I", "-X", "utf8", "-c", _driver_source(), json.dumps(config)]
+
+
+def _in_bubblewrap(
+    bwrap: str,
+    code: str,
+    data_dir: Path,
+    limits: SandboxLimits,
+    scratch: str,
+    channel: IO[bytes],
+    errors: IO[bytes],
+) -> int | None:
+    seccomp = seccomp_pipe()
+    try:
+        command = _command(DATA_DIR, OUT_DIR, limits)
+        args = bubblewrap_args(bwrap, data_dir, limits, command, seccomp_fd=seccomp)
+        fds = () if seccomp is None else (seccomp,)
+        # bwrap itself gets no environment either: the sandbox's /proc/1 is bwrap's.
+        return _spawn(args, code, {}, scratch, fds, channel, errors, limits.timeout_seconds)
+    finally:
+        if seccomp is not None:
+            os.close(seccomp)
+
+
+def _in_process(
+    code: str,
+    data_dir: Path,
+    limits: SandboxLimits,
+    scratch: str,
+    channel: IO[bytes],
+    errors: IO[bytes],
+) -> int | None:
+    out = Path(scratch, "out")
+    out.mkdir()
+    env = {**SANDBOX_ENV, "HOME": scratch, "MPLCONFIGDIR": str(Path(scratch, "matplotlib"))}
+    command = _command(str(data_dir.resolve()), str(out), limits)
+    return _spawn(command, code, env, scratch, (), channel, errors, limits.timeout_seconds)
+
+
+def _spawn(
+    args: list[str],
+    code: str,
+    env: dict[str, str],
+    cwd: str,
+    fds: tuple[int, ...],
+    channel: IO[bytes],
+    errors: IO[bytes],
+    timeout: float,
+) -> int | None:
+    """Run to the end: the exit status, or ``None`` when the timeout killed it."""
+    process = subprocess.Popen(
+        args,
+        stdin=subprocess.PIPE,
+        stdout=channel,
+        stderr=errors,
+        env=env,
+        cwd=cwd,
+        pass_fds=fds,
+        start_new_session=True,
+    )
+    try:
+        process.communicate(code.encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if process.returncode is None:
+            _kill_group(process.pid)
+            process.wait()
+    return process.returncode
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _failure(returncode: int, errors: IO[bytes], limits: SandboxLimits) -> str:
+    # A signal shows as -N from a plain process and as 128+N from bwrap's exit status.
+    signal_number = -returncode if returncode < 0 else returncode - 128
+    if signal_number in _KILLED:
+        return f"stopped by its CPU-time limit ({limits.cpu_seconds} s)"
+    errors.seek(0, os.SEEK_END)
+    errors.seek(max(0, errors.tell() - 4 * _ERROR_CHARS))
+    lines = errors.read().decode(errors="replace").strip().splitlines()
+    return (lines[-1] if lines else f"exit status {returncode}")[:_ERROR_CHARS]
