@@ -32,7 +32,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CollectorRegistry
 
 from actors.budget_monitor import BudgetMonitor
-from actors.context import ContextPolicy
+from actors.context import ContextPolicy, apply_folds, compaction_prompt, summary_message
 from actors.context_gatekeeper import ContextGatekeeper
 from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
 from actors.llm.settings import EndpointSettings
@@ -43,7 +43,13 @@ from actors.progress_reporter import ProgressReporter
 from actors.tool_executor import ToolExecutor
 from actors.tools import ToolExecutorSettings, ToolLimits, ToolRegistry, default_registry
 from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec
-from orchestrator.conductor import Conductor, RunCheckpoint, RunInputs
+from orchestrator.conductor import (
+    Conductor,
+    ConductorSettings,
+    ContextFunctions,
+    RunCheckpoint,
+    RunInputs,
+)
 from orchestrator.config import (
     Config,
     RunSettings,
@@ -152,6 +158,40 @@ class _Resolved(NamedTuple):
     policy: ContextPolicy
     tool_specs: tuple[ToolSpec, ...]
     finishing_tools: frozenset[str]
+    conductor: ConductorSettings
+
+
+CONTEXT_FUNCTIONS: Final = ContextFunctions(
+    fold=apply_folds, compaction_prompt=compaction_prompt, summary=summary_message
+)
+"""How every conductor carries out the context gatekeeper's answers."""
+
+
+def conductor_settings(settings: RunSettings) -> ConductorSettings:
+    """What the conductor reads of ``settings`` (budgets: 0 for none)."""
+    return ConductorSettings(
+        model=settings.model,
+        max_turns=settings.max_turns,
+        max_tool_calls=settings.max_tool_calls,
+        deadline_seconds=settings.deadline_seconds,
+        max_output_tokens=settings.max_output_tokens,
+        escalated_max_tokens=settings.escalated_max_tokens,
+        tool_timeout_seconds=settings.tool_timeout_seconds,
+        abort_grace_seconds=settings.abort_grace_seconds,
+        truncation_recoveries=settings.truncation_recoveries,
+        max_cache_hits=settings.max_cache_hits,
+        cache_ttl_seconds=settings.cache_ttl_seconds,
+        cache_max_entries=settings.cache_max_entries,
+        answer_max_tokens=settings.answer_max_tokens,
+        answer_deadline_seconds=settings.answer_deadline_seconds,
+        on_stop=settings.on_stop,
+        output_token_budget=settings.output_token_budget or 0,
+        input_token_budget=settings.input_token_budget or 0,
+        cost_budget=settings.cost_budget or 0.0,
+        budget_mode=settings.budget_mode,
+        input_price_per_million=settings.input_price_per_million or 0.0,
+        output_price_per_million=settings.output_price_per_million or 0.0,
+    )
 
 
 def tool_executor_settings(config: Config) -> ToolExecutorSettings:
@@ -446,7 +486,8 @@ class Runtime:
             stage=spec.stage,
             plan=spec.plan,
             folder=spec.folder or self.config.tools.folder,
-            settings=settings,
+            settings=resolved.conductor,
+            context=CONTEXT_FUNCTIONS,
             tool_specs=resolved.tool_specs,
             finishing_tools=resolved.finishing_tools,
         )
@@ -495,6 +536,7 @@ class Runtime:
                 for name in settings.tools
                 if (tool := self.tools.get(name)) and tool.finishes_stage
             ),
+            conductor_settings(settings),
         )
         if key is not None:
             if len(self._resolved) >= RESOLVED_CACHE_SIZE:
