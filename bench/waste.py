@@ -55,8 +55,8 @@ _OFF_SETTINGS: Final[dict[str, Any]] = {
     "loop_preset": "off",
     "loop": {},
     "cache_max_entries": 0,  # the result cache's hit limit is a loop fuse too
-    "max_tool_calls": 1_000_000,
-    "context_window": 100_000_000,  # no blocking_limit and no collapse before the cap
+    "max_tool_calls": 100_000,  # the largest allowed
+    "context_window": 10_000_000,  # the largest allowed: no blocking_limit, no collapse
 }
 """Run settings of a fuses-off run. Only the keys this version's ``RunSettings`` has are
 applied (a fuse added later brings its key); an off run stopped by anything but the turn

@@ -26,10 +26,12 @@ from actors.context import (
     policy_problems,
     window_for,
 )
+from actors.context.policy import RESERVE_MAX, WINDOW_MAX
 from actors.hooks import Hook
 from actors.loop import LoopConfig, LoopConfigError, check_config
 from actors.token_budget import BudgetMode
 from actors.tools.limits import IMAGE_MAX_BYTES, FigureSandbox
+from orchestrator.config_ranges import range_at
 from orchestrator.errors import ConfigError
 
 __all__ = [
@@ -68,6 +70,43 @@ PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 OnStop = Literal["keep", "answer"]
 
+# Upper bounds of the numeric settings, enforced at decode: generous for real use, and
+# none lets a setting make per-call work unbounded (docs/security.md, "Bounded
+# configuration"; the table there is generated from these types).
+DAY: Final = 86_400.0
+TURNS_MAX: Final = 10_000
+TOOL_CALLS_MAX: Final = 100_000
+RUN_TOKENS_MAX: Final = 10**12
+"""Token budgets summed over a run (``max_turns`` requests of up to a window each)."""
+COST_MAX: Final = 1e9
+PRICE_MAX: Final = 1e6
+"""A price per million tokens."""
+ATTEMPTS_MAX: Final = 100
+RECOVERIES_MAX: Final = 100
+CACHE_HITS_MAX: Final = 10_000
+CACHE_ENTRIES_MAX: Final = 10_000
+RESULT_CHARS_MAX: Final = 100_000_000
+IMAGE_BYTES_MAX: Final = 64 * 1024 * 1024
+CONCURRENT_RUNS_MAX: Final = 100_000
+RETENTION_MAX: Final = 100 * 365 * DAY
+
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=DAY)]
+"""A timeout, deadline or period: above 0, at most a day."""
+Grace = Annotated[float, msgspec.Meta(ge=0, le=DAY)]
+"""A delay or grace period that may be 0, at most a day."""
+Turns = Annotated[int, msgspec.Meta(ge=1, le=TURNS_MAX)]
+ToolCalls = Annotated[int, msgspec.Meta(ge=1, le=TOOL_CALLS_MAX)]
+ReplyTokens = Annotated[int, msgspec.Meta(ge=1, le=RESERVE_MAX)]
+"""One request's ``max_tokens``."""
+Reserve = Annotated[int, msgspec.Meta(ge=0, le=RESERVE_MAX)]
+Window = Annotated[int, msgspec.Meta(ge=1, le=WINDOW_MAX)]
+RunTokens = Annotated[int, msgspec.Meta(ge=1, le=RUN_TOKENS_MAX)]
+Cost = Annotated[float, msgspec.Meta(gt=0, le=COST_MAX)]
+Price = Annotated[float, msgspec.Meta(ge=0, le=PRICE_MAX)]
+CacheHits = Annotated[int, msgspec.Meta(ge=0, le=CACHE_HITS_MAX)]
+CacheEntries = Annotated[int, msgspec.Meta(ge=0, le=CACHE_ENTRIES_MAX)]
+Recoveries = Annotated[int, msgspec.Meta(ge=0, le=RECOVERIES_MAX)]
+
 
 class _Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
@@ -79,44 +118,44 @@ class ModelSettings(_Settings, frozen=True, kw_only=True):
     base_url: str | None = None
     model: str = "completed"
     api_key_env: str = "OPENAI_API_KEY"
-    timeout_seconds: PositiveFloat = 60.0
-    connect_timeout_seconds: PositiveFloat = 5.0
-    max_attempts: Positive = 4
-    backoff_base_seconds: NonNegativeFloat = 0.5
-    backoff_cap_seconds: NonNegativeFloat = 8.0
-    retry_after_cap_seconds: NonNegativeFloat = 30.0
-    call_deadline_seconds: PositiveFloat = 300.0
-    max_output_tokens: Positive | None = 8192
+    timeout_seconds: Seconds = 60.0
+    connect_timeout_seconds: Seconds = 5.0
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=ATTEMPTS_MAX)] = 4
+    backoff_base_seconds: Grace = 0.5
+    backoff_cap_seconds: Grace = 8.0
+    retry_after_cap_seconds: Grace = 30.0
+    call_deadline_seconds: Seconds = 300.0
+    max_output_tokens: ReplyTokens | None = 8192
     """``max_tokens`` of one request (``None``: send none, the server decides)."""
-    escalated_max_tokens: Positive | None = 65536
+    escalated_max_tokens: ReplyTokens | None = 65536
     """A reply cut by ``max_output_tokens`` is retried once, silently, with this limit."""
 
 
 class BudgetSettings(_Settings, frozen=True, kw_only=True):
     """Hard limits of one run; any of them ends it with ``max_turns``."""
 
-    max_turns: Positive = 20
-    max_tool_calls: Positive = 100
-    deadline_seconds: PositiveFloat = 600.0
-    max_output_tokens: Positive | None = None
+    max_turns: Turns = 20
+    max_tool_calls: ToolCalls = 100
+    deadline_seconds: Seconds = 600.0
+    max_output_tokens: RunTokens | None = None
     """Completion tokens of the whole run (``model.max_output_tokens`` caps one reply)."""
-    max_input_tokens: Positive | None = None
+    max_input_tokens: RunTokens | None = None
     """Prompt tokens summed over the run's requests."""
-    max_cost: PositiveFloat | None = None
+    max_cost: Cost | None = None
     """In the currency of ``[prices]``; needs a price for the run's model."""
     mode: BudgetMode = "ceiling"
     """``target``: ``max_output_tokens`` is a volume to reach (continue below 90%)."""
     on_stop: OnStop = "keep"
     """``answer``: after a budget or loop stop, one last model call without tools."""
-    answer_max_tokens: Positive = 1024
-    answer_deadline_seconds: PositiveFloat = 60.0
+    answer_max_tokens: ReplyTokens = 1024
+    answer_deadline_seconds: Seconds = 60.0
 
 
 class ModelPrice(_Settings, frozen=True, kw_only=True):
     """A model's price per million tokens (``[prices."gpt-4o"]``), for cost budgets."""
 
-    input_per_million: NonNegativeFloat
-    output_per_million: NonNegativeFloat
+    input_per_million: Price
+    output_per_million: Price
 
 
 class ModelCapabilities(_Settings, frozen=True, kw_only=True):
@@ -137,18 +176,18 @@ class ToolSettings(_Settings, frozen=True, kw_only=True):
 
     folder: str | None = None
     enabled: tuple[str, ...] = ("list_dir", "read_file", "finish_exploration")
-    timeout_seconds: PositiveFloat = 30.0
-    abort_grace_seconds: NonNegativeFloat = 5.0
-    max_cache_hits: Annotated[int, msgspec.Meta(ge=0)] = 2
+    timeout_seconds: Seconds = 30.0
+    abort_grace_seconds: Grace = 5.0
+    max_cache_hits: CacheHits = 2
     """An idempotent tool's cached result is reused this often; the next identical call
     stops the run (``loop.cache_hits``)."""
-    cache_ttl_seconds: PositiveFloat = 300.0
+    cache_ttl_seconds: Seconds = 300.0
     """How long a cached result is served before the tool runs again."""
-    cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
+    cache_max_entries: CacheEntries = 256
     """Cached results kept per run (least recently used evicted first); 0 turns the cache off."""
-    max_result_chars: Positive = 100_000
+    max_result_chars: Annotated[int, msgspec.Meta(ge=1, le=RESULT_CHARS_MAX)] = 100_000
     """A tool result longer than this is cut, with a note saying how much was left out."""
-    image_max_bytes: Positive = IMAGE_MAX_BYTES
+    image_max_bytes: Annotated[int, msgspec.Meta(ge=1, le=IMAGE_BYTES_MAX)] = IMAGE_MAX_BYTES
     """``read_image`` refuses larger files. An image travels base64-encoded in its tool
     result, so it must fit ``max_result_chars`` (4/3 of its size, plus about 1,000)."""
     figure_sandbox: FigureSandbox = "bubblewrap"
@@ -160,7 +199,7 @@ class ToolSettings(_Settings, frozen=True, kw_only=True):
 class RuntimeSettings(_Settings, frozen=True, kw_only=True):
     """How many runs one runtime runs at once, and how the process keeps its heap."""
 
-    max_concurrent_runs: Positive = 64
+    max_concurrent_runs: Annotated[int, msgspec.Meta(ge=1, le=CONCURRENT_RUNS_MAX)] = 64
     freeze_heap: bool = True
     """At the first runtime's start, move the heap of the process (modules, the
     tokenizer) out of the cycle collector's reach (``gc.freeze``): full collections then
@@ -172,23 +211,23 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     (``docs/context.md``). A request is sent only if its prompt estimate is at most
     ``window - safety_buffer_tokens - output reservation``."""
 
-    default_window: Positive = DEFAULT_WINDOW
+    default_window: Window = DEFAULT_WINDOW
     """Tokens of a model that neither ``windows`` nor the built-in table names."""
-    windows: dict[str, Positive] = {}
+    windows: dict[str, Window] = {}
     """Model-name prefix → context window in tokens (``"gpt-4o" = 128000``), consulted
     before the built-in table (``actors.context.MODEL_WINDOWS``)."""
-    safety_buffer_tokens: Annotated[int, msgspec.Meta(ge=0)] = SAFETY_BUFFER
-    output_reserve_tokens: Annotated[int, msgspec.Meta(ge=0)] = 4_096
+    safety_buffer_tokens: Reserve = SAFETY_BUFFER
+    output_reserve_tokens: Reserve = 4_096
     """Reserved for the answer when ``model.max_output_tokens`` is not set (else that)."""
     collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.8
     """Fold old tool results once the estimate passes this share of the limit; 0: only
     after the endpoint refused a prompt."""
     collapse_to: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.6
     """…until it is below this share of the limit."""
-    keep_recent_turns: Positive = 2
+    keep_recent_turns: Turns = 2
     """Turns a compaction keeps word for word."""
-    fold_min_chars: Positive = 400
-    summary_max_tokens: Positive = 1_024
+    fold_min_chars: Annotated[int, msgspec.Meta(ge=1, le=RESULT_CHARS_MAX)] = 400
+    summary_max_tokens: ReplyTokens = 1_024
     silent_truncation_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.5
     """Reported prompt tokens below this share of the estimate are flagged as a silent
     truncation (an event, not a stop)."""
@@ -270,16 +309,16 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8470
     token_env: str = "LOOPFUSE_API_TOKENS"
     metrics_auth: bool = False
-    queue_size: Annotated[int, msgspec.Meta(ge=0)] = 256
-    retry_after_seconds: Positive = 2
-    max_body_bytes: Positive = 1_048_576
-    event_cap: Positive = 20_000
-    heartbeat_seconds: PositiveFloat = 15.0
-    drain_seconds: NonNegativeFloat = 20.0
+    queue_size: Annotated[int, msgspec.Meta(ge=0, le=CONCURRENT_RUNS_MAX)] = 256
+    retry_after_seconds: Annotated[int, msgspec.Meta(ge=1, le=3_600)] = 2
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1, le=1024 * 1024 * 1024)] = 1_048_576
+    event_cap: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 20_000
+    heartbeat_seconds: Seconds = 15.0
+    drain_seconds: Grace = 20.0
     store_path: str = ""
     """The SQLite file; empty: ``$XDG_STATE_HOME/loopfuse/daemon.db``."""
-    retention_seconds: PositiveFloat = 7 * 24 * 3600.0
-    retention_max_runs: Positive = 100_000
+    retention_seconds: Annotated[float, msgspec.Meta(gt=0, le=RETENTION_MAX)] = 7 * 24 * 3600.0
+    retention_max_runs: Annotated[int, msgspec.Meta(ge=1, le=1_000_000_000)] = 100_000
     on_crash: OnCrash = "resume"
     """What a restart does with a run that was running: resume it from its last completed
     turn, or end it (``abort.crash``). A run's ``config.on_crash`` overrides it."""
@@ -303,9 +342,9 @@ class FleetSettings(_Settings, frozen=True, kw_only=True):
     fleet: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+$")] = "loopfuse"
     node_name: str = ""
     """This daemon's name in the fleet; empty: a random one."""
-    ack_wait_seconds: PositiveFloat = 30.0
+    ack_wait_seconds: Seconds = 30.0
     """A taken run is delivered again if its daemon has not signalled progress for this long."""
-    node_ttl_seconds: PositiveFloat = 15.0
+    node_ttl_seconds: Seconds = 15.0
     """A daemon without a heartbeat for this long is dead: its runs are taken over."""
 
 
@@ -335,41 +374,41 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     """
 
     model: str
-    max_turns: Positive
-    max_tool_calls: Positive
-    deadline_seconds: PositiveFloat
-    max_output_tokens: Positive | None = 8192
-    escalated_max_tokens: Positive | None = 65536
+    max_turns: Turns
+    max_tool_calls: ToolCalls
+    deadline_seconds: Seconds
+    max_output_tokens: ReplyTokens | None = 8192
+    escalated_max_tokens: ReplyTokens | None = 65536
     tools: tuple[str, ...] = ()
-    tool_timeout_seconds: PositiveFloat = 30.0
-    abort_grace_seconds: NonNegativeFloat = 5.0
-    truncation_recoveries: Annotated[int, msgspec.Meta(ge=0)] = 3
-    max_cache_hits: Annotated[int, msgspec.Meta(ge=0)] = 2
-    cache_ttl_seconds: PositiveFloat = 300.0
-    cache_max_entries: Annotated[int, msgspec.Meta(ge=0)] = 256
+    tool_timeout_seconds: Seconds = 30.0
+    abort_grace_seconds: Grace = 5.0
+    truncation_recoveries: Recoveries = 3
+    max_cache_hits: CacheHits = 2
+    cache_ttl_seconds: Seconds = 300.0
+    cache_max_entries: CacheEntries = 256
     loop_preset: LoopPreset = "strict"
-    context_window: Positive | None = None
+    context_window: Window | None = None
     """The model's context window in tokens; ``None``: ``[context]`` by model name."""
-    context_safety_buffer: Annotated[int, msgspec.Meta(ge=0)] = SAFETY_BUFFER
-    context_output_reserve: Annotated[int, msgspec.Meta(ge=0)] = 4_096
+    context_safety_buffer: Reserve = SAFETY_BUFFER
+    context_output_reserve: Reserve = 4_096
     """Reserved for the answer when ``max_output_tokens`` is not set."""
     context_collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.8
-    context_keep_turns: Positive = 2
+    context_keep_turns: Turns = 2
     hooks: tuple[Hook, ...] = ()
     """Pre-tool and stop hooks (``docs/hooks.md``); a run's list replaces the config's."""
     on_crash: OnCrash = "resume"
     loop: dict[str, Any] = {}
     """Loop config keys merged onto ``loop_preset`` (see :func:`merge_loop_overrides`)."""
-    output_token_budget: Positive | None = None
-    input_token_budget: Positive | None = None
-    cost_budget: PositiveFloat | None = None
+    output_token_budget: RunTokens | None = None
+    input_token_budget: RunTokens | None = None
+    cost_budget: Cost | None = None
     budget_mode: BudgetMode = "ceiling"
-    input_price_per_million: NonNegativeFloat | None = None
+    input_price_per_million: Price | None = None
     """From ``[prices."<model>"]`` unless overridden."""
-    output_price_per_million: NonNegativeFloat | None = None
+    output_price_per_million: Price | None = None
     on_stop: OnStop = "keep"
-    answer_max_tokens: Positive = 1024
-    answer_deadline_seconds: PositiveFloat = 60.0
+    answer_max_tokens: ReplyTokens = 1024
+    answer_deadline_seconds: Seconds = 60.0
 
 
 _S = TypeVar("_S", bound=msgspec.Struct)
@@ -418,6 +457,10 @@ def _config_error(
         choices = _choices(kind, key)
         if choices:
             reason += f" (one of: {', '.join(repr(c) for c in choices)})"
+    elif reason.startswith("Expected `") and kind is not None:
+        bounds = range_at(kind, key)
+        if bounds is not None and bounds.bounded:
+            reason += f" ({bounds.describe()})"
     full_key = ".".join(part for part in (prefix, key) if part) or "(root)"
     return ConfigError(full_key, reason, source=source)
 
@@ -563,10 +606,11 @@ def _check_context_windows(context: Any, *, source: str) -> None:
     if not isinstance(windows, Mapping):
         return
     for model, window in windows.items():
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= WINDOW_MAX:
             raise ConfigError(
                 f'context.windows."{model}"',
-                f"must be a whole number of tokens, at least 1 (got {window!r})",
+                f"must be a whole number of tokens, at least 1 and at most {WINDOW_MAX:,} "
+                f"(got {window!r})",
                 source=source,
             )
 
@@ -639,7 +683,9 @@ def merge_loop_overrides(
     try:
         config = msgspec.convert(data, LoopConfig)
     except msgspec.ValidationError as exc:
-        raise _config_error(str(exc), prefix="config.loop", source=source) from None
+        raise _config_error(
+            str(exc), prefix="config.loop", source=source, kind=LoopConfig
+        ) from None
     try:
         return check_config(config)
     except LoopConfigError as exc:

@@ -6,10 +6,15 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["SAFETY_BUFFER", "ContextPolicy", "policy_problems"]
+__all__ = ["RESERVE_MAX", "SAFETY_BUFFER", "WINDOW_MAX", "ContextPolicy", "policy_problems"]
 
 SAFETY_BUFFER: Final = 3_000
 """Tokens kept free below the window for estimation error (Claude Code's figure)."""
+WINDOW_MAX: Final = 10_000_000
+"""The largest context window a run may be given (tokens); the largest models' are ~1M."""
+RESERVE_MAX: Final = 1_000_000
+"""The most tokens a policy keeps free (safety buffer, output reservation) or asks for in
+one summary."""
 
 
 class ContextPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,12 +53,12 @@ class ContextPolicy(msgspec.Struct, frozen=True, kw_only=True):
 def policy_problems(policy: ContextPolicy) -> list[tuple[str, str]]:
     """``(field, reason)`` for each value that makes ``policy`` unusable; empty when fine."""
     problems: list[tuple[str, str]] = []
-    if policy.window < 1:
-        problems.append(("window", "must be at least 1"))
-    if policy.safety_buffer < 0:
-        problems.append(("safety_buffer", "must not be negative"))
-    if policy.output_reserve < 0:
-        problems.append(("output_reserve", "must not be negative"))
+    if not 1 <= policy.window <= WINDOW_MAX:
+        problems.append(("window", f"must be from 1 to {WINDOW_MAX:,}"))
+    if not 0 <= policy.safety_buffer <= RESERVE_MAX:
+        problems.append(("safety_buffer", f"must be from 0 to {RESERVE_MAX:,}"))
+    if not 0 <= policy.output_reserve <= RESERVE_MAX:
+        problems.append(("output_reserve", f"must be from 0 to {RESERVE_MAX:,}"))
     if not problems and policy.limit < 1:
         problems.append(
             (
@@ -73,8 +78,8 @@ def policy_problems(policy: ContextPolicy) -> list[tuple[str, str]]:
         problems.append(("keep_recent_turns", "must be at least 1"))
     if policy.fold_min_chars < 1:
         problems.append(("fold_min_chars", "must be at least 1"))
-    if policy.summary_max_tokens < 1:
-        problems.append(("summary_max_tokens", "must be at least 1"))
+    if not 1 <= policy.summary_max_tokens <= RESERVE_MAX:
+        problems.append(("summary_max_tokens", f"must be from 1 to {RESERVE_MAX:,}"))
     if not 0.0 < policy.silent_truncation_ratio < 1.0:
         problems.append(("silent_truncation_ratio", "must be between 0 and 1 (exclusive)"))
     return problems

@@ -26,6 +26,7 @@ __all__ = [
     "EXIT_BLOCK",
     "EXIT_DENY",
     "PYTHON_PLACEHOLDER",
+    "TIMEOUT_MAX",
     "Action",
     "CommandHook",
     "Hook",
@@ -54,7 +55,9 @@ OnError = Action
 ACTIONS: Final[tuple[Action, ...]] = ("allow", "block", "deny")
 
 HookName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-Seconds = Annotated[float, msgspec.Meta(gt=0)]
+TIMEOUT_MAX: Final = 86_400.0
+"""The longest ``timeout_seconds`` a hook may have: a day."""
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=TIMEOUT_MAX)]
 
 
 class _HookBase(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -11,11 +11,19 @@ error), ``break_at`` (the run stops before the call runs).
 from __future__ import annotations
 
 import itertools
-from typing import Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
 __all__ = [
+    "CHUNK_MAX",
+    "CONTENT_HISTORY_MAX",
+    "CONTENT_THRESHOLD_MAX",
+    "CYCLE_WINDOW_MAX",
+    "HISTORY_MAX",
+    "PERIOD_MAX",
+    "STRIKES_MAX",
+    "THRESHOLD_MAX",
     "ContentConfig",
     "CycleConfig",
     "GenericRepeatConfig",
@@ -29,6 +37,32 @@ __all__ = [
     "check_config",
     "load_config",
 ]
+
+
+# Upper bounds, enforced when a config is decoded: each keeps a detector's work per call
+# bounded (docs/security.md, "Bounded configuration"), far above any preset's value.
+THRESHOLD_MAX: Final = 100_000
+"""A level's count (``warn_at``, ``block_at``, ``break_at``) and ``warning_bucket``."""
+HISTORY_MAX: Final = 10_000
+"""``history_size``: calls the shared window keeps (scanned per call by some detectors)."""
+PERIOD_MAX: Final = 100
+"""``cycle.min_period`` / ``cycle.max_period``: every period up to it is tried per call."""
+CYCLE_WINDOW_MAX: Final = 10_000
+"""``cycle.window``: calls the cycle detector keeps."""
+CHUNK_MAX: Final = 1_000
+"""``content.chunk_size``: characters hashed per streamed character."""
+CONTENT_HISTORY_MAX: Final = 20_000
+"""``content.max_history`` and ``content.max_mean_distance``: characters of streamed text
+kept; the text between a chunk's last occurrences (at most this) is compared per character."""
+CONTENT_THRESHOLD_MAX: Final = 100
+"""``content.threshold`` and ``content.max_distinct_periods``."""
+STRIKES_MAX: Final = 100
+"""``content.stop_at_offence`` and ``strikes.stop_at``."""
+
+Threshold = Annotated[int, msgspec.Meta(ge=1, le=THRESHOLD_MAX)]
+Period = Annotated[int, msgspec.Meta(ge=1, le=PERIOD_MAX)]
+Strikes = Annotated[int, msgspec.Meta(ge=1, le=STRIKES_MAX)]
+ContentLength = Annotated[int, msgspec.Meta(ge=1, le=CONTENT_HISTORY_MAX)]
 
 
 class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -47,9 +81,9 @@ class GenericRepeatConfig(_Config, frozen=True, kw_only=True):
     scope: Literal["window", "run", "consecutive"] = "window"
     include_proposed: bool = False
     skip_poll_tools: bool = True
-    warn_at: int | None = 10
-    block_at: int | None = None
-    break_at: int | None = None
+    warn_at: Threshold | None = 10
+    block_at: Threshold | None = None
+    break_at: Threshold | None = None
     warn_text: str | None = None
     """Replaces the warning's nudge text (the strict breaker's "call finish_exploration")."""
 
@@ -63,9 +97,9 @@ class PollConfig(_Config, frozen=True, kw_only=True):
 
     enabled: bool = True
     include_proposed: bool = False
-    warn_at: int | None = 10
-    block_at: int | None = 20
-    break_at: int | None = None
+    warn_at: Threshold | None = 10
+    block_at: Threshold | None = 20
+    break_at: Threshold | None = None
 
 
 class PingPongConfig(_Config, frozen=True, kw_only=True):
@@ -77,9 +111,9 @@ class PingPongConfig(_Config, frozen=True, kw_only=True):
     """
 
     enabled: bool = True
-    warn_at: int | None = 10
-    block_at: int | None = 20
-    break_at: int | None = None
+    warn_at: Threshold | None = 10
+    block_at: Threshold | None = 20
+    break_at: Threshold | None = None
     warn_needs_no_progress: bool = False
     stop_needs_no_progress: bool = True
 
@@ -94,9 +128,9 @@ class GlobalBreakerConfig(_Config, frozen=True, kw_only=True):
 
     enabled: bool = True
     mode: Literal["streak", "total"] = "streak"
-    warn_at: int | None = None
-    block_at: int | None = None
-    break_at: int | None = 30
+    warn_at: Threshold | None = None
+    block_at: Threshold | None = None
+    break_at: Threshold | None = 30
 
 
 class CycleConfig(_Config, frozen=True, kw_only=True):
@@ -107,12 +141,12 @@ class CycleConfig(_Config, frozen=True, kw_only=True):
     """
 
     enabled: bool = False
-    min_period: int = 2
-    max_period: int = 5
-    window: int = 25
-    warn_at: int | None = None
-    block_at: int | None = 5
-    break_at: int | None = None
+    min_period: Period = 2
+    max_period: Period = 5
+    window: Annotated[int, msgspec.Meta(ge=1, le=CYCLE_WINDOW_MAX)] = 25
+    warn_at: Threshold | None = None
+    block_at: Threshold | None = 5
+    break_at: Threshold | None = None
 
 
 class ContentConfig(_Config, frozen=True, kw_only=True):
@@ -126,12 +160,12 @@ class ContentConfig(_Config, frozen=True, kw_only=True):
     """
 
     enabled: bool = False
-    chunk_size: int = 50
-    threshold: int = 10
-    max_history: int = 5000
-    max_mean_distance: int = 250
-    max_distinct_periods: int | None = 5
-    stop_at_offence: int = 2
+    chunk_size: Annotated[int, msgspec.Meta(ge=1, le=CHUNK_MAX)] = 50
+    threshold: Annotated[int, msgspec.Meta(ge=2, le=CONTENT_THRESHOLD_MAX)] = 10
+    max_history: ContentLength = 5000
+    max_mean_distance: ContentLength = 250
+    max_distinct_periods: Annotated[int, msgspec.Meta(ge=1, le=CONTENT_THRESHOLD_MAX)] | None = 5
+    stop_at_offence: Strikes = 2
 
 
 class StrikesConfig(_Config, frozen=True, kw_only=True):
@@ -141,7 +175,7 @@ class StrikesConfig(_Config, frozen=True, kw_only=True):
     (``{detail}`` is replaced); strike ``stop_at`` stops the run.
     """
 
-    stop_at: int = 2
+    stop_at: Strikes = 2
     text: str = "Potential loop detected. Details: {detail}."
 
 
@@ -157,11 +191,11 @@ class LoopConfig(_Config, frozen=True, kw_only=True):
     """Everything the loop detector reads. Presets are instances (see ``presets``)."""
 
     name: str = "custom"
-    history_size: int = 30
+    history_size: Annotated[int, msgspec.Meta(ge=1, le=HISTORY_MAX)] = 30
     exempt_tools: tuple[str, ...] = ()
     poll_tools: tuple[PollTool, ...] = ()
     record_blocked: bool = False
-    warning_bucket: int | None = 10
+    warning_bucket: Threshold | None = 10
     nudge_once_per_kind: bool = False
     generic_repeat: GenericRepeatConfig = GenericRepeatConfig()
     poll_no_progress: PollConfig = PollConfig()

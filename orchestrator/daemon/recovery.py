@@ -8,6 +8,10 @@ A run that was running when the process died either resumes (``on_crash = "resum
 default) or is ended as it would have been by an abort at that moment: ``aborted_streaming``
 if the model was being asked, ``aborted_tools`` if tools were running, cause
 ``abort.crash``. :func:`crash_ending` builds the events and the result for that ending.
+
+A stored request that no longer passes validation (a value an older version accepted is
+now out of range) is not started: it ends the same way, with a detail naming the key and
+why (:func:`refused_detail`), and the other runs are recovered.
 """
 
 from __future__ import annotations
@@ -32,7 +36,14 @@ from orchestrator.daemon.store import Store, StoredEvent
 from orchestrator.result import RunResult, TraceEntry
 from orchestrator.runtime import StartPoint
 
-__all__ = ["CHECKPOINT_DECODER", "StoreJournal", "crash_detail", "crash_ending", "phase_of"]
+__all__ = [
+    "CHECKPOINT_DECODER",
+    "StoreJournal",
+    "crash_detail",
+    "crash_ending",
+    "phase_of",
+    "refused_detail",
+]
 
 CHECKPOINT_DECODER: Final = msgspec.json.Decoder(RunCheckpoint)
 _ENCODER: Final = msgspec.json.Encoder()
@@ -132,7 +143,21 @@ def crash_ending(
     return (abort, finished), result
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def crash_detail() -> str:
     """The detail of a crash ending."""
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return f"The daemon stopped while this run was active; found at restart ({when})."
+    return f"The daemon stopped while this run was active; found at restart ({_now()})."
+
+
+def refused_detail(key: str | None, reason: str) -> str:
+    """The detail of a crash ending whose stored request this version refuses to start:
+    ``key`` (``config.loop.cycle.max_period``) and ``reason`` say what is wrong."""
+    where = f"{key}: " if key else ""
+    return (
+        "The daemon stopped while this run was active; at restart "
+        f"({_now()}) its stored request was refused: {where}{reason}. Submit it again "
+        "with a valid value."
+    )

@@ -38,6 +38,7 @@ from orchestrator.daemon.recovery import (
     crash_detail,
     crash_ending,
     phase_of,
+    refused_detail,
 )
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
 from orchestrator.daemon.starting import start_request
@@ -321,7 +322,9 @@ class RunService:
     # ------------------------------------------------------------------ restart and shutdown
 
     async def recover(self) -> None:
-        """Start again, resume or end every run the store left queued or running."""
+        """Start again, resume or end every run the store left queued or running. One whose
+        stored request this version refuses (a value now out of range) ends ``abort.crash``
+        with a detail naming the key; the others are recovered all the same."""
         for row in await self._store.unfinished():
             try:
                 await self._recover(row)
@@ -333,13 +336,18 @@ class RunService:
         await self._store.flush()
 
     async def _recover(self, row: RunRow) -> None:
-        request = REQUEST_DECODER.decode(row.request)
         tail = await self._store.tail(row.id, CRASH_TAIL)
         if tail and tail[-1].type == "RunFinished":
             self._end_from_finished(row, _FINISHED.decode(tail[-1].data))
             return
         raw = await self._store.checkpoint(row.id)
         checkpoint = CHECKPOINT_DECODER.decode(raw) if raw is not None else None
+        try:
+            request = REQUEST_DECODER.decode(row.request)
+        except msgspec.ValidationError as exc:  # stored by a version with other rules
+            detail = refused_detail(None, str(exc))
+            self._crash_abort(row, phase_of(tail), checkpoint, detail=detail)
+            return
         if row.status == "queued":
             point = StartPoint(trace_id=row.trace_id)
             action = "restarted (was queued)"
@@ -360,7 +368,9 @@ class RunService:
                 exc,
                 extra={"run_id": row.id, "trace_id": row.trace_id},
             )
-            self._crash_abort(row, phase_of(tail), checkpoint)
+            reason = exc.message if isinstance(exc, ApiError) else exc.reason
+            detail = refused_detail(exc.key, reason)
+            self._crash_abort(row, phase_of(tail), checkpoint, detail=detail)
             return
         if point.resume is not None:
             self._resumed += 1
@@ -368,9 +378,16 @@ class RunService:
         _log(f"run {action}", row.id, row.trace_id)
 
     def _crash_abort(
-        self, row: RunRow, reason: ExitReason, checkpoint: RunCheckpoint | None
+        self,
+        row: RunRow,
+        reason: ExitReason,
+        checkpoint: RunCheckpoint | None,
+        *,
+        detail: str | None = None,
     ) -> None:
-        events, result = crash_ending(row.id, row.trace_id, reason, checkpoint, crash_detail())
+        events, result = crash_ending(
+            row.id, row.trace_id, reason, checkpoint, detail or crash_detail()
+        )
         seq = row.last_event
         for event in events:
             seq += 1

@@ -1,0 +1,183 @@
+"""The numeric ranges of the config types, read from their ``msgspec.Meta`` constraints.
+
+Every integer and float setting carries its bounds on its type, where decoding enforces
+them. This module reads them back: to say the whole range in an error message, to list
+every numeric key (``docs/security.md``, "Bounded configuration"), and to find a numeric
+setting with no upper bound (which a test refuses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal, NamedTuple
+
+import msgspec
+import msgspec.inspect as mi
+
+__all__ = [
+    "NumericRange",
+    "config_roots",
+    "doc_tables",
+    "numeric_ranges",
+    "range_at",
+    "range_table",
+]
+
+Number = int | float
+
+
+class NumericRange(NamedTuple):
+    """The bounds of one numeric key; ``None`` where there is no such bound."""
+
+    key: str
+    kind: Literal["integer", "number"]
+    ge: Number | None
+    gt: Number | None
+    le: Number | None
+    lt: Number | None
+    nullable: bool
+
+    @property
+    def bounded(self) -> bool:
+        """Whether it has both a lower and an upper bound."""
+        return (self.ge is not None or self.gt is not None) and (
+            self.le is not None or self.lt is not None
+        )
+
+    def describe(self) -> str:
+        """In words, for error messages: ``a positive integer, at most 100``."""
+        low, high = _number(self.ge if self.ge is not None else self.gt), ""
+        if self.le is not None:
+            high = _number(self.le)
+        elif self.lt is not None:
+            high = _number(self.lt)
+        article = "an" if self.kind == "integer" else "a"
+        positive = (self.kind == "integer" and self.ge == 1) or self.gt == 0
+        if positive:
+            text = f"a positive {self.kind}"
+        elif self.ge is not None and self.le is not None:
+            return f"{article} {self.kind} from {low} to {high}"
+        elif self.ge is not None:
+            text = f"{article} {self.kind} of at least {low}"
+        elif self.gt is not None:
+            text = f"{article} {self.kind} above {low}"
+        else:
+            text = f"{article} {self.kind}"
+        if self.le is not None:
+            text += f", at most {high}"
+        elif self.lt is not None:
+            text += f", below {high}"
+        return text
+
+    def notation(self) -> str:
+        """As an inequality, for tables: ``1 ≤ n ≤ 100``, ``0 < x ≤ 86,400``."""
+        var = "n" if self.kind == "integer" else "x"
+        left = ""
+        if self.ge is not None:
+            left = f"{_number(self.ge)} ≤ "
+        elif self.gt is not None:
+            left = f"{_number(self.gt)} < "
+        right = ""
+        if self.le is not None:
+            right = f" ≤ {_number(self.le)}"
+        elif self.lt is not None:
+            right = f" < {_number(self.lt)}"
+        return f"{left}{var}{right}"
+
+
+def _number(value: Number | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def _numeric(node: mi.Type, key: str) -> NumericRange | None:
+    """The range of ``node`` if it is a number (or a number or null)."""
+    nullable = False
+    if isinstance(node, mi.UnionType):
+        numbers = [t for t in node.types if isinstance(t, mi.IntType | mi.FloatType)]
+        if len(numbers) != 1:
+            return None
+        nullable = any(isinstance(t, mi.NoneType) for t in node.types)
+        node = numbers[0]
+    if isinstance(node, mi.IntType | mi.FloatType):
+        kind: Literal["integer", "number"] = "integer" if isinstance(node, mi.IntType) else "number"
+        return NumericRange(key, kind, node.ge, node.gt, node.le, node.lt, nullable)
+    return None
+
+
+def _children(node: mi.Type) -> Iterator[tuple[str, mi.Type]]:
+    """``(key part, type)`` below ``node``: a Struct's fields, ``N`` for an array's items,
+    ``<name>`` for a table's values; a union's members' children, each key once."""
+    if isinstance(node, mi.StructType):
+        for field in node.fields:
+            yield field.encode_name, field.type
+    elif isinstance(node, mi.VarTupleType | mi.ListType | mi.SetType | mi.FrozenSetType):
+        yield "N", node.item_type
+    elif isinstance(node, mi.DictType):
+        yield "<name>", node.value_type
+    elif isinstance(node, mi.UnionType):
+        seen: set[str] = set()
+        for member in node.types:
+            for part, child in _children(member):
+                if part not in seen:
+                    seen.add(part)
+                    yield part, child
+
+
+def _walk(node: mi.Type, key: str) -> Iterator[NumericRange]:
+    found = _numeric(node, key)
+    if found is not None:
+        yield found
+        return
+    for part, child in _children(node):
+        yield from _walk(child, f"{key}.{part}" if key else part)
+
+
+def numeric_ranges(kind: type[msgspec.Struct], prefix: str = "") -> list[NumericRange]:
+    """Every numeric key of ``kind`` (nested sections, array items as ``N``, table values
+    as ``<name>``), named under ``prefix``, in declaration order."""
+    return list(_walk(mi.type_info(kind), prefix))
+
+
+def range_at(kind: type[msgspec.Struct], key: str) -> NumericRange | None:
+    """The range of the numeric setting at dotted ``key`` of ``kind`` (``hooks.0.x``:
+    an array's item), or ``None`` if that is not a numeric setting."""
+    node: mi.Type | None = mi.type_info(kind)
+    for part in key.split(".") if key else ():
+        assert node is not None
+        children = dict(_children(node))
+        node = children.get("N" if part.isdigit() else part, children.get("<name>"))
+        if node is None:
+            return None
+    return None if node is None else _numeric(node, key)
+
+
+def range_table(kind: type[msgspec.Struct], prefix: str = "") -> str:
+    """A Markdown table of every numeric key of ``kind``, named under ``prefix``."""
+    lines = ["| key | range | or null |", "| --- | --- | --- |"]
+    for found in numeric_ranges(kind, prefix):
+        nullable = "yes" if found.nullable else ""
+        lines.append(f"| `{found.key}` | {found.notation()} | {nullable} |")
+    return "\n".join(lines)
+
+
+def config_roots() -> tuple[tuple[str, type[msgspec.Struct]], ...]:
+    """``(prefix, type)`` of everything numeric a config or a run's config can set: the
+    config file, a run's keys (``config`` of a request, ``[config]`` of a scenario), and its
+    ``loop`` table."""
+    from actors.loop import LoopConfig  # here: orchestrator.config imports this module
+    from orchestrator.config import Config, RunSettings
+
+    return (("", Config), ("config", RunSettings), ("config.loop", LoopConfig))
+
+
+def doc_tables() -> list[str]:
+    """The tables of ``docs/security.md`` ("Bounded configuration"), one per root."""
+    return [range_table(kind, prefix) for prefix, kind in config_roots()]
+
+
+if __name__ == "__main__":
+    print("\n\n".join(doc_tables()))
