@@ -312,6 +312,9 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     queue_size: Annotated[int, msgspec.Meta(ge=0, le=CONCURRENT_RUNS_MAX)] = 256
     retry_after_seconds: Annotated[int, msgspec.Meta(ge=1, le=3_600)] = 2
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1, le=1024 * 1024 * 1024)] = 1_048_576
+    max_task_chars: Annotated[int, msgspec.Meta(ge=1, le=100_000_000)] = 200_000
+    """The longest ``task``, ``system``, ``pipeline.goal``, ``folder`` or ``scenario`` a
+    request may carry, in characters (longer: 422). Library and CLI runs have no such limit."""
     event_cap: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 20_000
     heartbeat_seconds: Seconds = 15.0
     drain_seconds: Grace = 20.0

@@ -25,7 +25,7 @@ import importlib
 import math
 import re
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, assert_never
 
 from actors.context.images import part_tokens
@@ -72,6 +72,12 @@ REQUEST_OVERHEAD: Final = 3
 
 _DIGITS: Final = re.compile(r"\d+")
 
+CHUNK_CHARS: Final = 32_768
+"""Longer texts are counted in pieces this long: ``bpe-openai`` refuses a text of 1,000,000
+characters or one that makes more than 200,000 tokens, and a character is at most 4 tokens
+(its UTF-8 bytes). A cut costs at most a token or two more than the whole text's count."""
+_CUT_WINDOW: Final = 1024
+
 SHORT_TEXT_CHARS: Final = 48
 """Texts up to this long have their estimates kept (see :class:`Estimator`)."""
 SHORT_TEXT_CACHE: Final = 8192
@@ -97,9 +103,27 @@ def bpe_counter(encoding: Encoding) -> TextCounter:
     encode = vocabulary.encode_ordinary
 
     def count(text: str) -> int:
-        return len(encode(text))
+        if len(text) <= CHUNK_CHARS:
+            return len(encode(text))
+        return sum(len(encode(piece)) for piece in _chunks(text))
 
     return count
+
+
+def _chunks(text: str) -> Iterator[str]:
+    """``text`` in pieces of at most :data:`CHUNK_CHARS`, cut before a space that follows a
+    word where there is one near the end of a piece (where tokenizers start a token anyway)."""
+    start, end = 0, len(text)
+    while end - start > CHUNK_CHARS:
+        stop = start + CHUNK_CHARS
+        cut = text.rfind(" ", stop - _CUT_WINDOW, stop)
+        while cut > start and text[cut - 1].isspace():
+            cut -= 1  # a run of spaces stays whole
+        if cut <= stop - _CUT_WINDOW:
+            cut = stop
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 @functools.cache

@@ -38,6 +38,7 @@ from orchestrator.daemon import sse
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
+    EXCEPTION_HANDLERS,
     decode_request,
     error_response,
     int_query,
@@ -129,7 +130,9 @@ def create_fleet_app(node: ClusterNode, *, auth: Authenticator | None = None) ->
             api.ready = False
             tg.cancel_scope.cancel()
 
-    app = Starlette(routes=run_routes(api), lifespan=lifespan)
+    app = Starlette(
+        routes=run_routes(api), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS
+    )
     app.add_middleware(_Guard, auth=auth)
     return app
 
@@ -140,8 +143,10 @@ class _FleetApi:
         self.ready = False
 
     async def submit(self, request: Request) -> Response:
-        body = await read_body(request, self._node.config.daemon.max_body_bytes)
-        state, created = await self._node.submit(decode_request(body))
+        settings = self._node.config.daemon
+        body = await read_body(request, settings.max_body_bytes)
+        run_request = decode_request(body, max_text_chars=settings.max_task_chars)
+        state, created = await self._node.submit(run_request)
         status = "running" if state.status == "aborting" else state.status
         accepted = RunAccepted(id=state.run_id, trace_id=state.trace_id, status=status)
         return json_response(accepted, 202 if created else 200, Location=f"/v1/runs/{state.run_id}")

@@ -9,8 +9,9 @@
     GET  /healthz                 alive                        GET /readyz          ready
 
 Every refusal is JSON, ``{"error": {"code", "message", "key"?}}``, with the status that fits:
-400 bad JSON or query, 401 no/wrong token, 404 unknown run, 409 conflict, 413 body too
-large, 422 unknown field / wrong type / bad value, 429 full, 503 draining.
+400 bad JSON, a body nested too deep or a bad query/header, 401 no/wrong token, 404 unknown
+run or path, 405 wrong method, 409 conflict, 413 body too large, 422 unknown field / wrong
+type / bad value / text too long, 429 full, 503 draining (limits: :mod:`.limits`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from orchestrator.config import Config
 from orchestrator.daemon import sse
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
+    EXCEPTION_HANDLERS,
     decode_request,
     error_response,
     int_query,
@@ -105,7 +107,7 @@ def create_app(config: Config, *, daemon: Daemon | None = None) -> Starlette:
             yield
 
     routes = run_routes(api, Route("/v1/openapi.json", api.openapi, methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
     app.add_middleware(_Guard, daemon=daemon)
     app.state.daemon = daemon
     return app
@@ -118,8 +120,9 @@ class _Api:
         self._daemon = daemon
 
     async def submit(self, request: Request) -> Response:
-        body = await read_body(request, self._daemon.config.daemon.max_body_bytes)
-        run_request = decode_request(body)
+        settings = self._daemon.config.daemon
+        body = await read_body(request, settings.max_body_bytes)
+        run_request = decode_request(body, max_text_chars=settings.max_task_chars)
         row, created = await self._daemon.service.submit(run_request)
         accepted = RunAccepted(id=row.id, trace_id=row.trace_id, status="queued")
         if created:
@@ -181,7 +184,8 @@ class _Api:
         return json_response({"scenarios": self._daemon.service.scenario_names()})
 
     async def openapi(self, request: Request) -> Response:
-        return json_response(openapi_document(_version()))
+        limits = self._daemon.config.daemon
+        return json_response(openapi_document(_version(), limits.max_task_chars))
 
     async def metrics(self, request: Request) -> Response:
         registry = self._daemon.registry

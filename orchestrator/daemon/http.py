@@ -1,22 +1,29 @@
 """HTTP plumbing shared by the daemon's and a fleet member's API: JSON responses and
-errors, the bounded body read, the run-request decoder, query parameters, the listing query.
+errors, the bounded body read, the run-request decoder, query parameters, the listing query,
+and the handlers that turn Starlette's own refusals (404, 405) and anything unexpected into
+the same JSON error body.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
+from starlette.types import ExceptionHandler
 
 from bus import ExitReason
 from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.limits import check_depth, check_text_lengths, parse_integer
 from orchestrator.daemon.schemas import REQUEST_DECODER, ErrorBody, ErrorDetail, RunRequest
 
 __all__ = [
+    "EXCEPTION_HANDLERS",
     "PAGE_LIMIT",
     "STATUSES",
     "ListQuery",
@@ -34,6 +41,7 @@ _ENCODER: Final = msgspec.json.Encoder()
 _AT_PATH: Final = re.compile(r"^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _UNKNOWN: Final = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
 _MISSING: Final = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
+_HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed"}
 PAGE_LIMIT: Final = 500
 STATUSES: Final = frozenset({"queued", "running", "ended"})
 
@@ -53,6 +61,37 @@ def error_response(exc: ApiError) -> Response:
     return json_response(ErrorBody(error=detail), exc.status, **exc.headers)
 
 
+async def _route_refusal(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such path, method not allowed) as the JSON error body."""
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    message = f"{request.method} {request.url.path}: {exc.detail}"
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # Starlette names the methods of the first route only
+        allowed = {
+            method
+            for route in request.app.router.routes
+            if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE
+            for method in route.methods or ()
+        }
+        headers["Allow"] = ", ".join(sorted(allowed))
+    return error_response(ApiError(exc.status_code, code, message, headers=headers))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    """Anything unexpected: a JSON 500 (the server logs the traceback)."""
+    return error_response(
+        ApiError(500, "internal", "internal error; the daemon's log has the details")
+    )
+
+
+EXCEPTION_HANDLERS: Final[Mapping[Any, ExceptionHandler]] = {
+    HTTPException: _route_refusal,
+    Exception: _unexpected,
+}
+"""``Starlette(exception_handlers=...)``: every response the app makes is JSON on error."""
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with a 413 past ``limit`` bytes (declared or read)."""
     too_large = ApiError(
@@ -60,8 +99,9 @@ async def read_body(request: Request, limit: int) -> bytes:
         "body_too_large",
         f"the request body is larger than {limit} bytes (daemon.max_body_bytes)",
     )
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = request.headers.get("content-length", "")
+    digits = declared.lstrip("0")  # h11 refuses a value that is not digits
+    if declared.isascii() and declared.isdigit() and (len(digits) > 19 or int(digits or 0) > limit):
         raise too_large
     body = bytearray()
     async for chunk in request.stream():
@@ -71,10 +111,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def decode_request(body: bytes) -> RunRequest:
-    """A ``POST /v1/runs`` body: 400 when not JSON, 422 naming the bad field."""
+def decode_request(body: bytes, *, max_text_chars: int) -> RunRequest:
+    """A ``POST /v1/runs`` body: 400 when not JSON or nested too deep, 422 naming the bad
+    field or a free-text field longer than ``max_text_chars``."""
+    check_depth(body)
     try:
-        return REQUEST_DECODER.decode(body)
+        request = REQUEST_DECODER.decode(body)
     except msgspec.ValidationError as exc:
         match = _AT_PATH.match(str(exc))
         assert match is not None
@@ -90,25 +132,24 @@ def decode_request(body: bytes) -> RunRequest:
         ) from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, "bad_json", f"the body is not valid JSON: {exc}") from None
+    check_text_lengths(request, max_text_chars)
+    return request
 
 
 def int_query(
     value: str | None, name: str, *, default: int, low: int, high: int | None = None
 ) -> int:
-    """The integer query parameter ``name`` (``default`` when absent), within bounds.
+    """The integer query parameter or header ``name`` (``default`` when absent), within
+    bounds (``high``: at most :data:`~orchestrator.daemon.limits.MAX_INTEGER`), written in
+    ASCII digits only.
 
     :raises ApiError: 400 naming ``name``.
     """
     if value is None:
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise ApiError(400, "bad_query", f"{name} must be an integer", key=name) from None
-    if number < low or (high is not None and number > high):
-        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise ApiError(400, "bad_query", f"{name} must be {bounds}", key=name)
-    return number
+    if high is None:
+        return parse_integer(value, name, low=low)
+    return parse_integer(value, name, low=low, high=high)
 
 
 class ListQuery(NamedTuple):
