@@ -275,14 +275,14 @@ class ClientCeilings(_Settings, frozen=True, kw_only=True):
     """``[daemon.client_overrides.ceilings]``: the most a request may ask for. Unset: the
     operator's own value for the run (a request may lower a budget, never raise it)."""
 
-    max_turns: Positive | None = None
-    max_tool_calls: Positive | None = None
-    deadline_seconds: PositiveFloat | None = None
-    max_output_tokens: Positive | None = None
-    output_token_budget: Positive | None = None
-    input_token_budget: Positive | None = None
-    cost_budget: PositiveFloat | None = None
-    answer_max_tokens: Positive | None = None
+    max_turns: Turns | None = None
+    max_tool_calls: ToolCalls | None = None
+    deadline_seconds: Seconds | None = None
+    max_output_tokens: ReplyTokens | None = None
+    output_token_budget: RunTokens | None = None
+    input_token_budget: RunTokens | None = None
+    cost_budget: Cost | None = None
+    answer_max_tokens: ReplyTokens | None = None
 
 
 class ClientOverrides(_Settings, frozen=True, kw_only=True):
