@@ -49,6 +49,7 @@ from orchestrator.daemon.schemas import (
     Health,
     RunAccepted,
     RunPage,
+    RunRequest,
     RunView,
 )
 from orchestrator.daemon.store import RunRow
@@ -213,7 +214,16 @@ class _Api:
         return row
 
 
+def _stored_request(raw: bytes) -> tuple[RunRequest | None, str | None]:
+    """The stored request, or why it can't be read (stored by an older version)."""
+    try:
+        return REQUEST_DECODER.decode(raw), None
+    except msgspec.DecodeError as exc:  # ValidationError included
+        return None, f"the stored request no longer matches this version's schema: {exc}"
+
+
 def _view(row: RunRow, *, with_result: bool = True) -> RunView:
+    request, request_error = _stored_request(row.request)
     return RunView(
         id=row.id,
         trace_id=row.trace_id,
@@ -226,6 +236,7 @@ def _view(row: RunRow, *, with_result: bool = True) -> RunView:
         on_crash=row.on_crash,  # type: ignore[arg-type]
         events=row.last_event,
         events_dropped=row.events_dropped,
-        request=REQUEST_DECODER.decode(row.request),
+        request=request,
+        request_error=request_error,
         result=_RESULT.decode(row.result) if with_result and row.result is not None else None,
     )

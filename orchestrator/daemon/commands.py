@@ -110,8 +110,7 @@ async def _runs(url: str, args: argparse.Namespace) -> int:
         return 0
     rows = [("id", "status", "exit reason", "cause", "events", "request")]
     for run in page["runs"]:
-        request = run["request"]
-        what = f"scenario {request['scenario']}" if request.get("scenario") else request["task"]
+        what = _describe_request(run.get("request"))
         rows.append(
             (
                 run["id"],
@@ -166,3 +165,14 @@ def _describe(event_id: int | None, data: dict[str, Any]) -> str:
     else:
         parts.extend(f"{key}={data[key]}" for key in _SHOWN if data.get(key) not in (None, ""))
     return " ".join(parts)[:160]
+
+
+def _describe_request(request: dict[str, Any] | None) -> str:
+    """A run's request in a few words: its scenario, pipeline or task."""
+    if request is None:
+        return "(unreadable stored request)"
+    if request.get("scenario"):
+        return f"scenario {request['scenario']}"
+    if request.get("pipeline"):
+        return f"pipeline {request['pipeline']['name']} on {request.get('folder')}"
+    return str(request.get("task"))

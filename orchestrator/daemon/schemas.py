@@ -81,7 +81,10 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     """The id of the last stored event (events are numbered 1, 2, … per run)."""
     events_dropped: int = 0
-    request: RunRequest
+    request: RunRequest | None = None
+    """What was submitted; ``None`` (with ``request_error``) for a request stored by an
+    older version in a shape this one no longer reads."""
+    request_error: str | None = None
     result: dict[str, Any] | None = None
 
 
