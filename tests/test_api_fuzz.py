@@ -34,7 +34,7 @@ from schemathesis.checks import (
 
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.openapi import openapi_document
-from tests.test_daemon_support import daemon_config
+from tests.daemon_support import daemon_config
 
 MAX_TASK_CHARS = 2_000
 CHECKS = [

@@ -26,7 +26,7 @@ from orchestrator.config import DaemonSettings
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
 from orchestrator.daemon.limits import MAX_INTEGER, MAX_JSON_DEPTH
-from tests.test_daemon_support import daemon_config, wait_ended
+from tests.daemon_support import daemon_config, wait_ended
 
 DEFAULT_MAX_CHARS = DaemonSettings().max_task_chars
 

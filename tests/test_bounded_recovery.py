@@ -9,14 +9,8 @@ answer ``/healthz``, end those runs naming the key and the range, and recover th
 from __future__ import annotations
 
 import json
-import os
-import re
-import select
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +20,7 @@ import pytest
 
 from orchestrator.daemon.client import DaemonClient
 from orchestrator.daemon.store import RunRow, Store
-from tests.test_daemon_support import wait_ended
-
-START_TIMEOUT = 60.0
-"""Seconds for the daemon to finish recovery and listen: a frozen event loop never does."""
+from tests.daemon_support import daemon_process, wait_ended
 
 PROBE: dict[str, Any] = {
     "scenario": "dead_loop",
@@ -67,33 +58,6 @@ async def _seed(path: Path) -> None:
         store.close()
 
 
-@contextmanager
-def _serve(config: Path, log: Path) -> Iterator[str]:
-    """``loopfuse serve --port 0`` over ``config``; its URL once it listens (it prints its
-    banner after recovery), or a failure after :data:`START_TIMEOUT`."""
-    with log.open("a", encoding="utf-8") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "serve", "--config", str(config), "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(config.parent)},
-        )
-    try:
-        assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
-        assert ready, f"no banner in {START_TIMEOUT} s (frozen?); log: {log.read_text()[-2000:]}"
-        banner = process.stdout.readline()
-        found = re.search(r"listening on (\S+)", banner)
-        assert found, f"no banner: {banner!r}; log: {log.read_text()[-2000:]}"
-        yield found[1]
-    finally:
-        process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
-
-
 @pytest.mark.asyncio
 async def test_a_stored_run_with_an_out_of_range_config_ends_clearly_at_restart(
     tmp_path: Path,
@@ -103,7 +67,7 @@ async def test_a_stored_run_with_an_out_of_range_config_ends_clearly_at_restart(
     config = tmp_path / "loopfuse.toml"
     config.write_text(f"[daemon]\nstore_path = {json.dumps(str(store))}\n", encoding="utf-8")
 
-    with _serve(config, tmp_path / "daemon.log") as url:
+    with daemon_process(config, tmp_path / "daemon.log") as (_, url):
         async with httpx.AsyncClient(base_url=url) as http, DaemonClient(url) as client:
             health = await http.get("/healthz")
             assert health.status_code == 200, health.text

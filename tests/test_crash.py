@@ -22,8 +22,8 @@ import anyio
 import pytest
 
 from orchestrator.daemon.client import DaemonClient
-from tests.test_daemon_process import daemon_process, write_config
-from tests.test_daemon_support import events_until, wait_ended
+from tests.daemon_support import daemon_process, events_until, wait_ended
+from tests.test_daemon_process import write_config
 
 CYCLES = 5
 SEED = 20261202

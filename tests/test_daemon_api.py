@@ -13,7 +13,7 @@ import pytest
 from bus import ExitReason
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient, DaemonError
-from tests.test_daemon_support import daemon_config, events_until, wait_ended, write_slow
+from tests.daemon_support import daemon_config, events_until, wait_ended, write_slow
 
 SECRET_TOKEN = "tok-RECOGNISABLE-4242"
 SECRET_KEY = "sk-RECOGNISABLE-KEY-777"

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.client import DaemonClient
-from tests.test_daemon_support import daemon_config
+from tests.daemon_support import daemon_config
 
 TOKEN = "tökén-ключ-✓"
 

@@ -35,7 +35,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.runtime import Runtime
 from orchestrator.scenario_runs import run_scenario
 from orchestrator.sim import find_scenario
-from tests.test_daemon_support import daemon_config, events_until, wait_ended
+from tests.daemon_support import daemon_config, events_until, wait_ended
 
 EVERY_CLIENT_KEY: tuple[ClientKey, ...] = typing.get_args(ClientKey)
 

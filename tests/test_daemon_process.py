@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import sqlite3
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +15,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.daemon.client import DaemonClient
-from tests.test_daemon_support import events_until, wait_ended, write_slow
+from tests.daemon_support import daemon_process, events_until, wait_ended, write_slow
 
 MAX_TURNS = 8
 
@@ -39,32 +34,6 @@ def write_config(tmp_path: Path, *, concurrent: int = 2, drain: float = 20.0) ->
         encoding="utf-8",
     )
     return path
-
-
-@contextmanager
-def daemon_process(config: Path, log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``loopfuse serve --port 0``; yields the process and its URL (read from its banner)."""
-    with log.open("a", encoding="utf-8") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "serve", "--config", str(config), "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            # Scenario runs' folders go under the test's directory, even those a kill leaves.
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(config.parent)},
-        )
-    try:
-        assert process.stdout is not None
-        banner = process.stdout.readline()  # printed once recovery is done and it listens
-        found = re.search(r"listening on (\S+)", banner)
-        assert found, f"no banner: {banner!r}; log: {log.read_text()[-2000:]}"
-        yield process, found[1]
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
 
 
 async def all_events(client: DaemonClient, run_id: str) -> list[dict[str, Any]]:

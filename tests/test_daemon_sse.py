@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
-from tests.test_daemon_support import daemon_config, events_until, wait_ended, write_slow
+from tests.daemon_support import daemon_config, events_until, wait_ended, write_slow
 
 
 @pytest.mark.asyncio

@@ -29,7 +29,7 @@ from orchestrator.config import Config, DaemonSettings, ModelPrice
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
 from orchestrator.sim import parse_scenario, shipped_scenarios
-from tests.test_daemon_support import wait_ended
+from tests.daemon_support import wait_ended
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 DASHBOARD: Final = ROOT / "deploy" / "grafana" / "dashboards" / "loopfuse.json"

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from orchestrator.config import RunSettings
 from orchestrator.daemon import open_daemon
-from tests.test_daemon_support import daemon_config
+from tests.daemon_support import daemon_config
 
 JSON = st.recursive(
     st.none()

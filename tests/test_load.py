@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
 from orchestrator.sim import shipped_scenarios
-from tests.test_daemon_support import daemon_config
+from tests.daemon_support import daemon_config
 
 RUNS = 1_000
 MIX = ["completed", "max_turns", "path_escape", "max_tool_calls", "api_down", "dead_loop"]

@@ -39,8 +39,8 @@ from orchestrator.errors import ConfigError
 from orchestrator.pipeline import AgentStage, Probes
 from orchestrator.report import ReportOptions, report_pipeline
 from orchestrator.runtime import RunSpec, Runtime
+from tests.daemon_support import daemon_config
 from tests.sandbox_support import HAS_MATPLOTLIB, bubblewrap_or_skip
-from tests.test_daemon_support import daemon_config
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from orchestrator.config import Config, DaemonSettings, ModelSettings, RuntimeSettings
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
-from tests.test_daemon_support import wait_ended
+from tests.daemon_support import wait_ended
 from tests.test_llm_caller import FakeServer, open_fake_server
 
 KEY = "sk-LOOPFUSE-FAKE-KEY-5e1b7c"

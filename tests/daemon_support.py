@@ -1,8 +1,16 @@
-"""Helpers for the daemon tests (no tests here): configs, a slow scenario, waiting."""
+"""Helpers for the daemon tests (no tests here): configs, a slow scenario, waiting, and a
+real ``loopfuse serve`` process."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +82,36 @@ async def wait_ended(client: DaemonClient, run_id: str) -> dict[str, Any]:
     run = await client.run(run_id)
     assert run["status"] == "ended", run
     return run
+
+
+START_TIMEOUT = 60.0
+"""Seconds for a daemon to finish recovery and listen: a frozen event loop never does."""
+
+
+@contextmanager
+def daemon_process(config: Path, log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``loopfuse serve --port 0``; yields the process and its URL (read from the banner it
+    prints once recovery is done and it listens), or fails after :data:`START_TIMEOUT`."""
+    with log.open("a", encoding="utf-8") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "serve", "--config", str(config), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            # Scenario runs' folders go under the test's directory, even those a kill leaves.
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(config.parent)},
+        )
+    try:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
+        assert ready, f"no banner in {START_TIMEOUT} s (frozen?); log: {log.read_text()[-2000:]}"
+        banner = process.stdout.readline()
+        found = re.search(r"listening on (\S+)", banner)
+        assert found, f"no banner: {banner!r}; log: {log.read_text()[-2000:]}"
+        yield process, found[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
