@@ -88,8 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if stale := stale_modules():
         logger.warning(
-            "compiled modules older than their sources (the old code runs): %s; "
-            "%s",
+            "compiled modules older than their sources (the old code runs): %s; %s",
             ", ".join(stale),
             STALE_FIX,
         )
