@@ -71,8 +71,10 @@ class ControlInbox:
     async def checkpoint(self, msg: Message) -> None:
         """Publish ``msg``, wait until every monitor answered, take the answers; a stop
         among them ends the run here."""
-        await self.settle(msg)
-        self.end_if_stopped()
+        await self._bus.publish_settled(msg)  # not through settle(): a coroutine less a turn
+        self.take_pending()
+        if self.stop is not None:
+            self.end()
 
     async def settle(self, msg: Message) -> None:
         """:meth:`checkpoint` without ending the run on a stop."""
