@@ -19,6 +19,7 @@ from actors.tools import (
     scripted_tool,
 )
 from actors.tools.schema import inline_refs
+from tests.sandbox_support import HAS_MATPLOTLIB
 
 
 class Inner(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -106,12 +107,14 @@ def test_bad_names_are_refused(name: str) -> None:
 
 def test_registry_specs_and_lookup() -> None:
     registry = default_registry()
-    assert registry.names() == ("finish_exploration", "list_dir", "read_file", "read_image")
+    figure = ("make_figure",) if HAS_MATPLOTLIB else ()  # the figures extra
+    core = ("finish_exploration", "list_dir", "read_file", "read_image")
+    assert registry.names() == tuple(sorted(core + figure))
     assert [s.name for s in registry.specs(["read_file", "list_dir"])] == ["read_file", "list_dir"]
     assert [s.name for s in registry.specs()] == list(registry.names())
     assert "read_file" in registry
     assert "nope" not in registry
-    assert len(registry) == 4
+    assert len(registry) == 4 + len(figure)
     with pytest.raises(KeyError, match="unknown tool 'nope'"):
         registry.specs(["nope"])
     with pytest.raises(ValueError, match="already registered"):
@@ -122,6 +125,7 @@ def test_registry_specs_and_lookup() -> None:
         "read_file": True,
         "read_image": True,
         "finish_exploration": False,
+        **dict.fromkeys(figure, False),  # a figure is new output: never served from cache
     }
 
 
