@@ -10,7 +10,7 @@ Only a built wheel or a regular install (``pip install .``) compiles. An editabl
 Compiling needs a C compiler and the Python headers. Without them (or with
 ``LOOPFUSE_PURE_PYTHON=1`` at install time) the install goes on as pure Python, the same
 behaviour at the old speed (``pip install -v`` shows why);
-:func:`orchestrator.build.compiled_modules` tells at run time which modules are compiled.
+:func:`orchestrator.runtime.compiled.compiled_modules` tells at run time which modules are compiled.
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ COMPILED = [
     "orchestrator/conductor/model_call.py",
     "orchestrator/conductor/state.py",
     "orchestrator/conductor/tool_phase.py",
-    "orchestrator/event_log.py",
+    "orchestrator/runtime/event_log.py",
     "orchestrator/metrics/labels.py",
     "orchestrator/metrics/recorder.py",
     "orchestrator/metrics/series.py",
-    "actors/budget_monitor.py",
-    "actors/context_gatekeeper.py",
+    "actors/budget/monitor.py",
+    "actors/context/gatekeeper.py",
     "actors/fingerprint.py",
-    "actors/loop_monitor.py",
-    "actors/progress_reporter.py",
-    "actors/token_budget.py",
-    "actors/tool_executor.py",
+    "actors/loop/monitor.py",
+    "actors/progress/reporter.py",
+    "actors/budget/tokens.py",
+    "actors/tools/executor.py",
     "actors/workers.py",
     "actors/context/calibration.py",
     "actors/context/ledger.py",

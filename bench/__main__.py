@@ -21,7 +21,7 @@ from bench.bus_throughput import measure_bus
 from bench.http_client import measure_http, simulator_process
 from bench.loops import Sample, bare_loop, guard_loop, loopfuse_loop
 from bench.memory import bare_parked, loopfuse_parked
-from orchestrator.build import compiled_modules
+from orchestrator.runtime.compiled import compiled_modules
 
 __all__ = ["Spread", "main", "measure"]
 

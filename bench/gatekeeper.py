@@ -23,7 +23,7 @@ import anyio
 import msgspec
 
 from actors.context import ContextPolicy
-from actors.context_gatekeeper import ContextGatekeeper
+from actors.context.gatekeeper import ContextGatekeeper
 from bench.loops import bench_overrides
 from bench.options import replay_parser
 from bench.recorder import capture_messages

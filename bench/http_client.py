@@ -50,7 +50,7 @@ from bench.loops import Sample
 from bench.scripted_model import ScriptedModel, scenario_script
 from orchestrator.config import Config, ModelSettings, RuntimeSettings
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import start_scenario
+from orchestrator.scenarios.runs import start_scenario
 from orchestrator.sim import find_scenario
 
 __all__ = ["HttpFigures", "decode_costs", "main", "measure_http", "simulator_process"]

@@ -34,7 +34,7 @@ import msgspec
 
 from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.loop import PRESETS, LoopConfig, LoopDetector
-from actors.loop_monitor import LoopMonitor
+from actors.loop.monitor import LoopMonitor
 from bench.scripted_model import ECHO_TOOL, finished_run
 from bus import (
     Bus,

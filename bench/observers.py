@@ -22,11 +22,11 @@ from typing import Any, NamedTuple
 import anyio
 import msgspec
 
-from actors.budget_monitor import BudgetMonitor
+from actors.budget.monitor import BudgetMonitor
 from actors.hooks import HookRunner
 from actors.loop import STRICT
-from actors.loop_monitor import LoopMonitor
-from actors.progress_reporter import ProgressReporter
+from actors.loop.monitor import LoopMonitor
+from actors.progress.reporter import ProgressReporter
 from bench.options import replay_parser
 from bench.recorder import _recorder, capture_messages
 from bus import (
@@ -43,7 +43,7 @@ from bus import (
     TurnEnded,
     TurnStarted,
 )
-from orchestrator.event_log import EventLog
+from orchestrator.runtime.event_log import EventLog
 
 __all__ = ["COMPONENTS", "Component", "ComponentFigures", "main", "measure_observers"]
 

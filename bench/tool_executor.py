@@ -28,8 +28,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from actors.fingerprint import fingerprint_call
-from actors.tool_executor import ToolExecutor
 from actors.tools import ToolRegistry
+from actors.tools.executor import ToolExecutor
 from bench.loops import echo_tool
 from bench.scripted_model import ECHO_TOOL, finished_run
 from bus import (

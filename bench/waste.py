@@ -32,7 +32,7 @@ import msgspec
 from orchestrator.config import Config, RunSettings
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import run_scenario
+from orchestrator.scenarios.runs import run_scenario
 from orchestrator.sim import Scenario, find_scenario
 
 __all__ = [

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
+from actors.budget.tokens import BudgetMode
 from actors.context import (
     DEFAULT_WINDOW,
     SAFETY_BUFFER,
@@ -29,7 +30,6 @@ from actors.context import (
 from actors.context.policy import RESERVE_MAX, WINDOW_MAX
 from actors.hooks import Hook
 from actors.loop import LoopConfig, LoopConfigError, check_config
-from actors.token_budget import BudgetMode
 from actors.tools.limits import IMAGE_MAX_BYTES, FigureSandbox
 from orchestrator.config_ranges import range_at
 from orchestrator.errors import ConfigError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import orchestrator.runtime  # noqa: F401  (imports the compiled hot path)
-from orchestrator.build import STALE_FIX, stale_modules
+from orchestrator.runtime.compiled import STALE_FIX, stale_modules
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -36,7 +36,7 @@ from bus import (
     Usage,
 )
 from orchestrator.conductor import ConductorSettings, RunInputs
-from orchestrator.runtime import CONTEXT_FUNCTIONS
+from orchestrator.runtime.runtime import CONTEXT_FUNCTIONS
 from tests.published import Published
 
 __all__ = ["RUN_ID", "Harness", "Script", "calls", "inputs", "open_harness", "said", "settings"]

@@ -27,7 +27,7 @@ from bus import (
 from orchestrator.errors import ScenarioError
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import expectation_mismatches, run_scenario, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, run_scenario, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

@@ -45,7 +45,7 @@ from orchestrator.config import Config, RunSettings, load_config
 from orchestrator.config_ranges import NumericRange, config_roots, doc_tables, numeric_ranges
 from orchestrator.errors import ConfigError
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import start_scenario
+from orchestrator.scenarios.runs import start_scenario
 from orchestrator.sim import Scenario, shipped_scenarios
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.budget_monitor import BudgetMonitor
+from actors.budget.monitor import BudgetMonitor
 from bus import (
     Bus,
     ExitReason,

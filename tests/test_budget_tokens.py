@@ -1,4 +1,4 @@
-"""Token and cost accounting (actors.token_budget): the warning, ceilings, the target and
+"""Token and cost accounting (actors.budget.tokens): the warning, ceilings, the target and
 diminishing returns, decided without a bus."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import actors.token_budget as token_budget
-from actors.token_budget import (
+import actors.budget.tokens as token_budget
+from actors.budget.tokens import (
     CONTINUE_KIND,
     WARNING_KIND,
     BudgetNudge,

@@ -1,4 +1,4 @@
-"""orchestrator.build: which modules are compiled, and which compiled ones are stale."""
+"""orchestrator.runtime.compiled: which modules are compiled, and which compiled ones are stale."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import cli
-from orchestrator.build import compiled_modules, stale_modules
+from orchestrator.runtime.compiled import compiled_modules, stale_modules
 
 _EXTENSION = "cpython-311-x86_64-linux-gnu.so"
 

@@ -13,8 +13,8 @@ import msgspec
 import pytest
 
 from actors.fingerprint import fingerprint_call
-from actors.tool_executor import LOOP_CAUSE, ToolCacheStatistics, ToolExecutor
 from actors.tools import Tool, ToolContext, ToolError, ToolRegistry
+from actors.tools.executor import LOOP_CAUSE, ToolCacheStatistics, ToolExecutor
 from bus import (
     ActorFailed,
     Bus,

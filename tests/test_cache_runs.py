@@ -14,7 +14,7 @@ from bus import ExitReason, RunStarted, StopSignal, ToolResult
 from orchestrator.config import Config, ToolSettings, run_settings
 from orchestrator.errors import ConfigError
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import expectation_mismatches, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

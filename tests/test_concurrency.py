@@ -19,7 +19,7 @@ from bench.scripted_model import ScriptedModel, scenario_script
 from bus import ExitReason, ToolCallProposed
 from orchestrator.config import Config, RuntimeSettings
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import expectation_mismatches, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import Scenario, shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

@@ -33,7 +33,7 @@ from bus.messages import ModelReplied
 from orchestrator.conductor import Conductor, ContextFunctions, RunInputs
 from orchestrator.conductor.final_answer import ANSWER_NUDGE, ANSWER_NUDGE_KIND
 from orchestrator.result import RunResult
-from orchestrator.runtime import CONTEXT_FUNCTIONS
+from orchestrator.runtime.runtime import CONTEXT_FUNCTIONS
 from tests.harness import RUN_ID, Harness, Script, calls, inputs, open_harness, said, settings
 
 READ = ToolCall(id="c1", name="read_file", arguments='{"path": "a"}')

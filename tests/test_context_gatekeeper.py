@@ -18,7 +18,7 @@ from actors.context import (
     pairing_problems,
     summary_message,
 )
-from actors.context_gatekeeper import ContextGatekeeper
+from actors.context.gatekeeper import ContextGatekeeper
 from bus import (
     Bus,
     ChatMessage,

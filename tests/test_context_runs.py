@@ -24,7 +24,7 @@ from orchestrator.config import Config, ContextSettings, load_config
 from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunSpec, Runtime
-from orchestrator.scenario_runs import expectation_mismatches, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

@@ -33,7 +33,7 @@ from orchestrator.daemon.schemas import RunRequest
 from orchestrator.daemon.store import RunRow, Store
 from orchestrator.errors import ConfigError
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import run_scenario
+from orchestrator.scenarios.runs import run_scenario
 from orchestrator.sim import find_scenario
 from tests.daemon_support import daemon_config, events_until, wait_ended
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from bus import Bus, Message, RunFinished, TurnEnded, TurnStarted
-from orchestrator.event_log import EventLog
+from orchestrator.runtime.event_log import EventLog
 from tests.messages_examples import finished
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from bus import ChatMessage, Message, ModelRequest, for_the_log
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import expectation_mismatches, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

@@ -22,7 +22,7 @@ from bus import ExitReason
 from orchestrator.config import Config, ModelSettings
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunSpec, Runtime
-from orchestrator.scenario_runs import run_scenario, start_scenario
+from orchestrator.scenarios.runs import run_scenario, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
 from tests.test_llm_caller import FakeServer, chunk, open_fake_server
 

@@ -9,8 +9,8 @@ import pytest
 import orchestrator.runtime
 from actors.context import bpe_counter
 from orchestrator.config import Config, RuntimeSettings
-from orchestrator.heap import freeze_long_lived
 from orchestrator.runtime import Runtime
+from orchestrator.runtime.heap import freeze_long_lived
 
 
 def test_the_heap_is_frozen_once_with_the_tokenizer_loaded(

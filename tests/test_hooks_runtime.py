@@ -15,7 +15,7 @@ from bus import ExitReason, StopSignal, ToolVerdict, nudge_text
 from orchestrator.config import load_config, run_settings
 from orchestrator.errors import ConfigError
 from orchestrator.runtime import RunSpec, Runtime
-from orchestrator.scenario_runs import expectation_mismatches, run_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, run_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

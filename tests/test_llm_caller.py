@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from actors.llm.caller import RUN_ID_HEADER, LLMCaller
 from actors.llm.settings import EndpointSettings
-from actors.llm_caller import RUN_ID_HEADER, LLMCaller
 from bus import (
     Bus,
     ChatMessage,

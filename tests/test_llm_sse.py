@@ -23,13 +23,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.llm.accumulator import ReplyAccumulator
+from actors.llm.caller import LLMCaller
 from actors.llm.chunks import Chunk, decode_chunk, decode_completion, error_frame
 from actors.llm.clients import SHARDS, Clients
 from actors.llm.errors import classify
 from actors.llm.settings import EndpointSettings
 from actors.llm.sse import SSEDecoder
 from actors.llm.stream import read_chunks
-from actors.llm_caller import LLMCaller
 from bus import Bus, ChatMessage, Message, ModelError, ModelReply, ModelRequest, ModelTextDelta
 from tests.loopback import open_loopback
 

@@ -19,12 +19,12 @@ import openai
 import pytest
 
 from actors.llm.accumulator import ReplyAccumulator
+from actors.llm.caller import LLMCaller
 from actors.llm.clients import Clients
 from actors.llm.errors import classify
 from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
 from actors.llm.transport import COMPLETIONS, RUN_ID_HEADER, ChatTransport, Reply
-from actors.llm_caller import LLMCaller
 from bus import Bus, ChatMessage, ModelError, ModelReply, ModelRequest
 from tests.loopback import open_loopback
 

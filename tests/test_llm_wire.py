@@ -5,14 +5,14 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-import actors.llm_caller
+import actors.llm.caller
 from actors.llm.settings import EndpointSettings
 from actors.llm.wire import ToolSchemaError, WireTools, estimate_usage, prompt_chars, wire_messages
 from bus import ChatMessage, ToolCall, ToolSpec, Usage
 
 
 def test_public_api() -> None:
-    assert actors.llm_caller.__all__ == ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
+    assert actors.llm.caller.__all__ == ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
 
 
 def test_settings_defaults() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.loop import GEMINI, OPENCLAW, STRICT, LoopConfig
-from actors.loop_monitor import LoopMonitor
+from actors.loop.monitor import LoopMonitor
 from bus import (
     Bus,
     ExitReason,

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 import orchestrator.metrics as metrics_api
-from actors.loop_monitor import SOURCE as LOOP_MONITOR
+from actors.loop.monitor import SOURCE as LOOP_MONITOR
 from bus import (
     Bus,
     ContextAction,

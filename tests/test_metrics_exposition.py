@@ -19,7 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from actors.loop_monitor import SOURCE as LOOP_MONITOR
+from actors.loop.monitor import SOURCE as LOOP_MONITOR
 from bus import (
     Bus,
     ContextAction,

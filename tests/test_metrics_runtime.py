@@ -12,7 +12,7 @@ from bus import ModelError, ModelReply
 from orchestrator.config import Config, ModelSettings, RuntimeSettings
 from orchestrator.metrics import new_registry
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import run_scenario, start_scenario
+from orchestrator.scenarios.runs import run_scenario, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
 
 

@@ -8,19 +8,19 @@ from typing import get_args
 
 import pytest
 
-import actors.budget_monitor
+import actors.budget.monitor
 import actors.hooks.runner
-import actors.loop_monitor
-import actors.progress_reporter
+import actors.loop.monitor
+import actors.progress.reporter
 from bench.observers import COMPONENTS, main, measure_observers
 
 
 def test_each_component_gets_the_types_its_actor_handles() -> None:
     unions = {
-        "budget_monitor": actors.budget_monitor._Message,
+        "budget_monitor": actors.budget.monitor._Message,
         "hook_runner": actors.hooks.runner._Message,
-        "progress_reporter": actors.progress_reporter._Message,
-        "loop_monitor": actors.loop_monitor._Message,
+        "progress_reporter": actors.progress.reporter._Message,
+        "loop_monitor": actors.loop.monitor._Message,
     }
     types = {component.name: component.types for component in COMPONENTS}
     assert types.pop("recorder") is None

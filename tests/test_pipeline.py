@@ -16,7 +16,7 @@ from orchestrator.pipeline import (
     plan_of,
     run_pipeline,
 )
-from orchestrator.progress_view import ProgressView, percent_of
+from orchestrator.pipeline.progress_view import ProgressView, percent_of
 from orchestrator.report import ReportOptions, report_pipeline
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from actors.progress_reporter import ProgressReporter
+from actors.progress.reporter import ProgressReporter
 from bus import ExitReason, Progress, RunEnding, RunStarted, TurnStarted
 from tests.published import Published
 

@@ -24,7 +24,7 @@ from orchestrator.pipeline import Probes
 from orchestrator.report import SAMPLE_FOLDER, ReportOptions, simulated_models, start_report
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import expectation_mismatches, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import Scenario, make_app, parse_scenario, shipped_scenarios
 from orchestrator.sim.content import RequestImages, request_images
 

@@ -25,7 +25,7 @@ from bus import (
 from orchestrator.config import Config, RuntimeSettings
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.runtime import RunSpec, Runtime
-from orchestrator.scenario_runs import expectation_mismatches, run_scenario, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, run_scenario, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

@@ -32,7 +32,7 @@ from orchestrator.config import merge_loop_overrides
 from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunSpec, Runtime
-from orchestrator.scenario_runs import expectation_mismatches, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import Scenario, shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

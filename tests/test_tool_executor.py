@@ -12,7 +12,6 @@ import msgspec
 import pytest
 
 from actors.fingerprint import fingerprint_call, fingerprint_result
-from actors.tool_executor import ToolExecutor
 from actors.tools import (
     PATH_ERROR,
     Tool,
@@ -23,6 +22,7 @@ from actors.tools import (
     default_registry,
     scripted_tool,
 )
+from actors.tools.executor import ToolExecutor
 from bus import (
     Bus,
     Inbox,

@@ -14,8 +14,8 @@ import msgspec
 import pytest
 
 from actors.fingerprint import fingerprint_call
-from actors.tool_executor import LOOP_CAUSE, ToolExecutor
 from actors.tools import Tool, ToolContext, ToolError, ToolExecutorSettings, ToolRegistry
+from actors.tools.executor import LOOP_CAUSE, ToolExecutor
 from bench.scripted_model import ScriptedModel
 from bus import (
     Bus,

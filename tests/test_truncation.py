@@ -11,7 +11,7 @@ from bus import NUDGE_MARKER, ExitReason, ModelReply, RunFinished, ToolCall, nud
 from orchestrator.conductor.model_call import TRUNCATED_CALLS_NOTE, TRUNCATION_NUDGES, cut_mid_json
 from orchestrator.result import RunResult, describe_ending
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import expectation_mismatches, start_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}

@@ -14,7 +14,7 @@ from orchestrator.config import Config, ModelSettings, run_settings
 from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
-from orchestrator.scenario_runs import start_scenario
+from orchestrator.scenarios.runs import start_scenario
 from orchestrator.sim import Scenario, open_simulator, parse_scenario
 from tests.test_llm_caller import ask, open_caller, request, write_scenario
 

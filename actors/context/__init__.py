@@ -1,6 +1,6 @@
 """Context limits: token estimates, model windows, and collapse/compaction planning.
 
-Pure code the context gatekeeper (``actors.context_gatekeeper``) plans with and the
+Pure code the context gatekeeper (``actors.context.gatekeeper``) plans with and the
 conductor carries plans out with: :class:`Estimator` counts prompt pieces (exact for
 OpenAI models, a conservative bound elsewhere), :class:`PromptLedger` keeps one run's
 prompt as per-message estimates, :class:`Calibration` learns from reported usage, and

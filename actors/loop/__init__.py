@@ -2,7 +2,7 @@
 
 :class:`LoopDetector` judges proposed tool calls (``propose``), learns their results
 (``record_result``) and watches streamed text (``feed_text``); each answer is a
-:class:`Decision` at one of three levels. The bus actor is ``actors.loop_monitor``.
+:class:`Decision` at one of three levels. The bus actor is ``actors.loop.monitor``.
 """
 
 from __future__ import annotations

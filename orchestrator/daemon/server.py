@@ -29,8 +29,8 @@ import uvicorn
 from orchestrator.config import Config
 from orchestrator.daemon.app import create_app
 from orchestrator.daemon.lifespan import Daemon
-from orchestrator.serving import serve_on
 from orchestrator.sim import Scenario
+from orchestrator.web.serving import serve_on
 
 __all__ = ["RunningDaemon", "open_daemon", "serve_daemon"]
 

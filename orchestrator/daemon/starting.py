@@ -18,7 +18,7 @@ from orchestrator.daemon.policy import admit
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.report import ReportOptions, simulated_models, start_report
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
-from orchestrator.scenario_runs import start_scenario
+from orchestrator.scenarios.runs import start_scenario
 from orchestrator.sim import Scenario
 
 __all__ = ["report_path", "start_request"]

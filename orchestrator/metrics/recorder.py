@@ -34,7 +34,7 @@ from anyio.abc import TaskStatus
 from prometheus_client import CollectorRegistry
 
 from actors.context import window_for
-from actors.loop_monitor import SOURCE as LOOP_MONITOR
+from actors.loop.monitor import SOURCE as LOOP_MONITOR
 from bus import (
     AbortRequested,
     ActorFailed,

@@ -19,7 +19,7 @@ import msgspec
 from actors.tools.figure import warn_about_figure_sandbox
 from bus import Progress
 from orchestrator.config import Config
-from orchestrator.progress_view import ProgressView
+from orchestrator.pipeline.progress_view import ProgressView
 from orchestrator.report.run import start_report
 from orchestrator.report.workflow import ReportOptions, simulated_models
 from orchestrator.result import RunResult, describe_ending, result_summary

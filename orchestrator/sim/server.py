@@ -18,9 +18,9 @@ import anyio
 import uvicorn
 from anyio.abc import TaskStatus
 
-from orchestrator.serving import serve_on
 from orchestrator.sim.app import make_app
 from orchestrator.sim.scenario import Scenario
+from orchestrator.web.serving import serve_on
 
 __all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "RunningSimulator", "open_simulator", "serve_simulator"]
 

@@ -22,7 +22,7 @@ from orchestrator.config import Config
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
 from orchestrator.result import RunResult, result_summary
-from orchestrator.scenario_runs import expectation_mismatches
+from orchestrator.scenarios.runs import expectation_mismatches
 from orchestrator.sim import Scenario, shipped_scenarios
 
 __all__ = ["Demo", "DemoRow", "format_table", "run_demo"]

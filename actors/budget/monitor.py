@@ -6,7 +6,7 @@
 * ``deadline_seconds``: one timer task serves every run (a heap of deadlines), so a run
   that is waiting on a slow model or tool is stopped when its time is up, not at the next
   checkpoint; checkpoints check the clock too.
-* tokens and cost (:mod:`actors.token_budget` decides): each ``ModelReplied`` carries the
+* tokens and cost (:mod:`actors.budget.tokens` decides): each ``ModelReplied`` carries the
   run's total usage. In ceiling mode a warning nudge comes once at 90% of the output-token
   budget, and the output-token, input-token and cost ceilings stop the run when a turn ends
   (its tools ran; no further model call is made). In target mode a reply that ends the turn
@@ -27,7 +27,7 @@ from typing import assert_never
 import anyio
 from anyio.abc import TaskStatus
 
-from actors.token_budget import BudgetNudge, BudgetStop, TokenAccount, TokenLimits
+from actors.budget.tokens import BudgetNudge, BudgetStop, TokenAccount, TokenLimits
 from bus import (
     Bus,
     ExitReason,

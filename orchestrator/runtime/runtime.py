@@ -31,17 +31,17 @@ import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 from prometheus_client import CollectorRegistry
 
-from actors.budget_monitor import BudgetMonitor
+from actors.budget.monitor import BudgetMonitor
 from actors.context import ContextPolicy, apply_folds, compaction_prompt, summary_message
-from actors.context_gatekeeper import ContextGatekeeper
+from actors.context.gatekeeper import ContextGatekeeper
 from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
+from actors.llm.caller import LLMCaller
 from actors.llm.settings import EndpointSettings
-from actors.llm_caller import LLMCaller
 from actors.loop import PRESETS, LoopConfig
-from actors.loop_monitor import LoopMonitor
-from actors.progress_reporter import ProgressReporter
-from actors.tool_executor import ToolExecutor
+from actors.loop.monitor import LoopMonitor
+from actors.progress.reporter import ProgressReporter
 from actors.tools import ToolExecutorSettings, ToolLimits, ToolRegistry, default_registry
+from actors.tools.executor import ToolExecutor
 from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec
 from orchestrator.conductor import (
     Conductor,
@@ -58,12 +58,12 @@ from orchestrator.config import (
     run_settings,
 )
 from orchestrator.errors import ConfigError, RuntimeClosedError
-from orchestrator.event_log import EventLog
-from orchestrator.heap import freeze_long_lived
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
 from orchestrator.metrics.collectors import ToolCacheCollector
 from orchestrator.result import RunResult
-from orchestrator.scenario_tools import scripted_tool_from
+from orchestrator.runtime.event_log import EventLog
+from orchestrator.runtime.heap import freeze_long_lived
+from orchestrator.scenarios.tools import scripted_tool_from
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 
 __all__ = ["ModelActor", "RunHandle", "RunJournal", "RunSpec", "Runtime", "StartPoint"]

@@ -1,0 +1,1 @@
+"""The progress reporter: progress events with index/total from the run's plan."""
