@@ -354,6 +354,10 @@ class Nudge(Message, frozen=True, kw_only=True):
     continues: bool = False
     """An answer to a reply without tool calls: continue the run (inject this nudge and
     call the model again) instead of completing it."""
+    keeps_answer: bool = False
+    """With ``continues``: the reply it answers stays part of the answer (a token target:
+    the answer grows); without, that reply is dropped and only the next one counts (a stop
+    hook's veto)."""
 
 
 class Fold(msgspec.Struct, frozen=True, kw_only=True, gc=False):

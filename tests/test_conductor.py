@@ -201,6 +201,31 @@ async def test_a_nudge_is_injected_before_the_next_model_call() -> None:
     assert roles(result) == ["user", "assistant", "tool", "user", "assistant"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "keeps_answer", "output"),
+    [
+        ("hook.review", True, "First.\n\nSecond."),  # the flag decides, not the kind
+        ("budget.continue", False, "Second."),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_continued_answer_is_kept_only_when_the_nudge_says_so(
+    kind: str, keeps_answer: bool, output: str
+) -> None:
+    nudge = Nudge(
+        run_id=RUN_ID,
+        kind=kind,
+        text="Go on.",
+        source="m",
+        continues=True,
+        keeps_answer=keeps_answer,
+    )
+    script = Script([said("First."), said("Second.")]).on(ModelReplied, nudge, turn=1)
+    result, _ = await conduct(script)
+    assert (result.cause, result.turns) == ("model.end_turn", 2)
+    assert result.output == output
+
+
 @pytest.mark.asyncio
 async def test_a_blocked_call_is_answered_with_the_verdict_and_not_run() -> None:
     block = ToolVerdict(

@@ -180,6 +180,7 @@ class BudgetMonitor:
                         text=text,
                         source="budget_monitor",
                         continues=continues,
+                        keeps_answer=continues,  # a token target: the answer grows
                     )
                 )
             case _:

@@ -185,14 +185,14 @@ class Conductor:
             await self._context.recover(self._control, model, refused, refusals)
 
     def _continued(self, reply: ModelReply) -> bool:
-        """A monitor answered this end of turn "keep working": a token target (the answer
-        grows, so its parts are kept) or a stop hook's veto (the answer is refused, so only
-        the next one counts)."""
+        """A monitor answered this end of turn "keep working" (``Nudge.continues``). Its
+        ``keeps_answer`` says whether this reply stays part of the answer (a token target:
+        the answer grows) or is dropped (a stop hook's veto: only the next one counts)."""
         run = self._run
         continuing = [n for n in self._control.nudges if n.continues]
         if not continuing:
             return False
-        if any(n.kind.startswith("budget.") for n in continuing):
+        if any(n.keeps_answer for n in continuing):
             run.continued.append(run.recovered(reply.text))
         run.pieces.clear()
         run.output = joined(run.continued)
