@@ -12,12 +12,14 @@ from actors.loop import (
     GEMINI,
     GEMINI_RECOVERY_TEXT,
     OPENCLAW,
+    PRESETS,
     STRICT,
     STRICT_NUDGE_TEXT,
     Decision,
     LoopConfig,
     LoopDetector,
 )
+from actors.loop.presets import OFF
 
 Call = tuple[str, str]
 Result = Callable[[int, Call], str]
@@ -269,3 +271,18 @@ def test_strict_stops_a_collapsed_model_within_five_proposals() -> None:
         decision = detector.propose(*A)
         proposals += 1
     assert proposals == 5
+
+
+# --------------------------------------------------------------------------- off
+
+
+def test_off_detects_nothing() -> None:
+    # every preset stops these calls (gemini also the chanting): off lets all of them through
+    for calls in ([A] * 100, [A, B] * 50, [A, B, C] * 30, [POLL] * 100):
+        assert drive(OFF, calls)[0] == []
+    detector = LoopDetector(OFF)
+    chant = "The same sentence again and again. " * 400
+    levels = {detector.feed_text(chant[i : i + 50]).level for i in range(0, len(chant), 50)}
+    assert levels == {"none"}
+    assert OFF.name == "off"
+    assert OFF not in PRESETS.values()  # PRESETS holds the presets that detect something

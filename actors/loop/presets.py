@@ -15,6 +15,8 @@
   2..5 repeated 5 times in the last 25 calls (the 10th call of A,B…, the 15th of period 3),
   content chanting; strike 1 refuses the call (or cuts the stream) and injects gemini's
   recovery text, strike 2 stops the run.
+* ``OFF``: every detector disabled (``loop_preset = "off"``): fuses off, for comparisons.
+  It is not in ``PRESETS``, which holds the presets that detect something.
 
 The deliberate differences are listed in ``docs/loop-detection.md``.
 """
@@ -35,7 +37,15 @@ from actors.loop.config import (
     StrikesConfig,
 )
 
-__all__ = ["GEMINI", "GEMINI_RECOVERY_TEXT", "OPENCLAW", "PRESETS", "STRICT", "STRICT_NUDGE_TEXT"]
+__all__ = [
+    "GEMINI",
+    "GEMINI_RECOVERY_TEXT",
+    "OFF",
+    "OPENCLAW",
+    "PRESETS",
+    "STRICT",
+    "STRICT_NUDGE_TEXT",
+]
 
 STRICT_NUDGE_TEXT: Final = (
     "You are calling the same tool with the same arguments again. What you have read is "
@@ -98,3 +108,14 @@ GEMINI: Final = LoopConfig(
 )
 
 PRESETS: Final[dict[str, LoopConfig]] = {"strict": STRICT, "openclaw": OPENCLAW, "gemini": GEMINI}
+
+OFF: Final = LoopConfig(
+    name="off",
+    generic_repeat=GenericRepeatConfig(enabled=False),
+    poll_no_progress=_OFF_POLL,
+    ping_pong=_OFF_PING_PONG,
+    global_breaker=_OFF_GLOBAL,
+    cycle=CycleConfig(enabled=False),
+    content=ContentConfig(enabled=False),
+)
+"""Loop detection off: what ``loop_preset = "off"`` runs with (and a run with no config)."""

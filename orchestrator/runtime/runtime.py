@@ -39,6 +39,7 @@ from actors.llm.caller import LLMCaller
 from actors.llm.settings import EndpointSettings
 from actors.loop import PRESETS, LoopConfig
 from actors.loop.monitor import LoopMonitor
+from actors.loop.presets import OFF
 from actors.progress.reporter import ProgressReporter
 from actors.tools import ToolExecutorSettings, ToolLimits, ToolRegistry, default_registry
 from actors.tools.executor import ToolExecutor
@@ -70,25 +71,6 @@ __all__ = ["ModelActor", "RunHandle", "RunJournal", "RunSpec", "Runtime", "Start
 
 logger = logging.getLogger("loopfuse.runtime")
 
-
-def _all_off() -> LoopConfig:
-    base = LoopConfig(name="off")
-    sections = (
-        "generic_repeat",
-        "poll_no_progress",
-        "ping_pong",
-        "global_breaker",
-        "cycle",
-        "content",
-    )
-    return msgspec.structs.replace(
-        base,
-        **{name: msgspec.structs.replace(getattr(base, name), enabled=False) for name in sections},
-    )
-
-
-OFF: Final = _all_off()
-"""Loop detection off: what ``loop_preset = "off"`` runs with (fuses off, for comparisons)."""
 
 KEEP_FINISHED_RUNS: Final = 1_000
 """Finished runs whose events and result a runtime keeps for late readers."""
