@@ -7,7 +7,8 @@ turn a ``ModelReply`` with the call, its ``ToolCallProposed`` (with the conducto
 fingerprint) and its ``ToolResult`` (with the tool executor's result fingerprint), and
 ``RunFinished``. The messages are built before the clock starts.
 
-* ``monitor``: :meth:`LoopMonitor.handle` of a fresh monitor over every message, CPU time
+* ``monitor``: a fresh monitor's function of each message's type
+  (:meth:`LoopMonitor.handlers`, as the bus calls them) over every message, CPU time
   (``time.process_time``) per proposed call;
 * ``engine``: :meth:`LoopDetector.propose` + :meth:`LoopDetector.record_result` alone, per
   call, fingerprints given as the monitor gives them;
@@ -106,9 +107,10 @@ def run_messages(runs: int, calls: int, *, finish: bool = True) -> Iterator[Mess
 
 
 def _monitor_us(config: LoopConfig, messages: Sequence[Message], calls: int) -> float:
-    handle = LoopMonitor(Bus(), config).handle
+    handlers = LoopMonitor(Bus(), config).handlers()  # what the bus calls, by type
+    deliveries = [(handlers[type(msg)], msg) for msg in messages]
     start = time.process_time()
-    for msg in messages:
+    for handle, msg in deliveries:
         handle(msg)
     return (time.process_time() - start) / calls * 1e6
 

@@ -5,10 +5,11 @@ path: the metrics recorder and the event log (every message), the budget monitor
 runner (no hooks configured, as in the workload), the progress reporter and the loop
 monitor (preset ``strict``). The messages are the workload's own, captured from real runs
 (:func:`bench.recorder.capture_messages`); each component gets the types it subscribes to,
-in their order, through the handler the bus calls inline. A fresh instance per pass (set up
-as the runtime sets it up, untimed), ``repeat`` passes per repetition; only the handler
-calls are timed, in CPU time (``time.process_time``). The figures are µs per turn (the
-bus's own delivery, the same for every handler, is not in them). Progress goes to stderr.
+in their order, through what the bus calls inline (its handler, or its function of the
+message's type). A fresh instance per pass (set up as the runtime sets it up, untimed),
+``repeat`` passes per repetition; only the handler calls are timed, in CPU time
+(``time.process_time``). The figures are µs per turn (the bus's own delivery, the same for
+every handler, is not in them). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import anyio
@@ -51,11 +52,12 @@ Handler = Callable[[Any], object]
 
 
 class Component(NamedTuple):
-    """How to set up one observer for a pass: ``make(run_ids)`` returns the handler the
-    bus calls; ``types`` are the message types it subscribes to (``None``: every one)."""
+    """How to set up one observer for a pass: ``make(run_ids)`` returns what the bus calls
+    (one handler for every message, or the function of each type it handles); ``types``
+    are the message types it subscribes to (``None``: every one)."""
 
     name: str
-    make: Callable[[Sequence[str]], Handler]
+    make: Callable[[Sequence[str]], Handler | Mapping[type, Handler]]
     types: tuple[type, ...] | None
 
 
@@ -63,11 +65,7 @@ def _event_log(run_ids: Sequence[str]) -> Handler:
     log = EventLog(Bus())
     for run_id in run_ids:  # as the runtime does before a run's first message
         log.open_run(run_id)
-    return log._record
-
-
-def _loop_monitor(run_ids: Sequence[str]) -> Handler:
-    return LoopMonitor(Bus(), lambda run_id: STRICT).handle
+    return log.record
 
 
 COMPONENTS: tuple[Component, ...] = (
@@ -75,7 +73,7 @@ COMPONENTS: tuple[Component, ...] = (
     Component("event_log", _event_log, None),
     Component(
         "budget_monitor",
-        lambda run_ids: BudgetMonitor(Bus())._handle,
+        lambda run_ids: BudgetMonitor(Bus()).handlers(),
         (RunStarted, RunFinished, TurnStarted, TurnEnded, ToolCallProposed, ModelReplied),
     ),
     Component(
@@ -85,12 +83,12 @@ COMPONENTS: tuple[Component, ...] = (
     ),
     Component(
         "progress_reporter",
-        lambda run_ids: ProgressReporter(Bus())._handle,
+        lambda run_ids: ProgressReporter(Bus()).handlers(),
         (RunStarted, TurnStarted, RunEnding),
     ),
     Component(
         "loop_monitor",
-        _loop_monitor,
+        lambda run_ids: LoopMonitor(Bus(), lambda run_id: STRICT).handlers(),
         (RunStarted, RunFinished, ToolCallProposed, ToolResult, ModelTextDelta, ModelReply),
     ),
 )
@@ -115,9 +113,13 @@ def time_component(
     mine = [m for m in messages if component.types is None or type(m) in component.types]
     spent = 0.0
     for _ in range(repeat):
-        handle = component.make(run_ids)
+        made = component.make(run_ids)
+        if isinstance(made, Mapping):  # the bus calls each type's function itself
+            deliveries = [(made[type(msg)], msg) for msg in mine]
+        else:
+            deliveries = [(made, msg) for msg in mine]
         started = time.process_time()
-        for msg in mine:
+        for handle, msg in deliveries:
             handle(msg)
         spent += time.process_time() - started
     return spent

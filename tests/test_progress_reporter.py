@@ -9,7 +9,7 @@ import pytest
 
 from actors.progress.reporter import ProgressReporter
 from bus import ExitReason, Progress, RunEnding, RunStarted, TurnStarted
-from tests.published import Published
+from tests.published import Published, feed
 
 
 def _position(stages: tuple[str, ...], stage: str) -> int:
@@ -93,22 +93,20 @@ def random_messages(rng: random.Random) -> list[RunStarted | TurnStarted | RunEn
 def test_progress_follows_the_rules_on_random_runs(seed: int) -> None:
     messages = random_messages(random.Random(seed))
     published = Published()
-    reporter = ProgressReporter(published.bus)
-    for msg in messages:
-        reporter._handle(msg)
+    feed(ProgressReporter(published.bus).handlers(), *messages)
     assert published.messages == expected(messages)
 
 
 def test_a_stage_plan_is_reported_with_its_denominator_and_skips() -> None:
     published = Published()
-    reporter = ProgressReporter(published.bus)
     plan = ("plan", "draft", "review")
-    reporter._handle(
-        RunStarted(run_id="r", trace_id="t", task="x", model="m", stage="plan", plan=plan)
+    feed(
+        ProgressReporter(published.bus).handlers(),
+        RunStarted(run_id="r", trace_id="t", task="x", model="m", stage="plan", plan=plan),
+        TurnStarted(run_id="r", turn=1, stage="plan", prompt_messages=1),
+        TurnStarted(run_id="r", turn=2, stage="draft", prompt_messages=1),
+        RunEnding(run_id="r", exit_reason=ExitReason.MAX_TURNS, cause="c"),
     )
-    reporter._handle(TurnStarted(run_id="r", turn=1, stage="plan", prompt_messages=1))
-    reporter._handle(TurnStarted(run_id="r", turn=2, stage="draft", prompt_messages=1))
-    reporter._handle(RunEnding(run_id="r", exit_reason=ExitReason.MAX_TURNS, cause="c"))
     progress = [msg for msg in published.messages if isinstance(msg, Progress)]
     assert len(progress) == len(published.messages)
     assert [(p.stage, p.index, p.total, p.status) for p in progress] == [

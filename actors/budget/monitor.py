@@ -22,7 +22,7 @@ import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import assert_never
+from typing import Any, assert_never
 
 import anyio
 from anyio.abc import TaskStatus
@@ -31,6 +31,7 @@ from actors.budget.tokens import BudgetNudge, BudgetStop, TokenAccount, TokenLim
 from bus import (
     Bus,
     ExitReason,
+    Message,
     ModelReplied,
     Nudge,
     RunFinished,
@@ -42,8 +43,6 @@ from bus import (
 )
 
 __all__ = ["BudgetMonitor"]
-
-_Message = RunStarted | RunFinished | TurnStarted | TurnEnded | ToolCallProposed | ModelReplied
 
 
 @dataclass(slots=True)
@@ -69,81 +68,80 @@ class BudgetMonitor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes this subscription."""
+        handlers = self.handlers()
         subscription = self._bus.subscribe(
-            RunStarted,
-            RunFinished,
-            TurnStarted,
-            TurnEnded,
-            ToolCallProposed,
-            ModelReplied,
-            name="budget_monitor",
-            answers=True,
-            inline=True,
+            *handlers, name="budget_monitor", answers=True, inline=True
         )
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_deadlines)
             task_status.started()
-            await subscription.serve(self._handle)
+            await subscription.serve_by_type(handlers)
             tg.cancel_scope.cancel()
 
     def active_runs(self) -> int:
         return len(self._runs)
 
-    def _handle(self, msg: _Message) -> None:
-        # Called inline four times a turn: the per-turn types first, each tested by
-        # identity (bus messages have no subclasses; a ``match`` of class patterns costs
-        # several times more). mypy cannot see this chain is exhaustive, so the last
-        # branch does at run time what ``assert_never`` would.
-        if type(msg) is TurnStarted:
-            budget = self._runs.get(msg.run_id)
-            if (
-                budget is not None
-                and budget.deadline_at is not None
-                and self._clock() >= budget.deadline_at
-            ):
-                self._deadline_passed(msg.run_id)
-        elif type(msg) is TurnEnded:
-            budget = self._runs.get(msg.run_id)
-            if budget is None:
-                return
-            if budget.max_turns and msg.turn >= budget.max_turns:
-                self._stop(
-                    msg.run_id,
-                    "budget.max_turns",
-                    f"Reached the limit of {budget.max_turns} turns (max_turns).",
-                )
-            if budget.tokens is not None:
-                self._answer(msg.run_id, budget.tokens.exhausted())
-        elif type(msg) is ToolCallProposed:
-            budget = self._runs.get(msg.run_id)
-            if budget is None:
-                return
-            budget.proposed += 1
-            if budget.max_tool_calls and budget.proposed > budget.max_tool_calls:
-                self._stop(
-                    msg.run_id,
-                    "budget.max_tool_calls",
-                    f"Call {budget.proposed} ({msg.call.name}) would exceed the limit of "
-                    f"{budget.max_tool_calls} tool calls (max_tool_calls); it did not run.",
-                    per_call=True,
-                )
-        elif type(msg) is ModelReplied:
-            budget = self._runs.get(msg.run_id)
-            if budget is None or budget.tokens is None or budget.stopped:
-                return
-            total = msg.total_usage
-            answer = budget.tokens.replied(
-                total.prompt_tokens,
-                total.completion_tokens,
-                ended_turn=msg.tool_calls == 0 and msg.finish_reason != "length",
+    def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
+        """The function of each message type the monitor handles (what the bus calls)."""
+        return {
+            TurnStarted: self._turn_started,
+            TurnEnded: self._turn_ended,
+            ToolCallProposed: self._call_proposed,
+            ModelReplied: self._replied,
+            RunStarted: self._run_started,
+            RunFinished: self._run_finished,
+        }
+
+    def _turn_started(self, msg: TurnStarted) -> None:
+        budget = self._runs.get(msg.run_id)
+        if (
+            budget is not None
+            and budget.deadline_at is not None
+            and self._clock() >= budget.deadline_at
+        ):
+            self._deadline_passed(msg.run_id)
+
+    def _turn_ended(self, msg: TurnEnded) -> None:
+        budget = self._runs.get(msg.run_id)
+        if budget is None:
+            return
+        if budget.max_turns and msg.turn >= budget.max_turns:
+            self._stop(
+                msg.run_id,
+                "budget.max_turns",
+                f"Reached the limit of {budget.max_turns} turns (max_turns).",
             )
-            self._answer(msg.run_id, answer)
-        elif type(msg) is RunStarted:
-            self._run_started(msg)
-        elif type(msg) is RunFinished:
-            self._runs.pop(msg.run_id, None)
-        else:
-            raise AssertionError(f"budget monitor: unexpected {type(msg).__name__}")
+        if budget.tokens is not None:
+            self._answer(msg.run_id, budget.tokens.exhausted())
+
+    def _call_proposed(self, msg: ToolCallProposed) -> None:
+        budget = self._runs.get(msg.run_id)
+        if budget is None:
+            return
+        budget.proposed += 1
+        if budget.max_tool_calls and budget.proposed > budget.max_tool_calls:
+            self._stop(
+                msg.run_id,
+                "budget.max_tool_calls",
+                f"Call {budget.proposed} ({msg.call.name}) would exceed the limit of "
+                f"{budget.max_tool_calls} tool calls (max_tool_calls); it did not run.",
+                per_call=True,
+            )
+
+    def _replied(self, msg: ModelReplied) -> None:
+        budget = self._runs.get(msg.run_id)
+        if budget is None or budget.tokens is None or budget.stopped:
+            return
+        total = msg.total_usage
+        answer = budget.tokens.replied(
+            total.prompt_tokens,
+            total.completion_tokens,
+            ended_turn=msg.tool_calls == 0 and msg.finish_reason != "length",
+        )
+        self._answer(msg.run_id, answer)
+
+    def _run_finished(self, msg: RunFinished) -> None:
+        self._runs.pop(msg.run_id, None)
 
     def _run_started(self, msg: RunStarted) -> None:
         deadline = msg.started_at + msg.deadline_seconds if msg.deadline_seconds else None

@@ -52,13 +52,15 @@ from bus import (
     ToolVerdict,
 )
 
-__all__ = ["SOURCE", "HookRunner"]
+__all__ = ["HANDLED_TYPES", "SOURCE", "HookRunner"]
 
 logger = logging.getLogger("loopfuse.hooks")
 
 SOURCE: Final = "hook_runner"
 
 _Message = RunStarted | RunFinished | ToolCallProposed | ModelReply | ModelReplied
+HANDLED_TYPES: Final = (RunStarted, RunFinished, ToolCallProposed, ModelReply, ModelReplied)
+"""The message types :meth:`HookRunner.handle` takes (its answering subscription's)."""
 _encode = msgspec.json.Encoder().encode
 
 
@@ -101,16 +103,7 @@ class HookRunner:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes these subscriptions; started once subscribed."""
-        answering = self._bus.subscribe(
-            RunStarted,
-            RunFinished,
-            ToolCallProposed,
-            ModelReply,
-            ModelReplied,
-            name=self._name,
-            answers=True,
-            inline=True,
-        )
+        answering = self._bus.subscribe(*HANDLED_TYPES, name=self._name, answers=True, inline=True)
         aborts = self._bus.subscribe(AbortRequested, name=f"{self._name}.aborts", inline=True)
         try:
             async with anyio.create_task_group() as tg:

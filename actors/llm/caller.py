@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import aclosing
 from functools import partial
-from typing import Any, Final, NamedTuple, assert_never
+from typing import Any, Final, NamedTuple
 
 import anyio
 import msgspec
@@ -35,7 +36,7 @@ from actors.llm.stream import read_chunks
 from actors.llm.transport import RUN_ID_HEADER
 from actors.llm.wire import ToolSchemaError, WireTools, estimate_usage, prompt_chars, wire_messages
 from actors.workers import Workers
-from bus import Bus, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
+from bus import Bus, Message, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
 
 __all__ = ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
 
@@ -45,6 +46,7 @@ CLOSE_TIMEOUT_SECONDS: Final = 2.0
 """How long closing an abandoned response (or the client) may take."""
 
 _INCLUDE_USAGE: Final = {"include_usage": True}
+_TRACEPARENT: Final = b"traceparent"
 _encode = msgspec.json.Encoder().encode
 
 
@@ -95,9 +97,18 @@ class _Call:
 class LLMCaller:
     """The LLM caller actor for one endpoint, shared by every run of a runtime."""
 
-    def __init__(self, bus: Bus, endpoint: EndpointSettings) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        endpoint: EndpointSettings,
+        *,
+        traceparent: Callable[[ModelRequest], str | None] | None = None,
+    ) -> None:
+        """:param traceparent: the W3C ``traceparent`` header to send with a request (the
+        trace exporter's, naming the request's span), or ``None`` for none."""
         self._bus = bus
         self._endpoint = endpoint
+        self._traceparent = traceparent
         self._policy = RetryPolicy(
             max_attempts=endpoint.max_attempts,
             backoff_base=endpoint.backoff_base_seconds,
@@ -119,14 +130,15 @@ class LLMCaller:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve requests until the bus subscription closes; then abort what is in flight
         (each such run gets an aborted reply) and close the clients."""
-        sub = self._bus.subscribe(ModelRequest, ModelCancel, name="llm_caller", inline=True)
+        handlers = self.handlers()
+        sub = self._bus.subscribe(*handlers, name="llm_caller", inline=True)
         clients = self._clients = Clients(self._endpoint)
         try:
             async with anyio.create_task_group() as tg:
                 self._workers = Workers(tg)
                 task_status.started()
                 try:
-                    await sub.serve(self._handle)
+                    await sub.serve_by_type(handlers)
                     for call in list(self._active.values()):
                         call.cancel("caller stopped")
                 finally:
@@ -139,17 +151,15 @@ class LLMCaller:
 
     # ---------------------------------------------------------------- handling
 
-    def _handle(self, msg: ModelRequest | ModelCancel) -> None:
-        match msg:
-            case ModelRequest():
-                self._start(msg)
-            case ModelCancel():
-                call = self._active.get((msg.run_id, msg.turn))
-                if call is not None:
-                    logger.debug("cancel run %s turn %d: %s", msg.run_id, msg.turn, msg.reason)
-                    call.cancel(msg.reason)
-            case _:
-                assert_never(msg)
+    def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
+        """The function of each message type the caller handles (what the bus calls)."""
+        return {ModelRequest: self._start, ModelCancel: self._cancel}
+
+    def _cancel(self, msg: ModelCancel) -> None:
+        call = self._active.get((msg.run_id, msg.turn))
+        if call is not None:
+            logger.debug("cancel run %s turn %d: %s", msg.run_id, msg.turn, msg.reason)
+            call.cancel(msg.reason)
 
     def _start(self, request: ModelRequest) -> None:
         self._requests += 1
@@ -302,7 +312,14 @@ class LLMCaller:
         body["stream"] = stream
         if stream:
             body["stream_options"] = _INCLUDE_USAGE
-        response = await transport.post(_encode(body), call.request.run_id, stream=stream)
+        trace = self._traceparent
+        parent = trace(call.request) if trace is not None else None
+        response = await transport.post(
+            _encode(body),
+            call.request.run_id,
+            stream=stream,
+            headers=((_TRACEPARENT, parent.encode("ascii")),) if parent else (),
+        )
         if not stream:
             text = call.acc.feed_completion(decode_completion(response.content))
             call.ttft = anyio.current_time() - call.attempt_started

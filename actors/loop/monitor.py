@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, assert_never
+from typing import Any, Final, assert_never
 
 import anyio
 from anyio.abc import TaskStatus
@@ -31,6 +31,7 @@ from actors.loop import STRICT, Decision, LoopConfig, LoopDetector
 from bus import (
     Bus,
     ExitReason,
+    Message,
     ModelCancel,
     ModelReply,
     ModelTextDelta,
@@ -47,8 +48,6 @@ from bus import (
 __all__ = ["SOURCE", "LoopMonitor"]
 
 SOURCE: Final = "loop_monitor"
-
-_Message = RunStarted | RunFinished | ToolCallProposed | ToolResult | ModelTextDelta | ModelReply
 
 
 @dataclass(slots=True)
@@ -77,22 +76,14 @@ class LoopMonitor:
         self._name = name
         self._overrides: dict[str, LoopConfig] = {}
         self._runs: dict[str, _Run] = {}
+        self._table = self.handlers()  # for :meth:`handle`
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes this subscription; started once subscribed."""
-        subscription = self._bus.subscribe(
-            RunStarted,
-            RunFinished,
-            ToolCallProposed,
-            ToolResult,
-            ModelTextDelta,
-            ModelReply,
-            name=self._name,
-            answers=True,
-            inline=True,
-        )
+        handlers = self.handlers()
+        subscription = self._bus.subscribe(*handlers, name=self._name, answers=True, inline=True)
         try:
-            await subscription.serve(self.handle, task_status=task_status)
+            await subscription.serve_by_type(handlers, task_status=task_status)
         finally:
             self._bus.unsubscribe(subscription)
 
@@ -105,52 +96,67 @@ class LoopMonitor:
         call or streamed delta."""
         return len(self._runs)
 
-    def handle(self, msg: _Message) -> None:
-        """Handle one message; never blocks."""
-        # Called inline three times a turn (and at every streamed delta): each type tested
-        # by identity (bus messages have no subclasses; a ``match`` of class patterns costs
-        # several times more). mypy cannot see this chain is exhaustive, so the last
-        # branch does at run time what ``assert_never`` would.
-        if type(msg) is ToolCallProposed:
-            state = self._runs.get(msg.run_id) or self._new_run(msg.run_id)
-            if state.stopped:
-                return
-            call = msg.call
-            decision = state.detector.propose(
-                call.name, call.arguments, call_id=call.id, fingerprint=msg.fingerprint
+    def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
+        """The function of each message type the monitor handles (what the bus calls)."""
+        return {
+            ToolCallProposed: self._call_proposed,
+            ModelTextDelta: self._text_delta,
+            ToolResult: self._tool_result,
+            ModelReply: self._reply,
+            RunStarted: self._run_started,
+            RunFinished: self._run_finished,
+        }
+
+    def handle(self, msg: Message) -> None:
+        """Handle one message as the bus would; never blocks.
+
+        :raises KeyError: the monitor does not handle ``msg``'s type.
+        """
+        self._table[type(msg)](msg)
+
+    def _call_proposed(self, msg: ToolCallProposed) -> None:
+        state = self._runs.get(msg.run_id) or self._new_run(msg.run_id)
+        if state.stopped:
+            return
+        call = msg.call
+        decision = state.detector.propose(
+            call.name, call.arguments, call_id=call.id, fingerprint=msg.fingerprint
+        )
+        if decision.level != "none":
+            self._answer_call(state, msg, decision)
+
+    def _text_delta(self, msg: ModelTextDelta) -> None:
+        state = self._runs.get(msg.run_id) or self._new_run(msg.run_id)
+        if state.stopped:
+            return
+        if state.stream_turn != msg.turn:
+            state.detector.new_stream()
+            state.stream_turn = msg.turn
+        self._answer_text(state, msg, state.detector.feed_text(msg.text))
+
+    def _tool_result(self, msg: ToolResult) -> None:
+        known = self._runs.get(msg.run_id)
+        if known is not None and known.detector.reads_results:
+            known.detector.record_result(
+                msg.call_id,
+                msg.content,
+                msg.is_error,
+                result_fingerprint=msg.result_fingerprint,
             )
-            if decision.level != "none":
-                self._answer_call(state, msg, decision)
-        elif type(msg) is ModelTextDelta:
-            state = self._runs.get(msg.run_id) or self._new_run(msg.run_id)
-            if state.stopped:
-                return
-            if state.stream_turn != msg.turn:
-                state.detector.new_stream()
-                state.stream_turn = msg.turn
-            self._answer_text(state, msg, state.detector.feed_text(msg.text))
-        elif type(msg) is ToolResult:
-            known = self._runs.get(msg.run_id)
-            if known is not None and known.detector.reads_results:
-                known.detector.record_result(
-                    msg.call_id,
-                    msg.content,
-                    msg.is_error,
-                    result_fingerprint=msg.result_fingerprint,
-                )
-        elif type(msg) is ModelReply:
-            known = self._runs.get(msg.run_id)
-            if known is not None and known.stream_turn is not None:
-                # (no delta since the last new stream: the content state is fresh)
-                known.detector.new_stream()
-                known.stream_turn = None
-        elif type(msg) is RunStarted:
-            self._runs.pop(msg.run_id, None)
-        elif type(msg) is RunFinished:
-            self._runs.pop(msg.run_id, None)
-            self._overrides.pop(msg.run_id, None)
-        else:
-            raise AssertionError(f"loop monitor: unexpected {type(msg).__name__}")
+
+    def _reply(self, msg: ModelReply) -> None:
+        known = self._runs.get(msg.run_id)
+        if known is not None and known.stream_turn is not None:
+            # (no delta since the last new stream: the content state is fresh)
+            known.detector.new_stream()
+            known.stream_turn = None
+
+    def _run_started(self, msg: RunStarted) -> None:
+        self._runs.pop(msg.run_id, None)
+
+    def _run_finished(self, msg: RunFinished) -> None:
+        self._runs.pop(msg.run_id, None)
+        self._overrides.pop(msg.run_id, None)
 
     # ------------------------------------------------------------------ internals
 

@@ -56,6 +56,7 @@ from actors.workers import Workers
 from bus import (
     Bus,
     ExitReason,
+    Message,
     RunFinished,
     RunStarted,
     StopSignal,
@@ -73,8 +74,6 @@ LOOP_CAUSE: Final = "loop.cache_hits"
 
 TOOL_SETS_KEPT: Final = 256
 """Distinct sets of enabled tools kept for runs to share."""
-
-_Handled = RunStarted | ToolExecute | ToolsCancel | RunFinished
 
 
 class ToolExecutorStatistics(NamedTuple):
@@ -248,15 +247,14 @@ class ToolExecutor:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes; ``task_status.started()`` once subscribed."""
-        sub = self._bus.subscribe(
-            RunStarted, ToolExecute, ToolsCancel, RunFinished, name=SUBSCRIBER_NAME, inline=True
-        )
+        handlers = self.handlers()
+        sub = self._bus.subscribe(*handlers, name=SUBSCRIBER_NAME, inline=True)
         try:
             async with anyio.create_task_group() as tg:
                 self._workers = Workers(tg)
                 task_status.started()
                 try:
-                    await sub.serve(self._handle)
+                    await sub.serve_by_type(handlers)
                     for run in self._runs.values():
                         for batch in run.batches:
                             batch.cancel(0.0, "the tool executor stopped")
@@ -289,37 +287,39 @@ class ToolExecutor:
 
     # ------------------------------------------------------------------ messages
 
-    def _handle(self, msg: _Handled) -> None:
-        match msg:
-            case ToolExecute():  # the busy one first
-                self._execute(msg)
-            case RunStarted():
-                if msg.run_id not in self._runs:
-                    ctx = ToolContext(
-                        msg.run_id,
-                        Path(msg.folder) if msg.folder else None,
-                        self._settings.limits,
-                    )
-                    enabled = self._tool_sets.get(msg.tools)
-                    if enabled is None:  # runs with the same tools share one set
-                        if len(self._tool_sets) >= TOOL_SETS_KEPT:
-                            self._tool_sets.clear()
-                        enabled = self._tool_sets[msg.tools] = frozenset(msg.tools)
-                    self._runs[msg.run_id] = _Run(
-                        ctx, enabled, self._new_cache(msg), msg.tool_timeout_seconds
-                    )
-            case ToolsCancel():
-                if run := self._runs.get(msg.run_id):
-                    for batch in run.batches:
-                        if batch.turn == msg.turn:
-                            batch.cancel(msg.grace_seconds, msg.reason)
-            case RunFinished():
-                if run := self._runs.pop(msg.run_id, None):
-                    for batch in run.batches:
-                        batch.silent = True
-                        batch.cancel(0.0, "the run finished")
-            case _:
-                assert_never(msg)
+    def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
+        """The function of each message type the executor handles (what the bus calls)."""
+        return {
+            ToolExecute: self._execute,
+            RunStarted: self._run_started,
+            ToolsCancel: self._cancel,
+            RunFinished: self._run_finished,
+        }
+
+    def _run_started(self, msg: RunStarted) -> None:
+        if msg.run_id in self._runs:
+            return
+        ctx = ToolContext(
+            msg.run_id, Path(msg.folder) if msg.folder else None, self._settings.limits
+        )
+        enabled = self._tool_sets.get(msg.tools)
+        if enabled is None:  # runs with the same tools share one set
+            if len(self._tool_sets) >= TOOL_SETS_KEPT:
+                self._tool_sets.clear()
+            enabled = self._tool_sets[msg.tools] = frozenset(msg.tools)
+        self._runs[msg.run_id] = _Run(ctx, enabled, self._new_cache(msg), msg.tool_timeout_seconds)
+
+    def _cancel(self, msg: ToolsCancel) -> None:
+        if run := self._runs.get(msg.run_id):
+            for batch in run.batches:
+                if batch.turn == msg.turn:
+                    batch.cancel(msg.grace_seconds, msg.reason)
+
+    def _run_finished(self, msg: RunFinished) -> None:
+        if run := self._runs.pop(msg.run_id, None):
+            for batch in run.batches:
+                batch.silent = True
+                batch.cancel(0.0, "the run finished")
 
     def _execute(self, msg: ToolExecute) -> None:
         batch = _Batch(msg, self._settings.max_parallel_calls)
