@@ -66,7 +66,7 @@ def test_the_log_keeps_what_the_rules_say_on_random_sequences(seed: int) -> None
                     (turn(run_id, step), TurnEnded(run_id=run_id, turn=step, tool_calls=0))
                 )
             )
-            log._record(msg)
+            log.record(msg)
             reference.record(msg)
         for known in ids:
             events, dropped = reference.runs.get(known, ([], [0]))
@@ -78,7 +78,7 @@ def test_the_log_keeps_what_the_rules_say_on_random_sequences(seed: int) -> None
 async def test_a_follower_sees_every_event_live_and_stops_after_run_finished() -> None:
     log = EventLog(Bus())
     log.open_run("r1")
-    log._record(turn("r1", 1))
+    log.record(turn("r1", 1))
     seen: list[Message] = []
     caught_up = anyio.Event()
 
@@ -92,9 +92,9 @@ async def test_a_follower_sees_every_event_live_and_stops_after_run_finished() -
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow)
             await caught_up.wait()  # the follower waits for more
-            log._record(turn("r2", 1))  # another run's (not opened): not for it
-            log._record(turn("r1", 2))
-            log._record(finished("r1"))
+            log.record(turn("r2", 1))  # another run's (not opened): not for it
+            log.record(turn("r1", 2))
+            log.record(finished("r1"))
     assert seen == [turn("r1", 1), turn("r1", 2), finished("r1")]
     assert [e async for e in log.follow("r1", after=2)] == [finished("r1")]
 
@@ -103,7 +103,7 @@ async def test_a_follower_sees_every_event_live_and_stops_after_run_finished() -
 async def test_closing_a_run_stops_its_followers() -> None:
     log = EventLog(Bus())
     log.open_run("r1")
-    log._record(turn("r1", 1))
+    log.record(turn("r1", 1))
     seen: list[Message] = []
     caught_up = anyio.Event()
 

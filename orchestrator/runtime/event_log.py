@@ -86,7 +86,7 @@ class EventLog:
         """Record until the bus closes this subscription."""
         subscription = self._bus.subscribe(name="event_log", inline=True)
         task_status.started()
-        await subscription.serve(self._record)
+        await subscription.serve(self.record)
 
     def open_run(self, run_id: str) -> None:
         """Start keeping ``run_id``'s events (before its first message is published)."""
@@ -112,7 +112,8 @@ class EventLog:
         """Yield ``run_id``'s events from position ``after``, live, until the run ends."""
         return _Follower(self._runs, run_id, after)
 
-    def _record(self, msg: Message) -> None:
+    def record(self, msg: Message) -> None:
+        """Keep ``msg`` if its run is open (what the bus calls with every message)."""
         # Called inline for every message of every run: a type check rather than
         # isinstance (bus messages have no subclasses), and no call unless someone follows.
         log = self._runs.get(msg.run_id)
