@@ -29,6 +29,7 @@ from actors.context import (
 )
 from actors.context.policy import RESERVE_MAX, WINDOW_MAX
 from actors.hooks import Hook
+from actors.llm.settings import EndpointLimits
 from actors.loop import LoopConfig, LoopConfigError, check_config
 from actors.tools.limits import IMAGE_MAX_BYTES, FigureSandbox
 from orchestrator.config_ranges import range_at
@@ -81,7 +82,6 @@ RUN_TOKENS_MAX: Final = 10**12
 COST_MAX: Final = 1e9
 PRICE_MAX: Final = 1e6
 """A price per million tokens."""
-ATTEMPTS_MAX: Final = 100
 RECOVERIES_MAX: Final = 100
 CACHE_HITS_MAX: Final = 10_000
 CACHE_ENTRIES_MAX: Final = 10_000
@@ -112,19 +112,15 @@ class _Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     pass
 
 
-class ModelSettings(_Settings, frozen=True, kw_only=True):
-    """The model endpoint. With no ``base_url`` the embedded simulator serves the runs."""
+class ModelSettings(EndpointLimits, frozen=True, kw_only=True):
+    """The model endpoint. With no ``base_url`` the embedded simulator serves the runs.
+
+    Its timeouts, retries and deadline (``timeout_seconds`` … ``call_deadline_seconds``),
+    with their defaults and ranges, are the LLM caller's :class:`EndpointLimits`."""
 
     base_url: str | None = None
     model: str = "completed"
     api_key_env: str = "OPENAI_API_KEY"
-    timeout_seconds: Seconds = 60.0
-    connect_timeout_seconds: Seconds = 5.0
-    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=ATTEMPTS_MAX)] = 4
-    backoff_base_seconds: Grace = 0.5
-    backoff_cap_seconds: Grace = 8.0
-    retry_after_cap_seconds: Grace = 30.0
-    call_deadline_seconds: Seconds = 300.0
     max_output_tokens: ReplyTokens | None = 8192
     """``max_tokens`` of one request (``None``: send none, the server decides)."""
     escalated_max_tokens: ReplyTokens | None = 65536

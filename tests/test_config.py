@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Config, load_config, run_settings
+from actors.llm.settings import EndpointLimits, EndpointSettings, endpoint_settings
+from orchestrator.config import Config, ModelSettings, load_config, run_settings
 from orchestrator.errors import ConfigError
 
 
@@ -92,3 +93,17 @@ def test_run_settings_take_the_config_defaults_and_the_overrides() -> None:
     with pytest.raises(ConfigError) as caught:
         run_settings(Config(), {"deadline_seconds": 0})
     assert caught.value.key == "config.deadline_seconds"
+
+
+def test_the_model_section_is_the_llm_callers_endpoint_limits(tmp_path: Path) -> None:
+    # One definition: the defaults are the documented ones (README: a 30 s Retry-After cap)
+    # on both sides, and every limit set under [model] reaches the endpoint.
+    assert ModelSettings().retry_after_cap_seconds == 30.0
+    assert EndpointSettings(base_url="http://127.0.0.1:9/v1").retry_after_cap_seconds == 30.0
+    defaults = EndpointLimits()
+    limits = {name: getattr(defaults, name) * 2 + 1 for name in EndpointLimits.__struct_fields__}
+    text = "[model]\n" + "".join(f"{name} = {value}\n" for name, value in limits.items())
+    config = load_config(write(tmp_path, text), environ={})
+    endpoint = endpoint_settings(config.model, base_url="http://127.0.0.1:9/v1", api_key="k")
+    assert {name: getattr(endpoint, name) for name in EndpointLimits.__struct_fields__} == limits
+    assert (endpoint.base_url, endpoint.api_key) == ("http://127.0.0.1:9/v1", "k")

@@ -241,7 +241,7 @@ async def test_the_deadline_is_absolute_despite_keep_alives(tmp_path: Path) -> N
     scenario = write_scenario(tmp_path, "stall", steps)
     async with (
         open_simulator([scenario]) as sim,
-        open_caller(sim.base_url, call_deadline_seconds=0.3, request_timeout_seconds=0.1) as (
+        open_caller(sim.base_url, call_deadline_seconds=0.3, timeout_seconds=0.1) as (
             bus,
             _,
         ),

@@ -174,7 +174,7 @@ async def test_connection_refused_is_a_connection_error_not_a_timeout() -> None:
 async def test_no_answer_in_time_is_a_timeout() -> None:
     with socket.create_server(("127.0.0.1", 0)) as sock:  # accepts, never answers
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-        async with open_clients(url, request_timeout_seconds=0.2) as pool:
+        async with open_clients(url, timeout_seconds=0.2) as pool:
             with anyio.fail_after(WAIT), pytest.raises(openai.APITimeoutError) as caught:
                 await pool.transport_for_run("r").post(b"{}", "r", stream=True)
     assert isinstance(caught.value.__cause__, httpx2.ReadTimeout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Final
 
@@ -43,7 +44,6 @@ from bus import (
     Usage,
 )
 from orchestrator.metrics import MetricsRecorder, new_registry
-from orchestrator.metrics.definitions import _version
 
 FROZEN: Final = 1_700_000_000.5
 HERE: Final = Path(__file__).parent
@@ -267,7 +267,8 @@ def scripted_registry() -> CollectorRegistry:
 
 def normalised(text: str) -> str:
     """``text`` with the build labels replaced by placeholders."""
-    return text.replace(f'version="{_version()}"', 'version="<version>"').replace(
+    version = metadata.version("loopfuse")  # what the build_info metric reads
+    return text.replace(f'version="{version}"', 'version="<version>"').replace(
         f'python_version="{platform.python_version()}"', 'python_version="<python>"'
     )
 

@@ -75,7 +75,7 @@ class Clients:
             api_key=endpoint.api_key or NO_API_KEY,
             max_retries=0,
             timeout=openai.Timeout(
-                endpoint.request_timeout_seconds, connect=endpoint.connect_timeout_seconds
+                endpoint.timeout_seconds, connect=endpoint.connect_timeout_seconds
             ),
             default_headers=dict(endpoint.extra_headers) or None,
             http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),

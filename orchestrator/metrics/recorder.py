@@ -1,24 +1,15 @@
 """The metrics recorder: the one bus subscriber that turns messages into Prometheus metrics.
 
-It is an **inline observer** of every message type: the bus calls its synchronous handler
-during each publish (no mailbox, no task to wake), and a run never waits for anything but
-that call. So the call must be cheap: about ten messages per turn, well under a microsecond
-each (``python -m bench.recorder``). Each message type has its handler (a dict lookup, no
-``match`` chain); the series it changes are plain Python numbers
-(:mod:`orchestrator.metrics.series`) looked up once per run or label set; Prometheus samples
-are only built when the registry is scraped. (Its subscription still names
-``on_full="drop"`` and :data:`METRICS_MAILBOX_SIZE`; inline, the bus queues only what is
-published before it serves, without a limit, so it never drops.)
-
-Per-run state is bounded (:data:`MAX_TRACKED_RUNS`), so a lost ``RunFinished`` cannot make
-it grow forever. A bug in the recorder is counted (``loopfuse_metrics_recorder_errors_total``)
-and logged, never raised: a metrics fault must not end a run.
-
-Cost is computed from each reply's usage and the run's prices (``RunStarted``). What the
-bus does not carry yet has a method here (the seams): :meth:`record_cost`,
-:meth:`record_context_action`, :meth:`observe_store_write` and :meth:`set_context_window`.
-Whoever owns that fact calls the method (or publishes a
-message whose handler below calls it); no other code touches a metric.
+An inline observer of every message type: it counts each message and calls its type's
+handler (:meth:`MetricsRecorder.handlers`; the types of :data:`COUNTED_ONLY` have none).
+Series are plain numbers (:mod:`orchestrator.metrics.series`), turned into samples only
+when the registry is scraped. Per-run state is bounded (:data:`MAX_TRACKED_RUNS`), so a lost
+``RunFinished`` cannot make it grow forever. A fault in the recorder is counted
+(``loopfuse_metrics_recorder_errors_total``) and logged, never raised: a metrics fault must
+not end a run. Cost is each reply's usage times the run's prices (``RunStarted``); facts the
+bus does not carry have a method here (:meth:`~MetricsRecorder.record_cost`,
+:meth:`~MetricsRecorder.record_context_action`, :meth:`~MetricsRecorder.observe_store_write`,
+:meth:`~MetricsRecorder.set_context_window`), and no other code touches a metric.
 """
 
 from __future__ import annotations
@@ -314,6 +305,11 @@ class MetricsRecorder:
     def tracked_runs(self) -> int:
         """Runs whose state the recorder holds (started, not yet finished)."""
         return len(self._runs)
+
+    def handlers(self) -> dict[type, Callable[[Any], None]]:
+        """The handler of each message type that changes more than its message count (the
+        types of :data:`COUNTED_ONLY` are only counted)."""
+        return dict(self._handlers)
 
     # ------------------------------------------------------------------ messages
 

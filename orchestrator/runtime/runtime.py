@@ -36,7 +36,7 @@ from actors.context import ContextPolicy, apply_folds, compaction_prompt, summar
 from actors.context.gatekeeper import ContextGatekeeper
 from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
 from actors.llm.caller import LLMCaller
-from actors.llm.settings import EndpointSettings
+from actors.llm.settings import EndpointSettings, endpoint_settings
 from actors.loop import PRESETS, LoopConfig
 from actors.loop.monitor import LoopMonitor
 from actors.loop.presets import OFF
@@ -418,16 +418,8 @@ class Runtime:
     def _endpoint(self, base_url: str) -> EndpointSettings:
         model = self.config.model
         try:
-            return EndpointSettings(
-                base_url=base_url,
-                api_key=os.environ.get(model.api_key_env, ""),
-                request_timeout_seconds=model.timeout_seconds,
-                connect_timeout_seconds=model.connect_timeout_seconds,
-                max_attempts=model.max_attempts,
-                backoff_base_seconds=model.backoff_base_seconds,
-                backoff_cap_seconds=model.backoff_cap_seconds,
-                retry_after_cap_seconds=model.retry_after_cap_seconds,
-                call_deadline_seconds=model.call_deadline_seconds,
+            return endpoint_settings(
+                model, base_url=base_url, api_key=os.environ.get(model.api_key_env, "")
             )
         except ValueError as exc:
             raise ConfigError("model.base_url", str(exc)) from None
