@@ -1,30 +1,17 @@
 """The in-process bus: typed subscriptions, bounded FIFO mailboxes, settling publishes.
 
-Two kinds of subscriber:
+* **answering** subscribers (monitors, hooks) may answer a message with a stop, a nudge or
+  a verdict: :meth:`Bus.publish_settled` returns once each of them has handled it, and so
+  everything published to it before (mailboxes are FIFO). The barrier rule of DESIGN.md.
+* **observers** (metrics, event log) are never waited for: a full mailbox makes the
+  publisher wait (``on_full="wait"``, lossless) or loses the message and counts it (``"drop"``).
+* either kind can be **inline**: a synchronous handler the bus calls during the publish.
+  What it publishes is delivered after the message being handled: one FIFO order for all.
 
-* **answering** subscribers (monitors, hooks) may publish a stop, a nudge or a verdict in
-  reaction to a message. :meth:`Bus.publish_settled` returns once every answering subscriber
-  of that message type has handled it, and therefore everything published to it before
-  (mailboxes are FIFO). This is the barrier rule of DESIGN.md.
-* **observers** (metrics, event log, progress) get the same messages without being waited
-  for. An observer whose mailbox is full either makes the publisher wait (``on_full="wait"``,
-  lossless) or loses the message and counts it (``on_full="drop"``).
-
-Either kind can be **inline** (``subscribe(..., inline=True)``): its handler is synchronous
-and never blocks, and the bus calls it during the publish instead of queueing the message
-for the subscriber's task. That saves the trip through the event loop a mailbox costs, which
-is most of a monitor's price per message. Messages published from inside an inline handler
-are delivered after the one being handled, so every subscriber still sees one FIFO order.
-An inline :meth:`Subscription.serve_per_run` decides in the publish too and gives a run
-whose handling must wait a lane (a task) of its own.
-
-Answers must never block: actors publish from inside a handler with
-:meth:`Bus.publish_nowait`, which may overfill a lossless mailbox rather than wait. Without
-that, "conductor waits for the monitor, monitor waits for room in a full mailbox" would be a
-deadlock.
-
-Each run's conductor has a control :class:`Inbox`: messages of :data:`INBOX_TYPES` are also
-delivered there, after every subscriber's mailbox got them.
+Answers never block: handlers publish with :meth:`Bus.publish_nowait`, which may overfill a
+lossless mailbox rather than wait for room (the conductor waits for the monitor: a monitor
+waiting for room would deadlock). Messages of :data:`INBOX_TYPES` also go to their run's
+control :class:`Inbox`, after every subscriber got them.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """The budget monitor: hard limits on turns, tool calls, wall-clock time, tokens and cost.
 
-* ``max_turns`` is checked when a turn ends (after its tools ran, before the next model
-  call), so the last turn's tools do run.
-* ``max_tool_calls``: the call that would exceed the budget is stopped before it runs.
+* ``max_turns`` is checked when a turn ends (after its tools ran), ``max_tool_calls`` when
+  a call is proposed (the call past the limit does not run).
 * ``deadline_seconds``: one timer task serves every run (a heap of deadlines), so a run
-  that is waiting on a slow model or tool is stopped when its time is up, not at the next
-  checkpoint; checkpoints check the clock too.
-* tokens and cost (:mod:`actors.budget.tokens` decides): each ``ModelReplied`` carries the
-  run's total usage. In ceiling mode a warning nudge comes once at 90% of the output-token
-  budget, and the output-token, input-token and cost ceilings stop the run when a turn ends
-  (its tools ran; no further model call is made). In target mode a reply that ends the turn
-  below 90% of the target is answered with a ``continues`` nudge, or with a stop on
-  diminishing returns.
+  waiting on a slow model or tool is stopped when its time is up; checkpoints check too.
+* tokens and cost: :mod:`actors.budget.tokens` decides from each ``ModelReplied``'s total
+  usage (a warning or continuation ``Nudge``; a stop when the turn ends, or on diminishing
+  returns).
 
-Every limit ends the run with ``max_turns`` and its own cause.
+Every limit ends the run with ``max_turns`` and its own cause (``docs/budgets.md``).
 """
 
 from __future__ import annotations

@@ -1,24 +1,19 @@
 """The context gatekeeper: no request goes out that cannot fit the model's context window.
 
-It answers (``answers=True``) and only ever with :meth:`Bus.publish_nowait`:
+It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
 
-* ``TurnStarted`` (before every model call): the prompt's estimate is the run's ledger
-  (one estimate per transcript message; the checkpoint's ``appended`` messages are counted,
-  nothing else), the tool schemas, calibrated per model. Past ``collapse_at`` of the limit
-  it folds old, already answered tool results (``ContextAction(collapse)``). Past the limit
-  (``window - safety_buffer - output_reserve``) it answers ``ContextAction(blocked)`` and
-  ``StopSignal(blocking_limit, context.blocking_limit)``: the turn's request is never sent.
-* ``PromptRejected`` (the endpoint said "too long" anyway): first a collapse of every
-  answered tool result, then a compaction (``ContextAction(compact)``: the conductor asks
-  the model to summarise early history), then ``StopSignal(prompt_too_long,
-  context.prompt_too_long)``. A step that cannot change anything is skipped.
-* ``ModelRequest``: what was really sent (nudges included) joins the ledger; a requested
-  compaction is applied to it at the retried request, which carries the summary.
-* ``ModelReplied``: the reported ``usage.prompt_tokens`` calibrates the model's ratio, or,
-  when far below the estimate, is flagged as ``ContextAction(silent_truncation)`` (Ollama
-  cuts prompts without an error); the run goes on.
+* ``TurnStarted``: past ``collapse_at`` of the limit, the prompt's estimate (the run's
+  ledger and tool schemas, calibrated per model) folds old answered tool results
+  (``ContextAction(collapse)``); past the limit, ``ContextAction(blocked)`` and a
+  ``blocking_limit`` stop: the request is never sent.
+* ``PromptRejected``: a collapse of every answered tool result, then a compaction
+  (``ContextAction(compact)``), then a ``prompt_too_long`` stop; a step that changes
+  nothing is skipped.
+* ``ModelRequest``: what was sent joins the ledger. ``ModelReplied``: the reported prompt
+  tokens calibrate the model's ratio, or far below the estimate are flagged
+  (``ContextAction(silent_truncation)``).
 
-Runs without a policy (``policy_for`` gives ``None``) are not watched.
+Runs without a policy (``policy_for`` gives ``None``) are not watched (``docs/context.md``).
 """
 
 from __future__ import annotations
@@ -168,8 +163,7 @@ class ContextGatekeeper:
     # ------------------------------------------------------------------ handling
 
     def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
-        """The function of each message type the gatekeeper handles: what the bus calls
-        inline (no dispatch on the type per message: a missed ``match`` arm costs ~70 ns)."""
+        """The function of each message type the gatekeeper handles (what the bus calls)."""
         return {
             RunStarted: self._start,
             RunFinished: self._finished,

@@ -1,23 +1,18 @@
 """The hook runner: runs each run's hooks on the bus and answers before the settle returns.
 
-It answers (``answers=True``) only with :meth:`Bus.publish_nowait`:
+It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
 
-* :class:`~bus.ToolCallProposed` → the run's ``pre_tool`` hooks for that tool, concurrently;
-  the first ``deny`` → ``StopSignal(hook_stopped, hook.<name>)``, else the first ``block`` →
-  ``ToolVerdict(block)`` whose message the model reads as the tool error.
-* :class:`~bus.ModelReplied` without tool calls (a final answer; not a truncated one) → the
-  run's ``stop`` hooks, given the answer's text (from the :class:`~bus.ModelReply` before
-  it); a ``block`` vetoes the answer with a ``Nudge(kind="hook.<name>", continues=True)``
-  (the conductor injects it and calls the model again), at most once per run: after a
-  veto the run's stop hooks do not run again, so the next final answer is accepted; a
-  ``deny`` stops the run.
+* ``ToolCallProposed`` → the run's ``pre_tool`` hooks for that tool, concurrently: the first
+  ``deny`` → ``StopSignal(hook_stopped, hook.<name>)``, else the first ``block`` →
+  ``ToolVerdict(block)`` (the model reads its message as the tool error).
+* ``ModelReplied`` of a final answer (not a truncated one) → the ``stop`` hooks, given the
+  text of the ``ModelReply`` before it: a ``block`` vetoes it with a
+  ``Nudge(kind="hook.<name>", continues=True)``, once per run; a ``deny`` stops the run.
 
-The subscription is served per run (:meth:`Subscription.serve_per_run`): a run's hooks are
-awaited inside the handling of its message, so its answers precede the settle, while other
-runs' messages (and hooks) go on meanwhile. A second, observing subscription receives
-:class:`~bus.AbortRequested` out of turn and cancels that run's hooks at once (their
-processes are killed); the run then answers nothing more. Per-run state is created at
-``RunStarted`` for runs that have hooks and dropped at ``RunFinished``.
+Served per run (:meth:`Subscription.serve_per_run`): a run's hooks hold up only that run.
+A second subscription takes ``AbortRequested`` out of turn and cancels that run's hooks at
+once (their processes killed). State is kept only for runs with hooks, from ``RunStarted``
+to ``RunFinished`` (``docs/hooks.md``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,18 @@
 """The loop monitor: runs a :class:`~actors.loop.LoopDetector` per run on the bus.
 
-It answers (``answers=True``, so settling publishes wait for it) and only ever answers with
-:meth:`Bus.publish_nowait`:
+It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
 
-* a proposed call at ``warning`` → ``ToolVerdict(warn)`` and a ``Nudge`` (only when the
-  warning is not rate-limited); at ``critical`` → ``ToolVerdict(block)`` with the reason the
-  model will read as the tool error (plus a ``Nudge`` under gemini's strikes); at ``break``
-  → ``StopSignal(hook_stopped, loop.<detector>)``;
-* streamed text that loops → ``ModelCancel(reason="loop.content")`` and a ``Nudge`` the first
-  time, ``StopSignal(hook_stopped, loop.content)`` (and ``ModelCancel``) when it stops.
+* a proposed call at ``warning`` → ``ToolVerdict(warn)`` and a ``Nudge`` (unless the warning
+  is rate-limited); at ``critical`` → ``ToolVerdict(block)`` with the reason the model reads
+  as the tool error (and a ``Nudge`` under gemini's strikes); at ``break`` →
+  ``StopSignal(hook_stopped, loop.<detector>)``;
+* streamed text that loops → ``ModelCancel(reason="loop.content")`` and a ``Nudge`` the
+  first time, ``StopSignal(hook_stopped, loop.content)`` (and ``ModelCancel``) when it stops.
 
-Per-run state is created lazily, at the run's first proposed call or streamed delta (a run
-parked at its first model request costs the monitor nothing), forgotten at ``RunStarted``
-(a run id starting again starts afresh) and dropped at ``RunFinished``. A run's config (an
-:meth:`LoopMonitor.override`, else the monitor's) is looked up when its state is created.
-Content tracking restarts with each model response (a new turn in the deltas, or a
-``ModelReply``) and at each tool call.
+A run's state is made at its first proposed call or streamed delta (a run parked at its
+first model request costs nothing), with its config (:meth:`LoopMonitor.override`, else the
+monitor's), and forgotten at ``RunStarted`` and ``RunFinished``. Content tracking restarts
+with each model response and at each tool call.
 """
 
 from __future__ import annotations

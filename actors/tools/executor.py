@@ -1,36 +1,19 @@
 """The tool executor actor: runs approved tool calls and answers with one result per call.
 
-It observes (never answers, so settling publishes do not wait for it) four messages:
+An observer (settling publishes never wait for it) of four messages:
 
-* :class:`~bus.RunStarted` sets up the run: its folder, the tools it enables and its result
-  cache (``max_cache_hits``, ``cache_ttl_seconds``, ``cache_max_entries``).
-* :class:`~bus.ToolExecute` runs the calls of one reply concurrently (at most
-  ``max_parallel_calls`` at a time) and publishes their :class:`~bus.ToolResult` in call
-  order, so a fast second call waits for the first's result to go out. A reply whose
-  every call is answered at once (a plain-``def`` tool, a cache hit, an unknown tool; no
-  call waiting for an identical one in flight) is answered inside the handler, in call
-  order, with ``publish_nowait``: no worker, no task switch (see :class:`Tool
-  <actors.tools.registry.Tool>` for what a plain-``def`` tool must be).
-* :class:`~bus.ToolsCancel` starts no more calls of that turn, gives running ones
-  ``grace_seconds``, then cancels them. Every call still gets exactly one result: finished
-  ones keep theirs, the others are ``aborted`` with ``executed=False``.
-* :class:`~bus.RunFinished` cancels what the run still has running, silently, and drops its
-  state.
+* ``RunStarted`` sets up the run: its folder, the tools it enables, its result cache.
+* ``ToolExecute`` runs one reply's calls concurrently (at most ``max_parallel_calls`` at a
+  time) and publishes their ``ToolResult`` in call order; a reply whose calls can all be
+  answered at once (plain-``def`` tools, cache hits, unknown tools) inside the handler.
+* ``ToolsCancel`` starts no more calls of that turn and cancels running ones after
+  ``grace_seconds``; finished calls keep their result, the others are ``aborted`` with
+  ``executed=False``.
+* ``RunFinished`` cancels what the run still has running, silently, and drops its state.
 
-Idempotent tools' results are cached per run by call fingerprint
-(:mod:`actors.tools.cache`): a hit answers without running the tool (``cache="hit"``), a
-miss runs it (``"miss"``), and other tools are never cached (``"none"``). Only successful
-results are stored. Identical calls in flight share one execution: the later ones wait for
-the first and are then answered from the cache. The hit past ``max_cache_hits`` on one
-entry is a loop: the executor publishes ``StopSignal(hook_stopped, "loop.cache_hits")``
-(``publish_nowait``, so it precedes the call's result) and answers that call with an error
-result (``error_kind="loop"``, ``executed=False``) instead of the cached text. A batch with
-a call of a tool that is not idempotent clears the run's cache first (a side effect may
-have changed what the cached results said) and stores nothing.
-
-Errors are results, never exceptions (see :mod:`actors.tools.invoke`). Every call runs in
-the executor's task group; when the bus closes, running calls are aborted and
-:meth:`ToolExecutor.run` returns with no task left behind.
+Idempotent tools' results are cached per run (``docs/truncation-and-cache.md``: what is
+stored, calls in flight shared, the ``loop.cache_hits`` stop). Errors are results, never
+exceptions (:mod:`actors.tools.invoke`).
 """
 
 from __future__ import annotations
@@ -246,7 +229,8 @@ class ToolExecutor:
         self._hits = self._misses = self._loops = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until the bus closes; ``task_status.started()`` once subscribed."""
+        """Serve until the bus closes (``task_status.started()`` once subscribed), then abort
+        the calls still running: it returns with no task left behind."""
         handlers = self.handlers()
         sub = self._bus.subscribe(*handlers, name=SUBSCRIBER_NAME, inline=True)
         try:

@@ -1,20 +1,16 @@
 """Metric families kept as plain Python numbers, exposed through prometheus_client at scrape.
 
-prometheus_client's ``Counter.inc`` and ``Histogram.observe`` take a lock per value, and
-an exemplar is validated on every call: at a dozen bus messages per turn that was a fifth
-of the orchestrator's CPU. Here a series is a small object whose fields the recorder adds
-to directly (``series.value += 1``); a histogram finds its bucket with :func:`bisect` in a
-precomputed bounds list and keeps the last exemplar of each bucket as a plain tuple. The
-families turn that state into the same :class:`~prometheus_client.Metric` objects
-prometheus_client's own metrics produce (names, types, help, label order, ``le`` strings,
-``_created`` samples, exemplars), so the exposition does not change.
+A series is a small object the recorder adds to directly (``series.value += 1``); a
+histogram finds its bucket with :func:`bisect` in precomputed bounds and keeps each
+bucket's last exemplar as a tuple. At scrape, the families produce the same
+:class:`~prometheus_client.Metric` objects prometheus_client's own metrics do (names,
+types, help, label order, ``le`` strings, ``_created`` samples, exemplars), so the
+exposition is theirs. Why not prometheus_client's own: ``docs/performance.md``.
 
-Threads: series are changed on one thread (the event loop's). A scrape may run on another:
-it copies each family's series dict (``dict.copy()``, which runs no Python code midway;
-``list(d.items())`` would, through a garbage collection its tuples trigger) and each
-histogram's counts and exemplars before reading them, so it never sees a dict change size
-under it. A histogram's ``_sum`` may then lag its buckets by the observation in flight, as with
-prometheus_client's per-value locks.
+Threads: series change on the event loop's thread. A scrape on another thread copies each
+family's series dict, and each histogram's counts and exemplars, before reading them, so it
+never sees a dict change size under it; a histogram's ``_sum`` may lag its buckets by the
+observation in flight, as with prometheus_client's per-value locks.
 """
 
 from __future__ import annotations
@@ -155,6 +151,8 @@ class Family(Generic[_Series]):
         metric = self.describe()
         names = self.labelnames
         created = _created_samples()
+        # dict.copy() runs no Python code midway; list(d.items()) could, through a garbage
+        # collection its tuples trigger, while the loop's thread adds a series.
         for values, series in self.series.copy().items():
             self._samples(metric, dict(zip(names, values, strict=True)), series, created)
         return metric
