@@ -1,6 +1,9 @@
 """A real bus, a run's inbox and scripted actors: drive the conductor (or an actor) without
 a runtime, and read back every message in the order it was published.
 
+:func:`serving` runs real actors on a bus for a block; :func:`settle` and :func:`drain`
+play the conductor's side of a checkpoint (publish settled, read the answers).
+
 :class:`Script` plays the actors the conductor talks to. It answers inline, during the
 publish, as the monitors do: a settling checkpoint returns with its answers in the inbox.
 By default the model answers each request with the next of ``replies``, the tool executor
@@ -17,10 +20,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import msgspec
+from anyio.abc import TaskStatus
 
 from bus import (
     Bus,
@@ -39,7 +43,19 @@ from orchestrator.conductor import ConductorSettings, RunInputs
 from orchestrator.runtime.runtime import CONTEXT_FUNCTIONS
 from tests.published import Published
 
-__all__ = ["RUN_ID", "Harness", "Script", "calls", "inputs", "open_harness", "said", "settings"]
+__all__ = [
+    "RUN_ID",
+    "Harness",
+    "Script",
+    "calls",
+    "drain",
+    "inputs",
+    "open_harness",
+    "said",
+    "serving",
+    "settings",
+    "settle",
+]
 
 RUN_ID = "run-1"
 
@@ -219,3 +235,37 @@ async def open_harness(script: Script, run_id: str = RUN_ID) -> AsyncIterator[Ha
                 yield Harness(bus, inbox, published)
         finally:
             bus.close()
+
+
+class Actor(Protocol):
+    """What the runtime starts: ``run`` subscribes, reports started, and serves."""
+
+    async def run(self, *, task_status: TaskStatus[None] = ...) -> None: ...
+
+
+@asynccontextmanager
+async def serving(bus: Bus, *actors: Actor) -> AsyncIterator[Bus]:
+    """``actors`` serving on ``bus`` for the block (each started, so subscribed, in order);
+    then the bus closes, so each finishes what it has queued and stops."""
+    async with anyio.create_task_group() as tg:
+        for actor in actors:
+            await tg.start(actor.run)
+        try:
+            yield bus
+        finally:
+            bus.close()
+
+
+def drain(inbox: Inbox) -> list[Message]:
+    """Every message ``inbox`` holds now, in order."""
+    messages: list[Message] = []
+    while (msg := inbox.receive_nowait()) is not None:
+        messages.append(msg)
+    return messages
+
+
+async def settle(bus: Bus, inbox: Inbox, msg: Message) -> list[Message]:
+    """Publish ``msg`` as a checkpoint does (settled) and return what ``inbox`` got
+    meanwhile: the answers of every answering subscriber."""
+    await bus.publish_settled(msg)
+    return drain(inbox)

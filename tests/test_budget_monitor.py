@@ -29,6 +29,7 @@ from bus import (
     TurnStarted,
     Usage,
 )
+from tests.harness import serving, settle
 
 
 class Clock:
@@ -45,12 +46,8 @@ async def monitored(
 ) -> AsyncIterator[tuple[Bus, BudgetMonitor]]:
     bus = Bus()
     monitor = BudgetMonitor(bus, clock=clock)
-    async with anyio.create_task_group() as tg:
-        await tg.start(monitor.run)
-        try:
-            yield bus, monitor
-        finally:
-            bus.close()
+    async with serving(bus, monitor):
+        yield bus, monitor
 
 
 class Run:
@@ -70,11 +67,7 @@ class Run:
         )
 
     async def settle(self, msg: Message) -> list[Message]:
-        await self.bus.publish_settled(msg)
-        answers = []
-        while (answer := self.inbox.receive_nowait()) is not None:
-            answers.append(answer)
-        return answers
+        return await settle(self.bus, self.inbox, msg)
 
     async def reply(
         self, completion: int, *, prompt: int = 0, tool_calls: int = 0, finish: str = "stop"

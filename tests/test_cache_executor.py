@@ -27,6 +27,7 @@ from bus import (
     ToolExecute,
     ToolResult,
 )
+from tests.harness import serving
 from tests.messages_examples import finished
 
 WAIT = 5.0
@@ -82,10 +83,8 @@ async def open_executor(
 ) -> AsyncIterator[tuple[Bus, ToolExecutor]]:
     bus = Bus()
     executor = ToolExecutor(bus, registry, clock=clock or Clock())
-    async with anyio.create_task_group() as tg:
-        await tg.start(executor.run)
+    async with serving(bus, executor):
         yield bus, executor
-        bus.close()
 
 
 async def start(bus: Bus, run_id: str = "r1", **cache: Any) -> None:

@@ -38,6 +38,7 @@ from bus import (
     TurnStarted,
     Usage,
 )
+from tests.harness import drain, serving
 
 TOOLS = (ToolSpec(name="read", description="Read a file.", parameters='{"type":"object"}'),)
 
@@ -67,12 +68,8 @@ async def gatekeeper(
         counter=counter,
         calibration=Calibration(),
     )
-    async with anyio.create_task_group() as tg:
-        await tg.start(keeper.run)
-        try:
-            yield bus, keeper
-        finally:
-            bus.close()
+    async with serving(bus, keeper):
+        yield bus, keeper
 
 
 class Conductor:
@@ -92,9 +89,8 @@ class Conductor:
         return new
 
     def drain(self) -> list[Message]:
-        answers: list[Message] = []
-        while (msg := self.inbox.receive_nowait()) is not None:
-            answers.append(msg)
+        answers = drain(self.inbox)
+        for msg in answers:
             if isinstance(msg, ContextAction) and msg.kind == "collapse":
                 assert apply_folds(self.transcript, msg.folds) == []
         return answers

@@ -48,6 +48,7 @@ from bus import (
     ToolVerdict,
     Usage,
 )
+from tests.harness import drain, serving
 from tests.messages_examples import finished
 
 PY = sys.executable
@@ -310,18 +311,14 @@ async def hooked(
     """A bus with a hook runner, and ``runs`` started, each with its control inbox."""
     bus = Bus()
     runner = HookRunner(bus, hooks, functions)
-    async with anyio.create_task_group() as tg:
-        await tg.start(runner.run)
-        try:
-            with anyio.fail_after(30), ExitStack() as stack:
-                inboxes = {run_id: stack.enter_context(bus.open_inbox(run_id)) for run_id in runs}
-                for run_id in runs:
-                    await bus.publish(RunStarted(run_id=run_id, trace_id="t", task="x", model="m"))
-                yield bus, runner, inboxes
-                for run_id in runs:
-                    await bus.publish_settled(finished(run_id))
-        finally:
-            bus.close()
+    async with serving(bus, runner):
+        with anyio.fail_after(30), ExitStack() as stack:
+            inboxes = {run_id: stack.enter_context(bus.open_inbox(run_id)) for run_id in runs}
+            for run_id in runs:
+                await bus.publish(RunStarted(run_id=run_id, trace_id="t", task="x", model="m"))
+            yield bus, runner, inboxes
+            for run_id in runs:
+                await bus.publish_settled(finished(run_id))
 
 
 def propose(run_id: str, tool: str, arguments: str = "{}", n: int = 1) -> ToolCallProposed:
@@ -329,13 +326,9 @@ def propose(run_id: str, tool: str, arguments: str = "{}", n: int = 1) -> ToolCa
     return ToolCallProposed(run_id=run_id, turn=n, call=call, fingerprint="f", index=0)
 
 
-def drain(inbox: Inbox) -> list[Message]:
+def answers_in(inbox: Inbox) -> list[Message]:
     """The answers in ``inbox`` (the replies the test itself published left out)."""
-    answers: list[Message] = []
-    while (msg := inbox.receive_nowait()) is not None:
-        if not isinstance(msg, ModelReply):
-            answers.append(msg)
-    return answers
+    return [msg for msg in drain(inbox) if not isinstance(msg, ModelReply)]
 
 
 @pytest.mark.asyncio
@@ -352,7 +345,7 @@ async def test_stdin_is_the_proposed_call_as_json(tmp_path: Path) -> None:
     hook = CommandHook(name="record", command=tuple(argv))
     async with hooked([hook]) as (bus, _, inboxes):
         await bus.publish_settled(propose("r", "write_file", '{"path": "a.txt", "n": 1}'))
-        assert drain(inboxes["r"]) == []  # exit 0 allows: no answer at all
+        assert answers_in(inboxes["r"]) == []  # exit 0 allows: no answer at all
     assert seen.read_text().endswith("\n")
     assert json.loads(seen.read_text()) == {
         "hook": "record",
@@ -376,9 +369,9 @@ async def test_block_deny_and_the_tools_filter(tmp_path: Path) -> None:
     )
     async with hooked([blocker, denier]) as (bus, runner, inboxes):
         await bus.publish_settled(propose("r", "read_file", n=1))
-        assert drain(inboxes["r"]) == []  # no hook judges read_file
+        assert answers_in(inboxes["r"]) == []  # no hook judges read_file
         await bus.publish_settled(propose("r", "delete_file", n=2))
-        (verdict,) = drain(inboxes["r"])
+        (verdict,) = answers_in(inboxes["r"])
         assert verdict == ToolVerdict(
             run_id="r",
             turn=2,
@@ -388,12 +381,12 @@ async def test_block_deny_and_the_tools_filter(tmp_path: Path) -> None:
             message="Blocked by hook 'no_delete': raw data is protected",
         )
         await bus.publish_settled(propose("r", "write_file", n=3))
-        (stop,) = drain(inboxes["r"])
+        (stop,) = answers_in(inboxes["r"])
         assert isinstance(stop, StopSignal)
         assert (stop.reason, stop.cause) == (ExitReason.HOOK_STOPPED, "hook.no_write")
         assert stop.detail == "The hook 'no_write' denied the call write_file (r-3): read-only"
         await bus.publish_settled(propose("r", "write_file", n=4))
-        assert drain(inboxes["r"]) == []  # a stopped run is not judged again
+        assert answers_in(inboxes["r"]) == []  # a stopped run is not judged again
         assert runner.active_runs() == 1
     assert runner.active_runs() == 0  # dropped at RunFinished
 
@@ -424,7 +417,7 @@ async def test_a_failing_hook_follows_its_on_error_policy(
     )
     async with hooked([hook]) as (bus, _, inboxes):
         await bus.publish_settled(propose("r", "write_file"))
-        answers = drain(inboxes["r"])
+        answers = answers_in(inboxes["r"])
     why = {
         "timeout": "timed out after 0.5 s",
         "crash": "exited with status 1: boom",
@@ -461,7 +454,7 @@ async def test_python_hooks_by_name_see_decoded_arguments() -> None:
         await bus.publish_settled(propose("r", "delete_file", '{"path": "raw/a"}', n=1))
         await bus.publish_settled(propose("r", "delete_file", '{"path": "tmp/a"}', n=2))
         await bus.publish_settled(propose("r", "delete_file", "not json", n=3))
-        answers = drain(inboxes["r"])
+        answers = answers_in(inboxes["r"])
     assert [call.arguments for call in seen] == [{"path": "raw/a"}, {"path": "tmp/a"}, "not json"]
     first, last = answers  # the call to tmp/ was allowed
     assert isinstance(first, ToolVerdict)
@@ -501,7 +494,7 @@ async def test_stop_hooks_veto_once_with_a_continuing_nudge() -> None:
 
     async with hooked([hook], {"picky": picky}) as (bus, _, inboxes):
         await final_answer(bus, 1, "Done.")
-        (nudge,) = drain(inboxes["r"])
+        (nudge,) = answers_in(inboxes["r"])
         assert nudge == Nudge(
             run_id="r",
             kind="hook.ci",
@@ -510,7 +503,7 @@ async def test_stop_hooks_veto_once_with_a_continuing_nudge() -> None:
             continues=True,
         )
         await final_answer(bus, 2, "Tests pass. Done.")
-        assert drain(inboxes["r"]) == []  # the second final answer is accepted
+        assert answers_in(inboxes["r"]) == []  # the second final answer is accepted
     assert calls == ["Done."]
 
 
@@ -533,7 +526,7 @@ async def test_a_stop_hook_can_deny_the_answer() -> None:
                 total_usage=Usage(),
             )
         )
-        (stop,) = drain(inboxes["r"])
+        (stop,) = answers_in(inboxes["r"])
     assert isinstance(stop, StopSignal)
     assert stop.cause == "hook.review"
     assert stop.detail == "The hook 'review' denied the final answer: answers need a reviewer"
@@ -591,10 +584,10 @@ async def test_an_abort_kills_the_running_hook_at_once(tmp_path: Path) -> None:
             assert runner.running() == 1
             await bus.publish(AbortRequested(run_id="r", source="caller"))
         # the settle returned long before the hook's 60 s: it was cancelled
-        answers = drain(inboxes["r"])
+        answers = answers_in(inboxes["r"])
         assert [type(a) for a in answers] == [AbortRequested]
         assert runner.running() == 0
         await bus.publish_settled(propose("r", "t", n=2))  # an aborted run runs no hooks
-        assert drain(inboxes["r"]) == []
+        assert answers_in(inboxes["r"]) == []
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import pytest
+from anyio.abc import TaskStatus
 
 from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.loop import GEMINI, OPENCLAW, STRICT, LoopConfig
@@ -32,6 +33,7 @@ from bus import (
     ToolVerdict,
     Usage,
 )
+from tests.harness import drain, serving
 from tests.messages_examples import finished
 from tests.published import Published
 
@@ -47,12 +49,8 @@ async def monitored(
 ) -> AsyncIterator[tuple[Bus, LoopMonitor]]:
     bus = Bus()
     monitor = LoopMonitor(bus, monitor_config or STRICT)
-    async with anyio.create_task_group() as tg:
-        await tg.start(monitor.run)
-        try:
-            yield bus, monitor
-        finally:
-            bus.close()
+    async with serving(bus, monitor):
+        yield bus, monitor
 
 
 class Caller:
@@ -96,11 +94,8 @@ class Caller:
         return answers
 
     def drain(self) -> list[Message]:
-        got = []
-        while (msg := self.inbox.receive_nowait()) is not None:
-            if not isinstance(msg, ToolResult):
-                got.append(msg)
-        return got
+        """The inbox's answers (the results the test published left out)."""
+        return [msg for msg in drain(self.inbox) if not isinstance(msg, ToolResult)]
 
     async def finish(self) -> None:
         await self.bus.publish_settled(
@@ -209,15 +204,13 @@ async def test_per_run_config_override_and_callable_config() -> None:
     bus = Bus()
     monitor = LoopMonitor(bus, lambda run_id: GEMINI if run_id.startswith("g") else STRICT)
     monitor.override("oc", OPENCLAW)
-    async with anyio.create_task_group() as tg:
-        await tg.start(monitor.run)
+    async with serving(bus, monitor):
         with bus.open_inbox("g1") as g, bus.open_inbox("oc") as oc:
             gemini, openclaw = Caller(bus, "g1", g), Caller(bus, "oc", oc)
             await gemini.start()
             await openclaw.start()
             gemini_answers = [await gemini.propose(*READ) for _ in range(5)]
             openclaw_answers = [await openclaw.propose(*READ) for _ in range(5)]
-        bus.close()
     verdict, nudge = gemini_answers[4]
     assert isinstance(verdict, ToolVerdict)
     assert verdict.verdict == "block"
@@ -234,6 +227,9 @@ class Probe:
         self.cancels: list[ModelCancel] = []
         self.arrived = anyio.Event()
 
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        await self.subscription.serve(self.handle, task_status=task_status)
+
     def handle(self, msg: ModelCancel) -> None:
         self.cancels.append(msg)
         self.arrived.set()
@@ -245,9 +241,7 @@ async def test_content_loop_cancels_and_nudges_then_stops() -> None:
     bus = Bus()
     probe = Probe(bus)
     monitor = LoopMonitor(bus, GEMINI)
-    async with anyio.create_task_group() as tg:
-        await tg.start(monitor.run)
-        tg.start_soon(probe.subscription.serve, probe.handle)
+    async with serving(bus, monitor, probe):
         with bus.open_inbox("r1") as inbox:
             await bus.publish_settled(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
             for turn in (1, 2):
@@ -276,7 +270,6 @@ async def test_content_loop_cancels_and_nudges_then_stops() -> None:
                         ExitReason.HOOK_STOPPED,
                         "loop.content",
                     )
-        bus.close()
     assert len(probe.cancels) == 2
 
 

@@ -36,6 +36,7 @@ from bus import (
 )
 from orchestrator.metrics import OTHER, SUBSCRIBER, MetricsRecorder, RunCounts, new_registry
 from orchestrator.metrics.labels import EXIT_REASONS, MESSAGE_TYPE_NAMES, exemplar, expected_pairs
+from tests.harness import serving
 
 MODEL = "gpt-test"
 
@@ -527,8 +528,7 @@ async def test_the_recorder_handles_each_message_inside_the_publish() -> None:
     bus = Bus()
     registry = new_registry(process=False)
     rec = MetricsRecorder(bus, registry, mailbox_size=10)
-    async with anyio.create_task_group() as tg:
-        await tg.start(rec.run)
+    async with serving(bus, rec):
         with anyio.fail_after(5):
             # No checkpoint between publishes: a queued recorder could not drain and would
             # drop past its capacity. Inline, each message is counted during its publish.
@@ -537,7 +537,6 @@ async def test_the_recorder_handles_each_message_inside_the_publish() -> None:
                 assert value(registry, "loopfuse_runs_started_total") == index + 1
         assert value(registry, "loopfuse_bus_dropped_messages_total", subscriber=SUBSCRIBER) == 0
         assert value(registry, "loopfuse_bus_mailbox_depth", subscriber=SUBSCRIBER) == 0
-        bus.close()
     assert value(registry, "loopfuse_runs_started_total") == 25
 
 
@@ -551,10 +550,8 @@ async def test_a_recorder_fault_is_counted_and_never_ends_a_run() -> None:
 
     rec = MetricsRecorder(bus, registry, clock=broken)  # read at RunStarted
     with bus.open_inbox("r1") as inbox:
-        async with anyio.create_task_group() as tg:
-            await tg.start(rec.run)
+        async with serving(bus, rec):
             await bus.publish(started())
-            bus.close()
         assert inbox.receive_nowait() is None  # no ActorFailed reached the run
     assert value(registry, "loopfuse_metrics_recorder_errors_total") == 1
 

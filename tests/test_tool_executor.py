@@ -32,6 +32,7 @@ from bus import (
     ToolResult,
     ToolsCancel,
 )
+from tests.harness import serving
 from tests.messages_examples import finished
 
 WAIT = 5.0
@@ -55,10 +56,8 @@ async def open_executor(
 ) -> AsyncIterator[tuple[Bus, ToolExecutor]]:
     bus = Bus()
     executor = ToolExecutor(bus, registry, settings)
-    async with anyio.create_task_group() as tg:
-        await tg.start(executor.run)
+    async with serving(bus, executor):
         yield bus, executor
-        bus.close()
 
 
 async def _start(bus: Bus, run_id: str, tools: tuple[str, ...], folder: Path | None = None) -> None:

@@ -32,6 +32,7 @@ from bus import (
 from orchestrator.config import Config
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunSpec, Runtime
+from tests.harness import serving
 
 WAIT = 5.0
 
@@ -97,10 +98,8 @@ async def open_executor(
 ) -> AsyncIterator[tuple[Bus, ToolExecutor]]:
     bus = Bus()
     executor = ToolExecutor(bus, registry, settings)
-    async with anyio.create_task_group() as tg:
-        await tg.start(executor.run)
+    async with serving(bus, executor):
         yield bus, executor
-        bus.close()
 
 
 async def start(bus: Bus, run_id: str, tools: tuple[str, ...], **settings: Any) -> None:
