@@ -1,18 +1,11 @@
 """The ``openai`` clients of one endpoint: a few, each with its own connection pool.
 
-httpcore checks every idle connection of a pool (a socket probe each) whenever a request
-starts and whenever a response is closed, so a single pool shared by hundreds of concurrent
-runs costs O(runs) per request: measured, the largest part of the client CPU left once the
-SDK's per-chunk models were gone. Runs are therefore spread over :data:`SHARDS` clients by
-their id (a run keeps its client, so its connection is reused turn after turn); each pool
-holds about ``runs / SHARDS`` connections. Clients are made on first use and share one TLS
-context per process (loading the CA certificates, 20-25 ms here, is the costly part of
-making a client; a runtime made after another one no longer pays it). Each client comes
-with its :class:`~actors.llm.transport.ChatTransport` (the chat-completions request built
-once per client, sent through the client's own connection pool).
-
-Every client has ``max_retries=0`` (the caller retries itself, so every attempt is seen),
-the endpoint's timeouts, key and extra headers.
+Runs are spread over :data:`SHARDS` clients by their id, and a run keeps its client, so its
+connection is reused turn after turn (why not one pool: ``docs/performance.md``). Clients
+are made on first use, share one TLS context per process, and each comes with its
+:class:`~actors.llm.transport.ChatTransport`. Every client has ``max_retries=0`` (the
+caller retries itself, so every attempt is seen), the endpoint's timeouts, key and extra
+headers.
 """
 
 from __future__ import annotations
