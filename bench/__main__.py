@@ -40,12 +40,17 @@ async def _loopfuse_async_tool(runs: int, turns: int) -> Sample:
     return await loopfuse_loop(runs, turns, async_tool=True)
 
 
+async def _loopfuse_tracing(runs: int, turns: int) -> Sample:
+    return await loopfuse_loop(runs, turns, tracing=True)
+
+
 WORKLOADS: dict[str, Workload] = {
     "bare": bare_loop,
     "guard": guard_loop,
     "loopfuse": _loopfuse,
     "loopfuse+events": _loopfuse_events,
     "loopfuse+async_tool": _loopfuse_async_tool,
+    "loopfuse+tracing": _loopfuse_tracing,  # needs the otel extra
 }
 
 
@@ -117,6 +122,7 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
     figures["loopfuse_us_per_turn"] = cpu_of("loopfuse")
     figures["loopfuse_events_us_per_turn"] = cpu_of("loopfuse+events")
     figures["loopfuse_async_tool_us_per_turn"] = cpu_of("loopfuse+async_tool")
+    figures["loopfuse_tracing_us_per_turn"] = cpu_of("loopfuse+tracing")
     figures["ratio_vs_guard"] = figures["loopfuse_us_per_turn"] / figures["guard_us_per_turn"]
     figures["compiled_modules"] = len(compiled_modules())  # 0: a pure-Python install
     figures["us_per_turn_runs_of_20_turns"] = cpu_of("loopfuse", "history_20")
@@ -185,7 +191,8 @@ def format_report(figures: dict[str, Any], args: argparse.Namespace, out: TextIO
         f"\nthroughput CPU/turn: bare {figures['bare_us_per_turn']:.1f} µs, guard "
         f"{figures['guard_us_per_turn']:.1f} µs, loopfuse {figures['loopfuse_us_per_turn']:.1f} "
         f"µs (x{figures['ratio_vs_guard']:.1f} the guard; target ≤ 3; "
-        f"{figures['compiled_modules']} modules compiled)\n"
+        f"{figures['compiled_modules']} modules compiled); with tracing on "
+        f"{figures['loopfuse_tracing_us_per_turn']:.1f} µs\n"
         f"O(history): 20 runs x 20 turns {figures['us_per_turn_runs_of_20_turns']:.1f} µs/turn, "
         f"x 200 turns {figures['us_per_turn_runs_of_200_turns']:.1f} µs/turn, turns 21-200 "
         f"alone {figures['us_per_turn_21_to_200']:.1f} µs/turn\n"

@@ -29,7 +29,7 @@ from anyio.abc import TaskStatus
 from actors.tools import Tool, ToolContext, default_registry
 from bench.scripted_model import ECHO_TOOL, ScriptedModel, echo_script
 from bus import ENCODER, Bus, Message, for_the_log
-from orchestrator.config import Config, RuntimeSettings
+from orchestrator.config import Config, RuntimeSettings, TracingSettings
 from orchestrator.runtime import ModelActor, RunSpec, Runtime
 
 __all__ = [
@@ -182,18 +182,35 @@ def bench_runtime(
     model: Callable[[Bus], ModelActor] | None = None,
     *,
     async_tool: bool = False,
+    tracing: bool = False,
 ) -> Runtime:
     """A runtime with every monitor on, the echo tool and ``model`` (default: the scripted
-    model playing :func:`~bench.scripted_model.echo_script`)."""
+    model playing :func:`~bench.scripted_model.echo_script`); with ``tracing``, spans of
+    every run go through the SDK's batch queue and thread to an exporter that discards
+    them (what tracing costs loopfuse, without a backend's network)."""
     tools = default_registry()
     tools.add(echo_tool(asynchronous=async_tool))
-    config = Config(runtime=RuntimeSettings(max_concurrent_runs=max(runs, 1)))
+    config = Config(
+        runtime=RuntimeSettings(max_concurrent_runs=max(runs, 1)),
+        tracing=TracingSettings(enabled=tracing),
+    )
     script = echo_script(turns)
     return Runtime(
         config,
         tools=tools,
         model_actor=model or (lambda bus: ScriptedModel(bus, script)),
+        span_exporter=_discarding_exporter() if tracing else None,
     )
+
+
+def _discarding_exporter() -> Any:
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Discard(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    return Discard()
 
 
 def bench_overrides(turns: int) -> dict[str, Any]:
@@ -208,13 +225,19 @@ def bench_overrides(turns: int) -> dict[str, Any]:
 
 
 async def loopfuse_loop(
-    runs: int, turns: int, *, events: bool = False, async_tool: bool = False
+    runs: int,
+    turns: int,
+    *,
+    events: bool = False,
+    async_tool: bool = False,
+    tracing: bool = False,
 ) -> Sample:
     """``runs`` concurrent loopfuse runs of ``turns`` turns (setup not timed); with
-    ``async_tool``, the echo tool is an ``async def``.
+    ``async_tool``, the echo tool is an ``async def``; with ``tracing``, OpenTelemetry
+    spans of every run (to an exporter that discards them).
 
     :raises RuntimeError: a run did not end as the workload expects (completed)."""
-    runtime = bench_runtime(runs, turns, async_tool=async_tool)
+    runtime = bench_runtime(runs, turns, async_tool=async_tool, tracing=tracing)
     overrides = bench_overrides(turns)
     async with anyio.create_task_group() as tg:
         if events:  # its subscription closes with the runtime's bus

@@ -118,6 +118,9 @@ class RunStarted(Message, frozen=True, kw_only=True):
     """Cached results kept for the run (least recently used evicted); 0: no result cache."""
     tool_timeout_seconds: float = 0.0
     """A tool call's time limit for tools without one of their own (0: the executor's)."""
+    traceparent: str = ""
+    """The W3C ``traceparent`` of the caller's span this run continues (its trace id is
+    ``trace_id``); empty: the run's trace starts here."""
 
 
 class RunEnding(Message, frozen=True, kw_only=True):

@@ -50,6 +50,7 @@ __all__ = [
     "RunSettings",
     "RuntimeSettings",
     "ToolSettings",
+    "TracingSettings",
     "context_policy",
     "load_config",
     "merge_loop_overrides",
@@ -347,6 +348,34 @@ class FleetSettings(_Settings, frozen=True, kw_only=True):
     """A daemon without a heartbeat for this long is dead: its runs are taken over."""
 
 
+SPAN_QUEUE_MAX: Final = 1_000_000
+
+
+class TracingSettings(_Settings, frozen=True, kw_only=True):
+    """``[tracing]``: OpenTelemetry spans of every run, exported over OTLP/HTTP
+    (``docs/tracing.md``; needs the ``otel`` extra). Operator-only: no request sets these.
+
+    A key left unset falls back to the standard ``OTEL_*`` variable the SDK reads.
+    """
+
+    enabled: bool = False
+    endpoint: Annotated[str, msgspec.Meta(pattern=r"^(https?://.+)?$")] = ""
+    """The OTLP/HTTP traces URL (``http://host:4318/v1/traces``); empty:
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` +
+    ``/v1/traces``, else ``http://localhost:4318/v1/traces``."""
+    service_name: str = ""
+    """The resource's ``service.name``; empty: ``OTEL_SERVICE_NAME``, else ``loopfuse``."""
+    capture_content: bool = False
+    """Put prompts, replies, tool arguments and results, nudge texts and stop details on
+    the spans (off by default, as the GenAI conventions advise: they may hold anything)."""
+    queue_size: Annotated[int, msgspec.Meta(ge=1, le=SPAN_QUEUE_MAX)] | None = None
+    """Finished spans waiting for export at most (beyond: dropped and counted); unset:
+    ``OTEL_BSP_MAX_QUEUE_SIZE``, else 2048."""
+    export_delay_seconds: Annotated[float, msgspec.Meta(gt=0, le=3_600)] | None = None
+    """The longest a finished span waits before its batch is sent; unset:
+    ``OTEL_BSP_SCHEDULE_DELAY``, else 5 s."""
+
+
 class Config(_Settings, frozen=True, kw_only=True):
     """Everything loopfuse reads at start."""
 
@@ -361,6 +390,7 @@ class Config(_Settings, frozen=True, kw_only=True):
     """``[models."<name>"]``: per-model capabilities (``vision``); unnamed models have none."""
     daemon: DaemonSettings = DaemonSettings()
     cluster: FleetSettings = FleetSettings()
+    tracing: TracingSettings = TracingSettings()
     hooks: tuple[Hook, ...] = ()
     """``[[hooks]]``: every run's hooks unless a run sets its own (``docs/hooks.md``)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -68,7 +68,14 @@ def test_the_json_report_has_every_key() -> None:
     argv = ["--json", "--reps", "1", "--runs", "2", "--turns", "3", "--latency-turns", "3"]
     assert main([*argv, "--parked", "5", "--no-http"], out) == 0
     figures = msgspec.json.decode(out.getvalue())
-    for key in ("bare_us_per_turn", "guard_us_per_turn", "loopfuse_us_per_turn", "kb_per_run"):
+    keys = (
+        "bare_us_per_turn",
+        "guard_us_per_turn",
+        "loopfuse_us_per_turn",
+        "loopfuse_tracing_us_per_turn",
+        "kb_per_run",
+    )
+    for key in keys:
         assert figures[key] > 0, key
     assert figures["ratio_vs_guard"] == pytest.approx(
         figures["loopfuse_us_per_turn"] / figures["guard_us_per_turn"]

@@ -46,6 +46,7 @@ __all__ = [
     "CORE_ERRORS",
     "RUN_ID_HEADER",
     "ChatTransport",
+    "Headers",
     "Reply",
     "as_httpx_error",
 ]
@@ -70,6 +71,9 @@ _MARK: Final = _PLACEHOLDER.encode()
 _CONTENT_LENGTH: Final = b"Content-Length"
 _UNUSUAL: Final = frozenset({b"content-encoding", b"set-cookie"})
 _PLATFORM: list[Any] = []  # the SDK's platform, detected once per process (in a thread)
+
+Headers = tuple[tuple[bytes, bytes], ...]
+"""Request headers added to the client's own, as (name, value) bytes."""
 
 
 def as_httpx_error(exc: Exception) -> Exception:
@@ -150,25 +154,28 @@ class ChatTransport:
         """Whether requests skip the SDK's per-request building (known after the first)."""
         return self._pool is not None
 
-    async def post(self, body: bytes, run_id: str, *, stream: bool) -> Reply | httpx2.Response:
-        """Send ``body`` (JSON); the 2xx response, its body not read yet unless ``stream``
-        is false. Raises the SDK's exceptions."""
+    async def post(
+        self, body: bytes, run_id: str, *, stream: bool, headers: Headers = ()
+    ) -> Reply | httpx2.Response:
+        """Send ``body`` (JSON) with ``headers`` added (a ``traceparent``); the 2xx
+        response, its body not read yet unless ``stream`` is false. Raises the SDK's
+        exceptions."""
         if not self._ready:
             await self._prepare()
         pool = self._pool
         http = self._client._client
         if pool is None or http.cookies or http.is_closed:  # closed: httpx2 raises as before
-            return await self._sdk_post(body, run_id, stream=stream)
-        headers = [
-            *self._before,
-            (self._run_id_name, _header_value(run_id)),
-            *self._after,
-            (_CONTENT_LENGTH, b"%d" % len(body)),
-        ]
+            return await self._sdk_post(body, run_id, stream=stream, headers=headers)
         request = httpcore2.Request(
             b"POST",
             cast(httpcore2.URL, self._core_url),
-            headers=headers,
+            headers=[
+                *self._before,
+                (self._run_id_name, _header_value(run_id)),
+                *self._after,
+                *headers,
+                (_CONTENT_LENGTH, b"%d" % len(body)),
+            ],
             content=body,
             extensions=self._extensions,
         )
@@ -242,11 +249,16 @@ class ChatTransport:
         self._extensions = dict(built.extensions)
         self._ready = True
 
-    async def _sdk_post(self, body: bytes, run_id: str, *, stream: bool) -> httpx2.Response:
+    async def _sdk_post(
+        self, body: bytes, run_id: str, *, stream: bool, headers: Headers
+    ) -> httpx2.Response:
         """The whole request through ``AsyncOpenAI.post`` (the general path)."""
         options: openai.RequestOptions = {
             "security": {"bearer_auth": True},
-            "headers": {self._run_id_header: run_id},
+            "headers": {
+                self._run_id_header: run_id,
+                **{name.decode("latin-1"): value.decode("latin-1") for name, value in headers},
+            },
         }
         if stream:
             return cast(

@@ -225,6 +225,7 @@ class Conductor:
         return RunStarted(
             run_id=run.run_id,
             trace_id=inputs.trace_id,
+            traceparent=inputs.traceparent,
             task=inputs.task,
             model=settings.model,
             stage=inputs.stage,

@@ -122,3 +122,6 @@ class RunInputs:
     an empty transcript starts from the task, still marked as resumed."""
     on_checkpoint: Callable[[RunCheckpoint], None] | None = None
     """Called after every completed turn with the state to resume from (must not block)."""
+    traceparent: str = ""
+    """The caller's span this run continues (W3C ``traceparent``; its trace id is
+    ``trace_id``), passed on in ``RunStarted``; empty: none."""

@@ -53,6 +53,8 @@ from orchestrator.daemon.schemas import (
     RunView,
 )
 from orchestrator.daemon.store import RunRow
+from orchestrator.tracing import HEADER as TRACEPARENT
+from orchestrator.tracing import parse_traceparent
 
 __all__ = ["create_app"]
 
@@ -124,7 +126,11 @@ class _Api:
         settings = self._daemon.config.daemon
         body = await read_body(request, settings.max_body_bytes)
         run_request = decode_request(body, max_text_chars=settings.max_task_chars)
-        row, created = await self._daemon.service.submit(run_request)
+        # The caller's span (W3C Trace Context); absent, repeated or malformed: ignored,
+        # as the specification asks (the run starts a trace of its own).
+        parents = request.headers.getlist(TRACEPARENT)
+        parent = parse_traceparent(parents[0]) if len(parents) == 1 else None
+        row, created = await self._daemon.service.submit(run_request, traceparent=parent)
         accepted = RunAccepted(id=row.id, trace_id=row.trace_id, status="queued")
         if created:
             return json_response(accepted, 202, Location=f"/v1/runs/{row.id}")

@@ -161,6 +161,18 @@ def openapi_document(version: str, max_text_chars: int) -> dict[str, Any]:
         "/v1/runs": {
             "post": {
                 "summary": "Submit a run (a task, a pipeline or a shipped scenario)",
+                "parameters": [
+                    {
+                        "name": "traceparent",
+                        "in": "header",
+                        "schema": {"type": "string", "maxLength": 512},
+                        "description": (
+                            "W3C Trace Context: the run's trace continues the caller's "
+                            "(its trace id, its span the parent of the run's span). "
+                            "Malformed or repeated: ignored."
+                        ),
+                    }
+                ],
                 "requestBody": {
                     "required": True,
                     "content": {"application/json": {"schema": _ref("RunRequest")}},

@@ -47,6 +47,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.result import RunResult, result_summary
 from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario
+from orchestrator.tracing import TraceParent
 
 __all__ = ["RunService", "ServiceStatistics"]
 
@@ -145,9 +146,12 @@ class RunService:
 
     # ------------------------------------------------------------------ submitting
 
-    async def submit(self, request: RunRequest) -> tuple[RunRow, bool]:
+    async def submit(
+        self, request: RunRequest, *, traceparent: TraceParent | None = None
+    ) -> tuple[RunRow, bool]:
         """Store and start ``request``; returns its row and whether it is new (``False``:
-        an earlier run with the same idempotency key).
+        an earlier run with the same idempotency key). A new run continues the trace of
+        ``traceparent`` (the caller's span) if given: its trace id is that trace's.
 
         Requests with a key that another request is submitting wait for its outcome: every
         concurrent repeat gets the same run.
@@ -162,7 +166,7 @@ class RunService:
         ).hexdigest()
         key = request.idempotency_key
         if key is None:
-            return await self._create(request, digest, None), True
+            return await self._create(request, digest, None, traceparent), True
         while True:
             earlier = await self._earlier(key, digest)
             if earlier is not None:
@@ -177,15 +181,18 @@ class RunService:
         self._claims[key] = claim
         try:
             self._check_open()
-            return await self._create(request, digest, key), True
+            return await self._create(request, digest, key, traceparent), True
         finally:
             del self._claims[key]
             claim.done.set()
 
-    async def _create(self, request: RunRequest, digest: str, key: str | None) -> RunRow:
+    async def _create(
+        self, request: RunRequest, digest: str, key: str | None, parent: TraceParent | None
+    ) -> RunRow:
         on_crash = admit(request, self._config, self._scenarios).settings.on_crash
         self._check_room()
-        run_id, trace_id = uuid.uuid4().hex, uuid.uuid4().hex
+        run_id = uuid.uuid4().hex
+        trace_id = parent.trace_id if parent is not None else uuid.uuid4().hex
         row = RunRow(
             id=run_id,
             trace_id=trace_id,
@@ -196,7 +203,8 @@ class RunService:
             idempotency_key=key,
             created_at=time.time(),
         )
-        finished = await self._launch(row, request, StartPoint(trace_id=trace_id))
+        point = StartPoint(trace_id=trace_id, traceparent=parent.header() if parent else None)
+        finished = await self._launch(row, request, point)
         self._store.insert_run(row)  # queued before any of its events can be
         self._watch(row, finished)
         with anyio.CancelScope(shield=True):  # a started run's row is committed, always

@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
-from typing import Any, Final, Literal, NamedTuple, Protocol, Self
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Self
 
 import anyio
 import msgspec
@@ -66,6 +66,13 @@ from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.heap import freeze_long_lived
 from orchestrator.scenarios.tools import scripted_tool_from
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
+from orchestrator.tracing import parse_traceparent
+from orchestrator.tracing.wiring import open_tracing, require_tracing
+
+if TYPE_CHECKING:  # the otel extra; imported at run time only with tracing on
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from orchestrator.tracing.exporter import TraceExporter
 
 __all__ = ["ModelActor", "RunHandle", "RunJournal", "RunSpec", "Runtime", "StartPoint"]
 
@@ -93,6 +100,9 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     overrides: dict[str, Any] = {}
     run_id: str | None = None
     trace_id: str | None = None
+    traceparent: str | None = None
+    """The W3C ``traceparent`` of the caller's span: the run's span is its child, and the
+    run's trace id its trace id (unless ``trace_id`` says otherwise)."""
     history: tuple[ChatMessage, ...] = ()
     """Earlier turns between the system prompt and the task (pipeline retries, revisions)."""
     stage: str = "agent"
@@ -105,6 +115,8 @@ class StartPoint(msgspec.Struct, frozen=True, kw_only=True):
 
     trace_id: str | None = None
     resume: RunCheckpoint | None = None
+    traceparent: str | None = None
+    """The caller's span the run continues (W3C ``traceparent``), if any."""
 
 
 class RunJournal(Protocol):
@@ -286,10 +298,19 @@ class Runtime:
         hook_functions: Mapping[str, HookFunction] | None = None,
         metrics_registry: CollectorRegistry | None = None,
         model_actor: Callable[[Bus], ModelActor] | None = None,
+        span_exporter: SpanExporter | None = None,
     ) -> None:
         """:param model_actor: builds the actor that answers model requests on this
-        runtime's bus, instead of the LLM caller (no endpoint, no simulator)."""
+        runtime's bus, instead of the LLM caller (no endpoint, no simulator).
+        :param span_exporter: where spans go with ``[tracing] enabled`` (default: OTLP over
+        HTTP, ``docs/tracing.md``), e.g. the SDK's in-memory exporter.
+        :raises ConfigError: tracing is enabled but the ``otel`` extra is not installed.
+        """
         self.config = config or Config()
+        self._span_exporter = span_exporter
+        self.tracing: TraceExporter | None = None
+        if self.config.tracing.enabled:
+            require_tracing()
         self._model_actor = model_actor
         self._journal = journal
         self._keep_finished_runs = keep_finished_runs
@@ -344,11 +365,24 @@ class Runtime:
                 self.metrics.add_tools(t.name for s in served.values() for t in s.tools)
                 simulator = await stack.enter_async_context(open_simulator(served.values()))
                 self.base_url = simulator.base_url
+            if self.config.tracing.enabled:
+                self.tracing = open_tracing(
+                    self.config.tracing,
+                    self.bus,
+                    self.metrics_registry,
+                    stack,
+                    base_url=self.base_url,
+                    exporter=self._span_exporter,
+                )
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             model: ModelActor = (
                 self._model_actor(self.bus)
                 if self._model_actor is not None
-                else LLMCaller(self.bus, self._endpoint(self.base_url or ""))
+                else LLMCaller(
+                    self.bus,
+                    self._endpoint(self.base_url or ""),
+                    traceparent=self.tracing.traceparent if self.tracing is not None else None,
+                )
             )
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             self.context_gatekeeper = ContextGatekeeper(self.bus, self._context_policies.get)
@@ -365,6 +399,8 @@ class Runtime:
                 model,
                 self.hook_runner,
             )
+            if self.tracing is not None:
+                await self._tg.start(self.tracing.run)
             for actor in actors:
                 await self._tg.start(actor.run)
             if self.config.runtime.freeze_heap:
@@ -449,9 +485,15 @@ class Runtime:
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
         point = self._journal.start_point(run_id) if self._journal is not None else None
+        traceparent = spec.traceparent or (point and point.traceparent) or ""
+        parent = parse_traceparent(traceparent) if traceparent else None
         inputs = RunInputs(
             run_id=run_id,
-            trace_id=spec.trace_id or (point and point.trace_id) or uuid.uuid4().hex,
+            trace_id=spec.trace_id
+            or (point and point.trace_id)
+            or (parent and parent.trace_id)
+            or uuid.uuid4().hex,
+            traceparent=parent.header() if parent is not None else "",
             resume=point.resume if point is not None else None,
             on_checkpoint=self._journal.checkpoint if self._journal is not None else None,
             task=spec.task,

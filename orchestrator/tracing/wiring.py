@@ -1,0 +1,78 @@
+"""How a runtime turns tracing on: the extra checked at construction, the SDK pipeline and the
+exporter made when it starts, the pipeline flushed when it stops.
+
+Importing this module imports nothing of OpenTelemetry; :func:`open_tracing` does.
+"""
+
+from __future__ import annotations
+
+import importlib
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Final
+
+import anyio
+from prometheus_client import CollectorRegistry
+
+from bus import Bus
+from orchestrator.config import TracingSettings
+from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from orchestrator.tracing.exporter import TraceExporter
+
+__all__ = ["FLUSH_SECONDS", "open_tracing", "require_tracing"]
+
+FLUSH_SECONDS: Final = 5.0
+"""How long a stopping runtime waits for its queued spans to be exported."""
+
+_EXTRA: Final = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http")
+
+
+def require_tracing() -> None:
+    """:raises ConfigError: ``tracing.enabled`` is set but the ``otel`` extra is missing."""
+    for module in _EXTRA:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(
+                "tracing.enabled",
+                f"tracing needs the otel extra: pip install 'loopfuse[otel]' ({exc})",
+            ) from None
+
+
+def open_tracing(
+    settings: TracingSettings,
+    bus: Bus,
+    registry: CollectorRegistry,
+    stack: AsyncExitStack,
+    *,
+    base_url: str | None,
+    exporter: SpanExporter | None = None,
+) -> TraceExporter:
+    """The trace exporter of a runtime's ``bus`` (start its ``run`` in the task group),
+    its counts on ``registry``, its pipeline shut down (flushed) when ``stack`` closes.
+
+    Enter ``stack`` *before* the task group its actors run in: the pipeline then closes
+    after the exporter has ended the spans still open.
+    """
+    from orchestrator.tracing.exporter import TraceExporter
+    from orchestrator.tracing.metrics import TraceCollector
+    from orchestrator.tracing.provider import open_pipeline
+
+    pipeline = open_pipeline(settings, exporter)
+    stack.push_async_callback(_shut_down, pipeline.provider)
+    tracer = TraceExporter(
+        bus, pipeline, capture_content=settings.capture_content, base_url=base_url
+    )
+    registry.register(TraceCollector(tracer.statistics))
+    return tracer
+
+
+async def _shut_down(provider: TracerProvider) -> None:
+    """Flush and close ``provider`` in a thread (the export is blocking I/O), waiting at
+    most :data:`FLUSH_SECONDS`; a backend that is down loses what was queued."""
+    with anyio.move_on_after(FLUSH_SECONDS, shield=True):
+        await anyio.to_thread.run_sync(provider.shutdown, abandon_on_cancel=True)
