@@ -32,6 +32,7 @@ from actors.hooks import Hook
 from actors.llm.settings import EndpointLimits
 from actors.loop import LoopConfig, LoopConfigError, check_config
 from actors.tools.limits import IMAGE_MAX_BYTES, FigureSandbox
+from actors.tools.mcp import INSTALL_HINT, McpServer, mcp_installed
 from orchestrator.config_ranges import range_at
 from orchestrator.errors import ConfigError
 
@@ -44,6 +45,7 @@ __all__ = [
     "DaemonSettings",
     "FleetSettings",
     "LoopSettings",
+    "McpSettings",
     "ModelCapabilities",
     "ModelPrice",
     "ModelSettings",
@@ -376,6 +378,21 @@ class TracingSettings(_Settings, frozen=True, kw_only=True):
     ``OTEL_BSP_SCHEDULE_DELAY``, else 5 s."""
 
 
+class McpSettings(_Settings, frozen=True, kw_only=True):
+    """``[mcp]``: the MCP servers whose tools the runtime offers (``docs/mcp.md``; needs the
+    ``mcp`` extra). Operator-only: a run gets the tools its ``tools`` setting names, and a
+    request can never add one."""
+
+    servers: tuple[McpServer, ...] = ()
+    """``[[mcp.servers]]``: started with the runtime, their tools listed then."""
+
+    def __post_init__(self) -> None:
+        names = [server.name for server in self.servers]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"server names must be unique; used more than once: {twice}")
+
+
 class Config(_Settings, frozen=True, kw_only=True):
     """Everything loopfuse reads at start."""
 
@@ -391,6 +408,7 @@ class Config(_Settings, frozen=True, kw_only=True):
     daemon: DaemonSettings = DaemonSettings()
     cluster: FleetSettings = FleetSettings()
     tracing: TracingSettings = TracingSettings()
+    mcp: McpSettings = McpSettings()
     hooks: tuple[Hook, ...] = ()
     """``[[hooks]]``: every run's hooks unless a run sets its own (``docs/hooks.md``)."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -540,7 +558,10 @@ def load_config(
     _check_context_windows(data.get("context"), source=source or "env")
     _check_prices(data.get("prices"), source=source or "env")
     _check_models(data.get("models"), source=source or "env")
-    return _convert(data, Config, prefix="", source=source or "env")
+    config = _convert(data, Config, prefix="", source=source or "env")
+    if config.mcp.servers and not mcp_installed():
+        raise ConfigError("mcp.servers", INSTALL_HINT, source=source or "env")
+    return config
 
 
 def _check_prices(prices: Any, *, source: str) -> None:

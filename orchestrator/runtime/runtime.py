@@ -64,6 +64,7 @@ from orchestrator.metrics.collectors import ToolCacheCollector
 from orchestrator.result import RunResult
 from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.heap import freeze_long_lived
+from orchestrator.runtime.mcp import open_mcp_tools
 from orchestrator.scenarios.tools import scripted_tool_from
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 from orchestrator.tracing import parse_traceparent
@@ -73,6 +74,9 @@ if TYPE_CHECKING:  # the otel extra; imported at run time only with tracing on
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from orchestrator.tracing.exporter import TraceExporter
+
+if TYPE_CHECKING:  # the mcp extra; imported at run time only with [mcp] servers
+    from actors.tools.mcp.servers import McpServers
 
 __all__ = ["ModelActor", "RunHandle", "RunJournal", "RunSpec", "Runtime", "StartPoint"]
 
@@ -351,6 +355,8 @@ class Runtime:
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
         self.base_url: str | None = None
+        self.mcp: McpServers | None = None
+        """The MCP servers of ``[mcp]`` while the runtime runs (``docs/mcp.md``)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -374,6 +380,9 @@ class Runtime:
                     base_url=self.base_url,
                     exporter=self._span_exporter,
                 )
+            self.mcp = await stack.enter_async_context(open_mcp_tools(self.config, self.tools))
+            if self.mcp is not None:
+                self.metrics.add_tools(tool.name for tool in self.mcp.tools)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             model: ModelActor = (
                 self._model_actor(self.bus)

@@ -1,0 +1,375 @@
+"""One MCP server for a runtime's life: started, listed, called, restarted when it dies.
+
+:meth:`McpConnection.run` owns the server's client session (the official ``mcp`` SDK, on
+anyio) in the task that runs it: it starts the server (a child process over stdio, or a
+streamable-HTTP connection), makes the MCP handshake, lists the tools, and hands the
+listing to ``task_status.started``. A first start that fails raises
+:class:`~actors.tools.mcp.spec.McpStartError` instead, naming the setting and the reason.
+
+While the session is up, :meth:`McpConnection.call_tool` sends calls over it from any task
+(the tool executor's). When the connection ends (the process exited, or a call found it
+closed), ``run`` closes what is left of it and starts the server again, after
+``restart_backoff_seconds`` (doubled after each failed start, at most
+:data:`BACKOFF_CAP_SECONDS`); calls made meanwhile wait for the new session within their own
+deadline. After ``max_restarts`` failed starts in a row the server is given up: every call
+then fails at once with the cause. Nobody waits forever: when ``run`` ends, waiting calls
+get an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from types import TracebackType
+from typing import IO, Any, Final, Literal, Self
+
+import anyio
+import httpx2
+import mcp_types
+from anyio.abc import TaskStatus
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+
+from actors.tools.errors import ToolError
+from actors.tools.mcp.spec import McpServer, McpStartError
+
+__all__ = [
+    "BACKOFF_CAP_SECONDS",
+    "LIST_PAGES_MAX",
+    "McpConnection",
+    "McpStatus",
+    "start_error",
+]
+
+logger = logging.getLogger("loopfuse.mcp")
+
+BACKOFF_CAP_SECONDS: Final = 30.0
+LIST_PAGES_MAX: Final = 100
+"""Pages of ``tools/list`` read at most (a server that paginates forever cannot hang a start)."""
+STDERR_TAIL_BYTES: Final = 2_000
+"""How much of the end of a stdio server's stderr an error quotes."""
+HTTP_TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
+"""The SDK's own defaults: a response stream may stay open for long."""
+
+McpStatus = Literal["starting", "up", "restarting", "down", "closed"]
+UNAVAILABLE: Final = "mcp_unavailable"
+"""The :class:`ToolError` kind of a call that could not reach its server."""
+
+
+class McpConnection:
+    """The session with one MCP server (see the module docstring).
+
+    :param spec: the operator's description of the server.
+    :param environ: where ``pass_env`` and ``headers_env`` values are read.
+    """
+
+    def __init__(self, spec: McpServer, *, environ: Mapping[str, str] | None = None) -> None:
+        self.spec = spec
+        self._environ = os.environ if environ is None else environ
+        self._status: McpStatus = "starting"
+        self._session: ClientSession | None = None
+        self._changed = anyio.Event()
+        self._lost: anyio.Event | None = None
+        self._errlog: IO[str] | None = None
+        self._cause = ""
+        self.restarts = 0
+        """Restarts that brought the server back."""
+
+    @property
+    def status(self) -> McpStatus:
+        return self._status
+
+    @property
+    def cause(self) -> str:
+        """Why the server last went away ("" if it never did)."""
+        return self._cause
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: TaskStatus[list[mcp_types.Tool]]) -> None:
+        """Keep the server running until cancelled (see the module docstring).
+
+        :raises McpStartError: the first start failed.
+        """
+        spec = self.spec
+        started = False
+        failures = 0
+        try:
+            while True:
+                lost = anyio.Event()
+                was_up = False
+                try:
+                    async with self._open(lost) as (session, tools):
+                        was_up = True
+                        failures = 0
+                        if started:
+                            self.restarts += 1
+                            logger.info("MCP server %r: restarted", spec.name)
+                        self._lost = lost
+                        self._set("up", session)
+                        if not started:
+                            started = True
+                            task_status.started(tools)
+                        await lost.wait()
+                        self._set("restarting")
+                        self._cause = self._closed_cause()
+                except Exception as exc:  # through the SDK's task groups: maybe grouped
+                    error = start_error(spec, exc)
+                    if not started:
+                        raise error from None
+                    if not was_up:  # a failed restart (an error closing a lost one is not)
+                        failures += 1
+                        self._cause = error.reason
+                if failures >= spec.max_restarts:
+                    logger.error(
+                        "MCP server %r: given up after %d failed restart(s): %s",
+                        spec.name,
+                        failures,
+                        self._cause,
+                    )
+                    self._set("down")
+                    await anyio.sleep_forever()
+                logger.warning("MCP server %r: restarting it: %s", spec.name, self._cause)
+                self._set("restarting")
+                backoff = spec.restart_backoff_seconds * 2**failures
+                await anyio.sleep(min(backoff, BACKOFF_CAP_SECONDS))
+        finally:
+            self._set("closed")
+            if not self._cause:
+                self._cause = "loopfuse stopped the server"
+
+    def _set(self, status: McpStatus, session: ClientSession | None = None) -> None:
+        self._status = status
+        self._session = session
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    @asynccontextmanager
+    async def _open(
+        self, lost: anyio.Event
+    ) -> AsyncIterator[tuple[ClientSession, list[mcp_types.Tool]]]:
+        """A started, initialized session and the server's tools; ``lost`` is set when the
+        connection ends."""
+        spec = self.spec
+        async with AsyncExitStack() as stack:
+            if spec.transport == "stdio":
+                errlog = stack.enter_context(
+                    tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+                )
+                self._errlog = errlog
+                params = StdioServerParameters(
+                    command=spec.command, args=list(spec.args), env=self._env(), cwd=spec.cwd
+                )
+                try:
+                    read, write = await stack.enter_async_context(stdio_client(params, errlog))
+                except OSError as exc:
+                    why = exc.strerror or str(exc)
+                    raise McpStartError(
+                        spec.name, "command", f"cannot run {spec.command!r}: {why}"
+                    ) from None
+            else:
+                client = await stack.enter_async_context(
+                    httpx2.AsyncClient(headers=self._headers(), timeout=HTTP_TIMEOUT)
+                )
+                read, write = await stack.enter_async_context(
+                    streamable_http_client(spec.url, http_client=client)
+                )
+            session = await stack.enter_async_context(
+                ClientSession(_WatchedStream(read, lost), write)
+            )
+            try:
+                with anyio.fail_after(spec.start_timeout_seconds):
+                    await session.initialize()
+                    tools = await _list_tools(session)
+            except TimeoutError:
+                raise McpStartError(
+                    spec.name,
+                    "start_timeout_seconds",
+                    f"no answer to the MCP handshake and tool listing within "
+                    f"{spec.start_timeout_seconds:g} s{self._stderr_tail()}",
+                ) from None
+            except MCPError as exc:
+                if exc.code == mcp_types.CONNECTION_CLOSED:
+                    why = f"it went away during start-up: {self._closed_cause()}"
+                else:
+                    why = f"{_mcp_error(exc)} during start-up{self._stderr_tail()}"
+                raise McpStartError(spec.name, "", why) from None
+            yield session, tools
+
+    def _env(self) -> dict[str, str]:
+        missing = [name for name in self.spec.pass_env if name not in self._environ]
+        if missing:
+            raise McpStartError(
+                self.spec.name,
+                "pass_env",
+                f"environment variable(s) {', '.join(missing)} not set",
+            )
+        return {**{name: self._environ[name] for name in self.spec.pass_env}, **self.spec.env}
+
+    def _headers(self) -> dict[str, str]:
+        headers = {}
+        for header, variable in self.spec.headers_env.items():
+            value = self._environ.get(variable)
+            if value is None:
+                raise McpStartError(
+                    self.spec.name,
+                    "headers_env",
+                    f"environment variable {variable} (header {header}) not set",
+                )
+            headers[header] = value
+        return headers
+
+    # ------------------------------------------------------------------ calls
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> mcp_types.CallToolResult:
+        """Call the server's tool ``name``; wait for the server while it (re)starts.
+
+        :raises ToolError: kind ``mcp_unavailable`` when the server is down or went away
+            during the call, ``mcp_error`` when it answered with a protocol error.
+        """
+        session = self._session
+        while session is None:
+            if self._status in ("down", "closed"):
+                raise ToolError(
+                    UNAVAILABLE,
+                    f"MCP server {self.spec.name!r} is not running ({self._status}): {self._cause}",
+                )
+            await self._changed.wait()
+            session = self._session
+        try:
+            return await session.call_tool(name, arguments)
+        except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                self._connection_lost(session)
+                raise ToolError(
+                    UNAVAILABLE,
+                    f"MCP server {self.spec.name!r} went away during the call "
+                    f"({self._closed_cause()}); loopfuse is restarting it",
+                ) from None
+            raise ToolError(
+                "mcp_error", f"MCP server {self.spec.name!r}: {_mcp_error(exc)}"
+            ) from None
+        except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._connection_lost(session)
+            raise ToolError(
+                UNAVAILABLE,
+                f"MCP server {self.spec.name!r} could not be reached ({_describe(exc)}); "
+                "loopfuse is reconnecting",
+            ) from None
+
+    def _connection_lost(self, session: ClientSession) -> None:
+        if session is self._session and self._lost is not None:
+            self._lost.set()
+
+    def _closed_cause(self) -> str:
+        if self.spec.transport == "http":
+            return "the connection to the server ended"
+        return "the server process closed its output or exited" + self._stderr_tail()
+
+    def _stderr_tail(self) -> str:
+        """The end of a stdio server's stderr, as ``; its stderr ended with: …``."""
+        errlog = self._errlog
+        if errlog is None or errlog.closed:
+            return ""
+        try:
+            fd = errlog.fileno()
+            size = os.fstat(fd).st_size
+            offset = max(size - STDERR_TAIL_BYTES, 0)
+            tail = os.pread(fd, STDERR_TAIL_BYTES, offset).decode("utf-8", "replace")
+            if offset:  # from the first whole line on
+                tail = tail.partition("\n")[2]
+            tail = tail.strip()
+        except OSError:
+            return ""
+        return f"; its stderr ended with: {tail}" if tail else "; its stderr is empty"
+
+
+async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+    listing = await session.list_tools()
+    tools = list(listing.tools)
+    for _ in range(LIST_PAGES_MAX - 1):
+        if listing.next_cursor is None:
+            return tools
+        listing = await session.list_tools(
+            params=mcp_types.PaginatedRequestParams(cursor=listing.next_cursor)
+        )
+        tools.extend(listing.tools)
+    return tools
+
+
+def _mcp_error(exc: MCPError) -> str:
+    return f"error {exc.code}: {exc.message}"
+
+
+def start_error(spec: McpServer, exc: Exception) -> McpStartError:
+    """``exc`` (raised while starting ``spec``'s server, maybe inside exception groups of
+    one) as the :class:`McpStartError` it is or stands for."""
+    leaf = _leaf(exc)
+    if isinstance(leaf, McpStartError):
+        return leaf
+    return McpStartError(spec.name, "", _describe(leaf))
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    exc = _leaf(exc)
+    if isinstance(exc, MCPError):
+        return _mcp_error(exc)
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _WatchedStream:
+    """The transport's read stream, setting ``lost`` when it ends: the dispatcher of the
+    SDK's session reads it until the server goes away, which nothing else reports."""
+
+    __slots__ = ("_inner", "_lost")
+
+    def __init__(self, inner: Any, lost: anyio.Event) -> None:
+        self._inner = inner
+        self._lost = lost
+
+    @property
+    def last_context(self) -> Any:  # the SDK reads it when the transport provides it
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._lost.set()
+            raise
+        return item
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._lost.set()
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
