@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 anyio.run(serve_simulator, scenarios, args.host, args.port)
                 return 0
             case command if command in DAEMON_COMMANDS:
-                return run_daemon_command(config, args)
+                return run_daemon_command(config, args, serve_fleet=_serve_fleet)
             case "scenarios":
                 for scenario in shipped_scenarios():
                     print(f"{scenario.name:24} {scenario.description}")
@@ -162,6 +162,16 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     for mismatch in mismatches:
         print(f"scenario expectation not met: {mismatch}", file=sys.stderr)
     return 0 if not mismatches else 1
+
+
+async def _serve_fleet(config: Config, nats_url: str, host: str | None, port: int | None) -> int:
+    """``loopfuse serve --nats URL``: a daemon of a fleet (the cluster builds on the daemon,
+    so the command line, above both, hands it to the daemon's ``serve``)."""
+    # Imported here: the fleet needs the optional nats-py (pip install 'loopfuse[nats]').
+    from orchestrator.cluster.server import cluster_settings, serve_fleet_daemon
+
+    settings = cluster_settings(config, nats_url)
+    return await serve_fleet_daemon(config, settings, host=host, port=port)
 
 
 async def _follow(handle: RunHandle) -> RunResult:

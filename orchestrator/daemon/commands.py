@@ -3,6 +3,9 @@
 ``serve`` runs the daemon until SIGTERM/SIGINT. ``runs`` and ``watch`` are thin clients of
 its API: the URL is ``--url``, else ``$LOOPFUSE_URL``, else the configured host and port;
 the bearer token is ``$LOOPFUSE_TOKEN``.
+
+A fleet member (``serve --nats``) is served by ``orchestrator.cluster``, which builds on
+the daemon: the command line hands it in (``serve_fleet``), this package never imports it.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
@@ -20,11 +24,14 @@ from orchestrator.daemon.client import DaemonClient, DaemonError
 from orchestrator.daemon.logs import configure_logging
 from orchestrator.daemon.server import serve_daemon
 
-__all__ = ["COMMANDS", "add_commands", "run_command"]
+__all__ = ["COMMANDS", "ServeFleet", "add_commands", "run_command"]
 
 COMMANDS: Final = ("serve", "runs", "watch")
 _decode = msgspec.json.Decoder(dict[str, Any])
 _SHOWN: Final = ("turn", "stage", "status", "kind", "tool", "exit_reason", "cause", "detail")
+
+ServeFleet = Callable[[Config, str, str | None, int | None], Awaitable[int]]
+"""Serves a fleet member until a signal: ``(config, nats_url, host, port)`` → exit status."""
 
 
 def add_commands(commands: Any) -> None:
@@ -51,14 +58,15 @@ def add_commands(commands: Any) -> None:
     watch.add_argument("--json", action="store_true", help="each event as a JSON line")
 
 
-def run_command(config: Config, args: argparse.Namespace) -> int:
-    """Run ``serve``, ``runs`` or ``watch``; returns the exit status."""
+def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeFleet) -> int:
+    """Run ``serve``, ``runs`` or ``watch``; returns the exit status. ``serve_fleet`` serves
+    ``serve`` when a NATS URL is given (``--nats`` or ``cluster.nats_url``)."""
     if args.command == "serve":
         configure_logging(config.log_level)
         try:
             nats_url = getattr(args, "nats", None) or config.cluster.nats_url
             if nats_url:
-                return anyio.run(_serve_fleet, config, nats_url, args.host, args.port)
+                return anyio.run(serve_fleet, config, nats_url, args.host, args.port)
             return anyio.run(_serve, config, args.host, args.port)
         except OSError as exc:
             print(f"loopfuse serve: cannot listen or open the store: {exc}", file=sys.stderr)
@@ -78,14 +86,6 @@ def run_command(config: Config, args: argparse.Namespace) -> int:
 
 async def _serve(config: Config, host: str | None, port: int | None) -> int:
     return await serve_daemon(config, host=host, port=port)
-
-
-async def _serve_fleet(config: Config, nats_url: str, host: str | None, port: int | None) -> int:
-    # Imported here: the fleet needs the optional nats-py (pip install 'loopfuse[nats]').
-    from orchestrator.cluster.server import cluster_settings, serve_fleet_daemon
-
-    settings = cluster_settings(config, nats_url)
-    return await serve_fleet_daemon(config, settings, host=host, port=port)
 
 
 def _url(config: Config) -> str:
