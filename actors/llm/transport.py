@@ -1,30 +1,18 @@
 """One chat-completions POST through an ``AsyncOpenAI`` client's own connection pool.
 
-The SDK's per-request machinery (options copied through pydantic, headers merged into an
-``httpx2.Headers``, the URL joined and parsed, httpx2's request and response models, its
-auth flow, redirect loop and cookie jar) cost more client CPU than the HTTP exchange left
-once the SDK's chunk models were gone. Here the SDK builds the request **once per client**
-(``AsyncOpenAI._build_request``: the auth header, its default and platform headers,
-``X-Stainless-*``, the endpoint's extra headers, the httpx2 client's own headers, the URL
-and the timeouts); every request reuses those header bytes with the run id and the body's
-length added, and goes to the ``httpcore2`` connection pool of the SDK client's transport
-(``AsyncOpenAI._client``, the pool its ``AsyncHTTPTransport`` made, proxies chosen by
-httpx2 for the URL). Servers see the same request as through ``AsyncOpenAI.post``.
+The SDK builds the request once per client (``AsyncOpenAI._build_request``: the auth,
+default, platform and extra headers, the httpx2 client's own headers, the URL, the
+timeouts); each request reuses those header bytes with the run id and the body's length
+added, and goes to the ``httpcore2`` pool of the client's transport (proxies chosen by
+httpx2 for the URL). Servers see the same request as through ``AsyncOpenAI.post``, and
+failures come out as the SDK raises them: ``APITimeoutError`` or ``APIConnectionError``
+(caused by the httpx2 error), or for a 4xx/5xx the SDK's own ``APIStatusError`` subclass
+built from the read body. Why: ``docs/performance.md``.
 
-Failures come out as the SDK raises them::
-
-    timeout before the response           -> openai.APITimeoutError   (cause: the httpx2 error)
-    connection refused, reset, TLS, ...   -> openai.APIConnectionError (cause: the httpx2 error)
-    4xx / 5xx                             -> the SDK's own APIStatusError subclass, built by
-                                             AsyncOpenAI._make_status_error_from_response
-                                             from the read body
-
-Anything the fast path does not do itself goes through httpx2 and the SDK as before: a
-client whose transport is not httpx2's own (a mock, ASGI), custom auth, event hooks or
-credentials in the URL, or cookies in the client's jar send the whole request with
-``AsyncOpenAI.post``; a response that sets a cookie (stored in the jar, so the next request
-sends it), is compressed, or redirects is handed over as an ``httpx2.Response`` (a redirect
-followed by httpx2, as the SDK's client follows it).
+What this path does not do itself goes through httpx2 and the SDK as before: a transport
+that is not httpx2's own (a mock, ASGI), custom auth, event hooks, credentials in the URL or
+cookies in the client's jar send the request with ``AsyncOpenAI.post``; a response that
+sets a cookie, is compressed or redirects is handed over as an ``httpx2.Response``.
 """
 
 from __future__ import annotations
