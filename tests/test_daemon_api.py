@@ -359,6 +359,8 @@ async def test_a_pipeline_run_writes_its_report(tmp_path: Path) -> None:
             )
             run = await wait_ended(client, accepted["id"])
     assert run["exit_reason"] == "completed"
+    # The trace id the daemon answered with is the pipeline's (its stages' runs' too).
+    assert run["trace_id"] == accepted["trace_id"] == run["result"]["trace_id"]
     stages = {e["stage"] for e in events if e["type"] == "Progress"}
     assert {"scan", "explore", "draft", "finalize"} <= stages
     report = tmp_path / "reports" / f"{accepted['id']}.md"

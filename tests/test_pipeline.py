@@ -96,12 +96,13 @@ async def _run(policy: str, tmp: str) -> tuple[list[Progress], RunFinished, RunR
     handlers = {"first": _code, "work": _work, "last": _code}
     async with Runtime(scenarios=[LOOPER]) as runtime:
         handle = await runtime.start_pipeline(
-            lambda run_id: run_pipeline(
-                runtime, _config(policy), handlers, run_id=run_id, folder=tmp
+            lambda run_id, trace_id: run_pipeline(
+                runtime, _config(policy), handlers, run_id=run_id, trace_id=trace_id, folder=tmp
             )
         )
         events = [e async for e in handle.events()]
         result = await handle.result()
+    assert result.trace_id == handle.trace_id  # the pipeline's trace is the handle's
     progress = [e for e in events if isinstance(e, Progress)]
     finished = [e for e in events if isinstance(e, RunFinished)]
     assert len(finished) == 1
@@ -190,8 +191,13 @@ async def test_aborting_a_pipeline_aborts_its_stage_run_and_skips_the_rest(tmp_p
     async with Runtime(scenarios=[SLOW]) as runtime:
         with anyio.fail_after(20):
             handle = await runtime.start_pipeline(
-                lambda run_id: run_pipeline(
-                    runtime, config, handlers, run_id=run_id, folder=str(tmp_path)
+                lambda run_id, trace_id: run_pipeline(
+                    runtime,
+                    config,
+                    handlers,
+                    run_id=run_id,
+                    trace_id=trace_id,
+                    folder=str(tmp_path),
                 )
             )
             await working.wait()

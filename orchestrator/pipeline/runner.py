@@ -130,6 +130,7 @@ async def run_pipeline(
     handlers: Mapping[str, StageHandler],
     *,
     run_id: str | None = None,
+    trace_id: str | None = None,
     folder: str | None = None,
     data: Mapping[str, object] | None = None,
 ) -> RunResult:
@@ -142,7 +143,7 @@ async def run_pipeline(
         raise ValueError(f"pipeline {config.name!r}: no handler for stages {', '.join(missing)}")
     run = PipelineRun(
         run_id=run_id or uuid.uuid4().hex,
-        trace_id=uuid.uuid4().hex,
+        trace_id=trace_id or uuid.uuid4().hex,
         folder=folder,
         plan=plan_of(config),
         data=dict(data or {}),

@@ -48,7 +48,9 @@ async def start_report(
     config = report_pipeline(options, probes)
     handlers = report_handlers(options, probes)
 
-    async def body(run_id: str) -> RunResult:
-        return await run_pipeline(runtime, config, handlers, run_id=run_id, folder=str(folder))
+    async def body(run_id: str, trace_id: str) -> RunResult:
+        return await run_pipeline(
+            runtime, config, handlers, run_id=run_id, trace_id=trace_id, folder=str(folder)
+        )
 
     return await runtime.start_pipeline(body, run_id=run_id, on_finished=on_finished)

@@ -575,14 +575,15 @@ class Runtime:
 
     async def start_pipeline(
         self,
-        body: Callable[[str], Awaitable[RunResult]],
+        body: Callable[[str, str], Awaitable[RunResult]],
         *,
         run_id: str | None = None,
         on_finished: Callable[[], object] | None = None,
     ) -> RunHandle:
-        """Start a pipeline run: ``body(run_id)`` runs its stages (each agent stage a run of
-        its own, ``RUN.STAGE``) and returns the pipeline's result. It takes no run slot of its
-        own (its stage runs do). See :mod:`orchestrator.pipeline`.
+        """Start a pipeline run: ``body(run_id, trace_id)`` runs its stages (each agent stage
+        a run of its own, ``RUN.STAGE``) and returns the pipeline's result. It takes no run
+        slot of its own (its stage runs do). The trace id is the journal's for ``run_id``
+        (the one the daemon answered with), else a new one. See :mod:`orchestrator.pipeline`.
 
         :raises RuntimeClosedError: the runtime is not running.
         """
@@ -591,7 +592,9 @@ class Runtime:
         run_id = run_id or uuid.uuid4().hex
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
-        handle = RunHandle(self, run_id, run_id)
+        point = self._journal.start_point(run_id) if self._journal is not None else None
+        trace_id = point.trace_id if point is not None and point.trace_id else uuid.uuid4().hex
+        handle = RunHandle(self, run_id, trace_id)
         self._handles[run_id] = handle
         self._pipelines.add(run_id)
         self.event_log.open_run(run_id)
@@ -605,12 +608,12 @@ class Runtime:
     async def _run_pipeline(
         self,
         handle: RunHandle,
-        body: Callable[[str], Awaitable[RunResult]],
+        body: Callable[[str, str], Awaitable[RunResult]],
         on_finished: Callable[[], object] | None,
     ) -> None:
         try:
             handle.status = "running"
-            handle._result = await body(handle.run_id)
+            handle._result = await body(handle.run_id, handle.trace_id)
             handle.trace_id = handle._result.trace_id
         finally:
             if on_finished is not None:
