@@ -31,7 +31,8 @@ from actors.context.policy import RESERVE_MAX, WINDOW_MAX
 from actors.hooks import Hook
 from actors.llm.settings import EndpointLimits
 from actors.loop import LoopConfig, LoopConfigError, check_config
-from actors.tools.limits import IMAGE_MAX_BYTES, FigureSandbox
+from actors.tools.cache import DEFAULT_CACHE_SETTINGS
+from actors.tools.limits import FigureSandbox, ToolExecutorSettings
 from actors.tools.mcp import INSTALL_HINT, McpServer, mcp_installed
 from orchestrator.config_ranges import range_at
 from orchestrator.errors import ConfigError
@@ -170,26 +171,35 @@ class LoopSettings(_Settings, frozen=True, kw_only=True):
     preset: LoopPreset = "strict"
 
 
+_EXECUTOR: Final = ToolExecutorSettings()
+"""The tool executor's defaults, which ``[tools]`` takes as its own (as it takes the
+result cache's, ``DEFAULT_CACHE_SETTINGS``)."""
+
+
 class ToolSettings(_Settings, frozen=True, kw_only=True):
     """Which tools a run gets and where they may read."""
 
     folder: str | None = None
     enabled: tuple[str, ...] = ("list_dir", "read_file", "finish_exploration")
-    timeout_seconds: Seconds = 30.0
+    timeout_seconds: Seconds = _EXECUTOR.default_timeout_seconds
     abort_grace_seconds: Grace = 5.0
-    max_cache_hits: CacheHits = 2
+    max_cache_hits: CacheHits = DEFAULT_CACHE_SETTINGS.max_hits
     """An idempotent tool's cached result is reused this often; the next identical call
     stops the run (``loop.cache_hits``)."""
-    cache_ttl_seconds: Seconds = 300.0
+    cache_ttl_seconds: Seconds = DEFAULT_CACHE_SETTINGS.ttl_seconds
     """How long a cached result is served before the tool runs again."""
-    cache_max_entries: CacheEntries = 256
+    cache_max_entries: CacheEntries = DEFAULT_CACHE_SETTINGS.max_entries
     """Cached results kept per run (least recently used evicted first); 0 turns the cache off."""
-    max_result_chars: Annotated[int, msgspec.Meta(ge=1, le=RESULT_CHARS_MAX)] = 100_000
+    max_result_chars: Annotated[int, msgspec.Meta(ge=1, le=RESULT_CHARS_MAX)] = (
+        _EXECUTOR.max_result_chars
+    )
     """A tool result longer than this is cut, with a note saying how much was left out."""
-    image_max_bytes: Annotated[int, msgspec.Meta(ge=1, le=IMAGE_BYTES_MAX)] = IMAGE_MAX_BYTES
+    image_max_bytes: Annotated[int, msgspec.Meta(ge=1, le=IMAGE_BYTES_MAX)] = (
+        _EXECUTOR.limits.image_max_bytes
+    )
     """``read_image`` refuses larger files. An image travels base64-encoded in its tool
     result, so it must fit ``max_result_chars`` (4/3 of its size, plus about 1,000)."""
-    figure_sandbox: FigureSandbox = "bubblewrap"
+    figure_sandbox: FigureSandbox = _EXECUTOR.limits.figure_sandbox
     """How ``make_figure`` runs model-written code: ``"bubblewrap"`` (an OS sandbox; the
     tool is refused where bubblewrap cannot run) or ``"unsafe-process"`` (a plain child
     process, no isolation: the operator's explicit opt-out, logged at start-up)."""
@@ -205,6 +215,10 @@ class RuntimeSettings(_Settings, frozen=True, kw_only=True):
     walk only the runs' objects (``docs/performance.md``)."""
 
 
+_POLICY: Final = ContextPolicy(window=DEFAULT_WINDOW)
+"""The context gatekeeper's defaults, which ``[context]`` takes as its own."""
+
+
 class ContextSettings(_Settings, frozen=True, kw_only=True):
     """The context gatekeeper: each model's window and what is kept free of it
     (``docs/context.md``). A request is sent only if its prompt estimate is at most
@@ -218,16 +232,18 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     safety_buffer_tokens: Reserve = SAFETY_BUFFER
     output_reserve_tokens: Reserve = 4_096
     """Reserved for the answer when ``model.max_output_tokens`` is not set (else that)."""
-    collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.8
+    collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = _POLICY.collapse_at
     """Fold old tool results once the estimate passes this share of the limit; 0: only
     after the endpoint refused a prompt."""
-    collapse_to: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.6
+    collapse_to: Annotated[float, msgspec.Meta(gt=0, le=1)] = _POLICY.collapse_to
     """…until it is below this share of the limit."""
-    keep_recent_turns: Turns = 2
+    keep_recent_turns: Turns = _POLICY.keep_recent_turns
     """Turns a compaction keeps word for word."""
-    fold_min_chars: Annotated[int, msgspec.Meta(ge=1, le=RESULT_CHARS_MAX)] = 400
-    summary_max_tokens: ReplyTokens = 1_024
-    silent_truncation_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.5
+    fold_min_chars: Annotated[int, msgspec.Meta(ge=1, le=RESULT_CHARS_MAX)] = _POLICY.fold_min_chars
+    summary_max_tokens: ReplyTokens = _POLICY.summary_max_tokens
+    silent_truncation_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = (
+        _POLICY.silent_truncation_ratio
+    )
     """Reported prompt tokens below this share of the estimate are flagged as a silent
     truncation (an event, not a stop)."""
 
@@ -417,45 +433,47 @@ class Config(_Settings, frozen=True, kw_only=True):
 class RunSettings(_Settings, frozen=True, kw_only=True):
     """The effective, flat settings of one run: the config's defaults plus run overrides.
 
-    Scenario files and API requests override these keys by name.
+    Scenario files and API requests override these keys by name. :func:`run_settings`
+    fills every key that has a config section from that section, so those keys have no
+    default here: the sections' defaults are the only ones.
     """
 
     model: str
     max_turns: Turns
     max_tool_calls: ToolCalls
     deadline_seconds: Seconds
-    max_output_tokens: ReplyTokens | None = 8192
-    escalated_max_tokens: ReplyTokens | None = 65536
-    tools: tuple[str, ...] = ()
-    tool_timeout_seconds: Seconds = 30.0
-    abort_grace_seconds: Grace = 5.0
+    max_output_tokens: ReplyTokens | None
+    escalated_max_tokens: ReplyTokens | None
+    tools: tuple[str, ...]
+    tool_timeout_seconds: Seconds
+    abort_grace_seconds: Grace
     truncation_recoveries: Recoveries = 3
-    max_cache_hits: CacheHits = 2
-    cache_ttl_seconds: Seconds = 300.0
-    cache_max_entries: CacheEntries = 256
-    loop_preset: LoopPreset = "strict"
+    max_cache_hits: CacheHits
+    cache_ttl_seconds: Seconds
+    cache_max_entries: CacheEntries
+    loop_preset: LoopPreset
     context_window: Window | None = None
     """The model's context window in tokens; ``None``: ``[context]`` by model name."""
-    context_safety_buffer: Reserve = SAFETY_BUFFER
-    context_output_reserve: Reserve = 4_096
+    context_safety_buffer: Reserve
+    context_output_reserve: Reserve
     """Reserved for the answer when ``max_output_tokens`` is not set."""
-    context_collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.8
-    context_keep_turns: Turns = 2
-    hooks: tuple[Hook, ...] = ()
+    context_collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)]
+    context_keep_turns: Turns
+    hooks: tuple[Hook, ...]
     """Pre-tool and stop hooks (``docs/hooks.md``); a run's list replaces the config's."""
-    on_crash: OnCrash = "resume"
+    on_crash: OnCrash
     loop: dict[str, Any] = {}
     """Loop config keys merged onto ``loop_preset`` (see :func:`merge_loop_overrides`)."""
-    output_token_budget: RunTokens | None = None
-    input_token_budget: RunTokens | None = None
-    cost_budget: Cost | None = None
-    budget_mode: BudgetMode = "ceiling"
+    output_token_budget: RunTokens | None
+    input_token_budget: RunTokens | None
+    cost_budget: Cost | None
+    budget_mode: BudgetMode
     input_price_per_million: Price | None = None
     """From ``[prices."<model>"]`` unless overridden."""
     output_price_per_million: Price | None = None
-    on_stop: OnStop = "keep"
-    answer_max_tokens: ReplyTokens = 1024
-    answer_deadline_seconds: Seconds = 60.0
+    on_stop: OnStop
+    answer_max_tokens: ReplyTokens
+    answer_deadline_seconds: Seconds
 
 
 _S = TypeVar("_S", bound=msgspec.Struct)

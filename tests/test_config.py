@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from actors.context import ContextPolicy
 from actors.llm.settings import EndpointLimits, EndpointSettings, endpoint_settings
-from orchestrator.config import Config, ModelSettings, load_config, run_settings
+from actors.tools import ToolExecutorSettings
+from orchestrator.config import Config, ModelSettings, context_policy, load_config, run_settings
 from orchestrator.errors import ConfigError
+from orchestrator.runtime.runtime import tool_executor_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -107,3 +110,10 @@ def test_the_model_section_is_the_llm_callers_endpoint_limits(tmp_path: Path) ->
     endpoint = endpoint_settings(config.model, base_url="http://127.0.0.1:9/v1", api_key="k")
     assert {name: getattr(endpoint, name) for name in EndpointLimits.__struct_fields__} == limits
     assert (endpoint.base_url, endpoint.api_key) == ("http://127.0.0.1:9/v1", "k")
+
+
+def test_the_tools_and_context_sections_take_the_actors_defaults() -> None:
+    config = Config()
+    assert tool_executor_settings(config) == ToolExecutorSettings()
+    policy = context_policy(config, run_settings(config))
+    assert policy == ContextPolicy(window=policy.window, output_reserve=policy.output_reserve)
