@@ -33,11 +33,11 @@ from orchestrator.config import Config, ModelSettings, load_config
 from orchestrator.daemon.commands import COMMANDS as DAEMON_COMMANDS
 from orchestrator.daemon.commands import add_commands as add_daemon_commands
 from orchestrator.daemon.commands import run_command as run_daemon_command
+from orchestrator.daemon.demo import format_table, run_demo
 from orchestrator.errors import LoopfuseError
 from orchestrator.result import RunResult, describe_ending, result_summary
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
 from orchestrator.runtime.compiled import STALE_FIX, stale_modules
-from orchestrator.scenarios.demo import format_table, run_demo
 from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import find_scenario, serve_simulator, shipped_scenarios
 

@@ -12,8 +12,8 @@ import pytest
 
 from bus import CAUSES, ExitReason, Outcome, Usage, cause_hint, outcome_of
 from orchestrator.cli import main
+from orchestrator.daemon.demo import DemoRow, format_table
 from orchestrator.result import RunResult, describe_ending
-from orchestrator.scenarios.demo import DemoRow, format_table
 from orchestrator.sim import shipped_scenarios
 
 DemoOutput = tuple[int, list[dict[str, Any]]]

@@ -65,8 +65,8 @@ from orchestrator.result import RunResult
 from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.heap import freeze_long_lived
 from orchestrator.runtime.mcp import open_mcp_tools
-from orchestrator.scenarios.tools import scripted_tool_from
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
+from orchestrator.sim.tools import scripted_tool_from
 from orchestrator.tracing import parse_traceparent
 from orchestrator.tracing.wiring import open_tracing, require_tracing
 
