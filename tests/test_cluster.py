@@ -12,28 +12,23 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
-
-pytest.importorskip("nats", reason="nats-py is not installed (pip install loopfuse[nats])")
-
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from orchestrator.cluster import ClusterError, ClusterNode, ClusterSettings
-from orchestrator.cluster.testing import NatsServer, nats_server_binary
+from orchestrator.cluster.testing import NatsServer
 from orchestrator.config import Config
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.sim import Scenario, find_scenario, parse_scenario
+from tests.fleet_support import NEEDS_NATS_SERVER
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (Debian: apt-get install nats-server; scripts/test does)",
-)
+pytestmark = NEEDS_NATS_SERVER
 
 QUICK = ("max_turns", "path_escape", "hook_denied", "max_tool_calls", "dead_loop", "completed")
 
@@ -78,14 +73,6 @@ def slow_scenario(tmp_path: Path, delay: float) -> tuple[Scenario, Path]:
     path = tmp_path / "slow.toml"
     path.write_text(text)
     return parse_scenario(text, source=str(path), name="slow"), path
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[NatsServer]:
-    store = tmp_path / "jetstream"
-    store.mkdir()
-    with NatsServer.running(store) as running:
-        yield running
 
 
 def settings_for(server: NatsServer, **overrides: float) -> ClusterSettings:

@@ -7,29 +7,16 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
-pytest.importorskip("nats", reason="nats-py is not installed (pip install loopfuse[nats])")
+from orchestrator.cluster.testing import NatsServer
+from tests.fleet_support import NEEDS_NATS_SERVER
 
-from orchestrator.cluster.testing import NatsServer, nats_server_binary
-
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (Debian: apt-get install nats-server; scripts/test does)",
-)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[NatsServer]:
-    store = tmp_path / "jetstream"
-    store.mkdir()
-    with NatsServer.running(store) as running:
-        yield running
+pytestmark = NEEDS_NATS_SERVER
 
 
 def start_daemon(

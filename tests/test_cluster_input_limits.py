@@ -3,31 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
-pytest.importorskip("nats", reason="nats-py is not installed (pip install loopfuse[nats])")
-
-from orchestrator.cluster.testing import NatsServer, nats_server_binary
+from orchestrator.cluster.testing import NatsServer
 from orchestrator.daemon.limits import MAX_INTEGER
+from tests.fleet_support import NEEDS_NATS_SERVER
 from tests.test_cluster_http import sse_ids, start_daemon, stop
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (Debian: apt-get install nats-server; scripts/test does)",
-)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[NatsServer]:
-    store = tmp_path / "jetstream"
-    store.mkdir()
-    with NatsServer.running(store) as running:
-        yield running
+pytestmark = NEEDS_NATS_SERVER
 
 
 @pytest.mark.asyncio

@@ -3,32 +3,19 @@ gives concurrent repeats of an idempotency key the same run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
-pytest.importorskip("nats", reason="nats-py is not installed (pip install loopfuse[nats])")
-
-from orchestrator.cluster.testing import NatsServer, nats_server_binary
+from orchestrator.cluster.testing import NatsServer
+from tests.fleet_support import NEEDS_NATS_SERVER
 from tests.test_cluster_http import start_daemon, stop
 from tests.test_daemon_idempotency import post_all
 from tests.test_daemon_policy import completed_text, hook, refusal
 
-pytestmark = pytest.mark.skipif(
-    nats_server_binary() is None,
-    reason="nats-server is not installed (Debian: apt-get install nats-server; scripts/test does)",
-)
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[NatsServer]:
-    store = tmp_path / "jetstream"
-    store.mkdir()
-    with NatsServer.running(store) as running:
-        yield running
+pytestmark = NEEDS_NATS_SERVER
 
 
 @pytest.mark.asyncio
