@@ -125,6 +125,7 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
     figures["loopfuse_tracing_us_per_turn"] = cpu_of("loopfuse+tracing")
     figures["ratio_vs_guard"] = figures["loopfuse_us_per_turn"] / figures["guard_us_per_turn"]
     figures["compiled_modules"] = len(compiled_modules())  # 0: a pure-Python install
+    figures["build"] = "compiled" if figures["compiled_modules"] else "pure Python"
     figures["us_per_turn_runs_of_20_turns"] = cpu_of("loopfuse", "history_20")
     figures["us_per_turn_runs_of_200_turns"] = cpu_of("loopfuse", "history_200")
     # turns 21..200 alone: what the 180 later turns of a run cost beyond its first 20
@@ -188,10 +189,11 @@ def format_report(figures: dict[str, Any], args: argparse.Namespace, out: TextIO
                 f"{row['turns_per_second']:,.0f} turns/s\n"
             )
     out.write(
-        f"\nthroughput CPU/turn: bare {figures['bare_us_per_turn']:.1f} µs, guard "
+        f"\nbuild measured: {figures['build']} ({figures['compiled_modules']} modules compiled; "
+        "an editable install is pure Python, a wheel or `pip install .` compiles)\n"
+        f"throughput CPU/turn: bare {figures['bare_us_per_turn']:.1f} µs, guard "
         f"{figures['guard_us_per_turn']:.1f} µs, loopfuse {figures['loopfuse_us_per_turn']:.1f} "
-        f"µs (x{figures['ratio_vs_guard']:.1f} the guard; target ≤ 3; "
-        f"{figures['compiled_modules']} modules compiled); with tracing on "
+        f"µs (x{figures['ratio_vs_guard']:.1f} the guard; target ≤ 3); with tracing on "
         f"{figures['loopfuse_tracing_us_per_turn']:.1f} µs\n"
         f"O(history): 20 runs x 20 turns {figures['us_per_turn_runs_of_20_turns']:.1f} µs/turn, "
         f"x 200 turns {figures['us_per_turn_runs_of_200_turns']:.1f} µs/turn, turns 21-200 "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 import msgspec
 import pytest
@@ -81,6 +82,11 @@ def test_the_json_report_has_every_key() -> None:
         figures["loopfuse_us_per_turn"] / figures["guard_us_per_turn"]
     )
     assert figures["http_client_us_per_request"] is None  # --no-http
+    # The editable install the suite runs on is pure Python (scripts/check-compiled has the
+    # wheel, where the same report says "compiled").
+    compiled = os.environ.get("TEST_COMPILED_WHEEL") == "1"
+    assert figures["build"] == ("compiled" if compiled else "pure Python")
+    assert (figures["compiled_modules"] > 0) is compiled
     assert "raw_openai_us_per_request" in figures
 
 
