@@ -1,13 +1,11 @@
 """Every message spoken on the bus: frozen, tagged msgspec Structs that carry a ``run_id``.
 
 Messages are data, never callables or live objects, so any of them can be encoded with
-msgspec and cross a process boundary unchanged. Being immutable data, they cannot form a
-reference cycle, so they are not tracked by Python's cycle collector (``gc=False``): with
-thousands of runs in flight, every collection would otherwise walk each message and
-transcript still held. :data:`BusMessage` is the closed union;
+msgspec and cross a process boundary unchanged; the cycle collector does not track them
+(``gc=False``: ``docs/performance.md``). :data:`BusMessage` is the closed union;
 :data:`ENCODER` and :data:`DECODER` are built once and reused.
 
-Flow of one turn (who publishes what)::
+Flow of one turn (who publishes what; the context gatekeeper's part: ``docs/context.md``)::
 
     conductor     TurnStarted ─settle─▶ ModelRequest ───────────────▶ LLM caller
     LLM caller    ModelTextDelta* ▶ ModelError* ▶ ModelReply ──────▶ conductor (inbox)
@@ -16,12 +14,6 @@ Flow of one turn (who publishes what)::
     conductor     ToolExecute ──────────────────────────────────────▶ tool executor
     tool executor ToolResult* ──────────────────────────────────────▶ conductor (inbox)
     conductor     TurnEnded ─settle─▶ (budget monitor: max_turns …)
-
-The context gatekeeper answers ``TurnStarted`` with ``ContextAction(collapse|blocked)`` and a
-``blocking_limit`` stop; when the endpoint refuses the prompt as too long (a final
-``ModelError(kind="context_length")``) the conductor publishes ``PromptRejected`` ─settle─▶
-and the gatekeeper answers ``ContextAction(collapse|compact)`` (the turn is sent again) or a
-``prompt_too_long`` stop.
 """
 
 from __future__ import annotations
