@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-import orchestrator.runtime
+import orchestrator.runtime.runtime
 from actors.context import bpe_counter
 from orchestrator.config import Config, RuntimeSettings
 from orchestrator.runtime import Runtime
@@ -38,7 +38,7 @@ async def test_a_runtime_freezes_the_heap_unless_told_not_to(
         models.append(model)
         return False
 
-    monkeypatch.setattr(orchestrator.runtime, "freeze_long_lived", spy)
+    monkeypatch.setattr(orchestrator.runtime.runtime, "freeze_long_lived", spy)
     config = Config(runtime=RuntimeSettings(freeze_heap=freeze))
     async with Runtime(config):
         pass
