@@ -25,7 +25,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from orchestrator.config import ClientOverrides, Config, RunSettings, run_settings
+from orchestrator.config import ClientCeilings, ClientOverrides, Config, RunSettings, run_settings
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.errors import ConfigError
@@ -33,18 +33,7 @@ from orchestrator.sim import Scenario
 
 __all__ = ["Admitted", "admit", "allowed_models", "resolve_folder"]
 
-CEILINGED: Final = frozenset(
-    {
-        "max_turns",
-        "max_tool_calls",
-        "deadline_seconds",
-        "max_output_tokens",
-        "output_token_budget",
-        "input_token_budget",
-        "cost_budget",
-        "answer_max_tokens",
-    }
-)
+CEILINGED: Final = frozenset(ClientCeilings.__struct_fields__)
 """Numbers a request may lower but not raise above the operator's value or ceiling."""
 
 _OPERATOR_ONLY: Final = {
