@@ -45,53 +45,99 @@ def outcome_of(reason: ExitReason) -> Outcome:
     return Outcome.DONE if reason is ExitReason.COMPLETED else Outcome.FAILED
 
 
-# cause -> one-line hint for the person reading the ending.
+# cause -> one-line hint for the person reading the ending: what to do next. A hint states
+# no fact the detail might contradict (the detail says what happened); where the next step
+# depends on what happened, :func:`cause_hint` takes the fact and picks a variant.
 CAUSES: Final[dict[str, str]] = {
     # completed
-    "model.end_turn": "Nothing to do: the model finished its answer.",
+    "model.end_turn": "Nothing to do: the model finished its answer; read it in the output.",
     "truncation.gave_up": (
-        "The answer was cut off repeatedly; raise max_output_tokens or ask for a shorter answer."
+        "The output is incomplete; raise model.max_output_tokens (each reply's limit) or ask "
+        "for a shorter answer."
     ),
     # max_turns: any budget
     "budget.max_turns": "Raise budget.max_turns or split the task into smaller runs.",
     "budget.max_tool_calls": "Raise budget.max_tool_calls or give the model fewer, larger tools.",
-    "budget.deadline": "Raise budget.deadline_seconds or split the task; check model latency.",
+    "budget.deadline": (
+        "Raise budget.deadline_seconds or split the task; check the model's and tools' latency."
+    ),
     "budget.output_tokens": "Raise budget.max_output_tokens or ask for a shorter answer.",
-    "budget.input_tokens": "Raise budget.max_input_tokens or shorten the prompt and tool results.",
-    "budget.cost": "Raise budget.max_cost or use a cheaper model for this stage.",
+    "budget.input_tokens": (
+        "Raise budget.max_input_tokens, or shorten the prompt and the tools' results."
+    ),
+    "budget.cost": "Raise budget.max_cost or use a cheaper model for this task.",
     "budget.diminishing_returns": (
-        "The model kept adding little; accept the output or rephrase the task more narrowly."
+        "The model added little per continuation; accept the output, lower the target "
+        "(budget.max_output_tokens) or ask for the missing parts by name."
     ),
     # aborted_streaming / aborted_tools
     "abort.caller": "The run was aborted on request; start it again if that was a mistake.",
-    "abort.shutdown": "The service was shutting down; resubmit the run.",
-    "abort.crash": "The service stopped while this run was active; resubmit the run.",
+    "abort.shutdown": "The service was shutting down; resubmit the run once it is back.",
+    "abort.crash": (
+        "The service stopped while this run was active and did not resume it; resubmit the "
+        "run (with a valid value if the detail names one)."
+    ),
     "model.unavailable": (
-        "The model endpoint kept failing; check its status, base_url and key, then retry."
+        "The model endpoint kept failing; check its status, model.base_url and the key, then "
+        "resubmit the run."
     ),
     "model.bad_request": (
-        "The endpoint refused the request; check the model name, parameters and the detail."
+        "The endpoint refused the request itself (not retried); fix what the detail names "
+        "(model name, key, a parameter), then resubmit the run."
     ),
     # hook_stopped
-    "loop.generic_repeat": "The model repeated one call; improve the prompt or the tool's output.",
-    "loop.poll_no_progress": "A polled status never changed; wait longer between polls or stop.",
-    "loop.ping_pong": "Two calls alternated without progress; fix the tool or the instructions.",
-    "loop.global_breaker": "Too many calls made no progress; check tool results and the prompt.",
-    "loop.cycle": "A sequence of calls repeated; give the model a clearer way to finish.",
-    "loop.content": "The model repeated its own text; lower temperature or change the prompt.",
-    "loop.cache_hits": "The model re-asked for a result it already had; tell it the result.",
+    "loop.generic_repeat": (
+        "The model repeated one call with the same result; say in the task when to stop, or "
+        "make the tool's result say what to do next."
+    ),
+    "loop.poll_no_progress": (
+        "A polled status never changed; poll less often (or wait in the tool), or give the "
+        "job more time before the run starts waiting on it."
+    ),
+    "loop.ping_pong": (
+        "Two calls alternated without progress; fix the tool or the instructions that send "
+        "the model back and forth."
+    ),
+    "loop.global_breaker": (
+        "Many calls returned nothing new; check the tools' results and the task, then "
+        "resubmit the run."
+    ),
+    "loop.cycle": (
+        "A sequence of calls repeated with the same results; give the model a clear way to "
+        "finish (a finishing tool or a stop condition in the task)."
+    ),
+    "loop.content": (
+        "The model repeated its own text; lower the temperature or change the prompt."
+    ),
+    "loop.cache_hits": (
+        "The model asked again for a result it already had; say in the task that results "
+        "do not change, or raise tools.max_cache_hits."
+    ),
     "internal.error": "loopfuse failed inside this run; report it with the run's trace id.",
     "stage.output_rejected": (
         "A stage's output failed its checks after every retry; try a stronger model for it."
     ),
     # blocking_limit / prompt_too_long
     "context.blocking_limit": (
-        "The prompt would not fit the context window; use a larger window or shorter inputs."
+        "The prompt would not fit the model's window (no request was sent); use a model with "
+        "a larger window (context.windows), or shorter inputs."
     ),
     "context.prompt_too_long": (
-        "The endpoint refused the prompt as too long even after collapsing and compacting it."
+        "The endpoint refused the prompt as too long; check the detail for its limit, then "
+        "use a larger window or shorter inputs."
     ),
 }
+
+_PROMPT_TOO_LONG_AFTER_SHORTENING: Final = (
+    "loopfuse folded or summarised earlier turns and the endpoint still refused the prompt; "
+    "use a model with a larger window, or split the task or shorten its inputs."
+)
+_PROMPT_TOO_LONG_UNSHORTENED: Final = (
+    "Nothing was folded or summarised before the refusal; if a proxy or the server limits "
+    "the request's size (a 413), raise that limit; if the model's window is smaller than "
+    "loopfuse assumed, set it in context.windows so prompts are shortened before they are "
+    "sent."
+)
 
 _HOOK_PREFIX: Final = "hook."
 
@@ -101,8 +147,14 @@ def is_known_cause(cause: str) -> bool:
     return cause in CAUSES or (cause.startswith(_HOOK_PREFIX) and len(cause) > len(_HOOK_PREFIX))
 
 
-def cause_hint(cause: str) -> str:
-    """The next step to suggest for ``cause`` (a generic one for ``hook.<name>``)."""
+def cause_hint(cause: str, *, shortened: bool | None = None) -> str:
+    """The next step to suggest for ``cause`` (a generic one for ``hook.<name>``).
+
+    ``shortened`` (``context.prompt_too_long`` only): whether loopfuse folded or summarised
+    the refused prompt before giving up; ``None`` when not known (a generic hint).
+    """
+    if cause == "context.prompt_too_long" and shortened is not None:
+        return _PROMPT_TOO_LONG_AFTER_SHORTENING if shortened else _PROMPT_TOO_LONG_UNSHORTENED
     hint = CAUSES.get(cause)
     if hint is not None:
         return hint

@@ -52,6 +52,8 @@ class ContextRecovery:
         run.trace_event(f"context {action.kind.replace('_', ' ')}", action.detail)
         if action.kind in ("collapse", "compact") and action.turn == run.turn:
             self._pending = action
+            if action.reactive:  # the hint of a prompt_too_long ending says so
+                run.shortened_turn = action.turn
 
     async def recover(
         self, control: ControlInbox, model: ModelCall, error: ModelError, attempt: int

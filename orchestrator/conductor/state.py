@@ -34,6 +34,7 @@ class RunRecord:
         "rewritten_from",
         "run_id",
         "sent_messages",
+        "shortened_turn",
         "started",
         "state",
         "tool_calls",
@@ -69,6 +70,7 @@ class RunRecord:
         self.incomplete = False
         self.degraded = False
         self.continued: list[str] = []  # texts of turns a monitor continued (token target)
+        self.shortened_turn = -1  # the last turn whose refused prompt was folded or summarised
         # For event logs: how much of the previous turn request's prompt is still the same
         # (messages sent, then the lowest index rewritten in place since: folds, a summary).
         self.sent_messages = 0
@@ -166,7 +168,12 @@ class RunRecord:
             cause=stop.cause,
             outcome=outcome,
             detail=stop.detail,
-            hint=cause_hint(stop.cause),
+            hint=cause_hint(
+                stop.cause,
+                shortened=self.shortened_turn == self.turn
+                if stop.cause == "context.prompt_too_long"
+                else None,
+            ),
             turns=self.turn,
             llm_requests=self.llm_requests,
             tool_calls=self.tool_calls,
