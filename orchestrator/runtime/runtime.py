@@ -63,6 +63,7 @@ from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
 from orchestrator.metrics.collectors import ToolCacheCollector
 from orchestrator.result import RunResult
 from orchestrator.runtime.event_log import EventLog
+from orchestrator.runtime.folders import SharedFolders
 from orchestrator.runtime.heap import freeze_long_lived
 from orchestrator.runtime.mcp import open_mcp_tools
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
@@ -357,6 +358,8 @@ class Runtime:
         self.base_url: str | None = None
         self.mcp: McpServers | None = None
         """The MCP servers of ``[mcp]`` while the runtime runs (``docs/mcp.md``)."""
+        self.scenario_folders = SharedFolders()
+        """Scenario folders shared read-only by the runs of a scenario (removed on exit)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -436,7 +439,10 @@ class Runtime:
             with anyio.move_on_after(SHUTDOWN_GRACE_SECONDS):
                 await self._idle.wait()
             self.bus.close()
-        return await stack.__aexit__(exc_type, exc, tb)
+        try:
+            return await stack.__aexit__(exc_type, exc, tb)
+        finally:
+            self.scenario_folders.close()
 
     def _run_counts(self) -> RunCounts:
         running = int(self._limiter.borrowed_tokens)

@@ -1,7 +1,7 @@
 """Running a scenario file: its folder, its scripted tools, its run config, its expectations.
 
 A scenario names the simulator's script (the run's model is the scenario's name), the
-files the run may read (written to a temporary folder that lives as long as the run), the
+files the run may read (written once per runtime, shared read-only by its runs), the
 fake tools it may call, config overrides, and the result it expects. Its ``abort`` trigger
 plays the caller who aborts the run (as Ctrl-C would) once enough text streamed or a given
 tool's result came back.
@@ -14,22 +14,16 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from bus import ModelTextDelta, ToolResult
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
+from orchestrator.runtime.folders import write_folder
 from orchestrator.sim import Scenario
 from orchestrator.sim.scenario import AbortTrigger
 
 __all__ = ["expectation_mismatches", "run_scenario", "start_scenario"]
-
-
-def _write_folder(root: Path, files: dict[str, str]) -> None:
-    for relative, content in files.items():
-        target = (root / relative).resolve()
-        if not target.is_relative_to(root.resolve()):
-            raise ValueError(f"scenario folder entry {relative!r} points outside the folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
 
 
 def _abort_when(trigger: AbortTrigger) -> Callable[[RunHandle], Awaitable[None]]:
@@ -56,36 +50,41 @@ def _abort_when(trigger: AbortTrigger) -> Callable[[RunHandle], Awaitable[None]]
 async def start_scenario(
     runtime: Runtime, scenario: Scenario, *, run_id: str | None = None
 ) -> RunHandle:
-    """Start ``scenario`` on ``runtime``; its temporary folder is removed when it ends."""
-    folder = tempfile.TemporaryDirectory(prefix=f"loopfuse-{scenario.name}-")
-    root = Path(folder.name)
-    try:
-        _write_folder(root, scenario.folder)
-        if scenario.pipeline is not None:
-            from orchestrator.report.scenario import start_pipeline_scenario
+    """Start ``scenario`` on ``runtime``. An agent run reads the scenario's folder that
+    every run of it shares (read-only, :mod:`orchestrator.runtime.folders`); a pipeline,
+    which writes its report into its folder, gets one of its own, removed when it ends."""
+    if scenario.pipeline is not None:
+        return await _start_pipeline(runtime, scenario, run_id)
+    folder = await runtime.scenario_folders.folder(scenario.name, scenario.folder)
+    overrides: dict[str, Any] = {"model": scenario.name, **scenario.config}
+    scripted = runtime.add_scenario_tools(scenario)
+    if scripted:
+        overrides["tools"] = (*overrides.get("tools", runtime.config.tools.enabled), *scripted)
+    return await runtime.start(
+        RunSpec(
+            task=scenario.task,
+            system=scenario.system,
+            folder=folder,
+            overrides=overrides,
+            run_id=run_id,
+        ),
+        watch=_abort_when(scenario.abort) if scenario.abort is not None else None,
+    )
 
-            return await start_pipeline_scenario(
-                runtime, scenario, root, run_id=run_id, on_finished=folder.cleanup
-            )
-        overrides: dict[str, Any] = {"model": scenario.name, **scenario.config}
-        scripted = runtime.add_scenario_tools(scenario)
-        if scripted:
-            overrides["tools"] = (*overrides.get("tools", runtime.config.tools.enabled), *scripted)
-        handle = await runtime.start(
-            RunSpec(
-                task=scenario.task,
-                system=scenario.system,
-                folder=str(root),
-                overrides=overrides,
-                run_id=run_id,
-            ),
-            on_finished=folder.cleanup,
-            watch=_abort_when(scenario.abort) if scenario.abort is not None else None,
+
+async def _start_pipeline(runtime: Runtime, scenario: Scenario, run_id: str | None) -> RunHandle:
+    from orchestrator.report.scenario import start_pipeline_scenario
+
+    folder = tempfile.TemporaryDirectory(prefix=f"loopfuse-{scenario.name}-")
+    try:
+        root = Path(folder.name)
+        await anyio.to_thread.run_sync(write_folder, root, scenario.folder)
+        return await start_pipeline_scenario(
+            runtime, scenario, root, run_id=run_id, on_finished=folder.cleanup
         )
     except BaseException:
         folder.cleanup()
         raise
-    return handle
 
 
 async def run_scenario(runtime: Runtime, scenario: Scenario) -> RunResult:
