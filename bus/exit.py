@@ -85,6 +85,11 @@ CAUSES: Final[dict[str, str]] = {
         "The endpoint refused the request itself (not retried); fix what the detail names "
         "(model name, key, a parameter), then resubmit the run."
     ),
+    "model.interrupted": (
+        "The server ended a reply early without a finish reason (llama-cpp-python with "
+        "--interrupt_requests cuts a reply when another request arrives); start it without "
+        "that flag or send it one request at a time, then resubmit the run."
+    ),
     # hook_stopped
     "loop.generic_repeat": (
         "The model repeated one call with the same result; say in the task when to stop, or "
@@ -112,6 +117,38 @@ CAUSES: Final[dict[str, str]] = {
     "loop.cache_hits": (
         "The model asked again for a result it already had; say in the task that results "
         "do not change, or raise tools.max_cache_hits."
+    ),
+    "loop.no_new_information": (
+        "Different calls kept returning the same result; say in the task what that result "
+        "means, or make the tools' results say what changed."
+    ),
+    "loop.unknown_tool": (
+        "The model kept calling a tool this run does not offer; add it to the run's tools or "
+        "name the tools it has in the task."
+    ),
+    "loop.progress_ceiling": (
+        "One call was repeated very often, its result changing each time; make the tool wait "
+        "for the change (or report less often), or raise the ceiling in the run's loop config."
+    ),
+    "loop.shell_stagnation": (
+        "The model kept running inspection commands without acting; say in the task what to "
+        "change, or give it a tool that does."
+    ),
+    "loop.tool_stagnation": (
+        "The model called one tool over and over; say in the task what to do with its "
+        "results, or when to stop."
+    ),
+    "loop.read_loop": (
+        "The model kept re-reading what it had read; put what it needs in the task, or give "
+        "it a clear next step."
+    ),
+    "loop.call_cap": (
+        "The run made more tool calls than its loop preset allows; split the task, or use a "
+        "preset without a call cap."
+    ),
+    "loop.llm_check": (
+        "A model asked to judge the run's history found it looping; read its reason in the "
+        "detail, then change the task or the tools, or raise the check's confidence threshold."
     ),
     "internal.error": "loopfuse failed inside this run; report it with the run's trace id.",
     "stage.output_rejected": (

@@ -29,7 +29,7 @@ SHIPPED: Final = {scenario.name: scenario for scenario in shipped_scenarios()}
 # Verbs a next step starts with (imperative, at the start of a clause).
 _ACTIONS: Final = re.compile(
     r"(?:^|[;:,.] |\bor |\bthen )(raise|lower|check|resubmit|use|fix|say|set|accept|poll|give|"
-    r"read|report|try|start|split|make|shorten|ask|nothing to do)\b",
+    r"read|report|try|start|split|make|shorten|ask|add|name|change|nothing to do)\b",
     re.IGNORECASE,
 )
 _DOTTED_KEY: Final = re.compile(r"\b([a-z_]+)\.([a-z_]+)\b")
@@ -145,6 +145,23 @@ NOT_FROM_A_SCENARIO: Final = frozenset(
 )
 
 
+# Causes whose producers are being built (issue #19's detectors, issue #18's interrupted
+# stream): only their hint's next step is checked until a run can end with them.
+NO_RUN_YET: Final = frozenset(
+    {
+        "model.interrupted",
+        "loop.no_new_information",
+        "loop.unknown_tool",
+        "loop.progress_ceiling",
+        "loop.shell_stagnation",
+        "loop.tool_stagnation",
+        "loop.read_loop",
+        "loop.call_cap",
+        "loop.llm_check",
+    }
+)
+
+
 def _scenario_for(cause: str) -> Scenario | None:
     for scenario in SHIPPED.values():
         if scenario.expect.cause == cause and scenario.pipeline is None:
@@ -184,7 +201,7 @@ def assert_consistent(cause: str, detail: str, hint: str) -> None:
 
 
 def _causes_with_a_run() -> list[str]:
-    return sorted(c for c in CAUSES if c not in NOT_FROM_A_SCENARIO)
+    return sorted(c for c in CAUSES if c not in NOT_FROM_A_SCENARIO | NO_RUN_YET)
 
 
 def test_every_cause_has_a_run_or_is_listed_as_not_from_a_scenario() -> None:
@@ -260,7 +277,7 @@ def test_a_crash_ending_has_the_crash_hint() -> None:
     assert_names_a_next_step(result.hint)
 
 
-@pytest.mark.parametrize("cause", sorted(NOT_FROM_A_SCENARIO))
+@pytest.mark.parametrize("cause", sorted(NOT_FROM_A_SCENARIO | NO_RUN_YET))
 def test_causes_without_a_scenario_still_name_a_next_step(cause: str) -> None:
     assert_names_a_next_step(cause_hint(cause))
 

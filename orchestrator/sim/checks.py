@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -14,6 +15,7 @@ from bus import is_known_cause
 from orchestrator.sim.scenario import (
     MAIN_TRACK,
     PARAMETER_TYPES,
+    Expect,
     Fault,
     Scenario,
     Step,
@@ -26,6 +28,9 @@ Problem = tuple[str, str]
 
 _NAME: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TOOL_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_RESULT_SIZE: Final = 100_000_000
+"""The largest ``size`` of a scripted tool result (characters)."""
+_LABEL: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def check_scenario(scenario: Scenario) -> Iterator[Problem]:
@@ -45,7 +50,8 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
         yield from _check_track(f"tracks.{name}", steps)
     yield from _check_branches(scenario)
     yield from _check_abort(scenario)
-    yield from _check_expect(scenario)
+    yield from _check_expect("expect", scenario.expect)
+    yield from _check_runs(scenario)
 
 
 def _check_folder(scenario: Scenario) -> Iterator[Problem]:
@@ -72,6 +78,9 @@ def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
         for j, case in enumerate(tool.cases):
             if not case.results:
                 yield f"{at}.cases[{j}].results", "must not be empty"
+        replies = [*tool.results, *(r for case in tool.cases for r in case.results)]
+        if any(not isinstance(r, str) and not 0 <= r.size <= MAX_RESULT_SIZE for r in replies):
+            yield f"{at}.results", f"size must be between 0 and {MAX_RESULT_SIZE:,}"
         if tool.delay_seconds < 0:
             yield f"{at}.delay_seconds", "must not be negative"
 
@@ -91,6 +100,14 @@ def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
         yield f"{at}.chunk_size", "must be at least 1"
     if step.repeat and not last:
         yield f"{at}.repeat", "only the last step of a track can repeat"
+    if step.cycle and not last:
+        yield f"{at}.cycle", "only the last step of a track can cycle"
+    if step.cycle and step.repeat:
+        yield f"{at}.cycle", "set repeat or cycle, not both"
+    if step.stream is not None and step.stream.splits is not None:
+        splits = step.stream.splits
+        if any(b <= a for a, b in itertools.pairwise(splits)) or min(splits, default=1) < 1:
+            yield f"{at}.stream.splits", "must be increasing offsets of at least 1"
     always_fails = any(f.forever for f in step.faults)
     if not (step.text or step.text_tokens or step.tool_calls or always_fails):
         yield at, "a step needs text, text_tokens, tool_calls or a fault that is forever"
@@ -126,6 +143,8 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
         yield f"{at}.status", "missing required key for kind 'status'"
     elif fault.kind == "drop" and status is not None:
         yield f"{at}.status", "a dropped connection has no status"
+    elif fault.kind in ("empty_stream", "interrupt") and status is not None:
+        yield f"{at}.status", f"a fault of kind {fault.kind!r} is a 200 stream: no status"
     elif status is not None and not 400 <= status <= 599:
         yield f"{at}.status", f"{status} is not an error status (400-599)"
 
@@ -162,14 +181,33 @@ def _check_abort(scenario: Scenario) -> Iterator[Problem]:
         yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
 
 
-def _check_expect(scenario: Scenario) -> Iterator[Problem]:
-    expect = scenario.expect
+def _check_expect(at: str, expect: Expect) -> Iterator[Problem]:
     if expect.cause is not None and not is_known_cause(expect.cause):
-        yield "expect.cause", f"unknown cause {expect.cause!r}"
+        yield f"{at}.cause", f"unknown cause {expect.cause!r}"
     for key in ("turns", "llm_requests", "tool_calls", "max_llm_requests", "nudges"):
         value = getattr(expect, key)
         if value is not None and value < 0:
-            yield f"expect.{key}", "must not be negative"
+            yield f"{at}.{key}", "must not be negative"
+    for i, call in enumerate(expect.calls):
+        if call.call < 1:
+            yield f"{at}.calls[{i}].call", "must be at least 1 (the first call is 1)"
+        if call.verdict is None and call.tool is None:
+            yield f"{at}.calls[{i}]", "set verdict or tool"
+
+
+def _check_runs(scenario: Scenario) -> Iterator[Problem]:
+    labels: set[str] = set()
+    for i, run in enumerate(scenario.runs):
+        at = f"runs[{i}]"
+        if not _LABEL.match(run.label):
+            yield f"{at}.label", f"{run.label!r} is not a label (letters, digits, _ -)"
+        if run.label in labels:
+            yield f"{at}.label", f"duplicate label {run.label!r}"
+        labels.add(run.label)
+        if run.task is not None and not run.task.strip():
+            yield f"{at}.task", "must not be empty"
+        if run.expect is not None:
+            yield from _check_expect(f"{at}.expect", run.expect)
 
 
 def _names(names: set[str]) -> str:

@@ -17,13 +17,21 @@ import msgspec
 from bus import ExitReason
 from orchestrator.errors import ScenarioError
 from orchestrator.sim.checks import check_scenario
-from orchestrator.sim.scenario import ERROR_SHAPES, FAULT_KINDS, Scenario, Step
+from orchestrator.sim.scenario import (
+    ARGUMENT_STREAMS,
+    ERROR_SHAPES,
+    FAULT_KINDS,
+    SERVER_PROFILES,
+    Scenario,
+    Step,
+)
 
 __all__ = [
     "SCENARIO_DIR",
     "ScenarioError",
     "find_scenario",
     "load_scenario",
+    "load_scenarios",
     "parse_scenario",
     "shipped_scenarios",
 ]
@@ -49,6 +57,13 @@ def parse_scenario(text: str, *, source: str, name: str) -> Scenario:
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(source, "", f"invalid TOML: {exc}") from None
     raw.setdefault("name", name)
+    runs = raw.get("runs")
+    if "expect" not in raw and isinstance(runs, list) and runs:  # every run has its own
+        for i, run in enumerate(runs):
+            if isinstance(run, dict) and "expect" not in run:
+                raise ScenarioError(source, f"runs[{i}].expect", "missing (the file has none)")
+        if isinstance(runs[0], dict):
+            raw["expect"] = runs[0]["expect"]
     tracks = _convert_tracks(raw.pop("tracks", {}), source)
     folder = _convert_folder(raw.pop("folder", {}), source)
     try:
@@ -62,21 +77,41 @@ def parse_scenario(text: str, *, source: str, name: str) -> Scenario:
     return scenario
 
 
+def load_scenarios(path: str | os.PathLike[str]) -> tuple[Scenario, ...]:
+    """The scenarios of the file at ``path``: one per ``[[runs]]`` entry, else the one."""
+    return load_scenario(path).expand()
+
+
 def shipped_scenarios() -> tuple[Scenario, ...]:
-    """Every scenario shipped in ``orchestrator/scenarios``, sorted by name."""
-    return tuple(load_scenario(p) for p in sorted(SCENARIO_DIR.glob("*.toml")))
+    """Every scenario shipped in ``orchestrator/scenarios`` (a file with ``[[runs]]`` gives
+    one per run, ``NAME.LABEL``), sorted by file name."""
+    return tuple(s for p in sorted(SCENARIO_DIR.glob("*.toml")) for s in load_scenarios(p))
 
 
 def find_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
     """Load a scenario file, or the shipped scenario of that name."""
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists():
-        return load_scenario(candidate)
+        return _single(load_scenario(candidate))
     shipped = SCENARIO_DIR / f"{candidate.name}.toml"
     if str(name_or_path) == candidate.name and shipped.exists():
-        return load_scenario(shipped)
+        return _single(load_scenario(shipped))
+    stem, _, label = candidate.name.rpartition(".")
+    shipped = SCENARIO_DIR / f"{stem}.toml"
+    if label and str(name_or_path) == candidate.name and shipped.exists():
+        for scenario in load_scenarios(shipped):
+            if scenario.name == candidate.name:
+                return scenario
     names = ", ".join(p.stem for p in sorted(SCENARIO_DIR.glob("*.toml")))
     raise ScenarioError(str(name_or_path), "", f"no such file or shipped scenario ({names})")
+
+
+def _single(scenario: Scenario) -> Scenario:
+    """``scenario``, unless it stands for several runs: then name them."""
+    if scenario.runs:
+        names = ", ".join(s.name for s in scenario.expand())
+        raise ScenarioError(scenario.name, "runs", f"has several runs; name one of: {names}")
+    return scenario
 
 
 def _display(file: Path) -> str:
@@ -138,6 +173,9 @@ _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "kind": FAULT_KINDS,
     "shape": ERROR_SHAPES,
     "context_error": ERROR_SHAPES,
+    "server": SERVER_PROFILES,
+    "arguments": ARGUMENT_STREAMS,
+    "verdict": ("allow", "warn", "block", "not_run"),
 }
 
 

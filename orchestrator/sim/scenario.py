@@ -16,21 +16,27 @@ import msgspec
 from bus import ExitReason
 
 __all__ = [
+    "ARGUMENT_STREAMS",
     "ERROR_SHAPES",
     "FAULT_KINDS",
     "MAIN_TRACK",
     "PARAMETER_TYPES",
+    "SERVER_PROFILES",
     "AbortTrigger",
     "Branch",
+    "CallExpectation",
     "ErrorShape",
     "Expect",
     "Fault",
     "FaultKind",
     "FinishReason",
+    "RunVariant",
     "Scenario",
     "ScriptedCall",
     "ScriptedUsage",
+    "ServerProfile",
     "Step",
+    "StreamShape",
     "ToolCase",
     "ToolDef",
     "ToolReply",
@@ -39,10 +45,29 @@ __all__ = [
 MAIN_TRACK: Final = "main"
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
-FaultKind = Literal["status", "context_length", "stream_error", "drop"]
-FAULT_KINDS: Final[tuple[str, ...]] = ("status", "context_length", "stream_error", "drop")
-ErrorShape = Literal["openai", "deepseek", "vllm", "vllm_old", "llama_cpp"]
-ERROR_SHAPES: Final[tuple[str, ...]] = ("openai", "deepseek", "vllm", "vllm_old", "llama_cpp")
+FaultKind = Literal["status", "context_length", "stream_error", "drop", "empty_stream", "interrupt"]
+FAULT_KINDS: Final[tuple[str, ...]] = (
+    "status",
+    "context_length",
+    "stream_error",
+    "drop",
+    "empty_stream",
+    "interrupt",
+)
+ErrorShape = Literal["openai", "deepseek", "vllm", "vllm_old", "llama_cpp", "llama_cpp_python"]
+ERROR_SHAPES: Final[tuple[str, ...]] = (
+    "openai",
+    "deepseek",
+    "vllm",
+    "vllm_old",
+    "llama_cpp",
+    "llama_cpp_python",
+)
+ServerProfile = Literal["openai", "llama_cpp_python"]
+SERVER_PROFILES: Final[tuple[str, ...]] = ("openai", "llama_cpp_python")
+ArgumentStream = Literal["delta", "cumulative"]
+ARGUMENT_STREAMS: Final[tuple[str, ...]] = ("delta", "cumulative")
+CallVerdict = Literal["allow", "warn", "block", "not_run"]
 PARAMETER_TYPES: Final[frozenset[str]] = frozenset(
     {"string", "integer", "number", "boolean", "array", "object"}
 )
@@ -90,6 +115,21 @@ class Fault(_Spec, frozen=True, kw_only=True):
     forever: bool = False
 
 
+class StreamShape(_Spec, frozen=True, kw_only=True):
+    """How a streamed reply's tool calls are cut into chunks (servers differ).
+
+    ``arguments``: ``delta`` (OpenAI: each fragment is the next piece) or ``cumulative``
+    (each fragment is the whole arguments so far). ``repeat_head``: every fragment repeats
+    the call's ``id``, ``type`` and ``function.name`` (else only the first has them).
+    ``splits``: character offsets in the arguments text where a fragment ends (instead of
+    every ``chunk_size`` characters); offsets past the end are ignored.
+    """
+
+    arguments: ArgumentStream = "delta"
+    repeat_head: bool = False
+    splits: tuple[int, ...] | None = None
+
+
 class Step(_Spec, frozen=True, kw_only=True):
     """One model reply: text and/or tool calls, how it is streamed, and how attempts fail.
 
@@ -110,6 +150,10 @@ class Step(_Spec, frozen=True, kw_only=True):
     honor_max_tokens: bool = True
     faults: tuple[Fault, ...] = ()
     require_images: int = 0
+    cycle: bool = False
+    """(last step of a track only) after it, play the track again from its first step."""
+    stream: StreamShape | None = None
+    """How the tool calls are chunked when the reply streams (default: OpenAI's shape)."""
 
 
 class Branch(_Spec, frozen=True, kw_only=True):
@@ -125,10 +169,20 @@ class Branch(_Spec, frozen=True, kw_only=True):
 
 
 class ToolReply(_Spec, frozen=True, kw_only=True):
-    """What a scripted tool returns: ``text``, or a tool error when ``error`` is set."""
+    """What a scripted tool returns: ``text``, or a tool error when ``error`` is set.
+
+    ``size``: return ``text`` repeated (and cut) to exactly this many characters (a huge
+    result without a huge file)."""
 
     text: str = ""
     error: str | None = None
+    size: int = 0
+
+    def content(self) -> str:
+        """The result's text, repeated to ``size`` characters if set."""
+        if not self.size or not self.text:
+            return self.text
+        return (self.text * (self.size // len(self.text) + 1))[: self.size]
 
 
 class ToolCase(_Spec, frozen=True, kw_only=True):
@@ -182,17 +236,36 @@ class ToolDef(_Spec, frozen=True, kw_only=True):
         return -1
 
     def reply(self, arguments: Mapping[str, Any], nth: int) -> ToolReply:
-        """The reply to the ``nth`` (0-based) call that matched the same case as ``arguments``."""
+        """The reply to the ``nth`` (0-based) call that matched the same case as ``arguments``;
+        ``{n}`` in its text becomes ``nth``."""
         case = self.match(arguments)
         results = self.results if case < 0 else self.cases[case].results
         if not results:
             return ToolReply(error=f"no scripted result for {self.name} with these arguments")
         result = results[min(nth, len(results) - 1)]
-        return ToolReply(text=result) if isinstance(result, str) else result
+        reply = ToolReply(text=result) if isinstance(result, str) else result
+        if "{n}" in reply.text or (reply.error is not None and "{n}" in reply.error):
+            error = reply.error.replace("{n}", str(nth)) if reply.error is not None else None
+            text = reply.text.replace("{n}", str(nth))
+            return ToolReply(text=text, error=error, size=reply.size)
+        return reply
+
+
+class CallExpectation(_Spec, frozen=True, kw_only=True):
+    """What became of the run's ``call``-th (1-based) proposed tool call: the loop verdict
+    (``allow``, ``warn``, ``block``, ``not_run``) and, if set, the tool it called."""
+
+    call: int
+    verdict: CallVerdict | None = None
+    tool: str | None = None
 
 
 class Expect(_Spec, frozen=True, kw_only=True):
-    """How a run of this scenario must end; every unset count is not checked."""
+    """How a run of this scenario must end; every unset count is not checked.
+
+    ``calls``: per-call expectations; ``detail_contains`` / ``hint_contains``: text the
+    result's detail / hint must contain (each entry).
+    """
 
     exit_reason: ExitReason
     cause: str | None = None
@@ -203,6 +276,9 @@ class Expect(_Spec, frozen=True, kw_only=True):
     incomplete: bool | None = None
     degraded: bool | None = None
     nudges: int | None = None
+    calls: tuple[CallExpectation, ...] = ()
+    detail_contains: tuple[str, ...] = ()
+    hint_contains: tuple[str, ...] = ()
 
 
 class AbortTrigger(_Spec, frozen=True, kw_only=True):
@@ -226,8 +302,22 @@ class PipelineSpec(_Spec, frozen=True, kw_only=True):
     options: dict[str, Any] = {}
 
 
+class RunVariant(_Spec, frozen=True, kw_only=True):
+    """One of several runs a file starts concurrently (``[[runs]]``): the same script under
+    its own ``config`` (merged over the file's, table by table at the top level) and its
+    own ``expect``. It is the scenario ``NAME.LABEL``."""
+
+    label: str
+    config: dict[str, Any] = {}
+    task: str | None = None
+    expect: Expect | None = None
+    """Default: the file's ``[expect]``."""
+
+
 class Scenario(_Spec, frozen=True, kw_only=True):
-    """One scripted model plus the run around it; ``name`` is the model name to request."""
+    """One scripted model plus the run around it; ``name`` is the model name to request.
+
+    A file with ``runs`` stands for one scenario per run (:meth:`expand`)."""
 
     name: str = ""
     description: str = ""
@@ -241,18 +331,55 @@ class Scenario(_Spec, frozen=True, kw_only=True):
     branches: tuple[Branch, ...] = ()
     context_window: int | None = None
     context_error: ErrorShape = "openai"
+    server: ServerProfile = "openai"
+    """How the simulator answers where servers differ: ``llama_cpp_python`` as that server
+    does (:mod:`orchestrator.sim.llama`: ``content: null`` refused with a 500, tools only
+    with a ``tool_choice``, every streamed tool-call chunk repeating the call's head)."""
     abort: AbortTrigger | None = None
     pipeline: PipelineSpec | None = None
     """Run this pipeline instead of one agent run; each agent stage asks for model
     ``NAME/STAGE`` and plays the track named after the stage."""
+    wire: bool = False
+    """Play the model over HTTP even when nothing in the scenario needs it (scenarios
+    without faults, latencies or a window of their own play in process)."""
+    runs: tuple[RunVariant, ...] = ()
     expect: Expect
+    """With ``runs`` and no ``[expect]`` of its own: the first run's (the loader sets it)."""
 
     def track(self, name: str) -> tuple[Step, ...]:
         """The steps of track ``name`` (``main`` is :attr:`steps`)."""
         return self.steps if name == MAIN_TRACK else self.tracks[name]
 
+    def expand(self) -> tuple[Scenario, ...]:
+        """One scenario per run of ``runs`` (named ``NAME.LABEL``), or this one alone."""
+        if not self.runs:
+            return (self,)
+        return tuple(
+            msgspec.structs.replace(
+                self,
+                name=f"{self.name}.{run.label}",
+                task=run.task if run.task is not None else self.task,
+                config=_merged(self.config, run.config),
+                expect=run.expect or self.expect,
+                runs=(),
+            )
+            for run in self.runs
+        )
+
 
 _MISSING: Final = object()
+
+
+def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base``; a table in both is merged one level down (``loop``)."""
+    merged = dict(base)
+    for key, value in override.items():
+        below = merged.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            merged[key] = {**below, **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 def _is_json_schema(parameters: Mapping[str, Any]) -> bool:

@@ -69,11 +69,15 @@ def locate(
 
 
 def step_at(scenario: Scenario, position: Position) -> Step | None:
-    """The step to play at ``position``; the last step repeats if it says so."""
+    """The step to play at ``position``; the last step repeats, or the track starts over
+    (``cycle``), if it says so."""
     steps = scenario.track(position.track)
     if position.step < len(steps):
         return steps[position.step]
-    return steps[-1] if steps[-1].repeat else None
+    last = steps[-1]
+    if last.cycle:
+        return steps[position.step % len(steps)]
+    return last if last.repeat else None
 
 
 def fault_for(step: Step, attempt: int) -> Fault | None:

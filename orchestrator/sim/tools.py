@@ -31,7 +31,7 @@ def scripted_tool_from(definition: ToolDef) -> Tool[dict[str, Any]]:
         reply = definition.reply(arguments, nth)
         if reply.error is not None:
             raise ToolError("scripted", reply.error)
-        return reply.text
+        return reply.content()
 
     return Tool.from_json_schema(
         definition.name,

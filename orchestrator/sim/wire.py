@@ -12,7 +12,7 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from orchestrator.sim.scenario import Fault, Step
+from orchestrator.sim.scenario import Fault, Step, StreamShape
 from orchestrator.sim.script import filler, render_arguments
 
 __all__ = [
@@ -152,16 +152,33 @@ class Frames:
             body["usage"] = None
         return _frame(body)
 
-    def tool_call_chunks(self, reply: Reply) -> Iterator[bytes]:
-        """Per call: a first fragment with id, type, name and ``""``, then argument pieces."""
+    def tool_call_chunks(self, reply: Reply, shape: StreamShape | None = None) -> Iterator[bytes]:
+        """Per call: a first fragment with id, type, name and ``""``, then argument pieces
+        (OpenAI's shape); ``shape`` may repeat the head in every fragment, send the
+        arguments cumulatively and choose where fragments end."""
         for index, call in enumerate(reply.calls):
             head = {"name": call.name, "arguments": ""}
             first = {"index": index, "id": call.id, "type": "function", "function": head}
             yield self.chunk({"tool_calls": [first]})
-            size = reply.chunk_size
-            for start in range(0, len(call.arguments), size):
-                piece = {"arguments": call.arguments[start : start + size]}
-                yield self.chunk({"tool_calls": [{"index": index, "function": piece}]})
+            text = call.arguments
+            ends = (
+                [*(end for end in shape.splits if end < len(text)), len(text)]
+                if shape is not None and shape.splits is not None
+                else [*range(reply.chunk_size, len(text), reply.chunk_size), len(text)]
+            )
+            start = 0
+            for end in ends if text else ():
+                cumulative = shape is not None and shape.arguments == "cumulative"
+                fragment: dict[str, Any] = {"index": index}
+                if shape is not None and shape.repeat_head:
+                    fragment.update(id=call.id, type="function")
+                    function = {"name": call.name, "arguments": ""}
+                else:
+                    function = {}
+                function["arguments"] = text[:end] if cumulative else text[start:end]
+                fragment["function"] = function
+                yield self.chunk({"tool_calls": [fragment]})
+                start = end
 
     def usage(self, reply: Reply) -> bytes:
         return _frame({**self._head, "choices": [], "usage": reply.usage()})
@@ -225,7 +242,7 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
     status = fault.status or 400
     too_long = f"This model's maximum context length is {window} tokens. However, "
     match fault.shape:
-        case "openai":
+        case "openai" | "llama_cpp_python":  # (streamed: B answers it with an empty 200)
             message = (
                 f"{too_long}your messages resulted in {prompt_tokens} tokens. "
                 "Please reduce the length of the messages."
