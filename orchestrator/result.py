@@ -6,6 +6,7 @@ is the text a person reads: that the run stopped, why, and what to do next.
 
 from __future__ import annotations
 
+import enum
 from typing import Literal
 
 import msgspec
@@ -14,9 +15,11 @@ from bus import ChatMessage, ExitReason, Outcome, RunFinished, Usage
 
 __all__ = [
     "CallLogEntry",
+    "ExitStatus",
     "RunResult",
     "TraceEntry",
     "describe_ending",
+    "exit_status",
     "finished_message",
     "result_summary",
 ]
@@ -74,6 +77,29 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     trace: tuple[TraceEntry, ...]
     call_log: tuple[CallLogEntry, ...]
     transcript: tuple[ChatMessage, ...] = ()
+
+
+class ExitStatus(enum.IntEnum):
+    """The ``loopfuse`` command's exit status (docs/cli.md)."""
+
+    COMPLETED = 0
+    """The run completed (exit reason ``completed``)."""
+    FAILED = 1
+    """The run ended with any other exit reason; the output says which and why."""
+    USAGE = 2
+    """A usage or config error: nothing ran."""
+    EXPECTATIONS = 3
+    """``loopfuse run --scenario``: the run ended other than the scenario expects."""
+    INTERRUPTED = 130
+    """Ctrl-C: the run was aborted from the terminal (its result is still printed)."""
+
+
+def exit_status(result: RunResult, *, interrupted: bool = False) -> ExitStatus:
+    """The exit status of a command that ran ``result`` (``interrupted``: Ctrl-C was pressed;
+    a run that completed all the same still exits 0)."""
+    if result.outcome is Outcome.DONE:
+        return ExitStatus.COMPLETED
+    return ExitStatus.INTERRUPTED if interrupted else ExitStatus.FAILED
 
 
 def finished_message(result: RunResult) -> RunFinished:

@@ -56,7 +56,7 @@ def test_demo_json_shows_every_scenario_ending_as_expected(demo_json: DemoOutput
 def test_run_scenario_prints_an_ending_with_reason_cause_and_next_step(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["run", "--scenario", "max_turns"]) == 0
+    assert main(["run", "--scenario", "max_turns"]) == 1  # a failed run (docs/cli.md)
     out = capsys.readouterr().out
     assert "Stopped:" in out
     assert "max_turns" in out

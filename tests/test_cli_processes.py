@@ -70,7 +70,7 @@ def test_run_against_an_endpoint_over_http(simulator: str, tmp_path: object) -> 
 
 def test_run_prints_an_ending_for_a_person(simulator: str) -> None:
     done = run_cli("run", "--base-url", simulator, "--model", "max_turns", "--task", "go")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # the run failed (docs/cli.md)
     assert "Stopped:" in done.stdout
     assert "Next:" in done.stdout
     assert SECRET not in done.stdout + done.stderr
@@ -81,6 +81,7 @@ def test_an_unreachable_endpoint_ends_the_run_with_a_reason() -> None:
     done = run_cli(
         "run", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "--task", "x", "--json"
     )
+    assert done.returncode == 1
     result = json.loads(done.stdout)
     assert result["exit_reason"] == "aborted_streaming"
     assert result["cause"] == "model.unavailable"

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
 
 from bus import ExitReason, Progress
-from orchestrator.cli import main
+from orchestrator.cli import Follower, main
+from orchestrator.config import Config
 from orchestrator.pipeline import Probes
 from orchestrator.report import (
     SAMPLE_FOLDER,
@@ -22,6 +25,7 @@ from orchestrator.report import (
     start_report,
 )
 from orchestrator.report.checks import structure_problems
+from orchestrator.report.command import run_report_command
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
 from orchestrator.sim import Scenario, parse_scenario
@@ -219,7 +223,18 @@ def test_loopfuse_report_writes_the_sample_report_with_plain_progress_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "r.md"
-    status = main(["report", str(SAMPLE_FOLDER), "--goal", "growth", "--out", str(out)])
+    args = argparse.Namespace(
+        folder=str(SAMPLE_FOLDER), goal="growth", format="markdown", out=str(out), reflect=1
+    )
+    args.json = False
+    # The command line refuses without a model (tests/test_cli_exit_status.py); here the
+    # simulator's report tracks play the stages, as the report scenario's do.
+    status = anyio.run(
+        partial(run_report_command, models=simulated_models("report")),
+        Config(),
+        args,
+        Follower(),
+    )
     captured = capsys.readouterr()
     assert status == 0
     assert out.read_text().startswith("# Yeast growth")
@@ -231,5 +246,6 @@ def test_loopfuse_report_writes_the_sample_report_with_plain_progress_lines(
 
 
 def test_loopfuse_report_refuses_a_missing_folder(tmp_path, capsys) -> None:
-    assert main(["report", str(tmp_path / "nope"), "--goal", "g"]) == 2
+    endpoint = ["--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    assert main(["report", str(tmp_path / "nope"), "--goal", "g", *endpoint]) == 2
     assert "is not a directory" in capsys.readouterr().err
