@@ -364,7 +364,7 @@ class Fold(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     stub: str
 
 
-ContextActionKind = Literal["collapse", "compact", "blocked", "silent_truncation"]
+ContextActionKind = Literal["collapse", "compact", "blocked", "silent_truncation", "counting"]
 
 
 class PromptRejected(Message, frozen=True, kw_only=True):
@@ -394,6 +394,8 @@ class ContextAction(Message, frozen=True, kw_only=True):
     * ``blocked``: the prompt does not fit; a ``blocking_limit`` stop follows, no request;
     * ``silent_truncation``: the endpoint reported ``reported_tokens``, far below the
       estimate: it probably cut the prompt without saying so.
+    * ``counting``: how the run's prompt tokens are counted (``detail``), at its first
+      check and whenever that changes (a bound, then a calibrated estimate).
 
     Token figures are the gatekeeper's estimates: before (``estimate_tokens``) and after
     (``after_tokens``) the action, against ``limit_tokens``.

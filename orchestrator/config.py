@@ -24,7 +24,9 @@ from actors.context import (
     DEFAULT_WINDOW,
     SAFETY_BUFFER,
     ContextPolicy,
+    match_model,
     policy_problems,
+    warn_default_window,
     window_for,
 )
 from actors.context.policy import RESERVE_MAX, WINDOW_MAX
@@ -246,6 +248,10 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     )
     """Reported prompt tokens below this share of the estimate are flagged as a silent
     truncation (an event, not a stop)."""
+    tool_result_share: Annotated[float, msgspec.Meta(ge=0, le=1)] = _POLICY.tool_result_share
+    """A tool result the model has not answered yet may take at most this share of the room
+    the system prompt, task and tool schemas leave under the limit; a larger one is cut
+    with a note on how to read the rest (0: never cut)."""
 
 
 OnCrash = Literal["resume", "abort"]
@@ -647,9 +653,10 @@ def context_policy(config: Config, settings: RunSettings) -> ContextPolicy:
     :raises ConfigError: they leave no room for a prompt, or a value is out of range.
     """
     context = config.context
-    window = settings.context_window or window_for(
-        settings.model, context.windows, default=context.default_window
-    )
+    configured = settings.context_window or match_model(settings.model, context.windows)
+    window = configured or window_for(settings.model, default=context.default_window)
+    if configured is None and config.model.base_url and window_for(settings.model, default=0) == 0:
+        warn_default_window(settings.model, window)  # once per model
     collapse_at = settings.context_collapse_at
     policy = ContextPolicy(
         window=window,
@@ -661,6 +668,8 @@ def context_policy(config: Config, settings: RunSettings) -> ContextPolicy:
         fold_min_chars=context.fold_min_chars,
         summary_max_tokens=context.summary_max_tokens,
         silent_truncation_ratio=context.silent_truncation_ratio,
+        tool_result_share=context.tool_result_share,
+        window_configured=configured is not None,
     )
     for name, reason in policy_problems(policy):
         key = _CONTEXT_KEYS.get(name, f"context.{name}")

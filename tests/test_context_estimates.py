@@ -24,7 +24,17 @@ from actors.context import (
 from actors.context import tokens as tokens_module
 from actors.context.calibration import ALPHA
 from actors.context.images import part_tokens
-from actors.context.tokens import CALL_OVERHEAD, MESSAGE_OVERHEAD, REQUEST_OVERHEAD, TOOL_OVERHEAD
+from actors.context.tokens import (
+    BOUND_CALL_OVERHEAD,
+    BOUND_MESSAGE_OVERHEAD,
+    BOUND_REQUEST_OVERHEAD,
+    BOUND_TOOL_OVERHEAD,
+    BOUND_TOOLS_OVERHEAD,
+    CALL_OVERHEAD,
+    MESSAGE_OVERHEAD,
+    REQUEST_OVERHEAD,
+    TOOL_OVERHEAD,
+)
 from bus import (
     ChatMessage,
     Fold,
@@ -53,12 +63,22 @@ def plain_text(estimator: Estimator, text: str) -> Estimate:
     if estimator.exact:
         return Estimate(base, base)
     extra = sum(len(run) - math.ceil(len(run) / 3) for run in re.findall(r"\d+", text))
-    return Estimate(math.ceil((base + extra) * FALLBACK_MARGIN), base)
+    return Estimate(math.ceil((base + extra) * FALLBACK_MARGIN), base, plain_bound(text))
+
+
+def plain_bound(text: str) -> int:
+    """Any byte-fallback tokenizer's most tokens of ``text``: its bytes and a prefix."""
+    return len(text.encode("utf-8", "surrogatepass")) + 1
+
+
+def framing(estimator: Estimator, tokens: int, bound: int) -> Estimate:
+    """Framing: ``bound`` is kept only for a model whose tokenizer is unknown."""
+    return Estimate(tokens, tokens, 0 if estimator.exact else bound)
 
 
 def plain_message(estimator: Estimator, message: ChatMessage) -> Estimate:
     """One message summed with ``Estimate`` additions, its text from ``message_images``."""
-    total = Estimate(MESSAGE_OVERHEAD, MESSAGE_OVERHEAD)
+    total = framing(estimator, MESSAGE_OVERHEAD, BOUND_MESSAGE_OVERHEAD)
     text, parts = message_images(message)
     if text:
         total = total + plain_text(estimator, text)
@@ -68,21 +88,23 @@ def plain_message(estimator: Estimator, message: ChatMessage) -> Estimate:
         else:
             price = part_tokens(part)
             exact = estimator.exact and part.image_url.detail != "auto"
-            total = total + Estimate(price, price if exact else 0)
+            bound = 0 if estimator.exact else price
+            total = total + Estimate(price, price if exact else 0, bound)
     if message.name:
-        total = total + plain_text(estimator, message.name) + Estimate(1, 1)
+        total = total + plain_text(estimator, message.name) + framing(estimator, 1, 1)
     if message.tool_call_id:
         total = total + plain_text(estimator, message.tool_call_id)
     for call in message.tool_calls:
-        total = total + Estimate(CALL_OVERHEAD, CALL_OVERHEAD)
+        total = total + framing(estimator, CALL_OVERHEAD, BOUND_CALL_OVERHEAD)
         total = total + plain_text(estimator, call.name) + plain_text(estimator, call.arguments)
     return total
 
 
 def plain_tools(estimator: Estimator, specs: tuple[ToolSpec, ...]) -> Estimate:
-    total = Estimate(REQUEST_OVERHEAD, REQUEST_OVERHEAD)
+    tools_framing = BOUND_TOOLS_OVERHEAD if specs else 0
+    total = framing(estimator, REQUEST_OVERHEAD, BOUND_REQUEST_OVERHEAD + tools_framing)
     for spec in specs:
-        total = total + Estimate(TOOL_OVERHEAD, TOOL_OVERHEAD)
+        total = total + framing(estimator, TOOL_OVERHEAD, BOUND_TOOL_OVERHEAD)
         for text in (spec.name, spec.description, spec.parameters):
             total = total + plain_text(estimator, text)
     return total
@@ -199,9 +221,10 @@ def test_the_ledgers_totals_are_the_sums_of_its_entries(
         return Estimate(
             sum(entry.estimate.tokens for entry in ledger.entries),
             sum(entry.estimate.floor for entry in ledger.entries),
+            sum(entry.estimate.bound for entry in ledger.entries),
         )
 
-    assert ledger.total == sums() == Estimate(ledger.tokens, ledger.floor)
+    assert ledger.total == sums() == Estimate(ledger.tokens, ledger.floor, ledger.bound)
     for index in folds:
         if index < len(ledger):
             entry = ledger.entries[index]

@@ -82,6 +82,7 @@ class Conductor:
         self.seen = 0
         self.turn = 0
         self.requests: list[ModelRequest] = []
+        self.counting: list[str] = []
 
     def appended(self) -> tuple[ChatMessage, ...]:
         new = tuple(self.transcript[self.seen :])
@@ -89,10 +90,15 @@ class Conductor:
         return new
 
     def drain(self) -> list[Message]:
-        answers = drain(self.inbox)
-        for msg in answers:
+        """The gatekeeper's answers, folds applied; ``counting`` notes go to ``counting``."""
+        answers = []
+        for msg in drain(self.inbox):
+            if isinstance(msg, ContextAction) and msg.kind == "counting":
+                self.counting.append(msg.detail)
+                continue
             if isinstance(msg, ContextAction) and msg.kind == "collapse":
                 assert apply_folds(self.transcript, msg.folds) == []
+            answers.append(msg)
         return answers
 
     async def start(self) -> None:
@@ -355,7 +361,10 @@ async def test_with_nothing_to_fold_or_compact_a_refusal_stops_at_once() -> None
 
 @pytest.mark.asyncio
 async def test_a_window_named_by_a_refusal_is_learned_for_later_turns() -> None:
-    policy = ContextPolicy(window=128_000, safety_buffer=1_000, collapse_at=0)
+    # The 6,000-character result takes 85 % of the learned room: not cut at a share of 1.
+    policy = ContextPolicy(
+        window=128_000, safety_buffer=1_000, collapse_at=0, tool_result_share=1.0
+    )
     async with gatekeeper(policy) as (bus, keeper):
         with bus.open_inbox("r") as inbox:
             run = Conductor(bus, inbox)

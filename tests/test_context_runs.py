@@ -69,7 +69,12 @@ def of_type(events: list[Message], kind: type[T]) -> list[T]:
 
 
 def actions(events: list[Message]) -> list[str]:
-    return [f"{e.kind}{'!' if e.reactive else ''}" for e in of_type(events, ContextAction)]
+    """The gatekeeper's actions on the prompt (``counting`` notes left out)."""
+    return [f"{e.kind}{'!' if e.reactive else ''}" for e in changes(events)]
+
+
+def changes(events: list[Message]) -> list[ContextAction]:
+    return [e for e in of_type(events, ContextAction) if e.kind != "counting"]
 
 
 def assert_every_request_is_valid(events: list[Message]) -> None:
@@ -134,7 +139,7 @@ async def test_one_413_is_fixed_by_folding_the_answered_result() -> None:
     refused, retried = of_type(events, ModelRequest)[2:]
     assert refused.turn == retried.turn == 3
     assert len(refused.messages) == len(retried.messages)
-    [collapse] = of_type(events, ContextAction)
+    [collapse] = changes(events)
     [fold] = collapse.folds
     protocol = refused.messages[fold.index].content or ""
     assert retried.messages[fold.index].content == fold.stub
@@ -302,7 +307,7 @@ async def test_near_the_limit_old_results_are_folded_and_the_run_goes_on() -> No
     result, events, runtime = await run(reads)
     assert result.exit_reason is ExitReason.COMPLETED, result.detail
     assert result.tool_calls == 12
-    collapses = of_type(events, ContextAction)
+    collapses = changes(events)
     assert collapses
     assert {(c.kind, c.reactive) for c in collapses} == {("collapse", False)}
     assert all(c.after_tokens < c.limit_tokens * 0.6 for c in collapses)
@@ -337,7 +342,7 @@ async def test_a_prompt_the_endpoint_cut_silently_is_flagged_and_the_run_complet
     )
     result, events, runtime = await run(cut)
     assert result.exit_reason is ExitReason.COMPLETED
-    [flag] = of_type(events, ContextAction)
+    [flag] = changes(events)
     assert (flag.kind, flag.turn, flag.reported_tokens) == ("silent_truncation", 2, 300)
     assert flag.estimate_tokens > 1_000
     assert any(entry.event == "context silent truncation" for entry in result.trace)
@@ -397,3 +402,44 @@ async def test_the_collapse_target_follows_a_lower_trigger_and_must_be_positive(
         with pytest.raises(ConfigError) as caught:
             await broken.start(RunSpec(task="x"))
     assert caught.value.key == "context.collapse_to"
+
+
+@pytest.mark.asyncio
+async def test_a_5_mb_tool_result_on_a_32k_window_is_cut_and_the_run_completes() -> None:
+    row = "id=000123 status=queued region=eu-west-1 size=4096 checksum=9f86d081884c7d65\n"
+    huge = row * (5_000_000 // len(row))
+    dump = scenario(
+        "huge_dump",
+        f'''
+        task = "Dump the job table and tell me how many jobs are queued."
+        [config]
+        context_window = 32768
+        max_output_tokens = 8192
+        [[tools]]
+        name = "dump_jobs"
+        results = ["""{huge}"""]
+        [[steps]]
+        tool_calls = [{{ name = "dump_jobs", arguments = {{}} }}]
+        [[steps]]
+        text = "Every job shown is queued."
+        [expect]
+        exit_reason = "completed"
+        ''',
+    )
+    result, events, _ = await run(dump)
+    assert result.exit_reason is ExitReason.COMPLETED, result.detail
+    [cut] = changes(events)
+    assert cut.kind == "collapse"
+    assert cut.detail.startswith("Cut the result of dump_jobs (1 result(s)) to ")
+    assert cut.estimate_tokens > cut.limit_tokens  # whole, it would have been blocked
+    assert cut.after_tokens <= cut.limit_tokens
+    last = of_type(events, ModelRequest)[-1]
+    shown = last.messages[-1].content or ""
+    assert shown.startswith(row)
+    assert "[result cut to fit the context window: the first " in shown
+    assert "ask for it in smaller pieces" in shown
+    assert any(entry.event == "context collapse" for entry in result.trace)
+    counting = [e.detail for e in of_type(events, ContextAction) if e.kind == "counting"]
+    assert counting[0].startswith("Prompt tokens of 'huge_dump' are bounded by the UTF-8 bytes")
+    assert "learned from the usage the server reported" in counting[-1]
+    assert "context counting" in [entry.event for entry in result.trace]

@@ -2,7 +2,7 @@
 
 Pure code the context gatekeeper (``actors.context.gatekeeper``) plans with and the
 conductor carries plans out with: :class:`Estimator` counts prompt pieces (exact for
-OpenAI models, a conservative bound elsewhere), :class:`PromptLedger` keeps one run's
+OpenAI models, bounded elsewhere), :class:`PromptLedger` keeps one run's
 prompt as per-message estimates, :class:`Calibration` learns from reported usage, and
 :mod:`~actors.context.planning` decides what to fold or summarise.
 """
@@ -38,8 +38,10 @@ from actors.context.windows import (
     MODEL_ENCODINGS,
     MODEL_WINDOWS,
     Encoding,
+    configured_window,
     encoding_for,
     match_model,
+    warn_default_window,
     window_for,
 )
 
@@ -65,6 +67,7 @@ __all__ = [
     "apply_folds",
     "bpe_counter",
     "compaction_prompt",
+    "configured_window",
     "encoding_for",
     "fold_stub",
     "match_model",
@@ -73,5 +76,6 @@ __all__ = [
     "plan_compaction",
     "policy_problems",
     "summary_message",
+    "warn_default_window",
     "window_for",
 ]

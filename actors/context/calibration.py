@@ -1,32 +1,43 @@
-"""Calibration: how many prompt tokens an endpoint reports per estimated token, per model.
+"""Calibration: how many prompt tokens an endpoint counts per estimated token, per model.
 
 Every reply's ``usage.prompt_tokens`` is compared with the estimate of the prompt that was
-sent; the ratio is learned per model (the first sample, then an exponential moving average)
-and applied to later estimates. It is clamped: an endpoint that counts more than estimated
+sent (source ``usage``); where replies carry no usage, a sample counted by the server's
+own tokenizer endpoint stands in (source ``tokenizer``, :mod:`actors.context.server`).
+The ratio is learned per model (the first sample, then an exponential moving average) and
+applied to later estimates. It is clamped: an endpoint that counts more than estimated
 (an unknown tokenizer with a small vocabulary, framing) raises estimates up to
 :data:`HIGH` times, but estimates are lowered by at most ``1 - LOW``, because the estimate
 of a run's next prompt, unlike the sample, may be made of content the fallback counts
 more closely (see ``tokens``).
+
+For a model whose tokenizer is unknown, an estimate also carries a ``bound`` (see
+``tokens``): before any sample the bound is the estimate, and a calibrated estimate never
+goes above it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
-__all__ = ["ALPHA", "HIGH", "LOW", "Calibration"]
+__all__ = ["ALPHA", "HIGH", "LOW", "Calibration", "Source"]
 
 ALPHA: Final = 0.3
 """Weight of a new sample in the moving average."""
 LOW: Final = 0.8
-HIGH: Final = 4.0
+HIGH: Final = 8.0
+"""A tokenizer that spells text character by character makes ~4-5 tokens per cl100k token."""
+
+Source = Literal["usage", "tokenizer"]
+"""Where a model's samples came from: replies' reported usage, or the server's tokenizer."""
 
 
 @dataclass(slots=True)
 class _Ratio:
     value: float
     samples: int
+    source: Source
 
 
 class Calibration:
@@ -47,23 +58,35 @@ class Calibration:
         found = self._ratios.get(model)
         return 0 if found is None else found.samples
 
-    def observe(self, model: str, estimated: int, reported: int) -> float:
-        """Learn from one reply: the prompt was estimated at ``estimated`` tokens and the
-        endpoint reported ``reported``. Returns the new ratio."""
+    def source(self, model: str) -> Source | None:
+        """Where ``model``'s ratio came from (``None``: no sample yet)."""
+        found = self._ratios.get(model)
+        return None if found is None else found.source
+
+    def observe(self, model: str, estimated: int, reported: int, source: Source = "usage") -> float:
+        """Learn from one sample: the prompt was estimated at ``estimated`` tokens and the
+        endpoint counted ``reported``. A reported usage replaces what a tokenizer sample
+        taught (it counts the chat template too). Returns the new ratio."""
         if estimated <= 0 or reported <= 0:
             return self.ratio(model)
         sample = reported / estimated  # clamped as min(max(sample, low), high), sooner
         sample = self._low if sample < self._low else sample
         sample = self._high if sample > self._high else sample
         found = self._ratios.get(model)
-        if found is None:
-            self._ratios[model] = _Ratio(sample, 1)
+        if found is not None and source == "tokenizer" and found.source == "usage":
+            return found.value  # usage counts what the tokenizer sample cannot (framing)
+        if found is None or (source == "usage" and found.source != "usage"):
+            self._ratios[model] = _Ratio(sample, 1, source)
             return sample
         found.value += self._alpha * (sample - found.value)
         found.samples += 1
         return found.value
 
-    def apply(self, model: str, tokens: int) -> int:
-        """``tokens`` (an estimate) calibrated for ``model``."""
+    def apply(self, model: str, tokens: int, bound: int = 0) -> int:
+        """``tokens`` (an estimate) calibrated for ``model``, never above ``bound`` when
+        one is given (> 0); before any sample, ``bound`` itself."""
         found = self._ratios.get(model)  # no call to ratio(): this runs before every request
-        return tokens if found is None else math.ceil(tokens * found.value)
+        if found is None:
+            return bound or tokens
+        calibrated = math.ceil(tokens * found.value)
+        return calibrated if not bound or calibrated < bound else bound

@@ -13,6 +13,15 @@ It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
   tokens calibrate the model's ratio, or far below the estimate are flagged
   (``ContextAction(silent_truncation)``).
 
+Before that ``TurnStarted`` check, a tool result the model has not answered yet that is
+larger than ``tool_result_share`` of the room the run's fixed prompt (system prompt, task,
+tool schemas) leaves is cut to that, with a note on how to read the rest (a ``collapse``
+whose fold keeps the result's head), so no single result makes the next request
+``blocking_limit``. Each run's first check says how its tokens are counted
+(``ContextAction(counting)``, again when that changes). With an operator's endpoint
+(``server``), each model's first run asks the server once, in a task of the gatekeeper's
+own, for its window and its tokenizer's count of a sample (:mod:`actors.context.server`).
+
 Runs without a policy (``policy_for`` gives ``None``) are not watched (``docs/context.md``).
 """
 
@@ -26,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from actors.context import (
     SUMMARY_NUDGE_KIND,
@@ -40,6 +49,8 @@ from actors.context import (
     plan_collapse,
     plan_compaction,
 )
+from actors.context.cutting import NOTE_CHARS, cut_result, next_offset
+from actors.context.server import ServerEndpoint, ServerReport, probe
 from bus import (
     NUDGE_MARKER,
     Bus,
@@ -84,6 +95,23 @@ class GatekeeperStatistics(NamedTuple):
 
 MAX_ESTIMATORS: Final = 256
 """Models whose token estimators are kept (one each, shared by the model's runs)."""
+MAX_PROBED: Final = 256
+"""Models the server is asked about (once each); more are not asked."""
+SAMPLE_TASK_CHARS: Final = 8_192
+"""Characters of a run's task in the tokenizer sample."""
+CUT_ROUNDS: Final = 3
+"""Attempts at a cut result that fits (each shorter): head text can be denser than the rest."""
+
+CALIBRATION_SAMPLE: Final = (
+    "The build finished in 3 min 12 s; 1,284 tests passed and 3 failed (see log 20240517).\n"
+    "def parse(line: str) -> dict[str, int]:\n    return {k: int(v) for k, v in pairs(line)}\n"
+    '{"id": 48213, "status": "ok", "items": [{"sku": "A-17", "qty": 2, "price": 19.99}]}\n'
+    "name,region,revenue\nAcme,EU,1203344.50\nGlobex,US,998001.00\n"
+    "Der Bericht fasst die Ergebnisse zusammen. Отчёт подводит итоги. 报告总结了结果。\n"
+    "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n"
+)
+"""Mixed text (prose, code, JSON, CSV, numbers, three scripts, hex) sent to a server's
+tokenizer with the run's own text, so one ratio covers more than one kind of content."""
 
 
 @dataclass(slots=True)
@@ -94,6 +122,12 @@ class _Run:
     ledger: PromptLedger
     tools: Estimate
     window: int
+    base: tuple[int, int] = (0, 0)
+    """The raw estimate (tokens, bound) of the prompt at the run's first check: its system
+    prompt, task and tool schemas, which every request carries."""
+    counting: str = ""
+    """How the run's tokens were last said to be counted (``ContextAction(counting)``):
+    ``exact``, ``bound``, ``usage`` or ``tokenizer``."""
     stale: bool = False
     stopped: bool = False
     sent_tokens: int = 0
@@ -126,8 +160,13 @@ class ContextGatekeeper:
         *,
         counter: TextCounter | None = None,
         calibration: Calibration | None = None,
+        server: ServerEndpoint | None = None,
     ) -> None:
         self._bus = bus
+        self._server = server
+        self._probes: dict[str, ServerReport | None] = {}  # None: asked, no answer yet
+        self._probed: dict[str, anyio.Event] = {}
+        self._task_group: TaskGroup | None = None
         self._policy_for = policy_for
         self._counter = counter
         self.calibration = calibration or Calibration()
@@ -141,7 +180,16 @@ class ContextGatekeeper:
         """Serve until the bus closes this subscription; started once subscribed."""
         handlers = self.handlers()
         subscription = self._bus.subscribe(*handlers, name=SOURCE, answers=True, inline=True)
-        await subscription.serve_by_type(handlers, task_status=task_status)
+        if self._server is None:
+            await subscription.serve_by_type(handlers, task_status=task_status)
+            return
+        async with anyio.create_task_group() as task_group:  # the server probes run here
+            self._task_group = task_group
+            try:
+                await subscription.serve_by_type(handlers, task_status=task_status)
+            finally:
+                self._task_group = None
+                task_group.cancel_scope.cancel()
 
     def statistics(self) -> GatekeeperStatistics:
         counted = self._counted_before + sum(e.calls for e in self._estimators.values())
@@ -154,6 +202,15 @@ class ContextGatekeeper:
             self._compactions,
             self._silent,
         )
+
+    async def server_report(self, model: str) -> ServerReport | None:
+        """What the server said about ``model``, once it has answered (``None``: it was
+        never asked: no operator endpoint, or too many models)."""
+        done = self._probed.get(model)
+        if done is None:
+            return None
+        await done.wait()
+        return self._probes.get(model)
 
     def estimate(self, run_id: str) -> int | None:
         """The current calibrated prompt estimate of a watched run (tokens)."""
@@ -183,14 +240,49 @@ class ContextGatekeeper:
                 self._counted_before += sum(e.calls for e in self._estimators.values())
                 self._estimators.clear()
             estimator = self._estimators[msg.model] = Estimator(msg.model, counter=self._counter)
+        window = policy.window
+        report = self._probes.get(msg.model)
+        if report is not None and report.window is not None and not policy.window_configured:
+            window = report.window
         self._runs[msg.run_id] = _Run(
             run_id=msg.run_id,
             model=msg.model,
             policy=policy,
             ledger=PromptLedger(estimator),
             tools=estimator.tools(msg.tool_specs),
-            window=policy.window,
+            window=window,
         )
+        probes = self._probes
+        if self._task_group is not None and msg.model not in probes and len(probes) < MAX_PROBED:
+            probes[msg.model] = None
+            self._probed[msg.model] = anyio.Event()
+            self._task_group.start_soon(self._probe, msg.model, _sample(msg), estimator)
+
+    async def _probe(self, model: str, sample: str, estimator: Estimator) -> None:
+        """Ask the server about ``model`` once; what it says applies to the model's runs."""
+        assert self._server is not None
+        try:
+            report = await probe(self._server, model, sample)
+            self._learn(model, report, estimator.text(sample).tokens)
+        finally:
+            self._probed[model].set()  # even when cancelled: nobody waits forever
+
+    def _learn(self, model: str, report: ServerReport, estimated: int) -> None:
+        self._probes[model] = report
+        if report.sample_tokens is not None:
+            self.calibration.observe(model, estimated, report.sample_tokens, "tokenizer")
+            logger.info(
+                "model %r: the server's tokenizer (%s) counts %d tokens where %d were estimated",
+                model,
+                report.tokenizer,
+                report.sample_tokens,
+                estimated,
+            )
+        if report.window is not None:
+            logger.info("model %r: the server reports a window of %d tokens", model, report.window)
+            for run in self._runs.values():
+                if run.model == model and not run.policy.window_configured:
+                    run.window = report.window
 
     def _finished(self, msg: RunFinished) -> None:
         self._runs.pop(msg.run_id, None)
@@ -200,6 +292,17 @@ class ContextGatekeeper:
         if run is not None and not run.stopped:
             turn = msg.turn - 1 if msg.turn > 1 else 0  # the turn that added the messages
             self._sync(run, msg.appended, msg.prompt_messages, turn)
+            method = self._method(run)
+            if method != run.counting:  # the run's first check, or the method changed
+                if not run.counting:
+                    run.base = _fixed_prompt(run)
+                run.counting = method
+                detail = self._counting(run)
+                self._publish(
+                    ContextAction(run_id=run.run_id, turn=msg.turn, kind="counting", detail=detail)
+                )
+            if msg.appended and not run.stale and run.policy.tool_result_share:
+                self._cut_results(run, msg)
             self._check(run, msg)
 
     def _sync(
@@ -224,15 +327,134 @@ class ContextGatekeeper:
     # ------------------------------------------------------------------ before a request
 
     def _prompt(self, run: _Run) -> int:
-        raw = run.ledger.tokens + run.tools.tokens
-        return self.calibration.apply(run.model, raw)
+        ledger, tools = run.ledger, run.tools
+        raw, bound = ledger.tokens + tools.tokens, ledger.bound + tools.bound
+        return self.calibration.apply(run.model, raw, bound)
+
+    def _method(self, run: _Run) -> str:
+        if run.ledger.estimator.exact:
+            return "exact"
+        return self.calibration.source(run.model) or "bound"
+
+    def _counting(self, run: _Run) -> str:
+        """How ``run``'s prompt tokens are counted now (said once, and on a change)."""
+        estimator = run.ledger.estimator
+        model = run.model
+        if estimator.exact:
+            vocabulary = estimator.encoding
+            return f"Prompt tokens of {model!r} are counted with its own vocabulary ({vocabulary})."
+        source = self.calibration.source(model)
+        if source is None:
+            return (
+                f"Prompt tokens of {model!r} are bounded by the UTF-8 bytes of every text "
+                "plus framing (its tokenizer is unknown; no reported usage or server "
+                "tokenizer has calibrated it yet)."
+            )
+        ratio = self.calibration.ratio(model)
+        samples = self.calibration.samples(model)
+        if source == "tokenizer":
+            report = self._probes.get(model)
+            path = report.tokenizer if report is not None else None
+            return (
+                f"Prompt tokens of {model!r} are estimated with the ratio {ratio:.2f} its "
+                f"server's tokenizer (POST {path}) gave on a sample, never above the UTF-8 "
+                "byte bound."
+            )
+        return (
+            f"Prompt tokens of {model!r} are estimated with the ratio {ratio:.2f} learned "
+            f"from the usage the server reported ({samples} repl{'y' if samples == 1 else 'ies'}), "
+            "never above the UTF-8 byte bound."
+        )
+
+    def _cut_results(self, run: _Run, msg: TurnStarted) -> None:
+        """Cut each new tool result larger than its share of the room left (see the module)."""
+        appended = msg.appended
+        first = msg.prompt_messages - len(appended)
+        share = run.policy.tool_result_share
+        folds: list[Fold] = []
+        before = allowed = 0
+        for offset, message in enumerate(appended):
+            content = message.content
+            if message.role != "tool" or not content or message.tool_call_id is None:
+                continue
+            index = first + offset
+            entry = run.ledger.entries[index]
+            own = self._tokens(run, entry.estimate.tokens, entry.estimate.bound)
+            if not allowed:  # the room the run's fixed prompt leaves, calibrated as of now
+                room = run.limit - self._tokens(run, *run.base)
+                allowed = max(math.floor(share * room), 1)
+            if own <= allowed:
+                continue
+            if not folds:
+                before = self._prompt(run)
+            fold = self._cut_fold(run, index, message, appended, own, allowed)
+            run.ledger.fold(fold, final=False)
+            folds.append(fold)
+        if folds:
+            after = self._prompt(run)
+            self._collapses += 1
+            entries = run.ledger.entries
+            tools = ", ".join(sorted({entries[fold.index].tool or "tool" for fold in folds}))
+            self._publish(
+                ContextAction(
+                    run_id=run.run_id,
+                    turn=msg.turn,
+                    kind="collapse",
+                    estimate_tokens=before,
+                    after_tokens=after,
+                    limit_tokens=run.limit,
+                    folds=tuple(folds),
+                    detail=(
+                        f"Cut the result of {tools} ({len(folds)} result(s)) to "
+                        f"{allowed:,} tokens, {share:.0%} of the room the system prompt, "
+                        f"task and tool schemas leave under the limit: {before:,} → "
+                        f"{after:,} tokens (estimate)."
+                    ),
+                )
+            )
+
+    def _tokens(self, run: _Run, tokens: int, bound: int) -> int:
+        return self.calibration.apply(run.model, tokens, bound)
+
+    def _cut_fold(
+        self,
+        run: _Run,
+        index: int,
+        message: ChatMessage,
+        appended: Sequence[ChatMessage],
+        own: int,
+        allowed: int,
+    ) -> Fold:
+        content = message.content or ""
+        call_id = message.tool_call_id or ""
+        entry = run.ledger.entries[index]
+        offset = None
+        if entry.tool == "read_file":
+            arguments = next(
+                (c.arguments for m in appended for c in m.tool_calls if c.id == call_id), None
+            )
+            offset = next_offset(entry.tool, arguments)
+        estimator = run.ledger.estimator
+        keep = len(content) * max(allowed, 0) // max(own, 1) - NOTE_CHARS
+        stub = cut_result(content, keep, tool=entry.tool, offset=offset)
+        for _ in range(CUT_ROUNDS):
+            found = estimator.message(ChatMessage(role="tool", tool_call_id=call_id, content=stub))
+            tokens = self._tokens(run, found.tokens, found.bound)
+            if tokens <= allowed or keep <= 0:
+                break
+            keep = keep * allowed // tokens - NOTE_CHARS
+            stub = cut_result(content, keep, tool=entry.tool, offset=offset)
+        return Fold(index=index, call_id=call_id, stub=stub)
 
     def _check(self, run: _Run, msg: TurnStarted) -> None:
         if run.stale:
             return
         policy = run.policy
         limit = run.window - policy.safety_buffer - policy.output_reserve  # run.limit, sooner
-        prompt = self.calibration.apply(run.model, run.ledger.tokens + run.tools.tokens)
+        ledger, tools = run.ledger, run.tools
+        prompt = self.calibration.apply(
+            run.model, ledger.tokens + tools.tokens, ledger.bound + tools.bound
+        )
         if policy.collapse_at and prompt > policy.collapse_at * limit:
             excess = prompt - policy.collapse_to * limit
             needed = math.ceil(excess / self.calibration.ratio(run.model))
@@ -357,7 +579,7 @@ class ContextGatekeeper:
                 )
             )
             return
-        self.calibration.observe(run.model, sent, reported)
+        self.calibration.observe(run.model, sent, reported, "usage")
 
     # ------------------------------------------------------------------ after a refusal
 
@@ -439,3 +661,22 @@ class ContextGatekeeper:
 
 def _turns(first: int, last: int) -> str:
     return f"turn {first}" if first == last else f"turns {first}-{last}"
+
+
+def _sample(msg: RunStarted) -> str:
+    """The text a server's tokenizer is asked to count: a mixed sample, the run's task and
+    its tool schemas (no chat framing: a tokenizer endpoint counts text only)."""
+    parts = [CALIBRATION_SAMPLE, msg.task[:SAMPLE_TASK_CHARS]]
+    for spec in msg.tool_specs:
+        parts += (spec.name, spec.description, spec.parameters)
+    return "\n".join(part for part in parts if part)
+
+
+def _fixed_prompt(run: _Run) -> tuple[int, int]:
+    """The raw (tokens, bound) of what every request of ``run`` carries: the messages up to
+    its task, and the tool schemas."""
+    tokens, bound = run.tools.tokens, run.tools.bound
+    for entry in run.ledger.entries[: run.ledger.first_user() + 1]:
+        tokens += entry.estimate.tokens
+        bound += entry.estimate.bound
+    return tokens, bound

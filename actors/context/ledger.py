@@ -21,7 +21,7 @@ __all__ = ["Entry", "PromptLedger"]
 class PromptLedger:
     """Token estimates of one run's transcript, kept in step with it."""
 
-    __slots__ = ("_call_names", "_fold_scan", "entries", "estimator", "floor", "tokens")
+    __slots__ = ("_call_names", "_fold_scan", "bound", "entries", "estimator", "floor", "tokens")
 
     def __init__(self, estimator: Estimator) -> None:
         self.estimator = estimator
@@ -30,6 +30,8 @@ class PromptLedger:
         """The prompt's tokens (``total.tokens``, kept as a plain number)."""
         self.floor = 0
         """``total.floor``, likewise."""
+        self.bound = 0
+        """``total.bound``, likewise (0 for a model whose tokenizer is known)."""
         self._call_names: dict[str, str] = {}
         # (min_chars, n): for that fold minimum, entries before n are folded or can never be
         # folded, so collapse planning starts at n (a long run near its window plans every
@@ -51,7 +53,7 @@ class PromptLedger:
     @property
     def total(self) -> Estimate:
         """The estimate of the whole transcript: the sum of its entries'."""
-        return Estimate(self.tokens, self.floor)
+        return Estimate(self.tokens, self.floor, self.bound)
 
     def extend(self, messages: Iterable[ChatMessage], turn: int) -> None:
         """Append ``messages`` (added in ``turn``), counting each."""
@@ -69,9 +71,12 @@ class PromptLedger:
             entries.append(Entry(role, estimate, chars, turn, tool, call_id))
             self.tokens += estimate.tokens
             self.floor += estimate.floor
+            self.bound += estimate.bound
 
-    def fold(self, fold: Fold) -> Estimate:
-        """Put ``fold.stub`` in place of a tool result; returns the tokens saved."""
+    def fold(self, fold: Fold, *, final: bool = True) -> Estimate:
+        """Put ``fold.stub`` in place of a tool result; returns the tokens saved.
+
+        ``final`` false (a result cut to fit, not folded): it may still be folded later."""
         entry = self.entries[fold.index]
         stub = self.estimator.message(
             ChatMessage(role="tool", tool_call_id=fold.call_id, content=fold.stub)
@@ -79,7 +84,9 @@ class PromptLedger:
         saved = entry.estimate - stub
         self.tokens -= saved.tokens
         self.floor -= saved.floor
-        entry.estimate, entry.chars, entry.folded = stub, len(fold.stub), True
+        self.bound -= saved.bound
+        # A cut result is unanswered, past where collapse planning stopped: no rescan.
+        entry.estimate, entry.chars, entry.folded = stub, len(fold.stub), final
         return saved
 
     def splice(self, start: int, end: int, message: ChatMessage, turn: int) -> None:
@@ -90,6 +97,7 @@ class PromptLedger:
         for old in self.entries[start:end]:
             self.tokens -= old.estimate.tokens
             self.floor -= old.estimate.floor
+            self.bound -= old.estimate.bound
         self.entries[start:end] = [entry]
         self._fold_scan = (0, 0)  # positions moved
 
@@ -97,7 +105,7 @@ class PromptLedger:
         """Forget everything (before counting a transcript afresh)."""
         self.entries.clear()
         self._call_names.clear()
-        self.tokens = self.floor = 0
+        self.tokens = self.floor = self.bound = 0
         self._fold_scan = (0, 0)
 
     def last_assistant(self) -> int:

@@ -43,6 +43,13 @@ class ContextPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """The compaction call's ``max_tokens``."""
     silent_truncation_ratio: float = 0.5
     """Reported prompt tokens below this share of the estimate are flagged."""
+    tool_result_share: float = 0.5
+    """A tool result the model has not answered yet may take at most this share of the
+    room the run's fixed prompt (system prompt, task, tool schemas) leaves under the
+    limit; a larger one is cut, with a note saying how to read the rest (0: never cut)."""
+    window_configured: bool = False
+    """The window was set by the operator (``[context.windows]``, a run's
+    ``context_window``): a window the server reports does not replace it."""
 
     @property
     def limit(self) -> int:
@@ -82,4 +89,6 @@ def policy_problems(policy: ContextPolicy) -> list[tuple[str, str]]:
         problems.append(("summary_max_tokens", f"must be from 1 to {RESERVE_MAX:,}"))
     if not 0.0 < policy.silent_truncation_ratio < 1.0:
         problems.append(("silent_truncation_ratio", "must be between 0 and 1 (exclusive)"))
+    if not 0.0 <= policy.tool_result_share <= 1.0:
+        problems.append(("tool_result_share", "must be between 0 (off) and 1"))
     return problems

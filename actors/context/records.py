@@ -16,16 +16,23 @@ __all__ = ["Entry", "Estimate"]
 
 class Estimate(msgspec.Struct, frozen=True, gc=False):
     """Tokens of a piece: ``tokens`` (never knowingly low) and ``floor`` (never knowingly
-    high); equal when the model's own tokenizer counted them."""
+    high); equal when the model's own tokenizer counted them. ``bound`` is an upper bound
+    for any byte-fallback tokenizer (UTF-8 bytes, framing at its largest measured), kept
+    for models whose tokenizer is unknown; 0 when the model's own tokenizer counted."""
 
     tokens: int = 0
     floor: int = 0
+    bound: int = 0
 
     def __add__(self, other: Estimate) -> Estimate:
-        return Estimate(self.tokens + other.tokens, self.floor + other.floor)
+        return Estimate(
+            self.tokens + other.tokens, self.floor + other.floor, self.bound + other.bound
+        )
 
     def __sub__(self, other: Estimate) -> Estimate:
-        return Estimate(self.tokens - other.tokens, self.floor - other.floor)
+        return Estimate(
+            self.tokens - other.tokens, self.floor - other.floor, self.bound - other.bound
+        )
 
 
 class Entry(msgspec.Struct, gc=False):

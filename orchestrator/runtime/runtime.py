@@ -34,6 +34,7 @@ from prometheus_client import CollectorRegistry
 from actors.budget.monitor import BudgetMonitor
 from actors.context import ContextPolicy, apply_folds, compaction_prompt, summary_message
 from actors.context.gatekeeper import ContextGatekeeper
+from actors.context.server import ServerEndpoint
 from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
 from actors.llm.caller import LLMCaller
 from actors.llm.settings import EndpointSettings, endpoint_settings
@@ -397,7 +398,9 @@ class Runtime:
                 )
             )
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
-            self.context_gatekeeper = ContextGatekeeper(self.bus, self._context_policies.get)
+            self.context_gatekeeper = ContextGatekeeper(
+                self.bus, self._context_policies.get, server=self._context_server()
+            )
             executor = self.tool_executor = ToolExecutor(self.bus, self.tools, self._tool_settings)
             self.metrics_registry.register(ToolCacheCollector(executor.cache_statistics))
             actors = (
@@ -465,6 +468,14 @@ class Runtime:
     def _check_hooks(self, hooks: tuple[Hook, ...]) -> None:
         for key, reason in check_hooks(hooks, self._hook_functions):
             raise ConfigError(f"config.hooks.{key}", reason)
+
+    def _context_server(self) -> ServerEndpoint | None:
+        """The operator's endpoint, which the context gatekeeper asks once per model for
+        its window and tokenizer (never the embedded simulator, never a request's)."""
+        model = self.config.model
+        if model.base_url is None or self._model_actor is not None:
+            return None
+        return ServerEndpoint(model.base_url, os.environ.get(model.api_key_env, ""))
 
     def _endpoint(self, base_url: str) -> EndpointSettings:
         model = self.config.model

@@ -1,0 +1,157 @@
+"""What an OpenAI-compatible server says about a model: its window and its tokenizer.
+
+Asked once per model (the context gatekeeper starts :func:`probe` at the model's first
+run, in its own task; nothing waits for it):
+
+* ``GET {base_url}/models``: the entry whose ``id`` is the model may carry its window as
+  ``max_model_len`` (vLLM). llama-cpp-python and Ollama report none.
+* the server's own tokenizer, on a sample of the run's text: ``POST {root}/extras/tokenize``
+  (llama-cpp-python: ``{"input", "model"}`` → ``{"tokens": [...]}``), then
+  ``POST {root}/tokenize`` (llama.cpp's llama-server reads ``content``, vLLM ``prompt``;
+  both answer ``tokens``, vLLM also ``count``), where ``root`` is ``base_url`` without
+  its ``/v1``.
+
+The base URL and key are the operator's (``[model]``), never a request's. Every request
+has a time limit (:data:`TIMEOUT_SECONDS`) and a size limit on the answer
+(:data:`MAX_ANSWER_BYTES`); a failure of any kind is an answer of "nothing known".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+import httpx2
+
+from actors.context.policy import WINDOW_MAX
+
+__all__ = [
+    "MAX_ANSWER_BYTES",
+    "TIMEOUT_SECONDS",
+    "TOKENIZER_PATHS",
+    "ServerEndpoint",
+    "ServerReport",
+    "probe",
+]
+
+logger = logging.getLogger("loopfuse.context")
+
+TIMEOUT_SECONDS: Final = 5.0
+"""Each probe request's time limit (connect, read, write, pool)."""
+MAX_ANSWER_BYTES: Final = 4 * 1024 * 1024
+"""Larger answers are not read (a tokenizer's answer to the sample is a few kilobytes)."""
+TOKENIZER_PATHS: Final = ("/extras/tokenize", "/tokenize")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerEndpoint:
+    """The operator's endpoint (``model.base_url`` and its key)."""
+
+    base_url: str
+    api_key: str = ""
+
+    @property
+    def root(self) -> str:
+        """``base_url`` without a trailing ``/v1``: where the tokenizer paths live."""
+        url = self.base_url.rstrip("/")
+        return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class ServerReport(NamedTuple):
+    """What the server said (``None``: it did not say)."""
+
+    window: int | None = None
+    tokenizer: str | None = None
+    """The path of the tokenizer endpoint that answered."""
+    sample_tokens: int | None = None
+    """How many tokens that tokenizer made of the sample."""
+
+
+async def probe(
+    endpoint: ServerEndpoint, model: str, sample: str, *, client: httpx2.AsyncClient | None = None
+) -> ServerReport:
+    """Ask ``endpoint`` about ``model``: its window and its count of ``sample``."""
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    owned = client is None
+    http = client or httpx2.AsyncClient(timeout=TIMEOUT_SECONDS, headers=headers)
+    try:
+        window = await _window(http, endpoint, model, headers)
+        tokenizer, count = await _tokenize(http, endpoint, model, sample, headers)
+    finally:
+        if owned:
+            await http.aclose()
+    return ServerReport(window, tokenizer, count)
+
+
+async def _window(
+    http: httpx2.AsyncClient, endpoint: ServerEndpoint, model: str, headers: dict[str, str]
+) -> int | None:
+    answer = await _ask(http, "GET", endpoint.base_url.rstrip("/") + "/models", None, headers)
+    entries = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            window = entry.get("max_model_len")
+            if isinstance(window, bool) or not isinstance(window, int):
+                return None
+            return window if 1 <= window <= WINDOW_MAX else None
+    return None
+
+
+async def _tokenize(
+    http: httpx2.AsyncClient,
+    endpoint: ServerEndpoint,
+    model: str,
+    sample: str,
+    headers: dict[str, str],
+) -> tuple[str | None, int | None]:
+    bodies = (
+        {"input": sample, "model": model},
+        {"content": sample, "prompt": sample, "model": model},
+    )
+    for path, body in zip(TOKENIZER_PATHS, bodies, strict=True):
+        answer = await _ask(http, "POST", endpoint.root + path, body, headers)
+        count = _token_count(answer)
+        if count is not None:
+            return path, count
+    return None, None
+
+
+def _token_count(answer: Any) -> int | None:
+    if not isinstance(answer, dict):
+        return None
+    tokens = answer.get("tokens")
+    if isinstance(tokens, list) and tokens:
+        return len(tokens)
+    count = answer.get("count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return count
+    return None
+
+
+async def _ask(
+    http: httpx2.AsyncClient,
+    method: str,
+    url: str,
+    body: dict[str, str] | None,
+    headers: dict[str, str],
+) -> Any:
+    """The JSON answer of one request, or ``None`` (any failure: not an error here)."""
+    try:
+        async with http.stream(
+            method, url, json=body, headers=headers, timeout=TIMEOUT_SECONDS
+        ) as response:
+            if response.status_code != 200:
+                return None
+            data = bytearray()
+            async for chunk in response.aiter_bytes():
+                data += chunk
+                if len(data) > MAX_ANSWER_BYTES:
+                    return None
+        return json.loads(data)
+    except (httpx2.HTTPError, ValueError) as exc:
+        logger.debug("probe %s %s: %s", method, url, exc)
+        return None
