@@ -32,7 +32,8 @@ from actors.context import (
 from actors.context.policy import RESERVE_MAX, WINDOW_MAX
 from actors.hooks import Hook
 from actors.llm.settings import EndpointLimits
-from actors.loop import LoopConfig, LoopConfigError, check_config
+from actors.loop import LoopConfig, LoopConfigError, ResultPattern, check_config
+from actors.loop.config import PATTERNS_MAX, compile_pattern
 from actors.tools.cache import DEFAULT_CACHE_SETTINGS
 from actors.tools.limits import FigureSandbox, ToolExecutorSettings
 from actors.tools.mcp import INSTALL_HINT, McpServer, mcp_installed
@@ -71,7 +72,7 @@ ENV_NOT_CONFIG: Final = frozenset(
 """Variables with the prefix that are not config keys: the config file, the daemon's API
 tokens (``daemon.token_env``) and the URL and token its command-line clients use."""
 
-LoopPreset = Literal["strict", "openclaw", "gemini", "off"]
+LoopPreset = Literal["strict", "openclaw", "openclaw-current", "gemini", "qwen", "off"]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
@@ -171,6 +172,18 @@ class LoopSettings(_Settings, frozen=True, kw_only=True):
     """Loop detection: a named preset (``off`` turns the loop monitor off for a run)."""
 
     preset: LoopPreset = "strict"
+    result_patterns: Annotated[
+        tuple[ResultPattern, ...], msgspec.Meta(max_length=PATTERNS_MAX)
+    ] = ()
+    """More result normalisation patterns (``{pattern, replacement}``), for every run;
+    operator config only (a run's ``loop`` table may not set them)."""
+
+    def __post_init__(self) -> None:
+        for index, item in enumerate(self.result_patterns):
+            try:
+                compile_pattern(f"result_patterns.{index}.pattern", item.pattern)
+            except LoopConfigError as exc:
+                raise ValueError(str(exc)) from None
 
 
 _EXECUTOR: Final = ToolExecutorSettings()
@@ -745,17 +758,30 @@ def _merged(base: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def merge_loop_overrides(
-    base: LoopConfig, overrides: Mapping[str, Any], *, source: str = "run"
+    base: LoopConfig,
+    overrides: Mapping[str, Any],
+    *,
+    source: str = "run",
+    result_patterns: tuple[ResultPattern, ...] = (),
 ) -> LoopConfig:
     """``base`` (a loop preset) with a run's ``loop`` table on top: tables merge key by key
     (``ping_pong = {break_at = 30}`` keeps the preset's other ping-pong keys), anything else
-    replaces (``poll_tools = [...]`` replaces the preset's list).
+    replaces (``poll_tools = [...]`` replaces the preset's list). ``result_patterns`` (the
+    operator's ``[loop] result_patterns``) are set last; a run's table may not set them.
 
     :raises ConfigError: a key is unknown or a value is bad, as the loop package checks
         them; the key is named ``config.loop.<key>``.
     """
+    if "result_patterns" in overrides:
+        raise ConfigError(
+            "config.loop.result_patterns",
+            "operator config only: set [loop] result_patterns in the config file",
+            source=source,
+        )
+    if result_patterns:
+        base = msgspec.structs.replace(base, result_patterns=result_patterns)
     if not overrides:
-        return base
+        return check_config(base) if result_patterns else base
     data = _merged(msgspec.to_builtins(base), overrides)
     try:
         config = msgspec.convert(data, LoopConfig)

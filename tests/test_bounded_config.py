@@ -179,7 +179,15 @@ LOOP_SCENARIOS = {
     "cycle": "cycle3",
     "strikes": "cycle3",
     "content": CONTENT_SCENARIO.name,
+    "no_new_information": "dead_loop",
+    "unknown_tool": "dead_loop",
+    "tool_stagnation": "dead_loop",
+    "shell_stagnation": "dead_loop",
+    "read_loop": "dead_loop",
+    "call_cap": "dead_loop",
 }
+SWITCHED_ON = ("cycle", "tool_stagnation", "shell_stagnation", "read_loop", "call_cap")
+"""Sections off in their scenario's preset: on, so that the bound is exercised."""
 LEVELS = ("warn_at", "block_at", "break_at")
 WIDE = {"context_window": 10_000_000, "max_output_tokens": None}
 """Room for the largest reservations: the largest window, no per-request cap."""
@@ -225,8 +233,9 @@ def _overrides(key: str, value: Any) -> tuple[str, dict[str, Any]]:
     setting: dict[str, Any] = {field: value}
     if field in LEVELS:  # levels must be ordered: this one alone
         setting = dict.fromkeys(LEVELS) | setting
-    if section == "cycle":
+    if section in SWITCHED_ON:
         setting["enabled"] = True
+    if section == "cycle":
         if field == "min_period":  # max_period must not be below it
             setting["max_period"] = min(max(value, 5), PERIOD_MAX)
         elif field == "max_period":  # nor min_period above it

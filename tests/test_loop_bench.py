@@ -42,7 +42,9 @@ def test_the_figures_of_a_small_run(preset: str) -> None:
 def test_bad_sizes_and_presets_are_named() -> None:
     with pytest.raises(ValueError, match="reps: must be a positive integer, got 0"):
         measure("strict", reps=0)
-    with pytest.raises(ValueError, match="preset: must be one of gemini, openclaw, strict"):
+    with pytest.raises(
+        ValueError, match="preset: must be one of gemini, openclaw, openclaw-current, qwen, strict"
+    ):
         measure("lenient")
 
 

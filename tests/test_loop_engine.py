@@ -31,11 +31,13 @@ READ = ("read_file", '{"path": "a.txt"}')
 def test_public_api_is_pinned() -> None:
     assert sorted(actors.loop.__all__) == sorted(
         [
-            "DETECTORS", "GEMINI", "GEMINI_RECOVERY_TEXT", "OPENCLAW", "PRESETS", "STRICT",
-            "STRICT_NUDGE_TEXT", "ContentConfig", "CycleConfig", "Decision", "Detector",
-            "GenericRepeatConfig", "GlobalBreakerConfig", "Level", "LoopConfig",
-            "LoopConfigError", "LoopDetector", "PingPongConfig", "PollConfig", "PollTool",
-            "StrikesConfig", "check_config", "load_config",
+            "DETECTORS", "GEMINI", "GEMINI_RECOVERY_TEXT", "OPENCLAW", "OPENCLAW_CURRENT",
+            "PRESETS", "QWEN", "STRICT", "STRICT_NUDGE_TEXT", "CallCapConfig", "ContentConfig",
+            "CycleConfig", "Decision", "Detector", "GenericRepeatConfig", "GlobalBreakerConfig",
+            "Level", "LoopConfig", "LoopConfigError", "LoopDetector", "NoNewInformationConfig",
+            "PingPongConfig", "PollConfig", "PollTool", "ReadLoopConfig", "ResultPattern",
+            "ShellStagnationConfig", "StrikesConfig", "ToolStagnationConfig",
+            "UnknownToolConfig", "check_config", "load_config",
         ]
     )  # fmt: skip
     for name in actors.loop.__all__:
@@ -43,7 +45,7 @@ def test_public_api_is_pinned() -> None:
 
 
 def test_presets_are_frozen_and_valid() -> None:
-    assert set(PRESETS) == {"strict", "openclaw", "gemini"}
+    assert set(PRESETS) == {"strict", "openclaw", "openclaw-current", "gemini", "qwen"}
     for name, preset in PRESETS.items():
         assert preset.name == name
         assert LoopDetector(preset).config is preset
@@ -55,8 +57,8 @@ def test_presets_are_frozen_and_valid() -> None:
 def test_config_rejects_unknown_keys_and_bad_thresholds() -> None:
     with pytest.raises(LoopConfigError, match="warn_after"):
         load_config({"generic_repeat": {"warn_after": 3}})
-    with pytest.raises(LoopConfigError, match=r"ping_pong\.block_at: must be greater"):
-        load_config({"ping_pong": {"warn_at": 10, "block_at": 10}})
+    with pytest.raises(LoopConfigError, match=r"cycle\.window"):
+        LoopDetector(LoopConfig(cycle=CycleConfig(window=0)))
     with pytest.raises(LoopConfigError, match=r"history_size"):
         LoopDetector(LoopConfig(history_size=0))
     with pytest.raises(LoopConfigError, match=r"cycle\.max_period"):
@@ -218,14 +220,18 @@ def test_interleaved_detectors_of_one_config_keep_their_own_state() -> None:
 
 
 def test_results_are_kept_only_when_an_enabled_detector_reads_them() -> None:
-    assert not LoopDetector(STRICT).reads_results
+    assert LoopDetector(STRICT).reads_results  # result-aware since issue #19
     assert not LoopDetector(GEMINI).reads_results
     assert LoopDetector(OPENCLAW).reads_results
+    assert not LoopDetector(_quiet(generic_repeat=GenericRepeatConfig(scope="run"))).reads_results
     total = _quiet(global_breaker=GlobalBreakerConfig(mode="total", break_at=2))
     assert LoopDetector(total).reads_results
-    # strict ignores results: the same verdicts whatever they are
+    # strict: a repeat whose result changed is progress (results alternate here)...
     calls = [READ] * 5
-    assert _levels(LoopDetector(STRICT), calls) == [
+    assert _levels(LoopDetector(STRICT), calls) == [("none", None)] * 5
+    # ...and calls still waiting for their result count as repeats (no evidence of progress)
+    detector = LoopDetector(STRICT)
+    assert [(d.level, d.detector) for d in (detector.propose(*READ) for _ in range(5))] == [
         ("none", None), ("none", None), ("warning", "generic_repeat"),
         ("warning", "generic_repeat"), ("break", "generic_repeat"),
     ]  # fmt: skip

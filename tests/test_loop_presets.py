@@ -220,7 +220,7 @@ def test_gemini_strikes_are_shared_with_content() -> None:
 
 
 def test_strict_nudges_at_the_third_and_stops_at_the_fifth() -> None:
-    events, _ = drive(STRICT, [A] * 10, changing)
+    events, _ = drive(STRICT, [A] * 10, same)
     assert events == [
         Event(3, "warning", "generic_repeat", True),
         Event(4, "warning", "generic_repeat", False),
@@ -230,13 +230,13 @@ def test_strict_nudges_at_the_third_and_stops_at_the_fifth() -> None:
 
 def test_strict_counts_occurrences_not_streaks() -> None:
     # documented choice: the same call anywhere in the run counts
-    events, _ = drive(STRICT, [A, B] * 10, changing)
+    events, _ = drive(STRICT, [A, B] * 10, same)
     assert (events[0].n, events[0].nudged) == (5, True)  # the 3rd A
     assert first(events, "break") == Event(9, "break", "generic_repeat", False)  # the 5th A
 
 
 def test_strict_nudges_once_per_run() -> None:
-    events, _ = drive(STRICT, [A, A, A, B, B, B, C, C], changing)
+    events, _ = drive(STRICT, [A, A, A, B, B, B, C, C], same)
     assert nudges(events) == [(3, "generic_repeat")]
     assert first(events, "break") is None
 

@@ -123,7 +123,7 @@ def test_loop_overrides_merge_onto_the_preset_table_by_table() -> None:
     [
         ({"ping_pong": {"brek_at": 3}}, "config.loop.ping_pong.brek_at", "unknown key"),
         ({"nope": 1}, "config.loop.nope", "unknown key"),
-        ({"ping_pong": {"break_at": 5}}, "config.loop.ping_pong.break_at", "must be greater"),
+        ({"result_patterns": [{"pattern": "x"}]}, "config.loop.result_patterns", "operator"),
         ({"history_size": 0}, "config.loop.history_size", "positive"),
         ({"ping_pong": 3}, "config.loop.ping_pong", "Expected `object`"),
         ({"poll_tools": [{"nam": "x"}]}, "config.loop.poll_tools.0.nam", "unknown key"),
@@ -137,6 +137,15 @@ def test_a_bad_loop_override_names_its_key(
         merge_loop_overrides(OPENCLAW, overrides)
     assert caught.value.key == key
     assert reason in caught.value.reason
+
+
+def test_levels_that_do_not_increase_are_clamped_as_openclaw_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="loopfuse.loop"):
+        merged = merge_loop_overrides(OPENCLAW, {"ping_pong": {"break_at": 5}})
+    assert merged.ping_pong.break_at == 21  # block_at (20) + 1, not refused
+    assert "ping_pong.break_at = 5 is not above ping_pong.block_at (20): using 21" in caplog.text
 
 
 @pytest.mark.asyncio

@@ -10,7 +10,8 @@ error), ``break_at`` (the run stops before the call runs).
 
 from __future__ import annotations
 
-import itertools
+import logging
+import re
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
@@ -21,20 +22,30 @@ __all__ = [
     "CONTENT_THRESHOLD_MAX",
     "CYCLE_WINDOW_MAX",
     "HISTORY_MAX",
+    "PATTERNS_MAX",
+    "PATTERN_CHARS_MAX",
     "PERIOD_MAX",
     "STRIKES_MAX",
     "THRESHOLD_MAX",
+    "CallCapConfig",
     "ContentConfig",
     "CycleConfig",
     "GenericRepeatConfig",
     "GlobalBreakerConfig",
     "LoopConfig",
     "LoopConfigError",
+    "NoNewInformationConfig",
     "PingPongConfig",
     "PollConfig",
     "PollTool",
+    "ReadLoopConfig",
+    "ResultPattern",
+    "ShellStagnationConfig",
     "StrikesConfig",
+    "ToolStagnationConfig",
+    "UnknownToolConfig",
     "check_config",
+    "compile_pattern",
     "load_config",
 ]
 
@@ -58,11 +69,20 @@ CONTENT_THRESHOLD_MAX: Final = 100
 """``content.threshold`` and ``content.max_distinct_periods``."""
 STRIKES_MAX: Final = 100
 """``content.stop_at_offence`` and ``strikes.stop_at``."""
+PATTERNS_MAX: Final = 32
+"""``result_patterns``: extra normalisation patterns (each one is a pass over a result)."""
+PATTERN_CHARS_MAX: Final = 200
+"""A ``result_patterns`` pattern's length (its replacement: at most 40 characters)."""
+NAMES_MAX: Final = 64
+"""Tool names in one list (``read_loop.read_tools``, ``no_progress_tools``, ...)."""
+
+logger = logging.getLogger("loopfuse.loop")
 
 Threshold = Annotated[int, msgspec.Meta(ge=1, le=THRESHOLD_MAX)]
 Period = Annotated[int, msgspec.Meta(ge=1, le=PERIOD_MAX)]
 Strikes = Annotated[int, msgspec.Meta(ge=1, le=STRIKES_MAX)]
 ContentLength = Annotated[int, msgspec.Meta(ge=1, le=CONTENT_HISTORY_MAX)]
+Names = Annotated[tuple[str, ...], msgspec.Meta(max_length=NAMES_MAX)]
 
 
 class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -86,6 +106,21 @@ class GenericRepeatConfig(_Config, frozen=True, kw_only=True):
     break_at: Threshold | None = None
     warn_text: str | None = None
     """Replaces the warning's nudge text (the strict breaker's "call finish_exploration")."""
+    warn_needs_no_progress: bool = False
+    """The warning counts only repeats with an unchanged result (see below)."""
+    stop_needs_no_progress: bool = False
+    """``block_at`` / ``break_at`` count only repeats with an unchanged result: the count is
+    the call's streak of identical (normalised) results, calls still waiting for their result
+    included (in ``window`` scope: OpenClaw's streak, which skips them). A call whose result
+    changed is progress: it restarts the streak and counts only under ``progress_*``."""
+    no_progress_tools: Names = ()
+    """When not empty, the two ``*_needs_no_progress`` rules apply to these tools only
+    (qwen-code's stateful read tools); other tools count every repeat."""
+    progress_warn_at: Threshold | None = None
+    """The ceiling on an identical call whose results keep changing (a poll that reports
+    progress): every occurrence in the scope counts (``loop.progress_ceiling``)."""
+    progress_block_at: Threshold | None = None
+    progress_break_at: Threshold | None = None
 
 
 class PollConfig(_Config, frozen=True, kw_only=True):
@@ -168,6 +203,97 @@ class ContentConfig(_Config, frozen=True, kw_only=True):
     stop_at_offence: Strikes = 2
 
 
+class NoNewInformationConfig(_Config, frozen=True, kw_only=True):
+    """Detector 7: the same (normalised) result coming back from different calls.
+
+    The count is the streak of consecutive results (newest first) equal to the latest one,
+    among calls of at least two different fingerprints (one call repeated is
+    ``generic_repeat``'s). A result shorter than ``min_result_chars`` (``""``, ``ok``)
+    neither counts nor ends the streak; a refusal by this detector counts (it brought
+    nothing new either), so ``break_at`` stays reachable after a block.
+    """
+
+    enabled: bool = False
+    min_result_chars: Annotated[int, msgspec.Meta(ge=0, le=CONTENT_HISTORY_MAX)] = 16
+    warn_at: Threshold | None = 5
+    block_at: Threshold | None = None
+    break_at: Threshold | None = 10
+
+
+class UnknownToolConfig(_Config, frozen=True, kw_only=True):
+    """Detector 8: calls of a tool that does not exist (OpenClaw's ``unknown_tool_repeat``).
+
+    The count is the streak of the proposed tool's latest consecutive unknown-tool results
+    (the proposed call not counted), refusals by this detector included.
+    """
+
+    enabled: bool = False
+    warn_at: Threshold | None = None
+    block_at: Threshold | None = 10
+    break_at: Threshold | None = None
+
+
+class ToolStagnationConfig(_Config, frozen=True, kw_only=True):
+    """Detector 9: consecutive calls of one tool name, whatever the arguments (qwen-code's
+    action stagnation). The proposed call is counted."""
+
+    enabled: bool = False
+    warn_at: Threshold | None = None
+    block_at: Threshold | None = None
+    break_at: Threshold | None = 8
+
+
+class ShellStagnationConfig(_Config, frozen=True, kw_only=True):
+    """Detector 10: consecutive shell calls that only inspect a git repository's overview
+    (qwen-code's shell-command stagnation): every segment of the command chain is
+    ``git status``, ``git ls-files`` or a ``git diff`` naming no path. The proposed call is
+    counted; any other call ends the streak, whatever its text."""
+
+    enabled: bool = False
+    tools: Names = ("run_shell_command",)
+    argument: str = "command"
+    warn_at: Threshold | None = None
+    block_at: Threshold | None = None
+    break_at: Threshold | None = 8
+
+
+class ReadLoopConfig(_Config, frozen=True, kw_only=True):
+    """Detector 11: read-like calls filling the last ``window`` calls (qwen-code's
+    read-file loop). The proposed call is counted; with ``cold_start`` nothing fires until
+    a call that is not read-like has been proposed (a run that only ever read is
+    exploring)."""
+
+    enabled: bool = False
+    window: Annotated[int, msgspec.Meta(ge=1, le=CYCLE_WINDOW_MAX)] = 15
+    read_tools: Names = ("read_file", "read_many_files", "list_directory", "zoom_image")
+    read_prefixes: Names = ("read_", "list_")
+    cold_start: bool = True
+    warn_at: Threshold | None = None
+    block_at: Threshold | None = None
+    break_at: Threshold | None = 8
+
+
+class CallCapConfig(_Config, frozen=True, kw_only=True):
+    """Detector 12: calls per run (qwen-code's per-turn cap; a qwen "turn" is one prompt).
+
+    Past ``soft_cap`` calls the run stops when some call has been made ``stuck_repeats``
+    times, and past ``hard_cap`` whatever the calls (``None``: no such cap). The count is
+    the calls of the run, the proposed one included."""
+
+    enabled: bool = False
+    soft_cap: Threshold | None = 100
+    stuck_repeats: Threshold = 6
+    hard_cap: Threshold | None = 1000
+
+
+class ResultPattern(_Config, frozen=True, kw_only=True):
+    """A normalisation pattern: matches of ``pattern`` (a Python regular expression) are
+    replaced by ``replacement`` before a result is fingerprinted."""
+
+    pattern: Annotated[str, msgspec.Meta(min_length=1, max_length=PATTERN_CHARS_MAX)]
+    replacement: Annotated[str, msgspec.Meta(max_length=40)] = "<volatile>"
+
+
 class StrikesConfig(_Config, frozen=True, kw_only=True):
     """gemini-cli's escalation: every detection is a strike, counted across detectors.
 
@@ -203,7 +329,21 @@ class LoopConfig(_Config, frozen=True, kw_only=True):
     global_breaker: GlobalBreakerConfig = GlobalBreakerConfig()
     cycle: CycleConfig = CycleConfig()
     content: ContentConfig = ContentConfig()
+    no_new_information: NoNewInformationConfig = NoNewInformationConfig()
+    unknown_tool: UnknownToolConfig = UnknownToolConfig()
+    tool_stagnation: ToolStagnationConfig = ToolStagnationConfig()
+    shell_stagnation: ShellStagnationConfig = ShellStagnationConfig()
+    read_loop: ReadLoopConfig = ReadLoopConfig()
+    call_cap: CallCapConfig = CallCapConfig()
     strikes: StrikesConfig | None = None
+    normalise_results: bool = True
+    """Volatile parts of a result (ids, pids, UUIDs, digests, timestamps, durations, temp
+    paths) are replaced before it is fingerprinted (``actors.loop.normalise``)."""
+    result_patterns: Annotated[
+        tuple[ResultPattern, ...], msgspec.Meta(max_length=PATTERNS_MAX)
+    ] = ()
+    """More normalisation patterns, applied after the built-in ones. Operator config only:
+    a run's ``loop`` table may not set them (``[loop] result_patterns``)."""
 
 
 class LoopConfigError(ValueError):
@@ -215,25 +355,66 @@ def _positive(key: str, value: int | None) -> None:
         raise LoopConfigError(f"{key}: must be a positive integer or null, got {value!r}")
 
 
-def _ordered(prefix: str, warn: int | None, block: int | None, brk: int | None) -> None:
-    for level, value in (("warn_at", warn), ("block_at", block), ("break_at", brk)):
-        _positive(f"{prefix}.{level}", value)
-    present = [(n, v) for n, v in (("warn_at", warn), ("block_at", block), ("break_at", brk)) if v]
-    for (low_name, low), (high_name, high) in itertools.pairwise(present):
-        if high <= low:
-            raise LoopConfigError(
-                f"{prefix}.{high_name}: must be greater than {prefix}.{low_name} ({low}), "
-                f"got {high}"
-            )
+LEVELLED: Final = (
+    "generic_repeat",
+    "poll_no_progress",
+    "ping_pong",
+    "global_breaker",
+    "cycle",
+    "no_new_information",
+    "unknown_tool",
+    "tool_stagnation",
+    "shell_stagnation",
+    "read_loop",
+)
+"""The sections with ``warn_at`` / ``block_at`` / ``break_at``."""
+
+_LEVELS: Final = ("warn_at", "block_at", "break_at")
+_PROGRESS_LEVELS: Final = ("progress_warn_at", "progress_block_at", "progress_break_at")
+
+
+def _clamped(prefix: str, section: Any, names: tuple[str, ...]) -> dict[str, int]:
+    """OpenClaw's normalisation of thresholds: a level not above the one before it becomes
+    that level + 1 (with a warning), instead of being refused."""
+    changes: dict[str, int] = {}
+    low_name, low = "", 0
+    for name in names:
+        value: int | None = getattr(section, name)
+        _positive(f"{prefix}.{name}", value)
+        if value is None:
+            continue
+        if low and value <= low:
+            logger.warning(
+                "loop config %s.%s = %d is not above %s.%s (%d): using %d",
+                prefix, name, value, prefix, low_name, low, low + 1,
+            )  # fmt: skip
+            value = changes[name] = low + 1
+        low_name, low = name, value
+    return changes
+
+
+def compile_pattern(key: str, pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled, or a :class:`LoopConfigError` naming ``key``."""
+    try:
+        return re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise LoopConfigError(f"{key}: not a regular expression ({exc})") from None
 
 
 def check_config(config: LoopConfig) -> LoopConfig:
-    """Return ``config`` if every value is in range, else raise :class:`LoopConfigError`."""
+    """``config`` if every value is in range, with levels that do not increase clamped as
+    OpenClaw does (``block_at`` ≤ ``warn_at`` becomes ``warn_at`` + 1, with a warning
+    logged); else raise :class:`LoopConfigError`."""
     _positive("history_size", config.history_size)
     _positive("warning_bucket", config.warning_bucket)
-    for name in ("generic_repeat", "poll_no_progress", "ping_pong", "global_breaker", "cycle"):
+    replaced: dict[str, Any] = {}
+    for name in LEVELLED:
         section = getattr(config, name)
-        _ordered(name, section.warn_at, section.block_at, section.break_at)
+        changes = _clamped(name, section, _LEVELS)
+        if name == "generic_repeat":
+            changes.update(_clamped(name, section, _PROGRESS_LEVELS))
+        if changes:
+            replaced[name] = msgspec.structs.replace(section, **changes)
     cycle = config.cycle
     _positive("cycle.min_period", cycle.min_period)
     if cycle.max_period < cycle.min_period:
@@ -247,7 +428,15 @@ def check_config(config: LoopConfig) -> LoopConfig:
         raise LoopConfigError("content.threshold: must be at least 2")
     if config.strikes is not None:
         _positive("strikes.stop_at", config.strikes.stop_at)
-    return config
+    if len(config.result_patterns) > PATTERNS_MAX:
+        raise LoopConfigError(f"result_patterns: at most {PATTERNS_MAX} patterns")
+    for index, item in enumerate(config.result_patterns):
+        if len(item.pattern) > PATTERN_CHARS_MAX:
+            raise LoopConfigError(
+                f"result_patterns.{index}.pattern: at most {PATTERN_CHARS_MAX} characters"
+            )
+        compile_pattern(f"result_patterns.{index}.pattern", item.pattern)
+    return msgspec.structs.replace(config, **replaced) if replaced else config
 
 
 def load_config(data: Any) -> LoopConfig:

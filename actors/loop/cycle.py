@@ -92,3 +92,15 @@ class Cycle:
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         return None
+
+    def on_refused(self, call: CallRecord) -> None:
+        return None
+
+    def state(self) -> dict[str, object]:
+        return {"keys": list(self._keys), "tools": list(self._tools)}
+
+    def restore(self, state: dict[str, object]) -> None:
+        keys, tools = state.get("keys"), state.get("tools")
+        if isinstance(keys, list) and isinstance(tools, list) and len(keys) == len(tools):
+            self._keys = [str(k) for k in keys]
+            self._tools = [str(t) for t in tools]

@@ -30,9 +30,14 @@ from actors.loop.cycle import Cycle
 from actors.loop.generic import GenericRepeat
 from actors.loop.global_breaker import GlobalBreaker
 from actors.loop.history import EMPTY_WINDOW, CallRecord, ToolDetector, Window
+from actors.loop.no_new_information import NoNewInformation
+from actors.loop.normalise import Normaliser
 from actors.loop.ping_pong import PingPong
 from actors.loop.poll import PollNoProgress
 from actors.loop.presets import STRICT
+from actors.loop.qwen import CallCap, ReadLoop, ShellStagnation, ToolStagnation, is_git_overview
+from actors.loop.snapshot import LoopSnapshot, decode_snapshot, encode_snapshot
+from actors.loop.unknown_tool import UnknownTool
 from actors.loop.verdicts import Decision, Hit
 
 __all__ = ["MAX_PENDING", "MAX_WARNING_KEYS", "LoopDetector"]
@@ -60,36 +65,55 @@ class _Plan:
         "detectors",
         "exempt",
         "last_results",
+        "min_chars",
+        "normaliser",
         "polls",
         "recorders",
         "results",
         "shared",
+        "shell_argument",
+        "shell_tools",
+        "source",
         "watchers",
         "window",
     )
 
-    def __init__(self, config: LoopConfig) -> None:
-        self.config = check_config(config)
+    def __init__(self, source: LoopConfig) -> None:
+        self.source = source
+        self.config = config = check_config(source)
         self.exempt = frozenset(config.exempt_tools)
         self.polls = {tool.name: tool.actions for tool in config.poll_tools}
         generic, poll, ping_pong = config.generic_repeat, config.poll_no_progress, config.ping_pong
         breaker = config.global_breaker
+        shell = config.shell_stagnation
         candidates: tuple[tuple[bool, ToolDetector], ...] = (
+            (config.unknown_tool.enabled, UnknownTool(config.unknown_tool)),
             (breaker.enabled, GlobalBreaker(breaker)),
             (poll.enabled, PollNoProgress(poll)),
             (ping_pong.enabled, PingPong(ping_pong)),
             (generic.enabled, GenericRepeat(generic)),
             (config.cycle.enabled, Cycle(config.cycle)),
+            (config.no_new_information.enabled, NoNewInformation(config.no_new_information)),
+            # qwen-code's order: its always-on guards, then its heuristics
+            (shell.enabled, ShellStagnation(shell)),
+            (config.call_cap.enabled, CallCap(config.call_cap)),
+            (config.read_loop.enabled, ReadLoop(config.read_loop)),
+            (config.tool_stagnation.enabled, ToolStagnation(config.tool_stagnation)),
         )
         self.detectors = tuple(detector for enabled, detector in candidates if enabled)
         self.shared = all(detector.fresh() is detector for detector in self.detectors)
         # positions of the detectors that record accepted calls, and that watch results
         self.recorders = tuple(i for i, d in enumerate(self.detectors) if d.records)
         self.watchers = tuple(i for i, d in enumerate(self.detectors) if d.watches_results)
-        # results are looked at by these three; the window is read by them and by a
-        # window-scoped generic repeat
-        self.results = poll.enabled or ping_pong.enabled or breaker.enabled
-        self.window = self.results or (generic.enabled and generic.scope == "window")
+        # the window's results are read by these three; the window is read by them and by
+        # a window-scoped generic repeat; other detectors watch results as they come
+        in_window = poll.enabled or ping_pong.enabled or breaker.enabled
+        self.results = in_window or bool(self.watchers)
+        self.window = in_window or (generic.enabled and generic.scope == "window")
+        self.normaliser = Normaliser(config)
+        self.min_chars = config.no_new_information.min_result_chars
+        self.shell_tools = frozenset(shell.tools) if shell.enabled else frozenset()
+        self.shell_argument = shell.argument
         # a call's previous result: the total breaker's evidence, a recorded refusal's result
         total = breaker.enabled and breaker.mode == "total"
         self.last_results = total or (self.results and config.record_blocked)
@@ -114,7 +138,7 @@ _plans: dict[int, _Plan] = {}
 
 def _plan(config: LoopConfig) -> _Plan:
     plan = _plans.get(id(config))
-    if plan is None or plan.config is not config:
+    if plan is None or plan.source is not config:
         plan = _Plan(config)
         if len(_plans) >= _MAX_PLANS:
             del _plans[next(iter(_plans))]
@@ -152,7 +176,7 @@ class LoopDetector:
 
     def __init__(self, config: LoopConfig = STRICT) -> None:
         self._plan = _plan(config)
-        self.config = config
+        self.config = self._plan.config  # clamped as OpenClaw does
         self.reset()
 
     def reset(self) -> None:
@@ -198,25 +222,31 @@ class LoopDetector:
             call_id,
             tool in plan.polls and self._is_poll(tool, arguments_json),
         )
+        if tool in plan.shell_tools:
+            call.inspection = self._is_inspection(arguments_json)
         window = self._window
         chosen: Hit | None = None
+        by: ToolDetector | None = None
         for detector in self._detectors:  # the first break, else the first finding
             hit = detector.check(call, window)
             if hit is not None:
                 if hit.level == "break":
-                    chosen = hit
+                    chosen, by = hit, detector
                     break
                 if chosen is None:
-                    chosen = hit
+                    chosen, by = hit, detector
         if chosen is None:
             self._record(call)
             return Decision(call_id=call_id)
         decision = self._decide(chosen, tool, arguments_json)
         if decision.level in ("none", "warning"):
             self._record(call)
-        elif self.config.record_blocked:
-            self._record(call)
-            self._record_refusal(call)
+        else:
+            if decision.level == "critical" and by is not None:
+                by.on_refused(call)
+            if self.config.record_blocked:
+                self._record(call)
+                self._record_refusal(call)
         return msgspec.structs.replace(decision, call_id=call_id)
 
     def record_result(
@@ -226,14 +256,33 @@ class LoopDetector:
         is_error: bool = False,
         *,
         result_fingerprint: str = "",
+        unknown_tool: bool = False,
     ) -> None:
-        """Attach a result to a recorded call (unknown or refused calls are ignored)."""
+        """Attach a result to a recorded call (unknown or refused calls are ignored).
+
+        The result is normalised (``actors.loop.normalise``) and fingerprinted;
+        ``result_fingerprint``, when given, must be ``fingerprint_result(result_text,
+        is_error=is_error)`` (the tool executor's) and is used as is when normalisation
+        changes nothing (without ``result_text`` it is the fingerprint). ``unknown_tool``:
+        the call named a tool that does not exist (``unknown_tool``).
+        """
         if self._pending is None:
             return  # no enabled detector looks at results
         call = self._pending.pop(call_id, None)
         if call is None:
             return
-        call.result = result_fingerprint or fingerprint_result(result_text, is_error=is_error)
+        plan = self._plan
+        text = (
+            plan.normaliser.normalise(result_text)
+            if result_text and plan.normaliser
+            else result_text
+        )
+        if text is result_text and result_fingerprint:
+            call.result = result_fingerprint
+        else:
+            call.result = fingerprint_result(text, is_error=is_error)
+        call.unknown = unknown_tool
+        call.informative = len(result_text) >= plan.min_chars
         previous: str | None = None
         if self._last_results is not None:
             previous = self._last_results.get(call.fingerprint)
@@ -250,6 +299,14 @@ class LoopDetector:
         previous = self._last_results.get(call.fingerprint)
         if previous is not None:
             self.record_result(call.call_id, result_fingerprint=previous)
+
+    def _is_inspection(self, arguments_json: str) -> bool:
+        try:
+            args = _decode_args(arguments_json)
+        except (msgspec.DecodeError, RecursionError):
+            return False
+        command = args.get(self._plan.shell_argument) if isinstance(args, dict) else None
+        return isinstance(command, str) and is_git_overview(command)
 
     def _is_poll(self, tool: str, arguments_json: str) -> bool:
         actions = self._plan.polls[tool]
@@ -346,6 +403,60 @@ class LoopDetector:
             return False
         self._nudged.add(key)
         return True
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> bytes:
+        """This run's state (msgspec JSON): what :meth:`restore` needs to carry on as if
+        the run had never stopped. Content tracking within a stream is not kept."""
+        pending = self._pending
+        return encode_snapshot(
+            LoopSnapshot(
+                config=self.config.name,
+                detectors=len(self._detectors),
+                seq=self._seq,
+                window=list(self._window.records),
+                pending=list(pending.values()) if pending is not None else [],
+                last_results=dict(self._last_results) if self._last_results is not None else None,
+                states=[detector.state() for detector in self._detectors],
+                buckets=dict(self._buckets) if self._buckets is not None else None,
+                nudged=[list(key) for key in self._nudged] if self._nudged is not None else None,
+                strikes=self._strikes,
+                content_offences=self._content_offences,
+            )
+        )
+
+    def restore(self, data: bytes) -> None:
+        """Replace this detector's state with a :meth:`snapshot` of a detector of the same
+        config.
+
+        :raises ValueError: ``data`` is not a snapshot, or one of another config.
+        """
+        snap = decode_snapshot(data)
+        if snap.config != self.config.name or snap.detectors != len(self._detectors):
+            raise ValueError(
+                f"loop snapshot of config {snap.config!r} ({snap.detectors} detectors) does "
+                f"not fit {self.config.name!r} ({len(self._detectors)} detectors)"
+            )
+        self.reset()
+        by_id: dict[str, CallRecord] = {}
+        for record in snap.window:
+            by_id[record.call_id] = record
+            if self._window is not EMPTY_WINDOW:
+                self._window.append(record)
+        if self._pending is not None:
+            for record in snap.pending:
+                self._pending[record.call_id] = by_id.get(record.call_id, record)
+        if self._last_results is not None and snap.last_results is not None:
+            self._last_results.update(snap.last_results)
+        if not self._plan.shared:
+            for detector, state in zip(self._detectors, snap.states, strict=False):
+                detector.restore(state)
+        self._seq = snap.seq
+        self._buckets = dict(snap.buckets) if snap.buckets is not None else None
+        self._nudged = {tuple(key) for key in snap.nudged} if snap.nudged is not None else None
+        self._strikes = snap.strikes
+        self._content_offences = snap.content_offences
 
     # ------------------------------------------------------------------ streamed text
 

@@ -1,26 +1,62 @@
-"""Detector 1, generic repeat: the same call fingerprint N times, whatever its results."""
+"""Detector 1, generic repeat: the same call fingerprint N times.
+
+Results ignored by default (OpenClaw's warning, gemini-cli, qwen-code). With
+``stop_needs_no_progress`` / ``warn_needs_no_progress`` a level counts only the call's streak
+of identical (normalised) results: a call whose result changed is progress, counted only
+under the ``progress_*`` ceiling (``progress_ceiling``).
+"""
 
 from __future__ import annotations
 
 from actors.loop.config import GenericRepeatConfig
-from actors.loop.history import CallRecord, Window
+from actors.loop.history import CallRecord, Window, result_streak
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["GenericRepeat"]
 
 
-def _message(level: Level, tool: str, count: int) -> str:
+def _message(level: Level, tool: str, count: int, same_results: bool) -> str:
+    what = "identical arguments and identical results" if same_results else "identical arguments"
     if level == "warning":
         return (
-            f"WARNING: You have called {tool} {count} times with identical arguments. If this "
+            f"WARNING: You have called {tool} {count} times with {what}. If this "
             "is not making progress, stop retrying and report the task as failed."
         )
     if level == "critical":
         return (
-            f"CRITICAL: Called {tool} with identical arguments {count} times. This call was "
+            f"CRITICAL: Called {tool} with {what} {count} times. This call was "
             "not run: use the result you already have, change the arguments, or finish."
         )
-    return f"Stopped: {tool} was called {count} times with identical arguments."
+    return f"Stopped: {tool} was called {count} times with {what}."
+
+
+def _progress_message(level: Level, tool: str, count: int) -> str:
+    if level == "warning":
+        return (
+            f"WARNING: You have called {tool} {count} times with identical arguments. Its "
+            "result keeps changing, so this is not a loop yet, but check less often (wait "
+            "longer between calls) or finish with what you have."
+        )
+    if level == "critical":
+        return (
+            f"CRITICAL: Called {tool} with identical arguments {count} times. This call was "
+            "not run: you have polled it enough; finish with what you have."
+        )
+    return (
+        f"Stopped: {tool} was called {count} times with identical arguments (its result "
+        "kept changing)."
+    )
+
+
+class _Track:
+    """One call's results: the streak of identical results, calls still waiting for theirs."""
+
+    __slots__ = ("last", "pending", "streak")
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.pending = 0
+        self.streak = 0
 
 
 class GenericRepeat:
@@ -29,6 +65,8 @@ class GenericRepeat:
     In ``window`` scope it keeps no state of its own (one instance serves every run)."""
 
     __slots__ = (
+        "_aware",
+        "_aware_tools",
         "_config",
         "_counts",
         "_extra",
@@ -37,10 +75,10 @@ class GenericRepeat:
         "_scope",
         "_skip_polls",
         "_streak",
+        "_tracks",
         "records",
+        "watches_results",
     )
-
-    watches_results = False
 
     def __init__(self, config: GenericRepeatConfig) -> None:
         self._config = config
@@ -48,11 +86,19 @@ class GenericRepeat:
         self._skip_polls = config.skip_poll_tools
         self._extra = int(config.include_proposed)
         levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        progress = (config.progress_warn_at, config.progress_block_at, config.progress_break_at)
+        self._lowest = (
+            min(lowest_count(*levels), lowest_count(*progress)) if config.enabled else NEVER
+        )
+        self._aware = config.stop_needs_no_progress or config.warn_needs_no_progress
+        self._aware_tools = frozenset(config.no_progress_tools)
         self._counts: dict[str, int] = {}
+        self._tracks: dict[str, _Track] = {}
         self._last: str | None = None
         self._streak = 0
-        self.records = config.scope != "window"
+        tracking = self._aware and config.scope != "window"
+        self.records = config.scope != "window" or tracking
+        self.watches_results = tracking
 
     def fresh(self) -> GenericRepeat:
         return GenericRepeat(self._config) if self.records else self
@@ -72,13 +118,32 @@ class GenericRepeat:
         if count < self._lowest:
             return None
         cfg = self._config
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        same = count
+        aware = self._aware and (not self._aware_tools or call.tool in self._aware_tools)
+        if aware:
+            if scope == "window":
+                same = result_streak(window, fp)[0] + self._extra
+            else:
+                track = self._tracks.get(fp)
+                same = self._extra + (track.streak + track.pending if track is not None else 0)
+                same = min(same, count)
+        stop_count = same if aware and cfg.stop_needs_no_progress else count
+        warn_count = same if aware and cfg.warn_needs_no_progress else count
+        level = level_for(stop_count, None, cfg.block_at, cfg.break_at)
+        shown = stop_count
+        if level == "none":
+            level, shown = level_for(warn_count, cfg.warn_at, None, None), warn_count
+        if level != "none":
+            key = f"generic:{call.tool}:{fp}"
+            return Hit(
+                "generic_repeat", level, shown, key, _message(level, call.tool, shown, aware)
+            )
+        level = level_for(count, cfg.progress_warn_at, cfg.progress_block_at, cfg.progress_break_at)
+        if level == "none":
+            return None
+        key = f"progress:{call.tool}:{fp}"
         return Hit(
-            "generic_repeat",
-            level,
-            count,
-            f"generic:{call.tool}:{fp}",
-            _message(level, call.tool, count),
+            "progress_ceiling", level, count, key, _progress_message(level, call.tool, count)
         )
 
     def record(self, call: CallRecord) -> None:
@@ -90,6 +155,47 @@ class GenericRepeat:
         elif scope == "consecutive":
             self._streak = self._streak + 1 if self._last == fp else 1
             self._last = fp
+        if self.watches_results:
+            track = self._tracks.get(fp)
+            if track is None:
+                track = self._tracks[fp] = _Track()
+            track.pending += 1
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
+        track = self._tracks.get(call.fingerprint)
+        if track is None:
+            return
+        if track.pending:
+            track.pending -= 1
+        if track.last is None or track.last == call.result:
+            track.streak += 1
+        else:
+            track.streak = 1
+        track.last = call.result
+
+    def on_refused(self, call: CallRecord) -> None:
         return None
+
+    def state(self) -> dict[str, object]:
+        """This run's counters, as plain data (``restore`` takes it back)."""
+        return {
+            "counts": dict(self._counts),
+            "last": self._last,
+            "streak": self._streak,
+            "tracks": {fp: [t.last, t.pending, t.streak] for fp, t in self._tracks.items()},
+        }
+
+    def restore(self, state: dict[str, object]) -> None:
+        counts = state.get("counts")
+        if isinstance(counts, dict):
+            self._counts = {str(k): int(v) for k, v in counts.items()}
+        last = state.get("last")
+        self._last = last if isinstance(last, str) else None
+        streak = state.get("streak")
+        self._streak = streak if isinstance(streak, int) else 0
+        tracks = state.get("tracks")
+        if isinstance(tracks, dict):
+            for fp, values in tracks.items():
+                track = _Track()
+                track.last, track.pending, track.streak = values[0], int(values[1]), int(values[2])
+                self._tracks[str(fp)] = track

@@ -66,3 +66,14 @@ class GlobalBreaker:
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if self.watches_results and previous is not None and previous == call.result:
             self._total += 1
+
+    def on_refused(self, call: CallRecord) -> None:
+        return None
+
+    def state(self) -> dict[str, object]:
+        return {"total": self._total} if self.watches_results else {}
+
+    def restore(self, state: dict[str, object]) -> None:
+        total = state.get("total")
+        if isinstance(total, int):
+            self._total = total

@@ -20,6 +20,12 @@ class CallRecord(msgspec.Struct, gc=False):
     call_id: str
     is_poll: bool
     result: str | None = None
+    inspection: bool = False
+    """A git-overview shell command (``shell_stagnation``)."""
+    unknown: bool = False
+    """Its result said the tool does not exist (``unknown_tool``)."""
+    informative: bool = True
+    """Its result is long enough to count as information (``no_new_information``)."""
 
 
 class Window:
@@ -60,7 +66,8 @@ class ToolDetector(Protocol):
 
     ``check`` judges a proposed call without changing anything; ``record`` is called when
     the call is accepted into the history (only if ``records``); ``on_result`` when its
-    result arrives (only if ``watches_results``). ``fresh`` gives the detector for a new
+    result arrives (only if ``watches_results``); ``on_refused`` when a call it judged
+    critical is refused. ``fresh`` gives the detector for a new
     run: the detector itself when it keeps no state of its own.
     """
 
@@ -77,6 +84,15 @@ class ToolDetector(Protocol):
     def record(self, call: CallRecord) -> None: ...
 
     def on_result(self, call: CallRecord, previous: str | None) -> None: ...
+
+    def on_refused(self, call: CallRecord) -> None:
+        """``call`` was refused after this detector's finding (it never ran)."""
+
+    def state(self) -> dict[str, object]:
+        """This run's counters as plain data (empty when the detector keeps none)."""
+
+    def restore(self, state: dict[str, object]) -> None:
+        """Take back what :meth:`state` gave."""
 
 
 def result_streak(window: Window, fingerprint: str) -> tuple[int, str | None]:

@@ -17,6 +17,7 @@ with each model response and at each tool call.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, assert_never
@@ -46,6 +47,8 @@ __all__ = ["SOURCE", "LoopMonitor"]
 
 SOURCE: Final = "loop_monitor"
 
+logger = logging.getLogger("loopfuse.loop")
+
 
 @dataclass(slots=True)
 class _Run:
@@ -72,6 +75,7 @@ class LoopMonitor:
         self._config = config
         self._name = name
         self._overrides: dict[str, LoopConfig] = {}
+        self._restored: dict[str, bytes] = {}
         self._runs: dict[str, _Run] = {}
         self._table = self.handlers()  # for :meth:`handle`
 
@@ -87,6 +91,23 @@ class LoopMonitor:
     def override(self, run_id: str, config: LoopConfig) -> None:
         """Use ``config`` for ``run_id`` (call before the run starts)."""
         self._overrides[run_id] = config
+
+    def snapshot(self, run_id: str) -> bytes | None:
+        """The loop state of ``run_id`` (:meth:`LoopDetector.snapshot`), or ``None`` when
+        the run has none yet (not started, finished, or no call or delta seen). A run
+        restored but not yet resumed gives back what it was restored with."""
+        state = self._runs.get(run_id)
+        if state is None:
+            return self._restored.get(run_id)
+        return state.detector.snapshot()
+
+    def restore(self, run_id: str, state: bytes) -> None:
+        """Resume ``run_id`` with a :meth:`snapshot` of it (call before the run starts, with
+        the run's config set as before): applied when the run's first call or delta
+        arrives; ``RunStarted`` does not drop it, ``RunFinished`` does. A snapshot that does
+        not fit the run's config is ignored (the run starts from zero)."""
+        self._runs.pop(run_id, None)
+        self._restored[run_id] = state
 
     def active_runs(self) -> int:
         """Runs whose state is held: started, not finished, and past their first proposed
@@ -139,6 +160,7 @@ class LoopMonitor:
                 msg.content,
                 msg.is_error,
                 result_fingerprint=msg.result_fingerprint,
+                unknown_tool=msg.error_kind == "unknown_tool",
             )
 
     def _reply(self, msg: ModelReply) -> None:
@@ -154,6 +176,7 @@ class LoopMonitor:
     def _run_finished(self, msg: RunFinished) -> None:
         self._runs.pop(msg.run_id, None)
         self._overrides.pop(msg.run_id, None)
+        self._restored.pop(msg.run_id, None)
 
     # ------------------------------------------------------------------ internals
 
@@ -162,7 +185,15 @@ class LoopMonitor:
         config = self._overrides.pop(run_id, None)
         if config is None:
             config = self._config if isinstance(self._config, LoopConfig) else self._config(run_id)
-        state = self._runs[run_id] = _Run(LoopDetector(config))
+        detector = LoopDetector(config)
+        restored = self._restored.pop(run_id, None)
+        if restored is not None:
+            try:
+                detector.restore(restored)
+            except ValueError:
+                logger.warning("run %s: loop state not restored (another config)", run_id)
+                detector.reset()
+        state = self._runs[run_id] = _Run(detector)
         return state
 
     def _answer_call(self, state: _Run, msg: ToolCallProposed, decision: Decision) -> None:

@@ -105,3 +105,12 @@ class PingPong:
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         return None
+
+    def on_refused(self, call: CallRecord) -> None:
+        return None
+
+    def state(self) -> dict[str, object]:
+        return {}
+
+    def restore(self, state: dict[str, object]) -> None:
+        return None

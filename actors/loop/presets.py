@@ -1,9 +1,13 @@
 """Named presets: each behaves like that system's detection, off-by-ones included.
 
-* ``STRICT``: the writing agent's breaker (seed 000). The same call, anywhere in the run
-  (not necessarily consecutive), nudges once at its 3rd occurrence and stops the run at its
-  5th, before it runs. ``finish_exploration`` is exempt; different arguments (a continued
-  read at another offset) are different calls.
+* ``STRICT`` (the default): the writing agent's breaker (seed 000), result-aware. The same
+  call with the same result, anywhere in the run (not necessarily consecutive), nudges once
+  at its 3rd occurrence and stops the run at its 5th, before it runs; a repeat whose result
+  changed is progress (a poll reporting its status), capped only by the progress ceiling
+  (nudge at the 20th call, stop at the 50th). Different calls returning the same result
+  nudge when 5 in a row did and stop at 10 (no new information); a tool that does not
+  exist nudges at its 3rd attempt and stops at its 5th. ``finish_exploration`` is exempt;
+  different arguments (a continued read at another offset) are different calls.
 * ``OPENCLAW``: OpenClaw's tool-loop detection (four detectors) with its enforcement:
   a 30-call window; generic repeat warns when 10 identical calls are already in the window
   (the 11th) and never blocks; a poll without progress warns at the 11th and is refused
@@ -15,6 +19,14 @@
   2..5 repeated 5 times in the last 25 calls (the 10th call of A,B…, the 15th of period 3),
   content chanting; strike 1 refuses the call (or cuts the stream) and injects gemini's
   recovery text, strike 2 stops the run.
+* ``OPENCLAW_CURRENT``: OpenClaw's current release: ``OPENCLAW`` plus the generic repeat
+  refused at the 21st identical call whose last 20 results were identical, and the
+  unknown-tool detector (a missing tool's 11th attempt is refused).
+* ``QWEN``: qwen-code's loop detection with its heuristics on: 5 consecutive identical
+  calls stop the run (result-aware for the stateful read tool ``task_list`` only), 8
+  git-overview shell commands in a row, 8 consecutive calls of one tool, 8 read-like calls
+  in the last 15 (after a non-read call), the per-run cap (past 100 calls with a call made
+  6 times, or past 1000), content chanting (qwen's thresholds, no distinct-periods rule).
 * ``OFF``: every detector disabled (``loop_preset = "off"``): fuses off, for comparisons.
   It is not in ``PRESETS``, which holds the presets that detect something.
 
@@ -26,15 +38,21 @@ from __future__ import annotations
 from typing import Final
 
 from actors.loop.config import (
+    CallCapConfig,
     ContentConfig,
     CycleConfig,
     GenericRepeatConfig,
     GlobalBreakerConfig,
     LoopConfig,
+    NoNewInformationConfig,
     PingPongConfig,
     PollConfig,
     PollTool,
+    ReadLoopConfig,
+    ShellStagnationConfig,
     StrikesConfig,
+    ToolStagnationConfig,
+    UnknownToolConfig,
 )
 
 __all__ = [
@@ -42,7 +60,9 @@ __all__ = [
     "GEMINI_RECOVERY_TEXT",
     "OFF",
     "OPENCLAW",
+    "OPENCLAW_CURRENT",
     "PRESETS",
+    "QWEN",
     "STRICT",
     "STRICT_NUDGE_TEXT",
 ]
@@ -75,10 +95,16 @@ STRICT: Final = LoopConfig(
         warn_at=3,
         break_at=5,
         warn_text=STRICT_NUDGE_TEXT,
+        warn_needs_no_progress=True,
+        stop_needs_no_progress=True,
+        progress_warn_at=20,
+        progress_break_at=50,
     ),
     poll_no_progress=_OFF_POLL,
     ping_pong=_OFF_PING_PONG,
     global_breaker=_OFF_GLOBAL,
+    no_new_information=NoNewInformationConfig(enabled=True, warn_at=5, break_at=10),
+    unknown_tool=UnknownToolConfig(enabled=True, warn_at=2, block_at=None, break_at=4),
 )
 
 OPENCLAW: Final = LoopConfig(
@@ -107,7 +133,58 @@ GEMINI: Final = LoopConfig(
     strikes=StrikesConfig(stop_at=2, text=GEMINI_RECOVERY_TEXT),
 )
 
-PRESETS: Final[dict[str, LoopConfig]] = {"strict": STRICT, "openclaw": OPENCLAW, "gemini": GEMINI}
+_OPENCLAW_POLLS: Final = OPENCLAW.poll_tools
+
+OPENCLAW_CURRENT: Final = LoopConfig(
+    name="openclaw-current",
+    history_size=30,
+    poll_tools=_OPENCLAW_POLLS,
+    warning_bucket=10,
+    generic_repeat=GenericRepeatConfig(
+        scope="window", warn_at=10, block_at=20, stop_needs_no_progress=True
+    ),
+    poll_no_progress=PollConfig(warn_at=10, block_at=20),
+    ping_pong=PingPongConfig(warn_at=10, block_at=20),
+    global_breaker=GlobalBreakerConfig(mode="streak", break_at=30),
+    unknown_tool=UnknownToolConfig(enabled=True, block_at=10),
+)
+
+QWEN: Final = LoopConfig(
+    name="qwen",
+    warning_bucket=None,
+    generic_repeat=GenericRepeatConfig(
+        scope="consecutive",
+        include_proposed=True,
+        skip_poll_tools=False,
+        warn_at=None,
+        break_at=5,
+        warn_needs_no_progress=True,
+        stop_needs_no_progress=True,
+        no_progress_tools=("task_list",),
+    ),
+    poll_no_progress=_OFF_POLL,
+    ping_pong=_OFF_PING_PONG,
+    global_breaker=_OFF_GLOBAL,
+    tool_stagnation=ToolStagnationConfig(enabled=True, break_at=8),
+    shell_stagnation=ShellStagnationConfig(enabled=True, break_at=8),
+    read_loop=ReadLoopConfig(enabled=True, break_at=8),
+    call_cap=CallCapConfig(enabled=True, soft_cap=100, stuck_repeats=6, hard_cap=1000),
+    content=ContentConfig(
+        enabled=True,
+        max_history=1000,
+        max_mean_distance=75,
+        max_distinct_periods=None,
+        stop_at_offence=1,
+    ),
+)
+
+PRESETS: Final[dict[str, LoopConfig]] = {
+    "strict": STRICT,
+    "openclaw": OPENCLAW,
+    "openclaw-current": OPENCLAW_CURRENT,
+    "gemini": GEMINI,
+    "qwen": QWEN,
+}
 
 OFF: Final = LoopConfig(
     name="off",

@@ -24,15 +24,34 @@ Level = Literal["none", "warning", "critical", "break"]
 stream is cut and a nudge follows). ``break``: the run stops before the call runs."""
 
 Detector = Literal[
-    "generic_repeat", "poll_no_progress", "ping_pong", "global_breaker", "cycle", "content"
-]
-DETECTORS: tuple[Detector, ...] = (
     "generic_repeat",
+    "progress_ceiling",
     "poll_no_progress",
     "ping_pong",
     "global_breaker",
     "cycle",
     "content",
+    "no_new_information",
+    "unknown_tool",
+    "tool_stagnation",
+    "shell_stagnation",
+    "read_loop",
+    "call_cap",
+]
+DETECTORS: tuple[Detector, ...] = (
+    "generic_repeat",
+    "progress_ceiling",
+    "poll_no_progress",
+    "ping_pong",
+    "global_breaker",
+    "cycle",
+    "content",
+    "no_new_information",
+    "unknown_tool",
+    "tool_stagnation",
+    "shell_stagnation",
+    "read_loop",
+    "call_cap",
 )
 
 

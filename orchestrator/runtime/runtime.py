@@ -563,7 +563,11 @@ class Runtime:
         if found is not None:
             return found
         settings = run_settings(self.config, overrides)
-        loop_config = merge_loop_overrides(PRESETS.get(settings.loop_preset, OFF), settings.loop)
+        loop_config = merge_loop_overrides(
+            PRESETS.get(settings.loop_preset, OFF),
+            settings.loop,
+            result_patterns=self.config.loop.result_patterns,
+        )
         unknown = [name for name in settings.tools if self.tools.get(name) is None]
         if unknown:
             raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")

@@ -1,0 +1,104 @@
+"""Detector 7, no new information: different calls returning the same (normalised) result.
+
+A model cycling through a dozen shell commands (``git status``, ``git log -1``,
+``git diff --stat`` …) that all print the same thing learns nothing new; no identical-call
+detector sees it (qwen-code#4695). The count is the streak of the latest results (in the
+order they arrive) equal to the newest one, once at least two different calls are in the
+streak; a result shorter than ``min_result_chars`` neither counts nor ends it, and a refusal
+by this detector extends it. Distinct results end it at once, so reads that return
+different things never trip it.
+"""
+
+from __future__ import annotations
+
+from actors.loop.config import NoNewInformationConfig
+from actors.loop.history import CallRecord, Window
+from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+
+__all__ = ["NoNewInformation"]
+
+
+def _message(level: Level, count: int) -> str:
+    opening = (
+        f"Your last {count} tool calls, with different arguments, all returned the same result."
+    )
+    if level == "warning":
+        return (
+            f"WARNING: {opening} Asking again in other words will not tell you anything new: "
+            "use what you have, try something that changes the state, or finish."
+        )
+    if level == "critical":
+        return (
+            f"CRITICAL: {opening} This call was not run: nothing new is coming back; act on "
+            "what you have or report the task as failed."
+        )
+    return f"Stopped: {count} tool calls in a row returned the same result (no new information)."
+
+
+class NoNewInformation:
+    """Keeps the newest result, its streak and whether two different calls share it."""
+
+    __slots__ = ("_config", "_count", "_first", "_lowest", "_mixed", "_result")
+
+    records = False
+    watches_results = True
+
+    def __init__(self, config: NoNewInformationConfig) -> None:
+        self._config = config
+        levels = (config.warn_at, config.block_at, config.break_at)
+        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._result: str | None = None
+        self._first = ""
+        self._count = 0
+        self._mixed = False
+
+    def fresh(self) -> NoNewInformation:
+        return NoNewInformation(self._config)
+
+    def check(self, call: CallRecord, window: Window) -> Hit | None:
+        count = self._count
+        if count < self._lowest or not self._mixed:
+            return None
+        cfg = self._config
+        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        if level == "none":
+            return None
+        return Hit(
+            "no_new_information", level, count, f"nonew:{self._result}", _message(level, count)
+        )
+
+    def record(self, call: CallRecord) -> None:
+        return None
+
+    def on_result(self, call: CallRecord, previous: str | None) -> None:
+        if not call.informative:
+            return
+        if call.result == self._result:
+            self._count += 1
+            if not self._mixed and call.fingerprint != self._first:
+                self._mixed = True
+        else:
+            self._result = call.result
+            self._first = call.fingerprint
+            self._count = 1
+            self._mixed = False
+
+    def on_refused(self, call: CallRecord) -> None:
+        if self._mixed:
+            self._count += 1
+
+    def state(self) -> dict[str, object]:
+        return {
+            "result": self._result,
+            "first": self._first,
+            "count": self._count,
+            "mixed": self._mixed,
+        }
+
+    def restore(self, state: dict[str, object]) -> None:
+        result, first = state.get("result"), state.get("first")
+        count, mixed = state.get("count"), state.get("mixed")
+        self._result = result if isinstance(result, str) else None
+        self._first = first if isinstance(first, str) else ""
+        self._count = count if isinstance(count, int) else 0
+        self._mixed = mixed is True

@@ -1,0 +1,55 @@
+"""A loop detector's state as bytes, so a resumed run keeps its fuses.
+
+:meth:`LoopDetector.snapshot` gives the state of a run's detector (msgspec JSON);
+:meth:`LoopDetector.restore` takes it back into a detector made with the same config. The
+Struct lives here, outside the modules compiled with mypyc.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actors.loop.history import CallRecord
+
+__all__ = ["LoopSnapshot", "decode_snapshot", "encode_snapshot"]
+
+
+class LoopSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a :class:`~actors.loop.LoopDetector` remembers about one run."""
+
+    version: int = 1
+    config: str
+    """The config's ``name`` (a snapshot is restored into a detector of the same config)."""
+    detectors: int
+    """How many detectors were enabled (a cheap check that the config is the same)."""
+    seq: int = 0
+    window: list[CallRecord] = []
+    pending: list[CallRecord] = []
+    last_results: dict[str, str] | None = None
+    states: list[dict[str, Any]] = []
+    buckets: dict[str, int] | None = None
+    nudged: list[list[str]] | None = None
+    strikes: int = 0
+    content_offences: int = 0
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(LoopSnapshot)
+
+
+def encode_snapshot(snapshot: LoopSnapshot) -> bytes:
+    """``snapshot`` as JSON bytes."""
+    return _encoder.encode(snapshot)
+
+
+def decode_snapshot(data: bytes) -> LoopSnapshot:
+    """The snapshot in ``data``.
+
+    :raises ValueError: ``data`` is not a loop snapshot.
+    """
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"not a loop detector snapshot: {exc}") from None
