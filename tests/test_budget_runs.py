@@ -85,7 +85,10 @@ async def test_a_model_that_ignores_the_warning_is_stopped_at_the_ceiling() -> N
 
 @pytest.mark.asyncio
 async def test_fuse_off_token_burn_runs_to_the_turn_cap() -> None:
-    unfused = without(SHIPPED["token_burn"], output_token_budget=None, max_turns=12)
+    # (loop fuses off too: every module reads the same, which no_new_information would stop)
+    unfused = without(
+        SHIPPED["token_burn"], output_token_budget=None, max_turns=12, loop_preset="off"
+    )
     async with Runtime(scenarios=[unfused]) as runtime:
         result = await run_scenario(runtime, unfused)
     assert (result.exit_reason, result.cause) == (ExitReason.MAX_TURNS, "budget.max_turns")

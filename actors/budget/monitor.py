@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any, assert_never
 
 import anyio
+import msgspec
 from anyio.abc import TaskStatus
 
+from actors.budget.snapshot import restore_account, snapshot_account
 from actors.budget.tokens import BudgetNudge, BudgetStop, TokenAccount, TokenLimits
 from bus import (
     Bus,
@@ -60,6 +62,7 @@ class BudgetMonitor:
         self._runs: dict[str, _RunBudget] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._rearm = anyio.Event()
+        self._restored: dict[str, bytes] = {}  # run id -> token state to resume with
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes this subscription."""
@@ -75,6 +78,20 @@ class BudgetMonitor:
 
     def active_runs(self) -> int:
         return len(self._runs)
+
+    def snapshot(self, run_id: str) -> bytes | None:
+        """The token budget's state of ``run_id`` (``None``: the run has no token budget,
+        or is not running); what :meth:`restore` takes to resume it."""
+        budget = self._runs.get(run_id)
+        if budget is None or budget.tokens is None:
+            return self._restored.get(run_id)
+        return snapshot_account(budget.tokens)
+
+    def restore(self, run_id: str, state: bytes) -> None:
+        """Resume ``run_id``'s token budget from a :meth:`snapshot` (call before the run
+        starts): applied at its ``RunStarted``, dropped at its ``RunFinished``. A snapshot
+        that cannot be read is ignored (the account starts from zero)."""
+        self._restored[run_id] = state
 
     def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
         """The function of each message type the monitor handles (what the bus calls)."""
@@ -137,6 +154,7 @@ class BudgetMonitor:
 
     def _run_finished(self, msg: RunFinished) -> None:
         self._runs.pop(msg.run_id, None)
+        self._restored.pop(msg.run_id, None)
 
     def _run_started(self, msg: RunStarted) -> None:
         deadline = msg.started_at + msg.deadline_seconds if msg.deadline_seconds else None
@@ -148,12 +166,14 @@ class BudgetMonitor:
             input_price_per_million=msg.input_price_per_million,
             output_price_per_million=msg.output_price_per_million,
         )
-        self._runs[msg.run_id] = _RunBudget(
-            msg.max_turns,
-            msg.max_tool_calls,
-            deadline,
-            TokenAccount(limits) if limits.any else None,
-        )
+        tokens = TokenAccount(limits) if limits.any else None
+        restored = self._restored.pop(msg.run_id, None)
+        if tokens is not None and restored is not None:
+            try:
+                restore_account(tokens, restored)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                tokens = TokenAccount(limits)
+        self._runs[msg.run_id] = _RunBudget(msg.max_turns, msg.max_tool_calls, deadline, tokens)
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, msg.run_id))
             if self._deadlines[0][1] == msg.run_id:

@@ -65,6 +65,8 @@ class Conductor:
             run.restore(inputs.resume)
         self._context = ContextRecovery(run, inputs.context)
         self._control = control = ControlInbox(bus, inbox, run, self._context.on_action)
+        if inputs.resume is not None:  # what the turn before the checkpoint said to the next
+            control.nudges.extend(inputs.resume.pending_nudges)
         self._model = ModelCall(bus, run, control, settings, inputs.tool_specs)
         self._tools = ToolPhase(
             bus,
@@ -206,7 +208,7 @@ class Conductor:
             TurnEnded(run_id=run.run_id, turn=run.turn, tool_calls=tool_calls)
         )
         if self._in.on_checkpoint is not None:
-            self._in.on_checkpoint(run.snapshot())
+            self._in.on_checkpoint(run.snapshot(tuple(self._control.nudges)))
 
     def _completed(self, source: str, detail: str) -> StopSignal:
         return StopSignal(

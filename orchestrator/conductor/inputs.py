@@ -9,7 +9,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from bus import ChatMessage, Fold, ToolSpec, Usage
+from bus import ChatMessage, Fold, Nudge, ToolSpec, Usage
 from orchestrator.result import CallLogEntry, TraceEntry
 
 __all__ = [
@@ -42,6 +42,12 @@ class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     output: str = ""
     trace: tuple[TraceEntry, ...] = ()
     call_log: tuple[CallLogEntry, ...] = ()
+    pending_nudges: tuple[Nudge, ...] = ()
+    """Nudges given during the turn, to be injected before the next model call (a loop
+    warning, a token target's continuation)."""
+    monitors: dict[str, bytes] = {}
+    """The monitors' states of the run by monitor name (the loop monitor's history, the
+    token budget's account), added by the runtime (``orchestrator.runtime.resume``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

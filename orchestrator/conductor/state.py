@@ -94,7 +94,8 @@ class RunRecord:
         self.call_log = list(point.call_log)
         self.trace_event("resumed", f"after turn {point.turn}")
 
-    def snapshot(self) -> RunCheckpoint:
+    def snapshot(self, pending: tuple[Nudge, ...] = ()) -> RunCheckpoint:
+        """The run after its last completed turn; ``pending``: nudges not injected yet."""
         return RunCheckpoint(
             run_id=self.run_id,
             trace_id=self.trace_id,
@@ -110,6 +111,7 @@ class RunRecord:
             output=self.output,
             trace=self.trace_entries(),
             call_log=tuple(self.call_log),
+            pending_nudges=pending,
         )
 
     def enter(self, state: RunState, event: str) -> None:
