@@ -10,7 +10,7 @@ tool's result came back.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,9 @@ from orchestrator.result import RunResult
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
 from orchestrator.runtime.folders import write_folder
 from orchestrator.sim import Scenario
-from orchestrator.sim.scenario import AbortTrigger
+from orchestrator.sim.scenario import AbortTrigger, CallExpectation
 
-__all__ = ["expectation_mismatches", "run_scenario", "start_scenario"]
+__all__ = ["call_mismatches", "expectation_mismatches", "run_scenario", "start_scenario"]
 
 
 def _abort_when(trigger: AbortTrigger) -> Callable[[RunHandle], Awaitable[None]]:
@@ -113,4 +113,30 @@ def expectation_mismatches(scenario: Scenario, result: RunResult) -> list[str]:
         mismatches.append(
             f"llm_requests: expected at most {expect.max_llm_requests}, got {result.llm_requests}"
         )
+    mismatches += call_mismatches(expect.calls, result)
+    for field, wanted_texts in (("detail", expect.detail_contains), ("hint", expect.hint_contains)):
+        text = getattr(result, field)
+        mismatches += [f"{field}: {t!r} not in {text!r}" for t in wanted_texts if t not in text]
+    return mismatches
+
+
+def call_mismatches(calls: Sequence[CallExpectation], result: RunResult) -> list[str]:
+    """How the run's proposed calls differ from the per-call expectations (``call`` is
+    1-based; a call the run never proposed is a mismatch)."""
+    mismatches: list[str] = []
+    for wanted in calls:
+        if wanted.call > len(result.call_log):
+            mismatches.append(
+                f"calls[{wanted.call}]: the run proposed {len(result.call_log)} call(s)"
+            )
+            continue
+        entry = result.call_log[wanted.call - 1]
+        if wanted.verdict is not None and entry.verdict != wanted.verdict:
+            mismatches.append(
+                f"calls[{wanted.call}].verdict: expected {wanted.verdict!r}, got {entry.verdict!r}"
+            )
+        if wanted.tool is not None and entry.tool != wanted.tool:
+            mismatches.append(
+                f"calls[{wanted.call}].tool: expected {wanted.tool!r}, got {entry.tool!r}"
+            )
     return mismatches
