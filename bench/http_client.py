@@ -338,16 +338,14 @@ def _sample_stream(words: int = 20) -> bytes:
 def decode_costs(read_size: int = 300, number: int = 500) -> dict[str, float]:
     """CPU µs to turn one sample stream (:func:`_sample_stream`, cut into ``read_size``-byte
     reads) into chunk objects, three ways: loopfuse's (:class:`~actors.llm.sse.SSEDecoder`
-    over bytes + msgspec), SSE lines as ``aiter_lines`` splits them (httpx2's text and line
-    decoders) + msgspec, and the SDK's ``AsyncStream`` work (its SSE decoder, ``json.loads``,
-    a pydantic chunk model per chunk). No network: the parsing alone."""
-    import json
+    over bytes + msgspec), SSE lines as ``httpx2.Response.iter_lines`` splits them +
+    msgspec, and the SDK's own stream (``openai.Stream`` over the same response: its SSE
+    decoder, ``json.loads``, a pydantic chunk model per chunk). No network: the parsing
+    alone, through public APIs only."""
     import timeit
 
-    from httpx2._decoders import LineDecoder, TextDecoder
-    from openai._models import construct_type
-    from openai._streaming import SSEDecoder as SdkDecoder
-    from openai._streaming import _SSELineDecoder
+    import httpx2
+    import openai
     from openai.types.chat import ChatCompletionChunk
 
     from actors.llm.chunks import decode_chunk
@@ -361,28 +359,24 @@ def decode_costs(read_size: int = 300, number: int = 500) -> dict[str, float]:
         payloads = [p for data in reads for p in sse.feed(data)]
         return [decode_chunk(p) for p in payloads if not p.startswith(b"[DONE]")]
 
+    request = httpx2.Request("POST", "http://model.test/v1/chat/completions")
+    client = openai.OpenAI(api_key="bench", base_url="http://model.test/v1")
+
     def lines() -> list[Any]:
-        text, split = TextDecoder(), LineDecoder()
         out: list[Any] = []
         data: list[str] = []
-        for read in reads:
-            for line in split.decode(text.decode(read)):
-                if line.startswith("data:"):
-                    data.append(line[6:] if line[5:6] == " " else line[5:])
-                elif not line and data:
-                    payload, data = "\n".join(data), []
-                    if not payload.startswith("[DONE]"):
-                        out.append(decode_chunk(payload.encode()))
+        for line in httpx2.Response(200, content=iter(reads)).iter_lines():
+            if line.startswith("data:"):
+                data.append(line[6:] if line[5:6] == " " else line[5:])
+            elif not line and data:
+                payload, data = "\n".join(data), []
+                if not payload.startswith("[DONE]"):
+                    out.append(decode_chunk(payload.encode()))
         return out
 
     def sdk() -> list[Any]:
-        decoder, split = SdkDecoder(), _SSELineDecoder()
-        return [
-            construct_type(type_=ChatCompletionChunk, value=json.loads(event.data))
-            for read in reads
-            for event in decoder._decode_lines(split.feed(read))
-            if not event.data.startswith("[DONE]")
-        ]
+        response = httpx2.Response(200, content=iter(reads), request=request)
+        return list(openai.Stream(cast_to=ChatCompletionChunk, response=response, client=client))
 
     assert len(ours()) == len(lines()) == len(sdk())
     ways = {"loopfuse": ours, "aiter_lines": lines, "openai_sdk": sdk}

@@ -1,9 +1,9 @@
 """The LLM caller's own stream reading: the SSE decoder, the msgspec chunk decoder, the raw
-response reader behind the real ``openai`` client, and the caller on a loopback server.
+response reader, and the caller on a loopback server.
 
 The byte-exact edges (reads split mid-line, mid-CRLF, mid-JSON; a transport failure after
-some chunks) go through the real client with an ``httpx2.MockTransport`` that hands over
-each piece as one read; the caller itself is driven over real HTTP on 127.0.0.1.
+some chunks) go through a response that hands over each piece as one read and raises the
+connection pool's errors where told; the caller itself is driven over real HTTP on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import anyio
+import httpcore2
 import httpx2
 import msgspec
 import openai
@@ -25,7 +26,6 @@ from hypothesis import strategies as st
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.caller import LLMCaller
 from actors.llm.chunks import Chunk, decode_chunk, decode_completion, error_frame
-from actors.llm.clients import SHARDS, Clients
 from actors.llm.errors import classify
 from actors.llm.settings import EndpointSettings
 from actors.llm.sse import SSEDecoder
@@ -240,36 +240,26 @@ def test_a_whole_completion() -> None:
 Reads = list[bytes | BaseException]
 
 
-@asynccontextmanager
-async def open_response(reads: Reads, status: int = 200) -> AsyncIterator[httpx2.Response]:
-    """A streamed response of the real ``openai`` client whose body arrives as ``reads``
-    (an exception in the list is raised by the transport at that point)."""
+class Response:
+    """A response whose body arrives as ``reads`` (an exception in the list is raised at
+    that point, as the connection pool raises it)."""
 
-    async def body() -> AsyncIterator[bytes]:
-        for item in reads:
+    http_version = "HTTP/1.1"
+    request = httpx2.Request("POST", "http://model.test/v1/chat/completions")
+
+    def __init__(self, reads: Reads) -> None:
+        self._reads = reads
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        for item in self._reads:
             if isinstance(item, BaseException):
                 raise item
             yield item
 
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(
-            status, headers={"content-type": "text/event-stream"}, content=body()
-        )
 
-    transport = httpx2.MockTransport(handler)
-    async with (
-        httpx2.AsyncClient(transport=transport) as http,
-        openai.AsyncOpenAI(
-            base_url="http://model.test/v1", api_key="k", max_retries=0, http_client=http
-        ) as client,
-    ):
-        response = await client.post(
-            "/chat/completions", cast_to=httpx2.Response, content=b"{}", stream=True
-        )
-        try:
-            yield response
-        finally:
-            await response.aclose()
+@asynccontextmanager
+async def open_response(reads: Reads) -> AsyncIterator[Response]:
+    yield Response(reads)
 
 
 async def read_all(reads: Reads) -> tuple[ReplyAccumulator, list[int]]:
@@ -360,9 +350,10 @@ async def test_a_payload_that_is_not_json_is_a_broken_stream() -> None:
 @pytest.mark.parametrize(
     ("cause", "expected"),
     [
-        (httpx2.ReadError("reset"), openai.APIConnectionError),
-        (httpx2.RemoteProtocolError("peer closed"), openai.APIConnectionError),
-        (httpx2.ReadTimeout("slow"), openai.APITimeoutError),
+        (httpcore2.ReadError("reset"), openai.APIConnectionError),
+        (httpcore2.RemoteProtocolError("peer closed"), openai.APIConnectionError),
+        (httpcore2.ReadTimeout("slow"), openai.APITimeoutError),
+        (anyio.EndOfStream(), openai.APIConnectionError),
     ],
 )
 async def test_transport_failures_mid_stream_come_out_as_the_sdk_raises_them(
@@ -375,30 +366,6 @@ async def test_transport_failures_mid_stream_come_out_as_the_sdk_raises_them(
     assert classify(exc, streaming=True).kind == (
         "timeout" if expected is openai.APITimeoutError else "stream"
     )
-
-
-# --------------------------------------------------------------------------- the clients
-
-
-@pytest.mark.asyncio
-async def test_runs_are_spread_over_a_few_clients_and_keep_theirs() -> None:
-    endpoint = EndpointSettings(base_url="https://model.test/v1", api_key="sk-1")
-    clients = Clients(endpoint)
-    try:
-        chosen = {f"run-{i}": clients.for_run(f"run-{i}") for i in range(200)}
-        assert all(clients.for_run(run) is client for run, client in chosen.items())
-        distinct = {id(client) for client in chosen.values()}
-        assert len(distinct) == len(clients) == SHARDS
-        one = next(iter(chosen.values()))
-        assert (one.max_retries, one.api_key, str(one.base_url)) == (
-            0,
-            "sk-1",
-            "https://model.test/v1/",
-        )
-    finally:
-        await clients.aclose()
-    assert len(clients) == 0
-    assert all(client.is_closed() for client in chosen.values())
 
 
 # --------------------------------------------------------------------------- the caller

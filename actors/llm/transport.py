@@ -1,42 +1,61 @@
-"""One chat-completions POST through an ``AsyncOpenAI`` client's own connection pool.
+"""The model endpoint's HTTP client: chat-completions POSTs through an ``httpcore2``
+connection pool the transport owns, with headers made once per transport.
 
-The SDK builds the request once per client (``AsyncOpenAI._build_request``: the auth,
-default, platform and extra headers, the httpx2 client's own headers, the URL, the
-timeouts); each request reuses those header bytes with the run id and the body's length
-added, and goes to the ``httpcore2`` pool of the client's transport (proxies chosen by
-httpx2 for the URL). Servers see the same request as through ``AsyncOpenAI.post``, and
-failures come out as the SDK raises them: ``APITimeoutError`` or ``APIConnectionError``
-(caused by the httpx2 error), or for a 4xx/5xx the SDK's own ``APIStatusError`` subclass
-built from the read body. Why: ``docs/performance.md``.
+Only the public API of ``httpcore2`` (the pool, its request and response, its exceptions),
+of ``httpx2`` (its TLS context; the request and response an SDK exception carries) and of
+``openai`` (its exception classes, :mod:`actors.llm.sdk_errors`) is used;
+``tests/test_llm_contract.py`` pins what is relied on, and ``tests/test_no_private_access.py``
+that nothing private is. Why not ``AsyncOpenAI``: it builds every request anew, and its
+stream builds a pydantic object per chunk (``docs/transport.md``, ``docs/performance.md``).
 
-What this path does not do itself goes through httpx2 and the SDK as before: a transport
-that is not httpx2's own (a mock, ASGI), custom auth, event hooks, credentials in the URL or
-cookies in the client's jar send the request with ``AsyncOpenAI.post``; a response that
-sets a cookie, is compressed or redirects is handed over as an ``httpx2.Response``.
+On the wire: ``POST <base_url>/chat/completions`` with ``Host``, ``Accept`` and
+``Content-Type: application/json``, ``Accept-Encoding: identity``, ``User-Agent:
+loopfuse/<version>``, ``Authorization: Bearer <api_key>`` (``Basic`` from credentials in
+the URL), ``OpenAI-Organization``/``OpenAI-Project`` from ``OPENAI_ORG_ID``/
+``OPENAI_PROJECT_ID`` when set, the operator's extra headers (which replace any of
+those), cookies the server set, then per request the run id, a ``traceparent`` and the
+body's length. Proxies come from the environment (``HTTPS_PROXY``, ``NO_PROXY``, …), once.
+A 307/308 to the same origin is followed (five times at most); a body a server compressed
+anyway (gzip, deflate) is decoded.
+
+Failures come out as the ``openai`` SDK raises them: ``APIStatusError`` subclasses for a
+4xx/5xx (any other redirect included), ``APITimeoutError``/``APIConnectionError`` from the
+``httpcore2`` error for a connection that fails.
 """
 
 from __future__ import annotations
 
+import base64
+import email.utils
+import http.cookies
+import importlib.metadata
+import json
+import os
 import ssl
-from collections.abc import AsyncGenerator
-from typing import Any, Final, cast
+import time
+import urllib.request
+import zlib
+from collections.abc import AsyncIterator
+from typing import Any, Final
+from urllib.parse import unquote, urljoin, urlsplit
 
 import anyio
 import httpcore2
 import httpx2
 import openai
-from httpx2._transports.default import AsyncResponseStream, map_httpcore_exceptions
-from openai._base_client import get_platform
-from openai._models import FinalRequestOptions
+
+from actors.llm.sdk_errors import connection_error, status_error
+from actors.llm.settings import NO_API_KEY, EndpointSettings
 
 __all__ = [
     "COMPLETIONS",
     "CORE_ERRORS",
+    "MAX_REDIRECTS",
     "RUN_ID_HEADER",
     "ChatTransport",
     "Headers",
     "Reply",
-    "as_httpx_error",
+    "environment_proxy",
 ]
 
 RUN_ID_HEADER: Final = "X-Loopfuse-Run-Id"
@@ -51,262 +70,401 @@ CORE_ERRORS: Final = (
     httpcore2.ProtocolError,
     httpcore2.ProxyError,
     httpcore2.UnsupportedProtocol,
+    ssl.SSLError,
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    OSError,
 )
-"""What the connection pool raises (httpx2's transport maps them to its own classes)."""
+"""What sending a request or reading a response may raise when the connection fails."""
 
-_PLACEHOLDER: Final = "-"
-_MARK: Final = _PLACEHOLDER.encode()
-_CONTENT_LENGTH: Final = b"Content-Length"
-_UNUSUAL: Final = frozenset({b"content-encoding", b"set-cookie"})
-_PLATFORM: list[Any] = []  # the SDK's platform, detected once per process (in a thread)
+MAX_REDIRECTS: Final = 5
+"""307/308 redirects to the same origin followed per request."""
+
+ERROR_BODY_LIMIT: Final = 1 << 20
+"""Bytes of a 4xx/5xx body read (the rest is dropped with the connection)."""
+
+MAX_CONNECTIONS: Final = 1000
+MAX_KEEPALIVE_CONNECTIONS: Final = 100
+KEEPALIVE_SECONDS: Final = 5.0
+"""The pool's limits (the ``openai`` SDK's defaults)."""
 
 Headers = tuple[tuple[bytes, bytes], ...]
-"""Request headers added to the client's own, as (name, value) bytes."""
+"""Request headers added to the transport's own, as (name, value) bytes."""
+
+_REDACTED: Final = b"***"
+_CONTENT_LENGTH: Final = b"Content-Length"
+_SET_COOKIE: Final = b"set-cookie"
+_CONTENT_ENCODING: Final = b"content-encoding"
+_UNUSUAL: Final = frozenset({_SET_COOKIE, _CONTENT_ENCODING})
+_REDIRECTS: Final = frozenset({307, 308})
+_DECODERS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": 0}
 
 
-def as_httpx_error(exc: Exception) -> Exception:
-    """``exc`` as httpx2's transport raises it (``httpcore2.ReadError`` -> ``httpx2.ReadError``,
-    the original as its cause); anything else unchanged."""
+def _user_agent() -> bytes:
     try:
-        with map_httpcore_exceptions():
-            raise exc
-    except httpx2.HTTPError as mapped:
-        return mapped
-    except Exception:  # not an httpcore2 error
-        return exc
+        version = importlib.metadata.version("loopfuse")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        version = "0"
+    return f"loopfuse/{version}".encode("ascii")
+
+
+_USER_AGENT: Final = _user_agent()
+
+
+def environment_proxy(scheme: str, host: str) -> httpcore2.Proxy | None:
+    """The proxy the environment names for ``scheme``://``host`` (``HTTPS_PROXY``,
+    ``HTTP_PROXY``, ``ALL_PROXY``, lower case too; ``NO_PROXY`` exempts), or ``None``."""
+    proxies = urllib.request.getproxies()
+    if not proxies or urllib.request.proxy_bypass(host):
+        return None
+    url = proxies.get(scheme) or proxies.get("all")
+    if not url:
+        return None
+    if "://" not in url:
+        url = f"http://{url}"
+    parts = urlsplit(url)
+    auth = None
+    if parts.username is not None:
+        auth = (unquote(parts.username), unquote(parts.password or ""))
+    address = parts.netloc.rpartition("@")[2]
+    return httpcore2.Proxy(f"{parts.scheme}://{address}{parts.path}", auth=auth)
+
+
+class _Origin:
+    """Where requests go: the URL as the pool takes it, and its origin."""
+
+    __slots__ = ("authority", "origin", "url")
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        self.authority = parts.netloc.rpartition("@")[2].encode("idna")
+        self.origin = (parts.scheme, host, parts.port)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.url = httpcore2.URL(
+            scheme=parts.scheme, host=host.encode("idna"), port=parts.port, target=target
+        )
+
+
+class ChatTransport:
+    """Sends POST requests to ``path`` under an endpoint's base URL; one connection pool."""
+
+    def __init__(
+        self,
+        endpoint: EndpointSettings,
+        *,
+        path: str = COMPLETIONS,
+        run_id_header: str = RUN_ID_HEADER,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        parts = urlsplit(endpoint.base_url)
+        address = parts.netloc.rpartition("@")[2]  # credentials become the Authorization
+        query = f"?{parts.query}" if parts.query else ""
+        self._url_text = f"{parts.scheme}://{address}{parts.path.rstrip('/')}{path}{query}"
+        self._target = _Origin(self._url_text)
+        self._run_id_name = run_id_header.encode("ascii")
+        timeout = endpoint.timeout_seconds
+        self._extensions: dict[str, Any] = {
+            "timeout": {
+                "connect": endpoint.connect_timeout_seconds,
+                "read": timeout,
+                "write": timeout,
+                "pool": timeout,
+            }
+        }
+        self._fixed = _fixed_headers(endpoint, parts.username, parts.password)
+        self._secrets = frozenset(
+            {
+                b"authorization",
+                b"cookie",
+                *(k.lower().encode("latin-1") for k in endpoint.extra_headers),
+            }
+        )
+        self._cookies: dict[str, str] = {}
+        self._template = self._make_template()
+        self._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=ssl_context or httpx2.create_ssl_context(),
+            proxy=environment_proxy(parts.scheme, parts.hostname or ""),
+            max_connections=MAX_CONNECTIONS,
+            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
+            keepalive_expiry=KEEPALIVE_SECONDS,
+        )
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"ChatTransport({self._url_text!r})"
+
+    @property
+    def url(self) -> str:
+        """The URL requests go to (without credentials)."""
+        return self._url_text
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    async def post(self, body: bytes, run_id: str, *, stream: bool, headers: Headers = ()) -> Reply:
+        """Send ``body`` (JSON) with ``headers`` added (a ``traceparent``); the 2xx
+        response, its body not read yet unless ``stream`` is false. Raises the SDK's
+        exceptions (:mod:`actors.llm.sdk_errors`); ``RuntimeError`` once closed."""
+        if self._closed:
+            raise RuntimeError("the model transport has been closed")
+        own = [(self._run_id_name, _header_value(run_id)), *headers]
+        own.append((_CONTENT_LENGTH, b"%d" % len(body)))
+        target = self._target
+        for _ in range(MAX_REDIRECTS + 1):
+            request = httpcore2.Request(
+                b"POST",
+                target.url,
+                headers=[*self._template, *own],
+                content=body,
+                extensions=self._extensions,
+            )
+            try:
+                response = await self._pool.handle_async_request(request)
+            except CORE_ERRORS as exc:
+                raise connection_error(exc, self.error_request(run_id)) from exc
+            status = response.status
+            encoding = None
+            for name, value in response.headers:
+                lowered = name.lower()
+                if lowered in _UNUSUAL:
+                    if lowered == _SET_COOKIE:
+                        self._keep_cookie(value)
+                    else:
+                        encoding = value.strip().lower()
+            if 200 <= status < 300:
+                reply = Reply(self, response, run_id, encoding)
+                if not stream:  # read whole and closed: the connection is free again
+                    try:
+                        await reply.aread()
+                    finally:
+                        await reply.aclose()
+                return reply
+            following = self._redirect(response, target) if status in _REDIRECTS else None
+            content = await self._error_body(response, run_id, encoding)
+            if following is None:
+                raise self._status_error(response, content, run_id)
+            target = following
+        raise status_error(
+            status,
+            response.headers,
+            _message(f"more than {MAX_REDIRECTS} redirects"),
+            self.error_request(run_id),
+        )
+
+    def error_request(self, run_id: str) -> httpx2.Request:
+        """This transport's request as an ``httpx2.Request`` for an SDK exception, its
+        credentials (authorization, cookies, operator headers) replaced by ``***``."""
+        secrets = self._secrets
+        headers = [
+            (name, _REDACTED if name.lower() in secrets else value)
+            for name, value in self._template
+        ]
+        headers.append((self._run_id_name, _header_value(run_id)))
+        return httpx2.Request("POST", self._url_text, headers=headers)
+
+    async def aclose(self) -> None:
+        """Close every connection; later requests raise ``RuntimeError``."""
+        self._closed = True
+        await self._pool.aclose()
+
+    # ------------------------------------------------------------------ internals
+
+    def _make_template(self) -> list[tuple[bytes, bytes]]:
+        template = [(b"Host", self._target.authority), *self._fixed]
+        if self._cookies:
+            cookie = "; ".join(f"{k}={v}" for k, v in self._cookies.items())
+            template.append((b"Cookie", cookie.encode("latin-1")))
+        return template
+
+    def _keep_cookie(self, value: bytes) -> None:
+        """Remember (or forget) a cookie the server set; sent on later requests."""
+        jar: http.cookies.SimpleCookie = http.cookies.SimpleCookie()
+        try:
+            jar.load(value.decode("latin-1"))
+        except http.cookies.CookieError:
+            return
+        for name, morsel in jar.items():
+            if _expired(morsel):
+                self._cookies.pop(name, None)
+            else:
+                self._cookies[name] = morsel.value
+        self._template = self._make_template()
+
+    def _redirect(self, response: httpcore2.Response, current: _Origin) -> _Origin | None:
+        """Where a 307/308 leads, if it stays on this origin."""
+        location = next((v for k, v in response.headers if k.lower() == b"location"), None)
+        if location is None:
+            return None
+        base = f"{current.origin[0]}://{current.authority.decode('ascii')}"
+        following = _Origin(urljoin(base + current.url.target.decode("ascii"), location.decode()))
+        return following if following.origin == current.origin else None
+
+    async def _error_body(
+        self, response: httpcore2.Response, run_id: str, encoding: bytes | None
+    ) -> bytes:
+        """Up to :data:`ERROR_BODY_LIMIT` bytes of a response that is not a 2xx."""
+        pieces: list[bytes] = []
+        size = 0
+        try:
+            async for data in _decoded(response.aiter_stream(), encoding):
+                pieces.append(data)
+                size += len(data)
+                if size >= ERROR_BODY_LIMIT:
+                    break
+        except CORE_ERRORS as exc:
+            raise connection_error(exc, self.error_request(run_id)) from exc
+        finally:
+            await response.aclose()
+        return b"".join(pieces)[:ERROR_BODY_LIMIT]
+
+    def _status_error(
+        self, response: httpcore2.Response, content: bytes, run_id: str
+    ) -> openai.APIStatusError:
+        status = response.status
+        if 300 <= status < 400:
+            location = next((v for k, v in response.headers if k.lower() == b"location"), b"")
+            content = _message(
+                f"the endpoint redirected ({status}) to {location.decode('latin-1')!r}; only "
+                "307/308 within the same origin are followed: set model.base_url to the "
+                "new address"
+            )
+        return status_error(status, response.headers, content, self.error_request(run_id))
 
 
 class Reply:
-    """A 2xx response read straight from the pool: what :func:`actors.llm.stream.read_chunks`
-    and the caller use of an ``httpx2.Response`` (``aiter_bytes``, ``aread``, ``aclose``,
-    ``http_version``, ``request``), without building one."""
+    """A 2xx response: what :func:`actors.llm.stream.read_chunks` and the caller read."""
 
-    __slots__ = ("_body", "_response", "_run_id", "_transport", "http_version", "status_code")
+    __slots__ = (
+        "_content",
+        "_encoding",
+        "_response",
+        "_run_id",
+        "_transport",
+        "http_version",
+        "status_code",
+    )
 
     def __init__(
-        self, transport: ChatTransport, body: bytes, run_id: str, response: httpcore2.Response
+        self,
+        transport: ChatTransport,
+        response: httpcore2.Response,
+        run_id: str,
+        encoding: bytes | None = None,
     ) -> None:
         self._transport = transport
-        self._body = body
-        self._run_id = run_id
         self._response = response
+        self._run_id = run_id
+        self._encoding = encoding
+        self._content = b""
         self.status_code = response.status
         version = response.extensions.get("http_version", b"HTTP/1.1")
         self.http_version = version.decode("ascii", "replace")
 
-    def aiter_bytes(self) -> AsyncGenerator[bytes, None]:
-        """The body, read by read (the pool's own iterator; it raises httpcore2 errors)."""
-        return cast(AsyncGenerator[bytes, None], cast(Any, self._response.stream).__aiter__())
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
+        reads = self._response.aiter_stream()
+        return reads if self._encoding is None else _decoded(reads, self._encoding)
 
     @property
     def content(self) -> bytes:
         """The body, once :meth:`aread` has read it."""
-        return self._response.content
+        return self._content
 
     async def aread(self) -> bytes:
+        """The whole body (the SDK's connection exceptions when the connection fails)."""
         try:
-            return await self._response.aread()
+            if self._encoding is None:
+                self._content = await self._response.aread()
+            else:
+                self._content = b"".join([data async for data in self.aiter_bytes()])
         except CORE_ERRORS as exc:
-            cause = as_httpx_error(exc)
-            raise _sdk_error(cause, self.request) from cause
+            raise connection_error(exc, self.request) from exc
+        return self._content
 
     async def aclose(self) -> None:
         await self._response.aclose()
 
     @property
     def request(self) -> httpx2.Request:
-        """The request as httpx2 would have built it (made only when an error needs it)."""
-        return self._transport.httpx_request(self._body, self._run_id)
+        """The request, for an SDK exception (credentials redacted; made when needed)."""
+        return self._transport.error_request(self._run_id)
 
 
-class ChatTransport:
-    """Sends POST requests to ``path`` of ``client``'s base URL; one per client."""
-
-    def __init__(
-        self, client: openai.AsyncOpenAI, path: str, run_id_header: str = RUN_ID_HEADER
-    ) -> None:
-        self._client = client
-        self._path = path
-        self._run_id_header = run_id_header
-        self._ready = False
-        self._pool: httpcore2.AsyncConnectionPool | None = None  # None: the SDK's own path
-        self._url: httpx2.URL | None = None
-        self._core_url: httpcore2.URL | None = None
-        self._before: list[tuple[bytes, bytes]] = []  # template headers before the run id
-        self._after: list[tuple[bytes, bytes]] = []  # and after it
-        self._run_id_name = b""
-        self._extensions: dict[str, Any] = {}
-
-    @property
-    def fast(self) -> bool:
-        """Whether requests skip the SDK's per-request building (known after the first)."""
-        return self._pool is not None
-
-    async def post(
-        self, body: bytes, run_id: str, *, stream: bool, headers: Headers = ()
-    ) -> Reply | httpx2.Response:
-        """Send ``body`` (JSON) with ``headers`` added (a ``traceparent``); the 2xx
-        response, its body not read yet unless ``stream`` is false. Raises the SDK's
-        exceptions."""
-        if not self._ready:
-            await self._prepare()
-        pool = self._pool
-        http = self._client._client
-        if pool is None or http.cookies or http.is_closed:  # closed: httpx2 raises as before
-            return await self._sdk_post(body, run_id, stream=stream, headers=headers)
-        request = httpcore2.Request(
-            b"POST",
-            cast(httpcore2.URL, self._core_url),
-            headers=[
-                *self._before,
-                (self._run_id_name, _header_value(run_id)),
-                *self._after,
-                *headers,
-                (_CONTENT_LENGTH, b"%d" % len(body)),
-            ],
-            content=body,
-            extensions=self._extensions,
+async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> AsyncIterator[bytes]:
+    """``reads`` with a gzip or deflate content coding undone."""
+    if not encoding or encoding == b"identity":
+        async for data in reads:
+            yield data
+        return
+    wbits = _DECODERS.get(encoding)
+    if wbits is None:
+        raise httpcore2.RemoteProtocolError(
+            f"the response is encoded as {encoding.decode('latin-1')!r} (asked for identity)"
         )
+    decoder = zlib.decompressobj(wbits) if wbits else None
+    async for data in reads:
+        if decoder is None:  # deflate: zlib-wrapped, or raw as some servers send it
+            raw = data[:1] and (data[0] & 0x0F) != 8
+            decoder = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
         try:
-            response = await pool.handle_async_request(request)
-        except CORE_ERRORS as exc:
-            cause = as_httpx_error(exc)
-            raise _sdk_error(cause, self.httpx_request(body, run_id)) from cause
-        status = response.status
-        if 200 <= status < 300 and not any(k.lower() in _UNUSUAL for k, _ in response.headers):
-            reply = Reply(self, body, run_id, response)
-            if not stream:  # read whole and closed, as httpx2 does: the connection is free
-                try:
-                    await reply.aread()
-                finally:
-                    await reply.aclose()
-            return reply
-        return await self._unusual(body, run_id, response, stream=stream)
+            out = decoder.decompress(data)
+        except zlib.error as exc:
+            raise httpcore2.RemoteProtocolError(f"undecodable {encoding!r} body: {exc}") from exc
+        if out:
+            yield out
+    if decoder is not None and (rest := decoder.flush()):
+        yield rest
 
-    def httpx_request(self, body: bytes, run_id: str) -> httpx2.Request:
-        """This request as an ``httpx2.Request`` (for errors and the httpx2 fallbacks)."""
-        headers = [*self._before, (self._run_id_name, _header_value(run_id)), *self._after]
-        return httpx2.Request(
-            "POST",
-            cast(httpx2.URL, self._url),
-            headers=headers,
-            content=body,
-            extensions=self._extensions,
-        )
 
-    # ------------------------------------------------------------------ internals
+def _fixed_headers(
+    endpoint: EndpointSettings, user: str | None, password: str | None
+) -> list[tuple[bytes, bytes]]:
+    """The headers every request carries (but ``Host`` and cookies), in order."""
+    if user is not None:
+        pair = f"{unquote(user)}:{unquote(password or '')}".encode()
+        auth = b"Basic " + base64.b64encode(pair)
+    else:
+        auth = f"Bearer {endpoint.api_key or NO_API_KEY}".encode()
+    headers: dict[str, tuple[bytes, bytes]] = {
+        "accept": (b"Accept", b"application/json"),
+        "content-type": (b"Content-Type", b"application/json"),
+        "accept-encoding": (b"Accept-Encoding", b"identity"),
+        "user-agent": (b"User-Agent", _USER_AGENT),
+        "authorization": (b"Authorization", auth),
+    }
+    for name, variable in (
+        ("OpenAI-Organization", "OPENAI_ORG_ID"),
+        ("OpenAI-Project", "OPENAI_PROJECT_ID"),
+    ):
+        value = os.environ.get(variable)
+        if value:
+            headers[name.lower()] = (name.encode("ascii"), _header_value(value))
+    for name, value in endpoint.extra_headers.items():
+        headers[name.lower()] = (name.encode("latin-1"), _header_value(value))
+    return list(headers.values())
 
-    async def _prepare(self) -> None:
-        """The template, from the SDK's own ``_build_request`` (once per client)."""
-        client = self._client
-        if client._platform is None:  # what AsyncOpenAI.request does first, once per process
-            if not _PLATFORM:
-                _PLATFORM.append(await anyio.to_thread.run_sync(get_platform))
-            client._platform = _PLATFORM[0]
-        options = FinalRequestOptions.construct(
-            method="post",
-            url=self._path,
-            headers={self._run_id_header: _PLACEHOLDER},
-            security={"bearer_auth": True},
-            content=b"",
-        )
-        built = client._build_request(options)
-        http = client._client
-        transport = http._transport_for_url(built.url)
-        if (
-            isinstance(transport, httpx2.AsyncHTTPTransport)
-            and isinstance(transport._pool, httpcore2.AsyncConnectionPool)
-            and client._provider_runtime is None
-            and client._api_key_provider is None
-            and client._workload_identity_auth is None
-            and client.custom_auth is None
-            and http.auth is None
-            and not built.url.userinfo
-            and not any(http.event_hooks.values())
-        ):
-            self._pool = transport._pool
-        raw = [(k, v) for k, v in built.headers.raw if k.lower() != b"content-length"]
-        name = self._run_id_header.lower().encode("ascii")
-        at = next(i for i, (k, v) in enumerate(raw) if k.lower() == name and v == _MARK)
-        self._run_id_name = raw[at][0]
-        self._before, self._after = raw[:at], raw[at + 1 :]
-        url = self._url = built.url
-        self._core_url = httpcore2.URL(
-            scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-        )
-        self._extensions = dict(built.extensions)
-        self._ready = True
 
-    async def _sdk_post(
-        self, body: bytes, run_id: str, *, stream: bool, headers: Headers
-    ) -> httpx2.Response:
-        """The whole request through ``AsyncOpenAI.post`` (the general path)."""
-        options: openai.RequestOptions = {
-            "security": {"bearer_auth": True},
-            "headers": {
-                self._run_id_header: run_id,
-                **{name.decode("latin-1"): value.decode("latin-1") for name, value in headers},
-            },
-        }
-        if stream:
-            return cast(
-                httpx2.Response,
-                await self._client.post(
-                    self._path,
-                    cast_to=httpx2.Response,
-                    content=body,
-                    options=options,
-                    stream=True,
-                ),
-            )
-        return await self._client.post(
-            self._path, cast_to=httpx2.Response, content=body, options=options
-        )
-
-    async def _unusual(
-        self, body: bytes, run_id: str, core: httpcore2.Response, *, stream: bool
-    ) -> httpx2.Response:
-        """A status error, a redirect, a cookie or a compressed body: the response as httpx2's
-        client would have made it, then what the client and the SDK do with it."""
-        http = self._client._client
-        request = self.httpx_request(body, run_id)
-        response = httpx2.Response(
-            status_code=core.status,
-            headers=core.headers,
-            stream=AsyncResponseStream(cast(Any, core.stream)),
-            extensions=core.extensions,
-            request=request,
-        )
-        response.default_encoding = http._default_encoding
-        http.cookies.extract_cookies(response)
+def _expired(morsel: http.cookies.Morsel[str]) -> bool:
+    max_age = morsel["max-age"]
+    if max_age:
         try:
-            if response.has_redirect_location and http.follow_redirects:
-                await response.aread()
-                follow = http._build_redirect_request(request, response)
-                await response.aclose()
-                response = await http.send(follow, stream=True)
-            if response.is_error:
-                await response.aread()
-                raise self._client._make_status_error_from_response(response)
-            if not stream:
-                await response.aread()
-        except httpx2.TimeoutException as exc:
-            await response.aclose()
-            raise openai.APITimeoutError(request=request) from exc
-        except (httpx2.RequestError, ssl.SSLError) as exc:
-            await response.aclose()
-            raise openai.APIConnectionError(request=request) from exc
-        except BaseException:
-            await response.aclose()
-            raise
-        return response
+            return int(max_age) <= 0
+        except ValueError:
+            return False
+    expires = morsel["expires"]
+    if expires:
+        try:
+            return email.utils.parsedate_to_datetime(expires).timestamp() <= time.time()
+        except (TypeError, ValueError):
+            return False
+    return False
 
 
-def _sdk_error(cause: Exception, request: httpx2.Request) -> openai.APIConnectionError:
-    """What the SDK raises for a transport failure (raise it ``from cause``)."""
-    if isinstance(cause, httpx2.TimeoutException):
-        return openai.APITimeoutError(request=request)
-    return openai.APIConnectionError(request=request)
+def _message(text: str) -> bytes:
+    """An error body in the OpenAI shape, for an error loopfuse itself reports."""
+    return json.dumps({"error": {"message": text, "type": "loopfuse_transport"}}).encode()
 
 
 def _header_value(value: str) -> bytes:

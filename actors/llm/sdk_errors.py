@@ -1,0 +1,71 @@
+"""The ``openai`` SDK's exceptions for what the transport meets, made with their public
+constructors, so :func:`actors.llm.errors.classify` reads the same exceptions whether the
+SDK or loopfuse's own transport sent the request.
+
+A 4xx/5xx becomes the SDK's class for its status (``BadRequestError`` for 400, …,
+``InternalServerError`` for any 5xx, plain ``APIStatusError`` otherwise) with the message
+``"Error code: N - <the server's message>"`` and the body's ``error`` object as ``body``,
+as ``AsyncOpenAI`` builds them; a failure of the connection is ``APITimeoutError`` (a
+timeout) or ``APIConnectionError``, raised ``from`` the network error.
+``tests/test_llm_contract.py`` checks both against the SDK's own, so an SDK release that
+changes them fails there.
+
+The ``httpx2.Request`` an exception carries names the URL and the run but not the
+credentials: its ``Authorization`` and every operator header are ``***``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import httpcore2
+import httpx2
+import openai
+
+__all__ = ["connection_error", "status_error"]
+
+_STATUS_CLASSES: Final[dict[int, type[openai.APIStatusError]]] = {
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
+
+
+def status_error(
+    status: int,
+    headers: Sequence[tuple[bytes, bytes]],
+    content: bytes,
+    request: httpx2.Request,
+) -> openai.APIStatusError:
+    """The SDK's exception for a response with this ``status``, ``headers`` and body."""
+    response = httpx2.Response(status, headers=list(headers), content=content, request=request)
+    message = f"Error code: {status}"
+    text = response.text.strip()
+    body: object = text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        error = body.get("error", body) if isinstance(body, Mapping) else None
+        inner = error.get("message") if isinstance(error, Mapping) else None
+        if isinstance(inner, str) and inner:
+            message += f" - {inner}"
+    data = body.get("error", body) if isinstance(body, Mapping) else body
+    kind = _STATUS_CLASSES.get(status)
+    if kind is None:
+        kind = openai.InternalServerError if status >= 500 else openai.APIStatusError
+    return kind(message, response=response, body=data)
+
+
+def connection_error(cause: BaseException, request: httpx2.Request) -> openai.APIConnectionError:
+    """What the SDK raises when the connection fails (raise it ``from cause``)."""
+    if isinstance(cause, httpcore2.TimeoutException):
+        return openai.APITimeoutError(request=request)
+    return openai.APIConnectionError(request=request)
