@@ -160,7 +160,9 @@ class _Api:
         return json_response(RunAccepted(id=row.id, trace_id=row.trace_id, status="running"), 202)
 
     async def events(self, request: Request) -> Response:
-        row = await self._row(request)
+        run_id = request.path_params["id"]
+        if not self._daemon.store.memory.knows(run_id):  # in memory: it exists, no read
+            run_id = (await self._row(request)).id
         header = request.headers.get("last-event-id")
         after = int_query(
             header if header is not None else request.query_params.get("after"),
@@ -170,7 +172,7 @@ class _Api:
         )
         stream = sse.event_stream(
             self._daemon.store,
-            row.id,
+            run_id,
             after=after,
             heartbeat=self._daemon.config.daemon.heartbeat_seconds,
             closing=self._daemon.closing,

@@ -11,6 +11,7 @@ and commit what the store still holds.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -31,6 +32,7 @@ from orchestrator.daemon.recorder import EventRecorder
 from orchestrator.daemon.recovery import StoreJournal
 from orchestrator.daemon.service import RunService
 from orchestrator.daemon.store import Store
+from orchestrator.daemon.tail import EventTail
 from orchestrator.runtime import Runtime
 from orchestrator.sim import Scenario, find_scenario, shipped_scenarios
 
@@ -95,7 +97,11 @@ class Daemon:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Daemon]:
         """Run the daemon for the ``async with`` body (the ASGI lifespan)."""
-        store = await anyio.to_thread.run_sync(Store, self.store_path)
+        settings = self.config.daemon
+        tail = EventTail(
+            per_run=settings.memory_tail_events, total_bytes=settings.memory_tail_bytes
+        )
+        store = await anyio.to_thread.run_sync(functools.partial(Store, self.store_path, tail=tail))
         self._store = store
         async with anyio.create_task_group() as outer:
             await outer.start(store.run)
@@ -161,3 +167,4 @@ class Daemon:
             self.ready = False
             await self._service.drain(drain_seconds)
             self.closing.set()
+            self.store.wake_all()  # streams waiting for a commit look again, and end

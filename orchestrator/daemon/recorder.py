@@ -5,7 +5,26 @@ run's messages get sequence numbers 1, 2, … in bus order; a resumed run goes o
 last stored number. Past the per-run cap (``daemon.event_cap``) messages are counted as
 dropped instead of stored, except ``RunFinished``, which always is: a stream always ends.
 A slow disk slows the recorder, and through its full mailbox the runs, rather than lose
-events; a slow SSE client slows nothing, since streams read the store.
+events; a slow SSE client slows nothing, since streams read what was committed.
+
+What is stored is the run's messages, less what would be stored twice:
+
+* **Streamed text is coalesced per commit.** A run's consecutive ``ModelTextDelta``
+  messages of one turn are held back and stored as one ``ModelTextDelta`` (their texts
+  joined) when the next commit takes the queued writes, or when the run's next message
+  comes first. A busy store merges more; an idle one commits each delta at once.
+* **Text the reply repeats is not stored.** If the turn's ``ModelReply`` arrives while its
+  text is still held, and its ``text`` ends with that text, the held text is dropped: the
+  reply carries it (the whole answer), committed at the same moment.
+* **A ``Progress`` that restates the turn is folded into it.** The progress reporter's
+  ``running`` event for a turn (``detail`` "turn N" or "turn N of at most M", no tokens or
+  time) says what the ``TurnStarted`` just before it says (its stage; the plan and
+  the limit are in ``RunStarted``); it is not stored. ``started``, ``finished``,
+  ``skipped`` and pipelines' progress with tokens or time are.
+
+So a follower, and a replay, sees the streamed text as ``ModelTextDelta`` events, each the
+text streamed since the previous commit, up to the last commit before the turn's reply; the
+``ModelReply`` then has the whole answer (what was streamed since is only there).
 """
 
 from __future__ import annotations
@@ -15,10 +34,21 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskStatus
 
-from bus import ENCODER, Bus, Message, RunFinished, RunStarted, for_the_log
+from bus import (
+    ENCODER,
+    Bus,
+    Message,
+    ModelReply,
+    ModelTextDelta,
+    Progress,
+    RunFinished,
+    RunStarted,
+    TurnStarted,
+    for_the_log,
+)
 from orchestrator.daemon.store import Store
 
-__all__ = ["EventRecorder"]
+__all__ = ["EventRecorder", "RecorderStatistics"]
 
 
 @dataclass
@@ -26,6 +56,23 @@ class _Track:
     seq: int
     dropped: int
     finished: anyio.Event = field(default_factory=anyio.Event)
+    text: list[str] | None = None
+    """Streamed text held back (not stored yet), of turn ``text_turn``."""
+    text_turn: int = 0
+    turn: TurnStarted | None = None
+    """The run's last stored ``TurnStarted`` whose ``Progress`` has not come yet."""
+
+
+@dataclass
+class RecorderStatistics:
+    """What the recorder saved the store (exported in ``bench.daemon``'s figures)."""
+
+    messages: int = 0
+    coalesced_deltas: int = 0
+    """``ModelTextDelta`` messages merged into another one."""
+    deltas_in_replies: int = 0
+    """Held text dropped because its ``ModelReply`` carried it."""
+    folded_progress: int = 0
 
 
 class EventRecorder:
@@ -36,6 +83,9 @@ class EventRecorder:
         self._store = store
         self._cap = cap
         self._runs: dict[str, _Track] = {}
+        self._holding: set[str] = set()
+        self.statistics = RecorderStatistics()
+        store.before_commit(self._release_all)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Record until the bus closes this subscription."""
@@ -52,23 +102,88 @@ class EventRecorder:
     def forget(self, run_id: str) -> None:
         """Stop recording ``run_id`` (it never started)."""
         self._runs.pop(run_id, None)
+        self._holding.discard(run_id)
 
     async def _record(self, msg: Message) -> None:
         track = self._runs.get(msg.run_id)
         if track is None:
             return
+        self.statistics.messages += 1
+        if isinstance(msg, ModelTextDelta):
+            self._hold(track, msg)
+            return
+        if track.text is not None:
+            if (
+                isinstance(msg, ModelReply)
+                and msg.turn == track.text_turn
+                and msg.text.endswith("".join(track.text))
+            ):
+                track.text = None
+                self._holding.discard(msg.run_id)
+                self.statistics.deltas_in_replies += 1
+            else:
+                self._release(msg.run_id, track)
+        if isinstance(msg, Progress):
+            restated, track.turn = track.turn, None  # only the first progress after it
+            if _restates(msg, restated):
+                self.statistics.folded_progress += 1
+                return
         finished = isinstance(msg, RunFinished)
-        if track.seq < self._cap or finished:
-            track.seq += 1
-            self._store.append_event(
-                msg.run_id, track.seq, type(msg).__name__, ENCODER.encode(for_the_log(msg))
-            )
-        else:
-            track.dropped += 1
-        if isinstance(msg, RunStarted):
+        self._append(msg.run_id, track, msg, finished=finished)
+        if isinstance(msg, TurnStarted):
+            track.turn = msg
+        elif isinstance(msg, RunStarted):
             self._store.update_run(msg.run_id, status="running", started_at=msg.started_at)
         elif finished:
             self._store.update_run(msg.run_id, events_dropped=track.dropped)
             del self._runs[msg.run_id]
             track.finished.set()
         await self._store.wait_for_room()
+
+    def _append(self, run_id: str, track: _Track, msg: Message, *, finished: bool) -> None:
+        if track.seq < self._cap or finished:
+            track.seq += 1
+            self._store.append_event(
+                run_id, track.seq, type(msg).__name__, ENCODER.encode(for_the_log(msg))
+            )
+        else:
+            track.dropped += 1
+
+    def _hold(self, track: _Track, msg: ModelTextDelta) -> None:
+        if track.text is not None and track.text_turn == msg.turn:
+            track.text.append(msg.text)
+            self.statistics.coalesced_deltas += 1
+            return
+        if track.text is not None:
+            self._release(msg.run_id, track)
+        track.text = [msg.text]
+        track.text_turn = msg.turn
+        self._holding.add(msg.run_id)
+        self._store.poke()  # the writer queues it (with whatever follows) at its next commit
+
+    def _release(self, run_id: str, track: _Track) -> None:
+        """Queue the text ``track`` holds as one ``ModelTextDelta``."""
+        assert track.text is not None
+        text = "".join(track.text)
+        track.text = None
+        self._holding.discard(run_id)
+        delta = ModelTextDelta(run_id=run_id, turn=track.text_turn, text=text)
+        self._append(run_id, track, delta, finished=False)
+
+    def _release_all(self) -> None:
+        """Before a commit: queue every held text (the store's hook)."""
+        for run_id in self._holding.copy():
+            track = self._runs.get(run_id)
+            if track is not None and track.text is not None:
+                self._release(run_id, track)
+        self._holding.clear()
+
+
+def _restates(progress: Progress, turn: TurnStarted | None) -> bool:
+    """Whether ``progress`` is the reporter's ``running`` event for ``turn`` and nothing more."""
+    if turn is None or progress.status != "running" or progress.stage != turn.stage:
+        return False
+    if progress.tokens or progress.elapsed_seconds:
+        return False
+    said = f"turn {turn.turn}"
+    return progress.detail == said or progress.detail.startswith(said + " of at most ")

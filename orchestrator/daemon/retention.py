@@ -24,10 +24,12 @@ INTERVAL_SECONDS: Final = 600.0
 
 async def prune(store: Store, *, ended_before: float, keep: int) -> None:
     """Delete the ended runs that ended before ``ended_before`` or are beyond the ``keep``
-    most recent ended runs, with their events; returns once that is committed."""
+    most recent ended runs, with their events; returns once that is committed (and they
+    are gone from the memory tail too)."""
+    doomed: list[tuple[str]] = []
 
     def delete(conn: sqlite3.Connection) -> None:
-        doomed = [
+        doomed[:] = [
             (row[0],)
             for row in conn.execute(
                 "SELECT id FROM runs WHERE status = 'ended' AND ended_at < ? "
@@ -40,6 +42,7 @@ async def prune(store: Store, *, ended_before: float, keep: int) -> None:
         conn.executemany("DELETE FROM runs WHERE id = ?", doomed)
 
     await store.execute(delete).wait()
+    store.memory.forget(run_id for (run_id,) in doomed)
 
 
 async def prune_now(store: Store, settings: DaemonSettings) -> None:

@@ -9,8 +9,10 @@ dropped-event count). ``Last-Event-ID`` or
 ``?after=N`` resumes after event N: no gaps, no duplicates. If the daemon shuts down first,
 the stream ends with ``event: shutdown``; reconnect with the last id.
 
-Streams read the store, never the bus: a slow client falls behind on its own, and a run
-that ended (even before a restart) replays the same way.
+Streams read committed events, never the bus: a slow client falls behind on its own, and a
+run that ended (even before a restart) replays the same way. They read the store's memory
+tail (:mod:`~orchestrator.daemon.tail`) and SQLite only for what has left it, so a
+follower that keeps up costs no database read and no thread hop per commit.
 """
 
 from __future__ import annotations
@@ -54,26 +56,41 @@ async def event_stream(
 ) -> AsyncIterator[bytes]:
     """The frames of ``run_id``'s events after ``after``, until its ``RunFinished``."""
     yield b"retry: %d\n\n" % RETRY_MILLISECONDS
+    tail = store.memory
     last = after
     while True:
         committed = store.watch(run_id)  # before reading: a commit after the read wakes us
-        events = await store.events(run_id, after=last, limit=READ_BATCH)
-        for event in events:
-            yield frame(event.data, id=event.seq)
-            last = event.seq
-            if event.type == "RunFinished":
+        events = tail.after(run_id, last)
+        in_memory = events is not None
+        if events is None:  # left memory (or never was there): replay from the store
+            events = await store.events(run_id, after=last, limit=READ_BATCH)
+        if events:
+            # One write per wake-up, however many events it brings.
+            frames = []
+            for event in events:
+                frames.append(frame(event.data, id=event.seq))
+                last = event.seq
+                if event.type == "RunFinished":
+                    yield b"".join(frames)
+                    yield await _end(store, run_id, "end", closing)
+                    return
+            yield b"".join(frames)
+            continue
+        if in_memory:
+            # Memory holds the run up to its newest committed event: nothing new yet.
+            end = tail.ended(run_id)
+            if end is not None and last >= end.last_event:
+                yield await _end(store, run_id, "end", closing)  # resumed past the end
+                return
+        else:
+            row = await store.get_run(run_id)
+            if row is None or (row.status == "ended" and last >= row.last_event):
+                # Resumed past the end, or pruned. (An ended row's events are all
+                # committed: if it has more than we read, the next read gets them.)
                 yield await _end(store, run_id, "end", closing)
                 return
-        if events:
-            continue
-        row = await store.get_run(run_id)
-        if row is None or (row.status == "ended" and last >= row.last_event):
-            # Resumed past the end, or pruned. (An ended row's events are all committed:
-            # if it has more than we read, the next read gets them.)
-            yield await _end(store, run_id, "end", closing)
-            return
-        if row.status == "ended":
-            continue
+            if row.status == "ended":
+                continue
         if closing.is_set():
             yield await _end(store, run_id, "shutdown", closing)
             return
@@ -82,19 +99,14 @@ async def event_stream(
 
 
 async def _wait(committed: anyio.Event, closing: anyio.Event, seconds: float) -> bool:
-    """Wait for ``committed`` or ``closing``; ``False`` if ``seconds`` passed first."""
+    """Wait for ``committed``; ``False`` if ``seconds`` passed first. (Closing the daemon
+    sets every watcher: :meth:`Store.wake_all`.)"""
+    if closing.is_set():
+        return True
     with anyio.move_on_after(seconds):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_when, closing, tg.cancel_scope)
-            await committed.wait()
-            tg.cancel_scope.cancel()
+        await committed.wait()
         return True
     return False
-
-
-async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
 
 
 async def _end(store: Store, run_id: str, event: str, closing: anyio.Event) -> bytes:
@@ -102,15 +114,33 @@ async def _end(store: Store, run_id: str, event: str, closing: anyio.Event) -> b
     ``ended`` (its result is then readable with ``GET /v1/runs/{id}``)."""
     while True:
         committed = store.watch(run_id)
+        known = store.memory.ended(run_id)
+        if known is not None:  # the commit that said so is in memory: no read needed
+            return _end_frame(run_id, event, "ended", *known)
         row = await store.get_run(run_id)
         if row is None or row.status == "ended" or event != "end" or closing.is_set():
             break
         await _wait(committed, closing, 60.0)
+    if row is None:
+        return _end_frame(run_id, event, "deleted", None, 0, 0)
+    return _end_frame(
+        run_id, event, row.status, row.exit_reason, row.last_event, row.events_dropped
+    )
+
+
+def _end_frame(
+    run_id: str,
+    event: str,
+    status: str,
+    exit_reason: str | None,
+    last_event: int,
+    events_dropped: int,
+) -> bytes:
     body = {
         "id": run_id,
-        "status": row.status if row is not None else "deleted",
-        "exit_reason": row.exit_reason if row is not None else None,
-        "last_event_id": row.last_event if row is not None else 0,
-        "events_dropped": row.events_dropped if row is not None else 0,
+        "status": status,
+        "exit_reason": exit_reason,
+        "last_event_id": last_event,
+        "events_dropped": events_dropped,
     }
     return frame(msgspec.json.encode(body), event=event)
