@@ -253,13 +253,15 @@ def pytest_runtest_makereport(
 # ----------------------------------------------------------------------- driving loopfuse
 
 
-def write_config(path: Path, server: LlamaServer, extra: str = "", *, model: str = "") -> Path:
+def write_config(
+    path: Path, server: LlamaServer, extra: str = "", *, model: str = "", max_attempts: int = 2
+) -> Path:
     """A loopfuse config file for ``server`` (``extra``: more TOML, appended)."""
     path.write_text(
         "[model]\n"
         f'base_url = "{server.base_url}"\n'
         f'model = "{model or server.model_id}"\n'
-        "max_attempts = 2\n"
+        f"max_attempts = {max_attempts}\n"
         "backoff_base_seconds = 0.01\n"
         "max_output_tokens = 64\n"
         f"{extra}\n",

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config import Config, ContextSettings, ModelSettings
+from orchestrator.runtime import RunSpec, Runtime
 from tests.interop.conftest import LlamaServer, run_loopfuse, write_config
 
 pytestmark = pytest.mark.interop
@@ -21,13 +23,21 @@ def long_task() -> str:
 
 
 @pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("max_attempts", [1, 4])
 def test_a_task_over_the_window_ends_with_a_context_cause(
-    llama_chatml: LlamaServer, stream: bool, tmp_path: Path
+    llama_chatml: LlamaServer, stream: bool, max_attempts: int, tmp_path: Path
 ) -> None:
+    """With one attempt too: the retry without streaming after the empty stream is what
+    gets the server's real answer (a 400 naming the context length)."""
     task = long_task()
     assert len(task.split()) > WORDS
     assert len(task) > llama_chatml.n_ctx
-    config = write_config(tmp_path / "c.toml", llama_chatml, f"stream = {str(stream).lower()}\n")
+    config = write_config(
+        tmp_path / "c.toml",
+        llama_chatml,
+        f"stream = {str(stream).lower()}\n",
+        max_attempts=max_attempts,
+    )
     done = run_loopfuse("run", "--task", task, "--json", config=config)
     assert done.returncode == 1, done.stderr
     result = json.loads(done.stdout)
@@ -36,17 +46,24 @@ def test_a_task_over_the_window_ends_with_a_context_cause(
     assert "context" in result["detail"]
 
 
-def test_with_the_window_configured_nothing_is_sent(
-    llama_chatml: LlamaServer, tmp_path: Path
+@pytest.mark.asyncio
+async def test_once_the_tokenizer_calibrated_an_over_long_task_is_never_sent(
+    llama_chatml: LlamaServer,
 ) -> None:
-    config = write_config(
-        tmp_path / "c.toml",
-        llama_chatml,
-        f'[context]\nsafety_buffer_tokens = 256\n[context.windows]\n"{llama_chatml.model_id}" = '
-        f"{llama_chatml.n_ctx}\n",
+    """With the window configured: the first run's estimate is uncalibrated (the server
+    decides); the server's tokenizer then calibrates it, and the next run stops before
+    sending anything."""
+    server = llama_chatml
+    config = Config(
+        model=ModelSettings(base_url=server.base_url, model=server.model_id, max_output_tokens=64),
+        context=ContextSettings(windows={server.model_id: server.n_ctx}, safety_buffer_tokens=256),
     )
-    mark = llama_chatml.log_mark()
-    done = run_loopfuse("run", "--task", long_task(), "--json", config=config)
-    result = json.loads(done.stdout)
-    assert (result["exit_reason"], result["cause"]) == ("blocking_limit", "context.blocking_limit")
-    assert llama_chatml.statuses_since(mark) == []
+    async with Runtime(config) as runtime:
+        first = await runtime.run(RunSpec(task=long_task()))
+        mark = server.log_mark()
+        second = await runtime.run(RunSpec(task=long_task()))
+    assert first.exit_reason in {"prompt_too_long", "blocking_limit"}, first.detail
+    assert first.cause.startswith("context.")
+    assert (second.exit_reason, second.cause) == ("blocking_limit", "context.blocking_limit")
+    assert f"{server.n_ctx:,}" in second.detail
+    assert server.statuses_since(mark) == []
