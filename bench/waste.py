@@ -4,8 +4,9 @@
 
     python -m bench.waste [--json] [--max-turns N] [--deadline SECONDS] [SCENARIO ...]
 
-Every scenario (default: ``dead_loop`` and ``ping_pong``; a shipped name or a file) runs
-twice through the runtime and the embedded simulator, as a real run does:
+Every scenario (default: :data:`DEFAULT_SCENARIOS`; a shipped name, ``NAME.LABEL`` for one
+run of a file with several, or a file) runs twice through the runtime and the embedded
+simulator, as a real run does:
 
 * **on**: the scenario as shipped (its loop preset and per-run ``loop`` overrides);
 * **off**: the same script with ``loop_preset = "off"``, no loop overrides, the result
@@ -15,7 +16,9 @@ twice through the runtime and the embedded simulator, as a real run does:
 
 For each run it reports model requests and total tokens (prompt + completion, as the
 endpoint reported them; the simulator counts request bytes / 4) until the run stopped, and
-the ratio off/on. :func:`measure_waste` is the library entry point.
+the ratio off/on. A scenario that completes with its fuses on (a legitimate poll, a huge
+result cut to fit) shows what the fuses cost it: nothing, or, for a result cut to fit the
+window, the tokens saved. :func:`measure_waste` is the library entry point.
 """
 
 from __future__ import annotations
@@ -47,7 +50,16 @@ __all__ = [
     "measure_waste",
 ]
 
-DEFAULT_SCENARIOS: Final = ("dead_loop", "ping_pong")
+DEFAULT_SCENARIOS: Final = (
+    "dead_loop",
+    "ping_pong",
+    # issue #19: loops no repeat detector sees, and runs the fuses must not cost anything
+    "varied_command_loop",
+    "volatile_poll",
+    "unknown_tool_loop",
+    "poll_progress_strict.strict",
+    "huge_tool_result",
+)
 OFF_MAX_TURNS: Final = 200
 """The turn cap of a fuses-off run: what a looping model costs without loop detection."""
 OFF_DEADLINE_SECONDS: Final = 3600.0
@@ -193,9 +205,12 @@ def format_table(rows: Sequence[Waste], out: TextIO) -> None:
         out.write("\n")
     out.write("\n")
     for row in rows:
-        note = (
-            "" if row.reached_cap else f" (the off run ended before the {row.max_turns}-turn cap)"
-        )
+        if row.reached_cap:
+            note = ""
+        elif row.on.exit_reason == row.off.exit_reason == "completed":
+            note = " (completes either way)"
+        else:
+            note = f" (the off run ended before the {row.max_turns}-turn cap)"
         out.write(
             f"{row.scenario}: off/on = {row.requests_ratio:g}x model requests, "
             f"{row.tokens_ratio:g}x tokens{note}\n"
@@ -212,7 +227,8 @@ def _parser() -> argparse.ArgumentParser:
         "scenarios",
         nargs="*",
         metavar="SCENARIO",
-        help=f"shipped scenario names or files (default: {' '.join(DEFAULT_SCENARIOS)})",
+        help=f"shipped scenario names (NAME.LABEL for one run of a file with several) or "
+        f"files (default: {' '.join(DEFAULT_SCENARIOS)})",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per scenario")
     parser.add_argument(
