@@ -41,12 +41,18 @@ def nudge_text(kind: str, text: str) -> str:
     return f"{NUDGE_MARKER}{kind}] {text}"
 
 
-class ToolCall(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """One tool call the model asked for; ``arguments`` is the raw JSON text it sent."""
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
+    """One tool call the model asked for; ``arguments`` is the raw JSON text it sent.
+
+    ``id`` is unique within its reply; ``wire_id`` is set only when the server gave another
+    call of the same reply the same id: the id it gave, sent back to it with the call and
+    its result (:mod:`actors.llm.wire`).
+    """
 
     id: str
     name: str
     arguments: str
+    wire_id: str | None = None
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -31,7 +31,7 @@ from actors.context import (
 )
 from actors.context.policy import RESERVE_MAX, WINDOW_MAX
 from actors.hooks import Hook
-from actors.llm.settings import EndpointLimits
+from actors.llm.settings import TOOL_CHOICE_MODES, EndpointLimits, RequestOptions, ToolChoice
 from actors.loop import LoopConfig, LoopConfigError, ResultPattern, check_config
 from actors.loop.config import PATTERNS_MAX, compile_pattern
 from actors.tools.cache import DEFAULT_CACHE_SETTINGS
@@ -57,10 +57,12 @@ __all__ = [
     "RuntimeSettings",
     "ToolSettings",
     "TracingSettings",
+    "check_tool_choice",
     "context_policy",
     "load_config",
     "merge_loop_overrides",
     "model_reads_images",
+    "request_options",
     "run_settings",
 ]
 
@@ -132,6 +134,15 @@ class ModelSettings(EndpointLimits, frozen=True, kw_only=True):
     """``max_tokens`` of one request (``None``: send none, the server decides)."""
     escalated_max_tokens: ReplyTokens | None = 65536
     """A reply cut by ``max_output_tokens`` is retried once, silently, with this limit."""
+    stream: bool = True
+    """Stream replies (``false``: ask for whole completions)."""
+    tool_choice: ToolChoice = "auto"
+    """Sent beside the tools (only to requests that offer tools): ``"auto"``, ``"none"``,
+    ``"required"``, or a tool's name to force that tool. A name must be among the run's
+    tools (checked when a run starts)."""
+    reset_tool_choice: bool = True
+    """Once the model has called a tool, send ``"auto"`` instead of a forcing choice
+    (``"required"`` or a name), so a forced call cannot repeat forever."""
 
 
 class BudgetSettings(_Settings, frozen=True, kw_only=True):
@@ -166,6 +177,12 @@ class ModelCapabilities(_Settings, frozen=True, kw_only=True):
 
     vision: bool = False
     """It reads images: the report workflow offers ``read_image`` to its explore stage."""
+    stream: bool | None = None
+    """``model.stream`` for this model (unset: ``[model]``'s)."""
+    tool_choice: ToolChoice | None = None
+    """``model.tool_choice`` for this model (unset: ``[model]``'s)."""
+    reset_tool_choice: bool | None = None
+    """``model.reset_tool_choice`` for this model (unset: ``[model]``'s)."""
 
 
 class LoopSettings(_Settings, frozen=True, kw_only=True):
@@ -350,12 +367,6 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     """The longest ``task``, ``system``, ``pipeline.goal``, ``folder`` or ``scenario`` a
     request may carry, in characters (longer: 422). Library and CLI runs have no such limit."""
     event_cap: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 20_000
-    memory_tail_events: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 512
-    """Committed events per run kept in memory for event streams (the newest; 0: none, every
-    stream reads the store)."""
-    memory_tail_bytes: Annotated[int, msgspec.Meta(ge=0, le=16 * 1024**3)] = 64 * 1024**2
-    """Bytes of events kept in memory over all runs; past it the oldest go (streams then
-    read them from the store)."""
     heartbeat_seconds: Seconds = 15.0
     drain_seconds: Grace = 20.0
     store_path: str = ""
@@ -625,6 +636,50 @@ def model_reads_images(config: Config, model: str) -> bool:
     """Whether ``[models."<model>"]`` says ``vision = true`` (default: no)."""
     capabilities = config.models.get(model)
     return capabilities is not None and capabilities.vision
+
+
+def request_options(config: Config) -> tuple[RequestOptions, dict[str, RequestOptions]]:
+    """How requests are shaped: ``[model]``'s options, and each ``[models."<id>"]`` that
+    sets one of them (its unset keys ``[model]``'s)."""
+    model = config.model
+    default = RequestOptions(
+        stream=model.stream,
+        tool_choice=model.tool_choice,
+        reset_tool_choice=model.reset_tool_choice,
+    )
+    own: dict[str, RequestOptions] = {}
+    for name, caps in config.models.items():
+        if caps.stream is None and caps.tool_choice is None and caps.reset_tool_choice is None:
+            continue
+        own[name] = RequestOptions(
+            stream=default.stream if caps.stream is None else caps.stream,
+            tool_choice=default.tool_choice if caps.tool_choice is None else caps.tool_choice,
+            reset_tool_choice=default.reset_tool_choice
+            if caps.reset_tool_choice is None
+            else caps.reset_tool_choice,
+        )
+    return default, own
+
+
+def check_tool_choice(config: Config, model: str, tools: tuple[str, ...]) -> None:
+    """A ``tool_choice`` naming a tool must name one of a run's ``tools`` (nothing is sent
+    to a run without tools, so nothing is checked).
+
+    :raises ConfigError: naming the key that set it (``model.tool_choice`` or
+        ``models."<model>".tool_choice``).
+    """
+    caps = config.models.get(model)
+    key = f'models."{model}".tool_choice'
+    choice = caps.tool_choice if caps is not None else None
+    if choice is None:
+        key, choice = "model.tool_choice", config.model.tool_choice
+    if not tools or choice in TOOL_CHOICE_MODES or choice in tools:
+        return
+    raise ConfigError(
+        key,
+        f"names the tool {choice!r}, which is not among the run's tools "
+        f"({', '.join(tools)}); use one of them, or 'auto', 'none' or 'required'",
+    )
 
 
 def _with_prices(config: Config, settings: RunSettings, *, source: str) -> RunSettings:

@@ -190,13 +190,16 @@ def _check_cut_json(result: RunResult) -> None:
 
 
 def _check_duplicate_ids(result: RunResult) -> None:
-    # A second call under an id already seen is taken for a resent copy and kept once
-    # (actors/llm/accumulator.py); the transcript stays consistent: one call, one answer.
+    # Two different calls under one id both run (actors/llm/accumulator.py): the second gets
+    # an id of its own (the server's kept as wire_id, sent back to it); each is answered.
     assert result.turns == 2
-    (call,) = [c for m in result.transcript if m.role == "assistant" for c in m.tool_calls]
+    first, second = [c for m in result.transcript if m.role == "assistant" for c in m.tool_calls]
+    assert (first.name, first.id, first.wire_id) == ("list_dir", "call_same", None)
+    assert (second.name, second.wire_id) == ("read_file", "call_same")
+    assert second.id != "call_same"
     tool_ids = [m.tool_call_id for m in result.transcript if m.role == "tool"]
-    assert tool_ids == [call.id] == ["call_same"]
-    assert len(result.call_log) == 1
+    assert tool_ids == [first.id, second.id]
+    assert len(result.call_log) == 2
 
 
 ROWS = [

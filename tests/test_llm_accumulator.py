@@ -241,3 +241,47 @@ def test_is_json() -> None:
     assert not is_json('{"a": ')
     assert not is_json("{}{}")
     assert not is_json("")
+
+
+def test_two_calls_under_one_id_are_both_kept_the_second_under_an_id_of_its_own() -> None:
+    acc = ReplyAccumulator()
+    feed(acc, call(0, "call_0", "list_dir", '{"path":"."}'), call(1, "call_0", "read_file", "{}"))
+    first, second = acc.assemble().tool_calls
+    assert first == ToolCall(id="call_0", name="list_dir", arguments='{"path":"."}')
+    assert (second.name, second.arguments, second.wire_id) == ("read_file", "{}", "call_0")
+    assert second.id not in ("call_0", "")
+    assert acc.assemble().tool_calls[1].id == second.id  # made once
+    # The same name, other arguments: another call too.
+    acc = ReplyAccumulator()
+    feed(acc, call(0, "c", "read_file", '{"path":"a"}'), call(1, "c", "read_file", '{"path":"b"}'))
+    assert [c.arguments for c in acc.assemble().tool_calls] == ['{"path":"a"}', '{"path":"b"}']
+
+
+def test_calls_without_ids_are_kept_apart_with_ids_of_their_own() -> None:
+    acc = ReplyAccumulator()
+    feed(acc, call(0, "", "f", '{"n":1}'), call(1, "", "f", '{"n":2}'))
+    one, two = acc.assemble().tool_calls
+    assert (one.arguments, two.arguments) == ('{"n":1}', '{"n":2}')
+    assert one.id != two.id
+    assert one.wire_id is None  # no id of the server's to send back
+
+
+def test_every_fragment_repeating_index_id_type_and_name_assembles_one_call() -> None:
+    """llama-cpp-python's shape: the head in every chunk, some fragments empty, the legacy
+    ``function_call`` alongside (ignored)."""
+    head = {"index": 0, "id": "call__0_read_file_cmpl-1", "type": "function"}
+
+    def piece(arguments: str) -> ChatCompletionChunk:
+        function = {"name": "read_file", "arguments": arguments}
+        delta = {"role": None, "content": None, "function_call": function}
+        return frame({**delta, "tool_calls": [{**head, "function": function}]})
+
+    acc = ReplyAccumulator()
+    first = frame({"role": "assistant", "content": None, "function_call": None, "tool_calls": None})
+    feed(acc, first, piece('{"pa'), piece(""), piece('th": "a'), piece('.txt"}'), piece(""))
+    feed(acc, frame({"content": None, "tool_calls": None}, finish="tool_calls"))
+    out = acc.assemble()
+    assert out.tool_calls == (
+        ToolCall(id="call__0_read_file_cmpl-1", name="read_file", arguments='{"path": "a.txt"}'),
+    )
+    assert out.invalid == ()

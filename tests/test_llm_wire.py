@@ -70,7 +70,7 @@ def test_wire_messages() -> None:
         {"role": "system", "content": "sys"},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",  # never null: strict servers (llama-cpp-python) answer 500
             "tool_calls": [
                 {
                     "id": "c1",

@@ -5,8 +5,11 @@ call, for servers that put every call at index 0). The first non-empty ``id`` an
 servers repeat them in every fragment). An ``arguments`` fragment that starts with the whole
 buffer so far, or a complete JSON value arriving after a complete one, replaces the buffer
 (servers that send arguments cumulatively, or a final summary chunk). A call repeated at
-another index (same id, or no id of its own and the same name and arguments as an earlier
-call) is kept once. A call without an id gets one. Nothing here raises on bad model output.
+another index is kept once: the same id, name and arguments (or one copy's arguments not
+valid JSON: a cut copy), or no id of its own and the same name and arguments as an earlier
+call. Another call under an id already used (servers that number calls per reply, or
+repeat one id) is kept with an id of its own, the server's in ``ToolCall.wire_id``. A call
+without an id gets one. Nothing here raises on bad model output.
 """
 
 from __future__ import annotations
@@ -47,14 +50,19 @@ def _merge_arguments(buffer: str, fragment: str) -> str:
     return buffer + fragment
 
 
+def _new_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
 class _Slot:
-    __slots__ = ("arguments", "id", "name", "server_id")
+    __slots__ = ("arguments", "id", "name", "server_id", "unique_id")
 
     def __init__(self) -> None:
         self.id = ""
         self.name = ""
         self.arguments = ""
         self.server_id = False
+        self.unique_id = ""  # ours, when another call of the reply has the same id
 
 
 class Assembled(msgspec.Struct, frozen=True, kw_only=True):
@@ -214,7 +222,7 @@ class ReplyAccumulator:
         seen: set[tuple[str, str]] = set()
         for slot in self._slots:
             if not slot.id:
-                slot.id = f"call_{uuid.uuid4().hex[:24]}"
+                slot.id = _new_id()
             arguments = slot.arguments
             if not arguments.strip() and not partial:
                 arguments = "{}"
@@ -224,18 +232,29 @@ class ReplyAccumulator:
             call = ToolCall(id=slot.id, name=slot.name, arguments=arguments)
             earlier = by_id.get(slot.id)
             if earlier is not None:
-                # The same call at another index: keep one, the valid one if only one is.
-                if valid and calls[earlier].id in invalid:
-                    calls[earlier] = call
-                    invalid.remove(call.id)
+                kept = calls[earlier]
+                if kept.name == slot.name and (
+                    kept.arguments == arguments or not valid or kept.id in invalid
+                ):
+                    # The same call at another index: keep one, the valid one if only one is.
+                    if valid and kept.id in invalid:
+                        calls[earlier] = call
+                        invalid.remove(call.id)
+                    continue
+                # Another call under the same id: both run, each answered under its own id.
+                if not slot.unique_id:
+                    slot.unique_id = _new_id()
+                call = ToolCall(
+                    id=slot.unique_id, name=slot.name, arguments=arguments, wire_id=slot.id
+                )
+            elif not slot.server_id and (slot.name, arguments) in seen:
                 continue
-            if not slot.server_id and (slot.name, arguments) in seen:
-                continue
-            by_id[slot.id] = len(calls)
+            else:
+                by_id[slot.id] = len(calls)
             seen.add((slot.name, arguments))
             calls.append(call)
             if not valid:
-                invalid.append(slot.id)
+                invalid.append(call.id)
         return Assembled(tool_calls=tuple(calls), invalid=tuple(invalid))
 
 

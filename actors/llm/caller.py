@@ -34,7 +34,13 @@ from actors.llm.retry import RetryPolicy
 from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
 from actors.llm.transport import RUN_ID_HEADER
-from actors.llm.wire import ToolSchemaError, WireTools, estimate_usage, prompt_chars, wire_messages
+from actors.llm.wire import (
+    RequestShapes,
+    ToolSchemaError,
+    WireTools,
+    estimate_usage,
+    prompt_chars,
+)
 from actors.workers import Workers
 from bus import Bus, Message, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
 
@@ -116,6 +122,7 @@ class LLMCaller:
             retry_after_cap=endpoint.retry_after_cap_seconds,
         )
         self._tools = WireTools()
+        self._shapes = RequestShapes(endpoint)
         self._active: dict[tuple[str, int], _Call] = {}
         self._no_escalation: set[str] = set()
         self._clients: Clients | None = None
@@ -284,14 +291,9 @@ class LLMCaller:
             return self._reply(call)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
-        """The request body's fields that every attempt shares."""
-        params: dict[str, Any] = {
-            "model": request.model,
-            "messages": wire_messages(request.messages),
-        }
-        if request.tools:
-            params["tools"] = self._tools(request.tools)
-        return params
+        """The request body's fields that every attempt shares (with ``tool_choice`` as
+        the model's settings say: :class:`~actors.llm.wire.RequestShape`)."""
+        return self._shapes(request.model).params(request, self._tools)
 
     async def _attempt(self, call: _Call, params: dict[str, Any], max_tokens: int | None) -> None:
         """One HTTP attempt, its text streamed as deltas into ``call.acc``.
@@ -308,7 +310,7 @@ class LLMCaller:
         body = dict(params)
         if max_tokens is not None:
             body[self._endpoint.max_tokens_param] = max_tokens
-        stream = self._endpoint.stream
+        stream = self._shapes(call.request.model).stream
         body["stream"] = stream
         if stream:
             body["stream_options"] = _INCLUDE_USAGE

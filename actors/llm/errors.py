@@ -2,7 +2,11 @@
 
 Context overflow is recognised in every shape of ecosystem.md §4.4 (OpenAI, DeepSeek,
 vLLM old and new, llama.cpp, a 413 from a proxy) and is never retried by the caller: the
-context gatekeeper owns it. Exception tree handled (openai 3.x)::
+context gatekeeper owns it. A request the server refuses as invalid is ``bad_request`` and
+never retried, whatever the status: a 4xx that is not an overflow, auth or rate limit, and
+a 5xx whose body says the request itself is invalid (:func:`says_request_invalid`: a
+validation dump about the request, as llama-cpp-python answers ``content: null`` with a 500;
+an ``invalid_request_error``). Exception tree handled (openai 3.x)::
 
     APIError                      error frame mid-stream           -> stream (or context_length)
     ├── APIStatusError            4xx / 5xx                        -> by status and body
@@ -30,8 +34,10 @@ __all__ = [
     "Failure",
     "IncompleteStream",
     "classify",
+    "clip",
     "is_context_overflow",
     "parse_retry_after",
+    "says_request_invalid",
 ]
 
 RETRYABLE: Final[frozenset[ModelErrorKind]] = frozenset(
@@ -42,6 +48,9 @@ RETRYABLE: Final[frozenset[ModelErrorKind]] = frozenset(
 MESSAGE_LIMIT: Final = 500
 """Longest error message carried on the bus (characters)."""
 
+SCAN_LIMIT: Final = 20_000
+"""Characters of an error body read for its meaning (a validation dump's entries)."""
+
 _OVERFLOW_CODES: Final = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _OVERFLOW_STATUSES: Final = frozenset({400, 413, 422})
 _OVERFLOW_MESSAGE: Final = re.compile(
@@ -50,6 +59,22 @@ _OVERFLOW_MESSAGE: Final = re.compile(
     re.IGNORECASE,
 )
 _NO_RETRY_CODES: Final = frozenset({"insufficient_quota"})
+_INVALID_REQUEST: Final = "invalid_request_error"
+# A pydantic / FastAPI validation dump ("7 validation errors:", "1 validation error for
+# CreateChatCompletionRequest") about the request: an entry located in the request's body,
+# query, path or headers, or a model named ...Request.
+_DUMP: Final = re.compile(r"\b\d+ validation errors?\b")
+_REQUEST_LOCATION: Final = re.compile(
+    r"""['"]loc['"]:\s*[(\[]\s*['"](?:body|query|path|header)['"]"""
+    r"|validation errors? for \w*Request\b"
+)
+# One entry of a dump printed as Python reprs: {'type': ..., 'loc': (...), 'msg': ...}.
+_ENTRY: Final = re.compile(
+    r"""\{'type': '(?P<type>[^']*)', 'loc': \((?P<loc>[^)]*)\), 'msg': """
+    r"""(?P<msg>'[^']*'|"[^"]*")"""
+)
+_LOC_PART: Final = re.compile(r"""'([^']*)'|"([^"]*)"|(-?\d+)""")
+_UNION_TAGS: Final = frozenset({"role", "type"})
 
 
 class IncompleteStream(Exception):
@@ -102,36 +127,125 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 
+def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` on one line, at most ``limit`` characters: cut at a word boundary (a word
+    longer than a fifth of the limit is cut where it stands), an ellipsis marking the cut."""
+    line = " ".join(text[: limit * 4].split()) if len(text) > limit or "\n" in text else text
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 4 // 5:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def says_request_invalid(code: str | None, type_: str | None, message: str) -> bool:
+    """Whether an error body says the request itself is invalid, so no retry can pass: an
+    ``invalid_request_error`` (type or code), or a validation dump about the request
+    (pydantic / FastAPI, e.g. llama-cpp-python's 500 to ``"content": null``). What decides
+    a 5xx: one that says anything else (an overloaded or crashed server) is retried."""
+    if _INVALID_REQUEST in (code, type_):
+        return True
+    head = message[:SCAN_LIMIT]
+    return bool(_DUMP.search(head) and _REQUEST_LOCATION.search(head))
+
+
+def _validation_summary(message: str) -> str | None:
+    """A validation dump printed as Python reprs, as ``N validation errors: loc: msg; …``.
+
+    Entries of the members of a union whose ``role``/``type`` did not match are left out
+    (pydantic reports every member: for an assistant message with ``content: null`` only the
+    assistant member's ``content`` entry says what is wrong); all are kept if none matched.
+    """
+    head = message[:SCAN_LIMIT]
+    count = _DUMP.search(head)
+    entries: list[tuple[str, tuple[str, ...], str]] = []
+    for found in _ENTRY.finditer(head):
+        loc = tuple(
+            next(part for part in match.groups() if part is not None)
+            for match in _LOC_PART.finditer(found["loc"])
+        )
+        entries.append((found["type"], loc, found["msg"][1:-1]))
+    if count is None or not entries:
+        return None
+    return f"{count.group()}: {_render_entries(entries)}"
+
+
+def _detail_summary(detail: object) -> str | None:
+    """FastAPI's 422 body ``{"detail": [{"type", "loc", "msg"}, …]}`` rendered alike."""
+    if not isinstance(detail, list) or not detail:
+        return None
+    entries: list[tuple[str, tuple[str, ...], str]] = []
+    for item in detail[:50]:
+        if not isinstance(item, Mapping):
+            return None
+        loc = item.get("loc")
+        parts = tuple(str(p) for p in loc) if isinstance(loc, (list, tuple)) else ()
+        entries.append((str(item.get("type", "")), parts, str(item.get("msg", ""))))
+    count = len(detail)
+    return f"{count} validation error{'s' if count != 1 else ''}: {_render_entries(entries)}"
+
+
+def _render_entries(entries: list[tuple[str, tuple[str, ...], str]]) -> str:
+    unmatched = {
+        loc[:-1]
+        for kind, loc, _ in entries
+        if kind == "literal_error" and loc[-1:] and loc[-1] in _UNION_TAGS
+    }
+    kept = [entry for entry in entries if entry[1][:-1] not in unmatched] or entries
+    rendered = []
+    for _, loc, msg in kept:
+        where = ".".join(loc[1:] if loc[:1] == ("body",) else loc)
+        rendered.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(dict.fromkeys(rendered))
+
+
 def _body_fields(exc: openai.APIError) -> tuple[str | None, str | None, str]:
-    """``code``, ``type`` and the server's own message (the SDK's is "Error code: N - …")."""
+    """``code``, ``type`` and the server's own message (the SDK's is "Error code: N - …"),
+    whole: :func:`clip` cuts it for the bus."""
     body = exc.body
     message = exc.message
     if isinstance(body, Mapping):
         inner = body.get("message")
         if isinstance(inner, str) and inner:
             message = inner
+        else:
+            message = _detail_summary(body.get("detail")) or message
     elif isinstance(body, str) and body:
         message = body
-    return exc.code, exc.type, message[:MESSAGE_LIMIT]
+    return exc.code, exc.type, message
+
+
+def _refused(status: int, message: str) -> Failure:
+    """A request the server refused as invalid: never retried; the message says so and
+    quotes the server (a validation dump summarised)."""
+    reason = _validation_summary(message) or message
+    return Failure(
+        "bad_request",
+        clip(f"the server refused the request as invalid (HTTP {status}): {reason}"),
+        status,
+    )
 
 
 def _status_failure(exc: openai.APIStatusError) -> Failure:
     status = exc.status_code
-    code, type_, message = _body_fields(exc)
-    if is_context_overflow(status, code, type_, message):
+    code, type_, whole = _body_fields(exc)
+    message = clip(whole)
+    if is_context_overflow(status, code, type_, whole[:SCAN_LIMIT]):
         return Failure("context_length", message, status)
     if status == 429:
         retry_after = parse_retry_after(exc.response.headers)
         retryable = code not in _NO_RETRY_CODES and type_ not in _NO_RETRY_CODES
         return Failure("rate_limited", message, status, retry_after, retryable)
-    if status >= 500 or status == 409:
+    if status == 409 or (status >= 500 and not says_request_invalid(code, type_, whole)):
         retry_after = parse_retry_after(exc.response.headers)
         return Failure("server_error", message, status, retry_after, True)
     if status == 408:
         return Failure("timeout", message, status, None, True)
     if status in (401, 402, 403):
         return Failure("auth", message, status)
-    return Failure("bad_request", message, status)
+    return _refused(status, whole)
 
 
 def classify(exc: BaseException, *, streaming: bool) -> Failure:
@@ -144,13 +258,14 @@ def classify(exc: BaseException, *, streaming: bool) -> Failure:
         case openai.APIConnectionError():
             kind: ModelErrorKind = "stream" if streaming else "connection"
             detail = f"{exc.message} ({exc.__cause__!r})" if exc.__cause__ else exc.message
-            return Failure(kind, detail[:MESSAGE_LIMIT], None, None, True)
+            return Failure(kind, clip(detail), None, None, True)
         case openai.APIError():
-            code, type_, message = _body_fields(exc)
-            if is_context_overflow(None, code, type_, message):
+            code, type_, whole = _body_fields(exc)
+            message = clip(whole)
+            if is_context_overflow(None, code, type_, whole[:SCAN_LIMIT]):
                 return Failure("context_length", message)
             return Failure("stream", message, None, None, True)
         case IncompleteStream():
-            return Failure("stream", str(exc), None, None, True)
+            return Failure("stream", clip(str(exc)), None, None, True)
         case _:
-            return Failure("stream", f"malformed stream: {exc!r}"[:MESSAGE_LIMIT], None, None, True)
+            return Failure("stream", clip(f"malformed stream: {exc!r}"), None, None, True)

@@ -10,11 +10,21 @@ never logs it nor puts it in a message.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-__all__ = ["NO_API_KEY", "EndpointLimits", "EndpointSettings", "endpoint_settings"]
+__all__ = [
+    "NO_API_KEY",
+    "TOOL_CHOICE_MODES",
+    "EndpointLimits",
+    "EndpointSettings",
+    "RequestOptions",
+    "ToolChoice",
+    "endpoint_settings",
+]
 
 NO_API_KEY: Final = "no-key"
 """Sent when ``api_key`` is empty: local servers (and the simulator) ignore it."""
@@ -23,6 +33,26 @@ _DAY: Final = 86_400.0
 _Seconds = Annotated[float, msgspec.Meta(gt=0, le=_DAY)]
 _Grace = Annotated[float, msgspec.Meta(ge=0, le=_DAY)]
 _Attempts = Annotated[int, msgspec.Meta(ge=1, le=100)]
+
+TOOL_CHOICE_MODES: Final = ("auto", "none", "required")
+"""The ``tool_choice`` values that are not a tool's name."""
+
+_TOOL_CHOICE: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ToolChoice = Annotated[str, msgspec.Meta(pattern=_TOOL_CHOICE.pattern)]
+"""``"auto"``, ``"none"``, ``"required"`` or a tool's name (a tool name's own pattern)."""
+
+
+class RequestOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the requests to one model are shaped (``[model]``, ``[models."<id>"]``)."""
+
+    stream: bool = True
+    """Stream the reply (``stream: true``, with ``stream_options.include_usage``)."""
+    tool_choice: ToolChoice = "auto"
+    """Sent with every request that offers tools: ``"auto"``, ``"none"``, ``"required"``
+    or a tool's name (that tool is forced)."""
+    reset_tool_choice: bool = True
+    """Once the model has called a tool, a forcing choice (``"required"`` or a name) is
+    sent as ``"auto"``, so a forced call cannot repeat forever."""
 
 
 class EndpointLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -79,6 +109,12 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
     """Retry once with this ``max_tokens`` after ``finish_reason == "length"`` (``None``: never)."""
     max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     stream: bool = True
+    tool_choice: ToolChoice = "auto"
+    reset_tool_choice: bool = True
+    """``stream``, ``tool_choice``, ``reset_tool_choice``: as :class:`RequestOptions` says,
+    for every model that ``models`` does not name."""
+    models: dict[str, RequestOptions] = msgspec.field(default_factory=dict)
+    """Model name -> its own request options (all three keys, resolved)."""
     extra_headers: dict[str, str] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,6 +127,25 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
         ):
             if tokens is not None and tokens < 1:
                 raise ValueError(f"{key}: must be >= 1 or unset, got {tokens!r}")
+        choices = [("tool_choice", self.tool_choice)]
+        choices += [(f"models.{m}.tool_choice", o.tool_choice) for m, o in self.models.items()]
+        for key, choice in choices:
+            if not _TOOL_CHOICE.match(choice):
+                raise ValueError(
+                    f"{key}: 'auto', 'none', 'required' or a tool's name "
+                    f"({_TOOL_CHOICE.pattern}), got {choice!r}"
+                )
+
+    def request_options(self, model: str) -> RequestOptions:
+        """The request options of ``model`` (its own, else the endpoint's)."""
+        own = self.models.get(model)
+        if own is not None:
+            return own
+        return RequestOptions(
+            stream=self.stream,
+            tool_choice=self.tool_choice,
+            reset_tool_choice=self.reset_tool_choice,
+        )
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{key}={value!r}" for key, value in self.__rich_repr__())
@@ -105,17 +160,33 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
             ("max_attempts", self.max_attempts),
             ("call_deadline_seconds", self.call_deadline_seconds),
             ("stream", self.stream),
+            ("tool_choice", self.tool_choice),
             ("extra_headers", dict.fromkeys(self.extra_headers, "***")),
         ]
 
 
 def endpoint_settings(
-    limits: EndpointLimits, *, base_url: str, api_key: str = ""
+    limits: EndpointLimits,
+    *,
+    base_url: str,
+    api_key: str = "",
+    options: RequestOptions | None = None,
+    models: Mapping[str, RequestOptions] | None = None,
 ) -> EndpointSettings:
     """The endpoint at ``base_url`` with the limits of ``limits`` (e.g. the config's
-    ``[model]``, which extends :class:`EndpointLimits`): every limit is carried over.
+    ``[model]``, which extends :class:`EndpointLimits`): every limit is carried over; its
+    request ``options`` and each model's own (``models``).
 
     :raises ValueError: ``base_url`` is not an http(s) URL, or a limit is out of range.
     """
     values = {name: getattr(limits, name) for name in EndpointLimits.__struct_fields__}
-    return EndpointSettings(base_url=base_url, api_key=api_key, **values)
+    options = options or RequestOptions()
+    return EndpointSettings(
+        base_url=base_url,
+        api_key=api_key,
+        stream=options.stream,
+        tool_choice=options.tool_choice,
+        reset_tool_choice=options.reset_tool_choice,
+        models=dict(models or {}),
+        **values,
+    )

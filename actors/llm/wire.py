@@ -1,24 +1,43 @@
 """Bus transcript → chat-completions request JSON, and a prompt-size estimate.
 
 Tool schemas travel on the bus as JSON text; each distinct schema is decoded once and cached.
+An assistant turn with tool calls goes out with ``"content": ""`` when it has no text, never
+``null`` (llama-cpp-python answers ``null`` with a 500). A tool call whose id loopfuse made
+unique (two calls of one reply with the same id) goes out under the server's own id again,
+and so do the tool results answering it. :class:`RequestShapes` adds what each model's
+settings ask for: ``tool_choice`` (only beside tools) and whether to stream.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, assert_never
 
 import msgspec
 
 from actors.context.images import part_tokens
-from bus import ChatMessage, ContentPart, ImagePart, TextPart, ToolSpec, Usage, message_images
+from actors.llm.settings import TOOL_CHOICE_MODES, EndpointSettings, RequestOptions
+from bus import (
+    ChatMessage,
+    ContentPart,
+    ImagePart,
+    ModelRequest,
+    TextPart,
+    ToolSpec,
+    Usage,
+    message_images,
+)
 
 __all__ = [
     "CHARS_PER_TOKEN",
+    "RequestShape",
+    "RequestShapes",
     "ToolSchemaError",
     "WireTools",
     "estimate_usage",
+    "has_called_a_tool",
     "prompt_chars",
+    "tool_choice_value",
     "wire_messages",
 ]
 
@@ -35,22 +54,20 @@ class ToolSchemaError(ValueError):
     """A :class:`bus.ToolSpec` whose ``parameters`` is not a JSON object."""
 
 
-def _wire_message(msg: ChatMessage) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": msg.role}
+def _wire_message(msg: ChatMessage, renamed: dict[str, str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": msg.role, "content": msg.content or ""}
     if msg.tool_calls:
-        out["content"] = msg.content
         out["tool_calls"] = [
             {
-                "id": call.id,
+                "id": call.id if call.wire_id is None else call.wire_id,
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments},
             }
             for call in msg.tool_calls
         ]
-    else:
-        out["content"] = msg.content if msg.content is not None else ""
     if msg.tool_call_id is not None:
-        out["tool_call_id"] = msg.tool_call_id
+        call_id = msg.tool_call_id
+        out["tool_call_id"] = renamed.get(call_id, call_id) if renamed else call_id
     if msg.name is not None:
         out["name"] = msg.name
     return out
@@ -60,17 +77,27 @@ def wire_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
     """The ``messages`` array of a chat-completions request (images: :func:`_with_images`)."""
     out: list[dict[str, Any]] = []
     held: list[dict[str, Any]] = []  # images of tool results, sent after the tool messages
+    renamed: dict[str, str] = {}  # our unique call id -> the server's (see ToolCall.wire_id)
     for msg in messages:
         if held and msg.role != "tool":
             out += held
             held.clear()
+        for call in msg.tool_calls:
+            if call.wire_id is not None:
+                renamed[call.id] = call.wire_id
         text, parts = message_images(msg)
-        out.append(_with_images(msg, text, parts, held) if parts else _wire_message(msg))
+        out.append(
+            _with_images(msg, text, parts, held, renamed) if parts else _wire_message(msg, renamed)
+        )
     return out + held
 
 
 def _with_images(
-    msg: ChatMessage, text: str, parts: tuple[ContentPart, ...], held: list[dict[str, Any]]
+    msg: ChatMessage,
+    text: str,
+    parts: tuple[ContentPart, ...],
+    held: list[dict[str, Any]],
+    renamed: dict[str, str],
 ) -> dict[str, Any]:
     """A message with images as content parts: ``[{"type": "text"}, {"type": "image_url"}]``.
 
@@ -80,10 +107,11 @@ def _with_images(
     """
     encoded = [msgspec.to_builtins(part) for part in parts]
     if msg.role == "tool":
-        note = f"The image(s) returned by tool call {msg.tool_call_id}:"
+        out = _wire_message(msgspec.structs.replace(msg, content=text, parts=()), renamed)
+        note = f"The image(s) returned by tool call {out['tool_call_id']}:"
         held.append({"role": "user", "content": [{"type": "text", "text": note}, *encoded]})
-        return _wire_message(msgspec.structs.replace(msg, content=text, parts=()))
-    out = _wire_message(msg)
+        return out
+    out = _wire_message(msg, renamed)
     out["content"] = [{"type": "text", "text": text}, *encoded] if text else encoded
     return out
 
@@ -124,6 +152,76 @@ class WireTools:
 
     def __len__(self) -> int:
         return len(self._cache)
+
+
+def tool_choice_value(choice: str) -> str | dict[str, Any]:
+    """The wire form of a ``tool_choice`` setting: a mode as is, a tool's name as
+    ``{"type": "function", "function": {"name": …}}``."""
+    if choice in TOOL_CHOICE_MODES:
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+def has_called_a_tool(messages: Sequence[ChatMessage]) -> bool:
+    """Whether an assistant message of ``messages`` has tool calls (the latest first)."""
+    return any(msg.tool_calls for msg in reversed(messages) if msg.role == "assistant")
+
+
+_AUTO: Final = "auto"
+
+
+class RequestShape:
+    """What one model's settings add to its requests (:class:`RequestOptions`), worked
+    out once: whether to stream, and the ``tool_choice`` sent beside tools."""
+
+    __slots__ = ("_choice", "_reset", "stream")
+
+    def __init__(self, options: RequestOptions) -> None:
+        self.stream = options.stream
+        self._choice = tool_choice_value(options.tool_choice)
+        forcing = options.tool_choice not in (_AUTO, "none")
+        self._reset = forcing and options.reset_tool_choice
+
+    def tool_choice(self, messages: Sequence[ChatMessage]) -> str | dict[str, Any]:
+        """The ``tool_choice`` of a request with ``messages``: the setting's, or ``"auto"``
+        once the model has called a tool when a forcing choice is reset."""
+        if self._reset and has_called_a_tool(messages):
+            return _AUTO
+        return self._choice
+
+    def params(self, request: ModelRequest, tools: WireTools) -> dict[str, Any]:
+        """The body fields every attempt of ``request`` shares: ``model``, ``messages``,
+        and beside its tools (if any) ``tools`` and ``tool_choice``.
+
+        :raises ToolSchemaError: a tool's schema is not a JSON object.
+        """
+        params: dict[str, Any] = {
+            "model": request.model,
+            "messages": wire_messages(request.messages),
+        }
+        if request.tools:
+            params["tools"] = tools(request.tools)
+            params["tool_choice"] = self.tool_choice(request.messages)
+        return params
+
+
+class RequestShapes:
+    """The :class:`RequestShape` of each model of an endpoint (``[models."<id>"]``, else
+    the endpoint's own), made once."""
+
+    __slots__ = ("_default", "_models")
+
+    def __init__(self, endpoint: EndpointSettings) -> None:
+        own = RequestOptions(
+            stream=endpoint.stream,
+            tool_choice=endpoint.tool_choice,
+            reset_tool_choice=endpoint.reset_tool_choice,
+        )
+        self._default = RequestShape(own)
+        self._models = {model: RequestShape(options) for model, options in endpoint.models.items()}
+
+    def __call__(self, model: str) -> RequestShape:
+        return self._models.get(model, self._default)
 
 
 def prompt_chars(messages: Iterable[ChatMessage]) -> int:

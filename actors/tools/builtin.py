@@ -17,7 +17,8 @@ __all__ = ["builtin_tools", "default_registry"]
 
 
 def builtin_tools() -> tuple[Tool[Any], ...]:
-    """Fresh instances of the built-in tools (``make_figure`` only with matplotlib).
+    """Fresh instances of the built-in tools (``make_figure`` only with matplotlib). All of
+    them work on the run's folder (``needs_folder``): a run without one is offered none.
 
     ``read_image`` is registered but, like every tool, offered only to runs that enable
     it: the report workflow enables it only for a vision-capable explore model.
@@ -35,6 +36,7 @@ def _core_tools() -> tuple[Tool[Any], ...]:
             ListDir,
             list_dir,
             idempotent=True,
+            needs_folder=True,
         ),
         Tool(
             "read_file",
@@ -44,6 +46,7 @@ def _core_tools() -> tuple[Tool[Any], ...]:
             ReadFile,
             read_file,
             idempotent=True,
+            needs_folder=True,
         ),
         Tool(
             "finish_exploration",
@@ -52,6 +55,7 @@ def _core_tools() -> tuple[Tool[Any], ...]:
             FinishExploration,
             finish_exploration,
             finishes_stage=True,
+            needs_folder=True,  # it records what the exploration of the folder found
         ),
     )
 

@@ -75,7 +75,14 @@ def figure_tool() -> Tool[Any] | None:
     """The ``make_figure`` tool, or ``None`` when matplotlib is not installed."""
     if importlib.util.find_spec("matplotlib") is None:
         return None
-    return Tool("make_figure", DESCRIPTION, MakeFigure, make_figure, timeout_seconds=60.0)
+    return Tool(
+        "make_figure",
+        DESCRIPTION,
+        MakeFigure,
+        make_figure,
+        timeout_seconds=60.0,
+        needs_folder=True,
+    )
 
 
 async def warn_about_figure_sandbox(

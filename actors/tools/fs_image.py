@@ -103,4 +103,6 @@ def _too_large(path: str, size: int, cap: int) -> ToolError:
 
 def image_tool() -> Tool[Any]:
     """The ``read_image`` tool (idempotent: the same file gives the same answer)."""
-    return Tool("read_image", DESCRIPTION, ReadImage, read_image, idempotent=True)
+    return Tool(
+        "read_image", DESCRIPTION, ReadImage, read_image, idempotent=True, needs_folder=True
+    )

@@ -46,6 +46,7 @@ class Tool(Generic[P]):
     :param timeout_seconds: deadline of one call; ``None`` takes the executor's default.
         Only for ``async def`` tools.
     :param finishes_stage: the conductor ends the stage after this tool ran.
+    :param needs_folder: it works on the run's folder: a run without one is not offered it.
     :raises ValueError: on a bad name, a parameters type that is not a frozen Struct
         forbidding unknown fields, or ``timeout_seconds`` given to a plain ``def``.
 
@@ -67,6 +68,7 @@ class Tool(Generic[P]):
         "idempotent",
         "inline",
         "name",
+        "needs_folder",
         "schema",
         "spec",
         "timeout_seconds",
@@ -82,6 +84,7 @@ class Tool(Generic[P]):
         idempotent: bool = False,
         timeout_seconds: float | None = None,
         finishes_stage: bool = False,
+        needs_folder: bool = False,
     ) -> None:
         if not (isinstance(params, type) and issubclass(params, msgspec.Struct)):
             raise ValueError(f"tool {name!r}: params must be a msgspec Struct type")
@@ -101,6 +104,7 @@ class Tool(Generic[P]):
             idempotent=idempotent,
             timeout_seconds=timeout_seconds,
             finishes_stage=finishes_stage,
+            needs_folder=needs_folder,
         )
 
     @staticmethod
@@ -157,6 +161,7 @@ class Tool(Generic[P]):
         idempotent: bool,
         timeout_seconds: float | None,
         finishes_stage: bool,
+        needs_folder: bool = False,
     ) -> None:
         if not _NAME.match(name):
             raise ValueError(f"tool name {name!r} must match {_NAME.pattern}")
@@ -177,6 +182,7 @@ class Tool(Generic[P]):
         self.idempotent = idempotent
         self.timeout_seconds = timeout_seconds
         self.finishes_stage = finishes_stage
+        self.needs_folder = needs_folder
         self.spec = ToolSpec(
             name=name, description=description, parameters=_ENCODE(schema).decode()
         )

@@ -55,8 +55,10 @@ from orchestrator.conductor import (
 from orchestrator.config import (
     Config,
     RunSettings,
+    check_tool_choice,
     context_policy,
     merge_loop_overrides,
+    request_options,
     run_settings,
 )
 from orchestrator.errors import ConfigError, RuntimeClosedError
@@ -159,6 +161,8 @@ class _Resolved(NamedTuple):
     tool_specs: tuple[ToolSpec, ...]
     finishing_tools: frozenset[str]
     conductor: ConductorSettings
+    folderless_specs: tuple[ToolSpec, ...]
+    """``tool_specs`` but those that need a folder: what a run without one is offered."""
 
 
 CONTEXT_FUNCTIONS: Final = ContextFunctions(
@@ -479,9 +483,14 @@ class Runtime:
 
     def _endpoint(self, base_url: str) -> EndpointSettings:
         model = self.config.model
+        options, per_model = request_options(self.config)
         try:
             return endpoint_settings(
-                model, base_url=base_url, api_key=os.environ.get(model.api_key_env, "")
+                model,
+                base_url=base_url,
+                api_key=os.environ.get(model.api_key_env, ""),
+                options=options,
+                models=per_model,
             )
         except ValueError as exc:
             raise ConfigError("model.base_url", str(exc)) from None
@@ -507,6 +516,10 @@ class Runtime:
             raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
         resolved = self._resolve(spec.overrides)
         settings, loop_config, policy = resolved.settings, resolved.loop, resolved.policy
+        folder = spec.folder or self.config.tools.folder
+        tool_specs = resolved.tool_specs if folder else resolved.folderless_specs
+        if tool_specs is not resolved.tool_specs:  # folder tools left out: a forced one too?
+            check_tool_choice(self.config, settings.model, tuple(t.name for t in tool_specs))
         run_id = spec.run_id or uuid.uuid4().hex
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
@@ -527,10 +540,10 @@ class Runtime:
             history=spec.history,
             stage=spec.stage,
             plan=spec.plan,
-            folder=spec.folder or self.config.tools.folder,
+            folder=folder,
             settings=resolved.conductor,
             context=CONTEXT_FUNCTIONS,
-            tool_specs=resolved.tool_specs,
+            tool_specs=tool_specs,
             finishing_tools=resolved.finishing_tools,
         )
         self._loop_configs[run_id] = loop_config
@@ -553,7 +566,7 @@ class Runtime:
         nor the memory again.
 
         :raises ConfigError: an override names an unknown key or has a bad value, or an
-            unknown tool or hook.
+            unknown tool or hook, or ``tool_choice`` names a tool the run does not have.
         """
         try:
             key: bytes | None = _OVERRIDES_KEY.encode(overrides or {})
@@ -572,17 +585,23 @@ class Runtime:
         if unknown:
             raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")
         self._check_hooks(settings.hooks)
+        check_tool_choice(self.config, settings.model, settings.tools)
+        tool_specs = self.tools.specs(settings.tools)
+        folderless = tuple(
+            t for t in tool_specs if not ((tool := self.tools.get(t.name)) and tool.needs_folder)
+        )
         resolved = _Resolved(
             settings,
             loop_config,
             context_policy(self.config, settings),
-            self.tools.specs(settings.tools),
+            tool_specs,
             frozenset(
                 name
                 for name in settings.tools
                 if (tool := self.tools.get(name)) and tool.finishes_stage
             ),
             conductor_settings(settings),
+            tool_specs if len(folderless) == len(tool_specs) else folderless,
         )
         if key is not None:
             if len(self._resolved) >= RESOLVED_CACHE_SIZE:

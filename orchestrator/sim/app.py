@@ -21,10 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from orchestrator.sim import wire
+from orchestrator.sim import llama, wire
 from orchestrator.sim.content import ContentError, request_images
 from orchestrator.sim.responses import DropConnection, EventStream, TruncatedResponse
-from orchestrator.sim.scenario import MAIN_TRACK, Fault, Scenario, Step
+from orchestrator.sim.scenario import MAIN_TRACK, Fault, Scenario, Step, StreamShape
 from orchestrator.sim.script import AttemptCounter, fault_for, locate, step_at
 
 __all__ = ["RUN_ID_HEADER", "make_app"]
@@ -48,6 +48,12 @@ class _ChatRequest(msgspec.Struct):
     stream_options: _StreamOptions | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
+    tools: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # not decoded
+    tool_choice: Any = None
+
+    @property
+    def offers_tools(self) -> bool:
+        return bytes(self.tools) not in (b"", b"null", b"[]")
 
 
 _DECODER: Final = msgspec.json.Decoder(_ChatRequest)
@@ -107,10 +113,15 @@ class _Player:
         if scenario is None:
             message = f"The model `{req.model}` does not exist or you do not have access to it."
             return _error(404, message, code="model_not_found")
+        as_llama = scenario.server == "llama_cpp_python"
+        if as_llama and (refused := llama.validation_error(body)) is not None:
+            return JSONResponse(refused, status_code=500)
         # An image costs its pixel size's tokens, not the characters of its data URL.
         prompt_tokens = wire.estimate_tokens(len(body) - images.url_chars) + images.tokens
         window = scenario.context_window
         if window is not None and prompt_tokens > window:
+            if req.stream and scenario.context_error == "llama_cpp_python":
+                return EventStream(_no_events(), headers={})  # its streamed overflow: 200, empty
             overflow = Fault(kind="context_length", shape=scenario.context_error)
             return _context_error(overflow, prompt_tokens, window)
         messages = ((m.role, _text(m.content)) for m in req.messages)
@@ -140,21 +151,42 @@ class _Player:
         )
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         headers = {"x-request-id": f"req_{uuid.uuid4().hex[:24]}"}
+        if as_llama:
+            shaped = llama.shape_reply(
+                reply,
+                offers_tools=req.offers_tools,
+                tool_choice=req.tool_choice,
+                stream=req.stream,
+                completion_id=completion_id,
+            )
+            if shaped == llama.EMPTY_STREAM:
+                return EventStream(_no_events(), headers=headers)
+            if shaped == llama.FAILED_ASSERTION:
+                return JSONResponse(llama.assertion_error(), status_code=500, headers=headers)
+            assert isinstance(shaped, wire.Reply)
+            reply = shaped
         if fault is not None and fault.kind in ("status", "context_length"):
             if fault.kind == "context_length":
                 return _context_error(fault, prompt_tokens, window or wire.DEFAULT_CONTEXT_WINDOW)
             status, extra, error = wire.fault_error(fault, 500)
             return JSONResponse(error, status_code=status, headers={**headers, **extra})
         if req.stream:
+            if fault is not None and fault.kind == "empty_stream":
+                return EventStream(_no_events(), headers=headers)
             include_usage = req.stream_options is not None and req.stream_options.include_usage
-            frames = wire.Frames(completion_id, req.model, int(time.time()), include_usage)
+            frames = (
+                llama.LlamaFrames(completion_id, req.model, int(time.time()))
+                if as_llama
+                else wire.Frames(completion_id, req.model, int(time.time()), include_usage)
+            )
             return EventStream(_play(step, reply, frames, fault), headers=headers)
         await anyio.sleep(step.latency)
         if fault is not None and fault.kind == "stream_error":
             status, extra, error = wire.fault_error(fault, 500)
             return JSONResponse(error, status_code=status, headers={**headers, **extra})
-        result = wire.completion(completion_id, req.model, int(time.time()), reply)
-        if fault is not None:  # drop
+        build = llama.completion if as_llama else wire.completion
+        result = build(completion_id, req.model, int(time.time()), reply)
+        if fault is not None and fault.kind == "drop":
             return TruncatedResponse(wire.encode(result), headers=headers)
         return Response(wire.encode(result), media_type="application/json", headers=headers)
 
@@ -168,7 +200,7 @@ async def _play(
         await anyio.sleep(step.keep_alive)
         yield wire.KEEP_ALIVE
     await anyio.sleep(max(0.0, deadline - anyio.current_time()))
-    for sent, frame in enumerate(_frames(reply, frames)):
+    for sent, frame in enumerate(_frames(reply, frames, step.stream)):
         if fault is not None and sent == fault.after_chunks:
             break
         if sent:  # a checkpoint even at zero latency, so endless output never hogs the loop
@@ -178,20 +210,32 @@ async def _play(
         if fault is None:
             yield wire.DONE
             return
+    if fault.kind == "interrupt":  # llama-cpp-python's --interrupt_requests: no finish chunk
+        yield wire.DONE
+        return
     if fault.kind == "drop":
         raise DropConnection
     _, _, error = wire.fault_error(fault, 500)
     yield b"data: " + wire.encode(error) + b"\n\n"
 
 
-def _frames(reply: wire.Reply, frames: wire.Frames) -> Iterator[bytes]:
+def _frames(
+    reply: wire.Reply, frames: wire.Frames, stream: StreamShape | None = None
+) -> Iterator[bytes]:
     yield frames.chunk({"role": "assistant", "content": "" if reply.text_chars else None})
     for piece in reply.pieces():
         yield frames.chunk({"content": piece})
-    yield from frames.tool_call_chunks(reply)
+    yield from frames.tool_call_chunks(reply, stream)
     yield frames.chunk({}, reply.finish_reason)
     if frames.include_usage:
         yield frames.usage(reply)
+
+
+async def _no_events() -> AsyncIterator[bytes]:
+    """A stream of no event and no ``[DONE]``."""
+    nothing: tuple[bytes, ...] = ()
+    for frame in nothing:
+        yield frame
 
 
 def _text(content: Any) -> str:

@@ -1,0 +1,210 @@
+"""The ``llama_cpp_python`` server profile: the simulator answering as llama-cpp-python 0.3.36's
+server (``python -m llama_cpp.server --chat_format chatml-function-calling``) does where it
+differs from OpenAI, for tests that cannot run the real server (facts: notes/interop.md).
+
+- An assistant message with ``"content": null``, a message of an unknown role, a tool message
+  without ``tool_call_id``: ``500`` with ``type: "internal_server_error"`` and, as message,
+  FastAPI's validation dump (one entry per member of the message union, as pydantic reports).
+- Tools: ``tool_choice`` omitted or ``"none"``: no tool is called (the scripted text only);
+  ``"auto"``: as scripted, but streamed it is a ``200`` event stream with no event at all (the
+  server fails "Automatic streaming tool choice is not supported" after the headers);
+  ``"required"``: ``500`` with an empty message (the server's failed assertion); a tool's
+  name: exactly one call of that tool, no text.
+- Call ids ``call__<i>_<name>_cmpl-<id>``; streamed, every tool-call chunk repeats ``index``,
+  ``id``, ``type`` and ``function.name`` beside its ``arguments`` fragment (one of them
+  ``""``), with the legacy ``function_call`` alongside; a whole completion with one call
+  carries ``function_call`` too.
+- ``stream_options.include_usage`` is accepted and ignored: no usage chunk.
+
+An over-long prompt is the scenario's ``context_error = "llama_cpp_python"`` (streamed: an
+empty ``200``), as for any profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Final, Literal
+
+import msgspec
+
+from orchestrator.sim import wire
+from orchestrator.sim.scenario import StreamShape
+
+__all__ = [
+    "EMPTY_STREAM",
+    "FAILED_ASSERTION",
+    "LlamaFrames",
+    "assertion_error",
+    "completion",
+    "shape_reply",
+    "validation_error",
+]
+
+EMPTY_STREAM: Final = "empty_stream"
+FAILED_ASSERTION: Final = "failed_assertion"
+Refusal = Literal["empty_stream", "failed_assertion"]
+
+APP_TRAILER: Final = (
+    '\n\n  File "/llama_cpp/server/app.py", line 455, in create_chat_completion\n'
+    "    POST /v1/chat/completions"
+)
+"""What FastAPI appends to a validation dump: where the endpoint is defined."""
+
+# The members of the server's message union, in its order: (role, required fields).
+_MEMBERS: Final = (
+    ("system", ()),
+    ("user", ()),
+    ("assistant", ()),
+    ("tool", ("tool_call_id",)),
+    ("function", ("name",)),
+)
+_decode = msgspec.json.Decoder().decode
+
+
+def _member_errors(index: int, message: dict[str, Any]) -> list[dict[str, Any]]:
+    """pydantic's entries for one message that fits no member of the union."""
+    role = message.get("role")
+    entries: list[dict[str, Any]] = []
+    for name, required in _MEMBERS:
+        member = f"ChatCompletionRequest{name.capitalize()}Message"
+        loc = ("body", "messages", index, member)
+        if role != name:
+            expected = f"'{name}'"
+            entries.append(
+                {
+                    "type": "literal_error",
+                    "loc": (*loc, "role"),
+                    "msg": f"Input should be {expected}",
+                    "input": role,
+                    "ctx": {"expected": expected},
+                }
+            )
+        if name == "assistant" and "content" in message and message["content"] is None:
+            entries.append(
+                {
+                    "type": "string_type",
+                    "loc": (*loc, "content"),
+                    "msg": "Input should be a valid string",
+                    "input": None,
+                }
+            )
+        for field in required:
+            if field not in message:
+                entries.append(
+                    {
+                        "type": "missing",
+                        "loc": (*loc, field),
+                        "msg": "Field required",
+                        "input": message,
+                    }
+                )
+    return entries
+
+
+def _fits(message: dict[str, Any]) -> bool:
+    role = message.get("role")
+    if role == "assistant":
+        return message.get("content", "") is not None
+    for name, required in _MEMBERS:
+        if role == name:
+            return all(field in message for field in required)
+    return False
+
+
+def validation_error(body: bytes) -> dict[str, Any] | None:
+    """The 500 body the server answers a request whose messages it cannot validate, or
+    ``None`` when they are valid (the body is JSON: the caller decoded it already)."""
+    request = _decode(body)
+    messages = request.get("messages") if isinstance(request, dict) else None
+    if not isinstance(messages, list):
+        return None
+    entries: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if isinstance(message, dict) and not _fits(message):
+            entries += _member_errors(index, message)
+    if not entries:
+        return None
+    lines = "".join(f"\n  {entry!r}" for entry in entries)
+    noun = "error" if len(entries) == 1 else "errors"
+    return _internal_error(f"{len(entries)} validation {noun}:{lines}{APP_TRAILER}")
+
+
+def _internal_error(message: str) -> dict[str, Any]:
+    return {
+        "error": {"message": message, "type": "internal_server_error", "param": None, "code": None}
+    }
+
+
+def assertion_error() -> dict[str, Any]:
+    """The 500 body of the server's failed ``assert`` (``tool_choice: "required"``)."""
+    return _internal_error("")
+
+
+def _call_id(index: int, name: str, completion_id: str) -> str:
+    return f"call__{index}_{name}_{completion_id.removeprefix('chat')}"
+
+
+def shape_reply(
+    reply: wire.Reply,
+    *,
+    offers_tools: bool,
+    tool_choice: Any,
+    stream: bool,
+    completion_id: str,
+) -> wire.Reply | Refusal:
+    """``reply`` as the server gives it for this ``tool_choice``, or how it refuses."""
+    if not offers_tools or tool_choice is None or tool_choice == "none":
+        finish = "stop" if reply.finish_reason == "tool_calls" else reply.finish_reason
+        return reply._replace(calls=(), finish_reason=finish)
+    if tool_choice == "auto":
+        if stream:
+            return EMPTY_STREAM
+        calls = reply.calls
+    elif tool_choice == "required":
+        return FAILED_ASSERTION
+    else:
+        name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else ""
+        scripted = [call for call in reply.calls if call.name == name]
+        calls = (scripted[0] if scripted else wire.Call("", str(name), "{}"),)
+        reply = reply._replace(text="", text_chars=0, finish_reason="tool_calls")
+    renamed = tuple(
+        call._replace(id=_call_id(i, call.name, completion_id)) for i, call in enumerate(calls)
+    )
+    return reply._replace(calls=renamed)
+
+
+def completion(completion_id: str, model: str, created: int, reply: wire.Reply) -> dict[str, Any]:
+    """The whole ``chat.completion``: as OpenAI's, with ``function_call`` beside one call."""
+    result = wire.completion(completion_id, model, created, reply)
+    if len(reply.calls) == 1:
+        call = reply.calls[0]
+        message = result["choices"][0]["message"]
+        message["function_call"] = {"name": call.name, "arguments": call.arguments}
+    return result
+
+
+class LlamaFrames(wire.Frames):
+    """Frames in the server's shape: every tool-call chunk repeats the call's head, next to
+    the legacy ``function_call``; no usage chunk, whatever the request asked."""
+
+    def __init__(self, completion_id: str, model: str, created: int) -> None:
+        super().__init__(completion_id, model, created, include_usage=False)
+
+    def tool_call_chunks(
+        self, reply: wire.Reply, shape: StreamShape | None = None
+    ) -> Iterator[bytes]:
+        size = reply.chunk_size
+        for index, call in enumerate(reply.calls):
+            text = call.arguments
+            pieces = [text[start : start + size] for start in range(0, len(text), size)] or [""]
+            pieces.insert(1, "")  # the server sends empty fragments too
+            for piece in pieces:
+                function = {"name": call.name, "arguments": piece}
+                head = {"index": index, "id": call.id, "type": "function", "function": function}
+                delta = {
+                    "role": None,
+                    "content": None,
+                    "function_call": function,
+                    "tool_calls": [head],
+                }
+                yield self.chunk(delta)
