@@ -68,7 +68,8 @@ def plain_text(estimator: Estimator, text: str) -> Estimate:
 
 def plain_bound(text: str) -> int:
     """Any byte-fallback tokenizer's most tokens of ``text``: its bytes and a prefix."""
-    return len(text.encode("utf-8", "surrogatepass")) + 1
+    escaped = sum(4 if char == '"' else 5 for char in text if char in "\"'<>&")
+    return len(text.encode("utf-8", "surrogatepass")) + 1 + escaped
 
 
 def framing(estimator: Estimator, tokens: int, bound: int) -> Estimate:

@@ -67,6 +67,7 @@ class Run:
         self.transcript = [ChatMessage(role="user", content="Read data.csv and summarise it.")]
         self.seen = 0
         self.turn = 0
+        self.counting: list[str] = []
 
     async def start(self) -> None:
         await self.bus.publish_settled(
@@ -89,6 +90,7 @@ class Run:
         answers = []
         for msg in drain(self.inbox):  # type: ignore[arg-type]
             if isinstance(msg, ContextAction) and msg.kind == "counting":
+                self.counting.append(msg.detail)
                 continue
             if isinstance(msg, ContextAction) and msg.kind == "collapse":
                 assert apply_folds(self.transcript, msg.folds) == []
@@ -212,6 +214,36 @@ async def test_several_results_of_one_reply_each_fit_their_share() -> None:
     # Each took at most half of the room; collapse folds the rest once they are answered.
     assert after is not None
     assert after <= POLICY.limit
+
+
+@pytest.mark.asyncio
+async def test_an_uncalibrated_bound_over_the_limit_lets_the_first_request_out_only() -> None:
+    # 4,000 characters of prose: a bound of ~4,000 tokens, a typical estimate of ~800.
+    small = ContextPolicy(window=6_000, safety_buffer=1_000, output_reserve=2_000)  # 3,000
+    async with keeper(small) as (bus, _):
+        with bus.open_inbox("r") as inbox:
+            run = Run(bus, inbox)
+            run.transcript[0] = ChatMessage(role="user", content=PROSE[:4_000])
+            await run.start()
+            assert await run.turn_started() == []  # sent: the server's answer decides
+            await run.send()
+            run.read("short result")  # the reply reported no usage: nothing calibrated
+            second = await run.turn_started()
+    assert run.counting[0].startswith("Prompt tokens of 'models/tiny.gguf' are bounded by")
+    assert "the request is sent and the server's answer decides" in run.counting[1]
+    assert [a.kind if isinstance(a, ContextAction) else "stop" for a in second] == [
+        "blocked",
+        "stop",
+    ]
+    blocked = second[0]
+    assert isinstance(blocked, ContextAction)
+    assert "The estimate is an upper bound (UTF-8 bytes)" in blocked.detail
+
+
+PROSE = (
+    "The team followed the standard operating procedure and recorded every deviation in "
+    "the shared notebook, so the comparison between strains stays fair. "
+) * 40
 
 
 # ------------------------------------------------------------------ windows

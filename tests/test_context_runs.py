@@ -441,5 +441,5 @@ async def test_a_5_mb_tool_result_on_a_32k_window_is_cut_and_the_run_completes()
     assert any(entry.event == "context collapse" for entry in result.trace)
     counting = [e.detail for e in of_type(events, ContextAction) if e.kind == "counting"]
     assert counting[0].startswith("Prompt tokens of 'huge_dump' are bounded by the UTF-8 bytes")
-    assert "learned from the usage the server reported" in counting[-1]
+    assert "are estimated from the usage the server reported (1 reply)" in counting[-1]
     assert "context counting" in [entry.event for entry in result.trace]

@@ -12,7 +12,10 @@ more closely (see ``tokens``).
 
 For a model whose tokenizer is unknown, an estimate also carries a ``bound`` (see
 ``tokens``): before any sample the bound is the estimate, and a calibrated estimate never
-goes above it.
+goes above it. Such a model learns a second ratio, counted over the bound, and a calibrated
+estimate is the larger of the two scaled figures: which one tracks a tokenizer across kinds
+of content depends on the tokenizer (a large vocabulary follows the cl100k-based estimate, a
+character-level one the bytes), and the larger is right for both.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ class _Ratio:
     value: float
     samples: int
     source: Source
+    of_bound: float = 0.0
+    """Reported over the bound (0: no bound was given)."""
 
 
 class Calibration:
@@ -54,6 +59,11 @@ class Calibration:
         found = self._ratios.get(model)
         return 1.0 if found is None else found.value
 
+    def ratio_of_bound(self, model: str) -> float:
+        """Reported tokens per bound token for ``model`` (0.0 before any bounded sample)."""
+        found = self._ratios.get(model)
+        return 0.0 if found is None else found.of_bound
+
     def samples(self, model: str) -> int:
         found = self._ratios.get(model)
         return 0 if found is None else found.samples
@@ -63,22 +73,32 @@ class Calibration:
         found = self._ratios.get(model)
         return None if found is None else found.source
 
-    def observe(self, model: str, estimated: int, reported: int, source: Source = "usage") -> float:
-        """Learn from one sample: the prompt was estimated at ``estimated`` tokens and the
-        endpoint counted ``reported``. A reported usage replaces what a tokenizer sample
-        taught (it counts the chat template too). Returns the new ratio."""
+    def observe(
+        self,
+        model: str,
+        estimated: int,
+        reported: int,
+        source: Source = "usage",
+        bound: int = 0,
+    ) -> float:
+        """Learn from one sample: the prompt was estimated at ``estimated`` tokens (at most
+        ``bound``; 0: no bound) and the endpoint counted ``reported``. A reported usage
+        replaces what a tokenizer sample taught (it counts the chat template too). Returns
+        the new ratio."""
         if estimated <= 0 or reported <= 0:
             return self.ratio(model)
         sample = reported / estimated  # clamped as min(max(sample, low), high), sooner
         sample = self._low if sample < self._low else sample
         sample = self._high if sample > self._high else sample
+        of_bound = min(reported / bound, 1.0) if bound > 0 else 0.0
         found = self._ratios.get(model)
         if found is not None and source == "tokenizer" and found.source == "usage":
             return found.value  # usage counts what the tokenizer sample cannot (framing)
         if found is None or (source == "usage" and found.source != "usage"):
-            self._ratios[model] = _Ratio(sample, 1, source)
+            self._ratios[model] = _Ratio(sample, 1, source, of_bound)
             return sample
         found.value += self._alpha * (sample - found.value)
+        found.of_bound += self._alpha * (of_bound - found.of_bound)
         found.samples += 1
         return found.value
 
@@ -89,4 +109,8 @@ class Calibration:
         if found is None:
             return bound or tokens
         calibrated = math.ceil(tokens * found.value)
-        return calibrated if not bound or calibrated < bound else bound
+        if not bound:
+            return calibrated
+        by_bytes = math.ceil(bound * found.of_bound)
+        calibrated = by_bytes if by_bytes > calibrated else calibrated
+        return calibrated if calibrated < bound else bound

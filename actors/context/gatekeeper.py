@@ -49,6 +49,7 @@ from actors.context import (
     plan_collapse,
     plan_compaction,
 )
+from actors.context.calibration import HIGH
 from actors.context.cutting import NOTE_CHARS, cut_result, next_offset
 from actors.context.server import ServerEndpoint, ServerReport, probe
 from bus import (
@@ -125,6 +126,10 @@ class _Run:
     base: tuple[int, int] = (0, 0)
     """The raw estimate (tokens, bound) of the prompt at the run's first check: its system
     prompt, task and tool schemas, which every request carries."""
+    cut_chars: int = -1
+    """Results up to this many characters cannot need a cut (a bound worked out once per
+    window, so most results skip the check); -1: not worked out yet."""
+    cut_window: int = 0
     counting: str = ""
     """How the run's tokens were last said to be counted (``ContextAction(counting)``):
     ``exact``, ``bound``, ``usage`` or ``tokenizer``."""
@@ -133,6 +138,7 @@ class _Run:
     sent_tokens: int = 0
     """The estimate of the last request sent, not yet answered (0: none)."""
     sent_floor: int = 0
+    sent_bound: int = 0
     sent_turn: int = 0
     pending: Span | None = None
     recovery_turn: int = 0
@@ -263,20 +269,24 @@ class ContextGatekeeper:
         assert self._server is not None
         try:
             report = await probe(self._server, model, sample)
-            self._learn(model, report, estimator.text(sample).tokens)
+            self._learn(model, report, estimator.text(sample))
         finally:
             self._probed[model].set()  # even when cancelled: nobody waits forever
 
-    def _learn(self, model: str, report: ServerReport, estimated: int) -> None:
+    def _learn(self, model: str, report: ServerReport, sample: Estimate) -> None:
         self._probes[model] = report
+        estimated = sample.tokens
         if report.sample_tokens is not None:
-            self.calibration.observe(model, estimated, report.sample_tokens, "tokenizer")
+            count = report.sample_tokens
+            self.calibration.observe(model, estimated, count, "tokenizer", sample.bound)
             logger.info(
-                "model %r: the server's tokenizer (%s) counts %d tokens where %d were estimated",
+                "model %r: the server's tokenizer (%s) counts %d tokens where %d were "
+                "estimated (bound %d)",
                 model,
                 report.tokenizer,
-                report.sample_tokens,
+                count,
                 estimated,
+                sample.bound,
             )
         if report.window is not None:
             logger.info("model %r: the server reports a window of %d tokens", model, report.window)
@@ -292,8 +302,9 @@ class ContextGatekeeper:
         if run is not None and not run.stopped:
             turn = msg.turn - 1 if msg.turn > 1 else 0  # the turn that added the messages
             self._sync(run, msg.appended, msg.prompt_messages, turn)
-            method = self._method(run)
-            if method != run.counting:  # the run's first check, or the method changed
+            counting = run.counting
+            method = counting if counting in _SETTLED else self._method(run)
+            if method != counting:  # the run's first check, or the method changed
                 if not run.counting:
                     run.base = _fixed_prompt(run)
                 run.counting = method
@@ -301,8 +312,15 @@ class ContextGatekeeper:
                 self._publish(
                     ContextAction(run_id=run.run_id, turn=msg.turn, kind="counting", detail=detail)
                 )
-            if msg.appended and not run.stale and run.policy.tool_result_share:
-                self._cut_results(run, msg)
+            if run.policy.tool_result_share and not run.stale:
+                if run.cut_window != run.window:
+                    run.cut_window, run.cut_chars = run.window, _cut_chars(run)
+                cut_chars = run.cut_chars
+                for message in msg.appended:  # most results are far below any share
+                    content = message.content
+                    if content is not None and len(content) > cut_chars:
+                        self._cut_results(run, msg)
+                        break
             self._check(run, msg)
 
     def _sync(
@@ -350,20 +368,24 @@ class ContextGatekeeper:
                 "plus framing (its tokenizer is unknown; no reported usage or server "
                 "tokenizer has calibrated it yet)."
             )
-        ratio = self.calibration.ratio(model)
-        samples = self.calibration.samples(model)
+        calibration = self.calibration
+        ratios = (
+            f"{calibration.ratio(model):.2f} × the typical estimate or "
+            f"{calibration.ratio_of_bound(model):.2f} × the UTF-8 byte bound, the larger, "
+            "never above the bound"
+        )
         if source == "tokenizer":
             report = self._probes.get(model)
             path = report.tokenizer if report is not None else None
             return (
-                f"Prompt tokens of {model!r} are estimated with the ratio {ratio:.2f} its "
-                f"server's tokenizer (POST {path}) gave on a sample, never above the UTF-8 "
-                "byte bound."
+                f"Prompt tokens of {model!r} are estimated from what its server's tokenizer "
+                f"(POST {path}) counted in a sample: {ratios}."
             )
+        samples = calibration.samples(model)
+        replies = f"{samples} repl{'y' if samples == 1 else 'ies'}"
         return (
-            f"Prompt tokens of {model!r} are estimated with the ratio {ratio:.2f} learned "
-            f"from the usage the server reported ({samples} repl{'y' if samples == 1 else 'ies'}), "
-            "never above the UTF-8 byte bound."
+            f"Prompt tokens of {model!r} are estimated from the usage the server reported "
+            f"({replies}): {ratios}."
         )
 
     def _cut_results(self, run: _Run, msg: TurnStarted) -> None:
@@ -377,13 +399,17 @@ class ContextGatekeeper:
             content = message.content
             if message.role != "tool" or not content or message.tool_call_id is None:
                 continue
+            if len(content) <= run.cut_chars:
+                continue
             index = first + offset
             entry = run.ledger.entries[index]
             own = self._tokens(run, entry.estimate.tokens, entry.estimate.bound)
             if not allowed:  # the room the run's fixed prompt leaves, calibrated as of now
                 room = run.limit - self._tokens(run, *run.base)
+                if room <= 0:
+                    return  # the task alone fills the window: the check says so
                 allowed = max(math.floor(share * room), 1)
-            if own <= allowed:
+            if own <= allowed or len(content) <= NOTE_CHARS:
                 continue
             if not folds:
                 before = self._prompt(run)
@@ -465,6 +491,10 @@ class ContextGatekeeper:
                 prompt = after
         if prompt <= limit:
             return
+        bounded = run.counting == "bound"
+        if bounded and msg.turn == 1 and ledger.tokens + tools.tokens <= limit:
+            self._first_request_anyway(run, msg.turn, prompt, limit)
+            return
         self._blocked += 1
         detail = (
             f"The prompt of turn {msg.turn} is estimated at {prompt:,} tokens; the "
@@ -472,6 +502,12 @@ class ContextGatekeeper:
             f"{policy.safety_buffer:,} and {policy.output_reserve:,} reserved for the "
             f"answer, leaves room for {limit:,}. No request was sent."
         )
+        if bounded:
+            detail += (
+                " The estimate is an upper bound (UTF-8 bytes): the model's tokenizer is "
+                "unknown, the server reported no usage and loopfuse found no tokenizer "
+                "endpoint on it."
+            )
         self._publish(
             ContextAction(
                 run_id=msg.run_id,
@@ -484,6 +520,28 @@ class ContextGatekeeper:
             )
         )
         self._stop(run, msg.run_id, ExitReason.BLOCKING_LIMIT, "context.blocking_limit", detail)
+
+    def _first_request_anyway(self, run: _Run, turn: int, bound: int, limit: int) -> None:
+        """Nothing has calibrated the model yet and only its bound is over the limit: the
+        first request goes out, and the server's answer decides (its usage calibrates; a
+        refusal takes the ``prompt_too_long`` path). A bound blocks only once it is all
+        there is (later turns)."""
+        typical = run.ledger.tokens + run.tools.tokens
+        self._publish(
+            ContextAction(
+                run_id=run.run_id,
+                turn=turn,
+                kind="counting",
+                estimate_tokens=bound,
+                limit_tokens=limit,
+                detail=(
+                    f"The prompt's upper bound ({bound:,} tokens) is over the limit "
+                    f"({limit:,}) but its typical estimate ({typical:,}) is not, and nothing "
+                    f"has calibrated {run.model!r} yet: the request is sent and the server's "
+                    "answer decides."
+                ),
+            )
+        )
 
     def _fold(self, run: _Run, folds: Sequence[Fold]) -> int:
         for fold in folds:
@@ -547,6 +605,7 @@ class ContextGatekeeper:
             ledger.extend(msg.messages[known:], msg.turn)
         run.sent_tokens = ledger.tokens + run.tools.tokens
         run.sent_floor = ledger.floor + run.tools.floor
+        run.sent_bound = ledger.bound + run.tools.bound
         run.sent_turn = msg.turn
 
     def _replied(self, msg: ModelReplied) -> None:
@@ -579,7 +638,7 @@ class ContextGatekeeper:
                 )
             )
             return
-        self.calibration.observe(run.model, sent, reported, "usage")
+        self.calibration.observe(run.model, sent, reported, "usage", run.sent_bound)
 
     # ------------------------------------------------------------------ after a refusal
 
@@ -670,6 +729,28 @@ def _sample(msg: RunStarted) -> str:
     for spec in msg.tool_specs:
         parts += (spec.name, spec.description, spec.parameters)
     return "\n".join(part for part in parts if part)
+
+
+_SETTLED: Final = frozenset(("exact", "usage"))
+"""Ways of counting that no later sample changes (usage replaces a tokenizer's ratio)."""
+MAX_BOUND_PER_CHAR: Final = 9
+"""The most bound tokens a character of a result adds: 4 UTF-8 bytes and 5 of escaping."""
+MAX_EXACT_PER_CHAR: Final = 4
+"""The most tokens an OpenAI vocabulary makes of one character (its UTF-8 bytes)."""
+RESULT_FRAMING: Final = 256
+"""Tokens a tool message adds besides its content, at most (framing and call id)."""
+
+
+def _cut_chars(run: _Run) -> int:
+    """The longest result that cannot be over its share whatever calibration says later
+    (a calibrated estimate is at most the bound, or ``HIGH`` times an exact count)."""
+    tokens, bound = run.base
+    share = run.policy.tool_result_share
+    if bound:
+        worst = share * (run.limit - bound) - RESULT_FRAMING
+        return max(int(worst) // MAX_BOUND_PER_CHAR, 0)
+    worst = share * (run.limit - tokens * HIGH) - RESULT_FRAMING * HIGH
+    return max(int(worst) // int(MAX_EXACT_PER_CHAR * HIGH), 0)
 
 
 def _fixed_prompt(run: _Run) -> tuple[int, int]:

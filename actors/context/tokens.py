@@ -7,8 +7,9 @@
   counted as one token, plus :data:`FALLBACK_MARGIN` (within 1 % of the largest of cl100k,
   o200k, Llama-3 and Qwen-3 on prose, code, JSON, CSV, Chinese, Russian, German, hex,
   base64 and emoji, so about 10 % above those): a typical count, which calibration scales.
-  ``bound``: the text's UTF-8 bytes plus one per text, and the framing at its largest
-  measured (:data:`BOUND_MESSAGE_OVERHEAD` and the rest): no byte-fallback BPE or
+  ``bound``: the text's UTF-8 bytes plus one per text (and what a template's escaping
+  adds, :func:`text_bound`), and the framing at its largest measured
+  (:data:`BOUND_MESSAGE_OVERHEAD` and the rest): no byte-fallback BPE or
   SentencePiece tokenizer makes more tokens than bytes, however small its vocabulary
   (``bench/token_bound.py`` measures it). ``floor`` is the plain cl100k count: a figure
   the endpoint's own count should not fall far below (the silent-truncation check uses it).
@@ -149,10 +150,13 @@ def _chunks(text: str) -> Iterator[str]:
 
 def text_bound(text: str) -> int:
     """At most how many tokens any byte-fallback tokenizer makes of ``text``: its UTF-8
-    bytes, and one for a SentencePiece dummy prefix."""
-    if text.isascii():
-        return len(text) + 1
-    return len(text.encode("utf-8", "surrogatepass")) + 1
+    bytes, one for a SentencePiece dummy prefix, and the bytes a chat template that escapes
+    its text adds: ``"`` becomes ``&#34;`` (llama-cpp-python's chatml-function-calling
+    HTML-escapes every message), ``'<>&`` at most ``\\u0027`` (Jinja's ``tojson``)."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    count = text.count
+    escaped = 4 * count('"') + 5 * (count("'") + count("<") + count(">") + count("&"))
+    return size + 1 + escaped
 
 
 @functools.cache
