@@ -69,6 +69,7 @@ from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.folders import SharedFolders
 from orchestrator.runtime.heap import freeze_long_lived
 from orchestrator.runtime.mcp import open_mcp_tools
+from orchestrator.runtime.resume import MonitorStates
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 from orchestrator.sim.tools import scripted_tool_from
 from orchestrator.tracing import parse_traceparent
@@ -402,6 +403,10 @@ class Runtime:
                 )
             )
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
+            budget_monitor = BudgetMonitor(self.bus)
+            self._monitor_states = MonitorStates(
+                {"loop": self._loop_monitor, "budget": budget_monitor}
+            )
             self.context_gatekeeper = ContextGatekeeper(
                 self.bus, self._context_policies.get, server=self._context_server()
             )
@@ -410,7 +415,7 @@ class Runtime:
             actors = (
                 self.metrics,
                 self.event_log,
-                BudgetMonitor(self.bus),
+                budget_monitor,
                 self._loop_monitor,
                 ProgressReporter(self.bus),
                 executor,
@@ -534,7 +539,9 @@ class Runtime:
             or uuid.uuid4().hex,
             traceparent=parent.header() if parent is not None else "",
             resume=point.resume if point is not None else None,
-            on_checkpoint=self._journal.checkpoint if self._journal is not None else None,
+            on_checkpoint=self._monitor_states.saving(self._journal.checkpoint)
+            if self._journal is not None
+            else None,
             task=spec.task,
             system=spec.system,
             history=spec.history,
@@ -547,6 +554,8 @@ class Runtime:
             finishing_tools=resolved.finishing_tools,
         )
         self._loop_configs[run_id] = loop_config
+        if inputs.resume is not None:  # the fuses go on where they were
+            self._monitor_states.restore(run_id, inputs.resume.monitors)
         if settings.hooks:
             self._run_hooks[run_id] = settings.hooks
         self._context_policies[run_id] = policy
