@@ -186,9 +186,10 @@ class ModelRequest(Message, frozen=True, kw_only=True):
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int | None = None
     deadline_at: float | None = None
-    purpose: Literal["turn", "compact"] = "turn"
+    purpose: Literal["turn", "compact", "loop_check"] = "turn"
     """``compact``: a summary of early history asked for by the context gatekeeper (no
-    tools), not a turn of the run's transcript."""
+    tools), not a turn of the run's transcript. ``loop_check``: the loop monitor's
+    model-based check (``turn`` is minus the run's turn, so no turn takes its reply)."""
     escalated_max_tokens: int | None = None
     """After ``finish_reason == "length"``, retry once with this ``max_tokens`` (``None``:
     the LLM caller's endpoint setting)."""

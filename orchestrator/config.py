@@ -194,6 +194,9 @@ class LoopSettings(_Settings, frozen=True, kw_only=True):
     ] = ()
     """More result normalisation patterns (``{pattern, replacement}``), for every run;
     operator config only (a run's ``loop`` table may not set them)."""
+    llm_check_model: str = ""
+    """The model the model-based loop check asks (``loop.llm_check``, off unless a run's
+    ``loop`` table or preset turns it on); empty: the run's own model. Operator config only."""
 
     def __post_init__(self) -> None:
         for index, item in enumerate(self.result_patterns):
@@ -824,11 +827,13 @@ def merge_loop_overrides(
     *,
     source: str = "run",
     result_patterns: tuple[ResultPattern, ...] = (),
+    llm_check_model: str = "",
 ) -> LoopConfig:
     """``base`` (a loop preset) with a run's ``loop`` table on top: tables merge key by key
     (``ping_pong = {break_at = 30}`` keeps the preset's other ping-pong keys), anything else
     replaces (``poll_tools = [...]`` replaces the preset's list). ``result_patterns`` (the
-    operator's ``[loop] result_patterns``) are set last; a run's table may not set them.
+    operator's ``[loop] result_patterns``) and ``llm_check_model`` are set last; a run's
+    table may not set them.
 
     :raises ConfigError: a key is unknown or a value is bad, as the loop package checks
         them; the key is named ``config.loop.<key>``.
@@ -839,10 +844,20 @@ def merge_loop_overrides(
             "operator config only: set [loop] result_patterns in the config file",
             source=source,
         )
+    llm_check = overrides.get("llm_check")
+    if isinstance(llm_check, Mapping) and "model" in llm_check:
+        raise ConfigError(
+            "config.loop.llm_check.model",
+            "operator config only: set [loop] llm_check_model in the config file",
+            source=source,
+        )
     if result_patterns:
         base = msgspec.structs.replace(base, result_patterns=result_patterns)
+    if llm_check_model:
+        llm = msgspec.structs.replace(base.llm_check, model=llm_check_model)
+        base = msgspec.structs.replace(base, llm_check=llm)
     if not overrides:
-        return check_config(base) if result_patterns else base
+        return check_config(base) if result_patterns or llm_check_model else base
     data = _merged(msgspec.to_builtins(base), overrides)
     try:
         config = msgspec.convert(data, LoopConfig)

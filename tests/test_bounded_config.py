@@ -185,6 +185,7 @@ LOOP_SCENARIOS = {
     "shell_stagnation": "dead_loop",
     "read_loop": "dead_loop",
     "call_cap": "dead_loop",
+    "llm_check": "dead_loop",  # left off: the scenario's model does not answer checks
 }
 SWITCHED_ON = ("cycle", "tool_stagnation", "shell_stagnation", "read_loop", "call_cap")
 """Sections off in their scenario's preset: on, so that the bound is exercised."""
@@ -235,6 +236,11 @@ def _overrides(key: str, value: Any) -> tuple[str, dict[str, Any]]:
         setting = dict.fromkeys(LEVELS) | setting
     if section in SWITCHED_ON:
         setting["enabled"] = True
+    if section == "llm_check":  # max_interval must not be below min_interval
+        if field == "min_interval":
+            setting["max_interval"] = max(value, 15)
+        elif field == "max_interval":
+            setting["min_interval"] = max(min(value, 5), 1)
     if section == "cycle":
         if field == "min_period":  # max_period must not be below it
             setting["max_period"] = min(max(value, 5), PERIOD_MAX)

@@ -34,10 +34,10 @@ def test_public_api_is_pinned() -> None:
             "DETECTORS", "GEMINI", "GEMINI_RECOVERY_TEXT", "OPENCLAW", "OPENCLAW_CURRENT",
             "PRESETS", "QWEN", "STRICT", "STRICT_NUDGE_TEXT", "CallCapConfig", "ContentConfig",
             "CycleConfig", "Decision", "Detector", "GenericRepeatConfig", "GlobalBreakerConfig",
-            "Level", "LoopConfig", "LoopConfigError", "LoopDetector", "NoNewInformationConfig",
-            "PingPongConfig", "PollConfig", "PollTool", "ReadLoopConfig", "ResultPattern",
-            "ShellStagnationConfig", "StrikesConfig", "ToolStagnationConfig",
-            "UnknownToolConfig", "check_config", "load_config",
+            "Level", "LlmCheckConfig", "LoopConfig", "LoopConfigError", "LoopDetector",
+            "NoNewInformationConfig", "PingPongConfig", "PollConfig", "PollTool",
+            "ReadLoopConfig", "ResultPattern", "ShellStagnationConfig", "StrikesConfig",
+            "ToolStagnationConfig", "UnknownToolConfig", "check_config", "load_config",
         ]
     )  # fmt: skip
     for name in actors.loop.__all__:

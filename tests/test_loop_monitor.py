@@ -294,10 +294,11 @@ def test_a_run_holds_no_state_until_its_first_call_and_none_after_it_finishes() 
     # a parked run, a reply without calls, a stray result: still nothing held
     monitor.handle(ModelReply(run_id="r1", turn=1, text=""))
     monitor.handle(ToolResult(run_id="r1", turn=1, call_id="c", tool="read_file", content="x"))
-    assert (monitor.active_runs(), asked) == (0, [])
+    # asked at the start only whether the model-based check is on (it is not: nothing kept)
+    assert (monitor.active_runs(), asked) == (0, ["r1"])
     monitor.handle(_proposed("r1", 1))
     monitor.handle(_proposed("r1", 2))
-    assert (monitor.active_runs(), asked) == (1, ["r1"])  # the config is asked once
+    assert (monitor.active_runs(), asked) == (1, ["r1", "r1"])  # then once for the state
     monitor.handle(finished("r1"))
     assert monitor.active_runs() == 0
 

@@ -32,6 +32,7 @@ __all__ = [
     "CycleConfig",
     "GenericRepeatConfig",
     "GlobalBreakerConfig",
+    "LlmCheckConfig",
     "LoopConfig",
     "LoopConfigError",
     "NoNewInformationConfig",
@@ -286,6 +287,30 @@ class CallCapConfig(_Config, frozen=True, kw_only=True):
     hard_cap: Threshold | None = 1000
 
 
+class LlmCheckConfig(_Config, frozen=True, kw_only=True):
+    """Detector 13: a model asked whether the run is looping (gemini-cli's LLM check).
+
+    From turn ``first_turn`` on, every ``interval`` turns, a model (``model``: operator
+    config only; empty: the run's own) reads the last ``history`` entries of the run and
+    the task, and answers with its confidence that the run is stuck. A confidence of at
+    least ``confidence`` is a loop: the first one nudges, loop number ``stop_at_offence``
+    stops the run. After a "no loop" answer the next check comes after
+    round(``min_interval`` + (``max_interval`` − ``min_interval``) × (1 − confidence))
+    turns, so a confident "no" checks less often.
+    """
+
+    enabled: bool = False
+    model: str = ""
+    first_turn: Annotated[int, msgspec.Meta(ge=1, le=HISTORY_MAX)] = 30
+    interval: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
+    min_interval: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 5
+    max_interval: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 15
+    confidence: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] = 0.9
+    history: Annotated[int, msgspec.Meta(ge=1, le=200)] = 20
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 512
+    stop_at_offence: Strikes = 2
+
+
 class ResultPattern(_Config, frozen=True, kw_only=True):
     """A normalisation pattern: matches of ``pattern`` (a Python regular expression) are
     replaced by ``replacement`` before a result is fingerprinted."""
@@ -335,6 +360,7 @@ class LoopConfig(_Config, frozen=True, kw_only=True):
     shell_stagnation: ShellStagnationConfig = ShellStagnationConfig()
     read_loop: ReadLoopConfig = ReadLoopConfig()
     call_cap: CallCapConfig = CallCapConfig()
+    llm_check: LlmCheckConfig = LlmCheckConfig()
     strikes: StrikesConfig | None = None
     normalise_results: bool = True
     """Volatile parts of a result (ids, pids, UUIDs, digests, timestamps, durations, temp
@@ -428,6 +454,9 @@ def check_config(config: LoopConfig) -> LoopConfig:
         raise LoopConfigError("content.threshold: must be at least 2")
     if config.strikes is not None:
         _positive("strikes.stop_at", config.strikes.stop_at)
+    llm = config.llm_check
+    if llm.max_interval < llm.min_interval:
+        raise LoopConfigError("llm_check.max_interval: must be at least llm_check.min_interval")
     if len(config.result_patterns) > PATTERNS_MAX:
         raise LoopConfigError(f"result_patterns: at most {PATTERNS_MAX} patterns")
     for index, item in enumerate(config.result_patterns):

@@ -19,6 +19,7 @@ result, so it counts as no progress.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
@@ -30,11 +31,12 @@ from actors.loop.cycle import Cycle
 from actors.loop.generic import GenericRepeat
 from actors.loop.global_breaker import GlobalBreaker
 from actors.loop.history import EMPTY_WINDOW, CallRecord, ToolDetector, Window
+from actors.loop.llm_check import LlmCheck, check_messages, parse_answer
 from actors.loop.no_new_information import NoNewInformation
 from actors.loop.normalise import Normaliser
 from actors.loop.ping_pong import PingPong
 from actors.loop.poll import PollNoProgress
-from actors.loop.presets import STRICT
+from actors.loop.presets import GEMINI_RECOVERY_TEXT, STRICT
 from actors.loop.qwen import CallCap, ReadLoop, ShellStagnation, ToolStagnation, is_git_overview
 from actors.loop.snapshot import LoopSnapshot, decode_snapshot, encode_snapshot
 from actors.loop.unknown_tool import UnknownTool
@@ -162,6 +164,7 @@ class LoopDetector:
         "_content_tripped",
         "_detectors",
         "_last_results",
+        "_llm",
         "_nudged",
         "_pending",
         "_plan",
@@ -197,6 +200,7 @@ class LoopDetector:
         self._buckets: dict[str, int] | None = None
         self._nudged: set[tuple[str, ...]] | None = None
         self._seq = 0
+        self._llm: LlmCheck | None = None
 
     # ------------------------------------------------------------------ tool calls
 
@@ -404,6 +408,52 @@ class LoopDetector:
         self._nudged.add(key)
         return True
 
+    # ------------------------------------------------------------------ model-based check
+
+    def llm_check_due(self, turn: int) -> bool:
+        """Whether the model-based check is to be asked now, after the model's reply of
+        ``turn`` (never when ``llm_check`` is off, nor while a check is unanswered)."""
+        if not self.config.llm_check.enabled:
+            return False
+        llm = self._llm
+        if llm is None:
+            llm = self._llm = LlmCheck(self.config.llm_check)
+        return llm.due(turn)
+
+    @staticmethod
+    def llm_check_messages(task: str, history: Sequence[str]) -> list[tuple[str, str]]:
+        """What the checking model is asked: ``(role, content)`` messages built from the
+        run's task and its recent history entries (oldest first)."""
+        return check_messages(task, history)
+
+    def llm_check_answer(self, text: str | None) -> Decision:
+        """Judge the checking model's answer (``None``: the check failed, which is no
+        loop). A loop nudges with gemini-cli's recovery text; loop number
+        ``llm_check.stop_at_offence`` (or the strike that stops, under strikes) breaks."""
+        llm = self._llm
+        if llm is None:
+            return _NONE
+        verdict = parse_answer(text) if text is not None else None
+        if not llm.answered(verdict):
+            return _NONE
+        assert verdict is not None
+        analysis = verdict.analysis.strip() or "the recent history repeats without progress"
+        detail = (
+            f"A loop check ({verdict.confidence:.2f} confident) found the run stuck: {analysis}"
+        )
+        hit = Hit("llm_check", "critical", llm.offences, "llm-check", detail)
+        if self.config.strikes is not None:
+            return self._strike(hit, detail, detail)
+        if llm.offences >= self.config.llm_check.stop_at_offence:
+            return Decision(level="break", detector="llm_check", count=llm.offences, message=detail)
+        return Decision(
+            level="critical",
+            detector="llm_check",
+            count=llm.offences,
+            message=detail,
+            nudge=GEMINI_RECOVERY_TEXT.replace("{detail}", detail),
+        )
+
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self) -> bytes:
@@ -423,6 +473,11 @@ class LoopDetector:
                 nudged=[list(key) for key in self._nudged] if self._nudged is not None else None,
                 strikes=self._strikes,
                 content_offences=self._content_offences,
+                llm=(
+                    [self._llm.next_turn, self._llm.interval, self._llm.offences]
+                    if self._llm is not None
+                    else None
+                ),
             )
         )
 
@@ -457,6 +512,9 @@ class LoopDetector:
         self._nudged = {tuple(key) for key in snap.nudged} if snap.nudged is not None else None
         self._strikes = snap.strikes
         self._content_offences = snap.content_offences
+        if snap.llm is not None and len(snap.llm) == 3:
+            llm = self._llm = LlmCheck(self.config.llm_check)
+            llm.next_turn, llm.interval, llm.offences = snap.llm
 
     # ------------------------------------------------------------------ streamed text
 

@@ -18,6 +18,7 @@ with each model response and at each tool call.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, assert_never
@@ -28,10 +29,13 @@ from anyio.abc import TaskStatus
 from actors.loop import STRICT, Decision, LoopConfig, LoopDetector
 from bus import (
     Bus,
+    ChatMessage,
     ExitReason,
     Message,
     ModelCancel,
+    ModelError,
     ModelReply,
+    ModelRequest,
     ModelTextDelta,
     Nudge,
     RunFinished,
@@ -55,6 +59,15 @@ class _Run:
     detector: LoopDetector
     stream_turn: int | None = None
     stopped: bool = False
+    check: _Check | None = None
+    """What the model-based check reads (only when ``llm_check`` is on)."""
+
+
+@dataclass(slots=True)
+class _Check:
+    task: str
+    model: str
+    history: deque[str]
 
 
 class LoopMonitor:
@@ -76,6 +89,9 @@ class LoopMonitor:
         self._name = name
         self._overrides: dict[str, LoopConfig] = {}
         self._restored: dict[str, bytes] = {}
+        self._started: dict[str, RunStarted] = {}
+        """The start of a run whose config asks for the model-based check, while its state
+        is made."""
         self._runs: dict[str, _Run] = {}
         self._table = self.handlers()  # for :meth:`handle`
 
@@ -121,6 +137,7 @@ class LoopMonitor:
             ModelTextDelta: self._text_delta,
             ToolResult: self._tool_result,
             ModelReply: self._reply,
+            ModelError: self._model_error,
             RunStarted: self._run_started,
             RunFinished: self._run_finished,
         }
@@ -144,6 +161,8 @@ class LoopMonitor:
             self._answer_call(state, msg, decision)
 
     def _text_delta(self, msg: ModelTextDelta) -> None:
+        if msg.turn < 0:
+            return  # the model-based check's answer streaming
         state = self._runs.get(msg.run_id) or self._new_run(msg.run_id)
         if state.stopped:
             return
@@ -154,6 +173,8 @@ class LoopMonitor:
 
     def _tool_result(self, msg: ToolResult) -> None:
         known = self._runs.get(msg.run_id)
+        if known is not None and known.check is not None:
+            known.check.history.append(f"{msg.tool} returned: {msg.content}")
         if known is not None and known.detector.reads_results:
             known.detector.record_result(
                 msg.call_id,
@@ -164,27 +185,47 @@ class LoopMonitor:
             )
 
     def _reply(self, msg: ModelReply) -> None:
+        if msg.turn < 0:
+            self._check_answered(msg.run_id, msg.text)
+            return
         known = self._runs.get(msg.run_id)
-        if known is not None and known.stream_turn is not None:
+        if known is None:
+            return
+        if known.stream_turn is not None:
             # (no delta since the last new stream: the content state is fresh)
             known.detector.new_stream()
             known.stream_turn = None
+        if known.check is not None and not known.stopped:
+            self._check_turn(known, msg)
+
+    def _model_error(self, msg: ModelError) -> None:
+        if msg.turn < 0 and msg.final:
+            self._check_answered(msg.run_id, None)
 
     def _run_started(self, msg: RunStarted) -> None:
         self._runs.pop(msg.run_id, None)
+        if self._config_of(msg.run_id, keep=True).llm_check.enabled:
+            # the check reads every reply: the run's state is made now, with its task
+            self._started[msg.run_id] = msg
+            self._new_run(msg.run_id)
 
     def _run_finished(self, msg: RunFinished) -> None:
         self._runs.pop(msg.run_id, None)
         self._overrides.pop(msg.run_id, None)
         self._restored.pop(msg.run_id, None)
+        self._started.pop(msg.run_id, None)
 
     # ------------------------------------------------------------------ internals
 
-    def _new_run(self, run_id: str) -> _Run:
-        """The state of a run seen for the first time (its first call or delta)."""
-        config = self._overrides.pop(run_id, None)
+    def _config_of(self, run_id: str, *, keep: bool = False) -> LoopConfig:
+        config = self._overrides.get(run_id) if keep else self._overrides.pop(run_id, None)
         if config is None:
             config = self._config if isinstance(self._config, LoopConfig) else self._config(run_id)
+        return config
+
+    def _new_run(self, run_id: str) -> _Run:
+        """The state of a run seen for the first time (its first call or delta)."""
+        config = self._config_of(run_id)
         detector = LoopDetector(config)
         restored = self._restored.pop(run_id, None)
         if restored is not None:
@@ -194,7 +235,51 @@ class LoopMonitor:
                 logger.warning("run %s: loop state not restored (another config)", run_id)
                 detector.reset()
         state = self._runs[run_id] = _Run(detector)
+        started = self._started.pop(run_id, None)
+        if started is not None:
+            llm = config.llm_check
+            state.check = _Check(
+                started.task, llm.model or started.model, deque(maxlen=llm.history)
+            )
         return state
+
+    # ------------------------------------------------------------------ model-based check
+
+    def _check_turn(self, state: _Run, msg: ModelReply) -> None:
+        """Note the reply in the check's history; ask the checking model when due."""
+        check = state.check
+        assert check is not None
+        if msg.text:
+            check.history.append(f"assistant said: {msg.text}")
+        for call in msg.tool_calls:
+            check.history.append(f"assistant called {call.name}({call.arguments})")
+        detector = state.detector
+        if not detector.llm_check_due(msg.turn):
+            return
+        messages = tuple(
+            ChatMessage(role="system" if role == "system" else "user", content=content)
+            for role, content in detector.llm_check_messages(check.task, tuple(check.history))
+        )
+        self._bus.publish_nowait(
+            ModelRequest(
+                run_id=msg.run_id,
+                turn=-msg.turn,  # not a turn of the run: the conductor leaves it alone
+                model=check.model,
+                messages=messages,
+                max_tokens=detector.config.llm_check.max_tokens,
+                purpose="loop_check",
+            )
+        )
+
+    def _check_answered(self, run_id: str, text: str | None) -> None:
+        state = self._runs.get(run_id)
+        if state is None or state.stopped:
+            return
+        decision = state.detector.llm_check_answer(text)
+        if decision.level == "break":
+            self._stop(state, run_id, decision)
+        elif decision.level != "none":
+            self._nudge(run_id, decision)
 
     def _answer_call(self, state: _Run, msg: ToolCallProposed, decision: Decision) -> None:
         publish = self._bus.publish_nowait

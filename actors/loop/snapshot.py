@@ -33,6 +33,8 @@ class LoopSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     nudged: list[list[str]] | None = None
     strikes: int = 0
     content_offences: int = 0
+    llm: list[int] | None = None
+    """The model-based check's next turn, interval and loops found (``None``: never due)."""
 
 
 _encoder = msgspec.json.Encoder()

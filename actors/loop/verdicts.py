@@ -37,6 +37,7 @@ Detector = Literal[
     "shell_stagnation",
     "read_loop",
     "call_cap",
+    "llm_check",
 ]
 DETECTORS: tuple[Detector, ...] = (
     "generic_repeat",
@@ -52,6 +53,7 @@ DETECTORS: tuple[Detector, ...] = (
     "shell_stagnation",
     "read_loop",
     "call_cap",
+    "llm_check",
 )
 
 

@@ -18,6 +18,7 @@ from bus import (
     ExitReason,
     Inbox,
     Message,
+    ModelReply,
     Nudge,
     StopSignal,
     ToolVerdict,
@@ -108,6 +109,8 @@ class ControlInbox:
                 self._keep(msg)
             case Nudge():
                 self.nudges.append(msg)
+            case ModelReply(turn=turn) if turn < 0:  # the loop monitor's model-based check
+                self._run.usage = self._run.usage + msg.usage
             case ToolVerdict():
                 verdicts = self.verdicts
                 if verdicts is not None and msg.turn == self._run.turn:

@@ -589,6 +589,7 @@ class Runtime:
             PRESETS.get(settings.loop_preset, OFF),
             settings.loop,
             result_patterns=self.config.loop.result_patterns,
+            llm_check_model=self.config.loop.llm_check_model,
         )
         unknown = [name for name in settings.tools if self.tools.get(name) is None]
         if unknown:

@@ -1,0 +1,228 @@
+"""The model-based loop check (gemini-cli's LLM check, opt-in): schedule, answers, strikes,
+and a real run whose checking model's tokens count in the run's usage."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+from actors.loop import GEMINI, STRICT, LlmCheckConfig, LoopConfig, LoopDetector
+from actors.loop.llm_check import SYSTEM_PREFIX, parse_answer
+from actors.loop.monitor import LoopMonitor
+from actors.tools import default_registry
+from bench.loops import echo_tool
+from bench.scripted_model import ECHO_TOOL, ScriptedModel
+from bus import (
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    Nudge,
+    RunStarted,
+    StopSignal,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from orchestrator.config import Config, ConfigError, LoopSettings, merge_loop_overrides
+from orchestrator.runtime import RunSpec, Runtime
+from tests.published import Published, feed
+
+
+def with_check(base: LoopConfig = STRICT, **keys: Any) -> LoopConfig:
+    llm = LlmCheckConfig(enabled=True, **keys)
+    return msgspec.structs.replace(base, llm_check=llm)
+
+
+def answer(confidence: float, analysis: str = "same three calls") -> str:
+    return json.dumps(
+        {"unproductive_state_analysis": analysis, "unproductive_state_confidence": confidence}
+    )
+
+
+def test_the_check_starts_at_its_turn_and_adapts_its_interval_as_gemini() -> None:
+    detector = LoopDetector(with_check())  # upstream: from turn 30, every 10, then 5..15
+    asked = []
+    confidences = iter([0.0, 1.0 - 0.5, 0.8])
+    for turn in range(1, 80):
+        if detector.llm_check_due(turn):
+            asked.append(turn)
+            assert detector.llm_check_answer(answer(next(confidences, 0.1))).level == "none"
+    # 30; "no" at 0.0 -> round(5 + 10 * 1.0) = 15 -> 45; 0.5 -> 10 -> 55; 0.8 -> 7 -> 62; 0.1 -> 14
+    assert asked == [30, 45, 55, 62, 76]
+
+
+def test_one_check_at_a_time_and_errors_keep_the_interval() -> None:
+    detector = LoopDetector(with_check(first_turn=2, interval=3))
+    assert detector.llm_check_due(2)
+    assert not detector.llm_check_due(3)  # still unanswered
+    assert detector.llm_check_answer(None).level == "none"  # the check failed: no loop
+    assert [t for t in range(3, 12) if detector.llm_check_due(t)] == [5]
+
+
+def test_a_loop_nudges_with_gemini_s_recovery_text_then_stops() -> None:
+    detector = LoopDetector(with_check(first_turn=1, interval=1, min_interval=1, max_interval=1))
+    assert detector.llm_check_due(1)
+    first = detector.llm_check_answer(answer(0.95, "it reads the same log again and again"))
+    assert (first.level, first.detector, first.cause) == ("critical", "llm_check", "loop.llm_check")
+    assert first.nudge is not None
+    assert first.nudge.startswith("System: Potential loop detected. Details: A loop check")
+    assert "it reads the same log again and again" in first.nudge
+    assert detector.llm_check_due(2)
+    assert detector.llm_check_answer(answer(0.89)).level == "none"  # below the threshold
+    assert detector.llm_check_due(3)
+    assert detector.llm_check_answer(answer(0.9)).level == "break"
+
+
+def test_under_gemini_the_check_shares_the_strikes() -> None:
+    detector = LoopDetector(with_check(GEMINI, first_turn=1, interval=1))
+    for _ in range(4):
+        detector.propose("read_file", '{"p": 1}')
+    assert detector.propose("read_file", '{"p": 1}').level == "critical"  # strike 1
+    assert detector.llm_check_due(1)
+    assert detector.llm_check_answer(answer(0.99)).level == "break"  # strike 2
+
+
+def test_off_by_default_in_every_preset() -> None:
+    detector = LoopDetector(STRICT)
+    assert not any(detector.llm_check_due(turn) for turn in range(1, 200))
+    assert detector.llm_check_answer(answer(1.0)).level == "none"
+
+
+@pytest.mark.parametrize(
+    ("text", "confidence"),
+    [
+        (answer(0.93), 0.93),
+        ("```json\n" + answer(0.5) + "\n```", 0.5),
+        ("Sure. " + answer(2.0) + " Done.", 1.0),  # clamped
+        ('{"unproductive_state_confidence": 0.3}', 0.3),
+        ("no json here", None),
+        ('{"unproductive_state_confidence": "high"}', None),
+        ('{"unproductive_state_confidence": NaN}', None),
+    ],
+)
+def test_answers_are_read_leniently_and_anything_else_is_no_loop(
+    text: str, confidence: float | None
+) -> None:
+    verdict = parse_answer(text)
+    assert (verdict.confidence if verdict else None) == confidence
+
+
+def test_the_prompt_carries_the_task_and_the_recent_history() -> None:
+    messages = LoopDetector.llm_check_messages("Fix the build.", ["a" * 2000, "b"])
+    assert [role for role, _ in messages] == ["system", "user"]
+    assert messages[0][1].startswith(SYSTEM_PREFIX)
+    assert "unproductive_state_confidence" in messages[0][1]
+    user = messages[1][1]
+    assert "Fix the build." in user
+    assert "1. " + "a" * 600 + " […]" in user  # entries are cut
+    assert "2. b" in user
+
+
+def test_the_monitor_asks_the_configured_model_and_acts_on_the_answers() -> None:
+    published = Published()
+    config = with_check(first_turn=2, interval=1, min_interval=1, max_interval=1, model="cheap")
+    monitor = LoopMonitor(published.bus, config)
+    handlers = monitor.handlers()
+    feed(handlers, RunStarted(run_id="r", trace_id="t", task="Count the rows.", model="big"))
+    call = ToolCall(id="c1", name="count", arguments="{}")
+    feed(
+        handlers,
+        ModelReply(run_id="r", turn=1, text="Let me count.", tool_calls=(call,)),
+        ToolResult(run_id="r", turn=1, call_id="c1", tool="count", content="41 rows"),
+        ModelReply(run_id="r", turn=2, text="", tool_calls=(call,)),
+    )
+    requests = [m for m in published.messages if isinstance(m, ModelRequest)]
+    assert len(requests) == 1
+    request = requests[0]
+    assert (request.turn, request.model, request.purpose, request.tools) == (
+        -2, "cheap", "loop_check", ()
+    )  # fmt: skip
+    assert request.messages[0].content is not None
+    assert request.messages[0].content.startswith(SYSTEM_PREFIX)
+    prompt = request.messages[1].content or ""
+    assert "Count the rows." in prompt
+    assert "assistant called count({})" in prompt
+    assert "count returned: 41 rows" in prompt
+    feed(handlers, ModelReply(run_id="r", turn=-2, text=answer(0.97)))
+    nudges = [m for m in published.messages if isinstance(m, Nudge)]
+    assert [n.kind for n in nudges] == ["loop.llm_check"]
+    feed(handlers, ModelReply(run_id="r", turn=3, text="", tool_calls=(call,)))
+    feed(handlers, ModelError(run_id="r", turn=-3, kind="server", message="x", final=True))
+    assert not [m for m in published.messages if isinstance(m, StopSignal)]  # error: no loop
+    feed(handlers, ModelReply(run_id="r", turn=4, text="", tool_calls=(call,)))
+    feed(handlers, ModelReply(run_id="r", turn=-4, text=answer(0.99)))
+    stops = [m for m in published.messages if isinstance(m, StopSignal)]
+    assert [(s.cause, s.reason.value) for s in stops] == [("loop.llm_check", "hook_stopped")]
+
+
+def test_the_model_is_operator_config_only() -> None:
+    with pytest.raises(ConfigError) as caught:
+        merge_loop_overrides(STRICT, {"llm_check": {"enabled": True, "model": "x"}})
+    assert caught.value.key == "config.loop.llm_check.model"
+    merged = merge_loop_overrides(STRICT, {"llm_check": {"enabled": True}}, llm_check_model="m")
+    assert (merged.llm_check.enabled, merged.llm_check.model) == (True, "m")
+
+
+CHECK_USAGE = Usage(prompt_tokens=1000, completion_tokens=30)
+
+
+def _script(request: ModelRequest) -> ModelReply:
+    if request.purpose == "loop_check":
+        assert request.turn < 0
+        return ModelReply(
+            run_id=request.run_id, turn=request.turn, text=answer(0.96), usage=CHECK_USAGE
+        )
+    call = ToolCall(
+        id=f"c{request.turn}", name=ECHO_TOOL, arguments=f'{{"text": "{request.turn}"}}'
+    )
+    return ModelReply(
+        run_id=request.run_id,
+        turn=request.turn,
+        text="",
+        tool_calls=(call,),
+        finish_reason="tool_calls",
+        usage=Usage(prompt_tokens=10, completion_tokens=5),
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_run_stops_at_the_second_loop_and_counts_the_checks_tokens() -> None:
+    tools = default_registry()
+    tools.add(echo_tool())
+    config = Config(loop=LoopSettings(llm_check_model="cheap-checker"))
+    models: list[str] = []
+
+    def script(request: ModelRequest) -> ModelReply:
+        if request.purpose == "loop_check":
+            models.append(request.model)
+        return _script(request)
+
+    async with Runtime(
+        config, tools=tools, model_actor=lambda bus: ScriptedModel(bus, script)
+    ) as runtime:
+        result = await runtime.run(
+            RunSpec(
+                task="Echo forever.",
+                overrides={
+                    "tools": [ECHO_TOOL],
+                    "max_turns": 40,
+                    "loop": {
+                        "llm_check": {
+                            "enabled": True,
+                            "first_turn": 3,
+                            "interval": 2,
+                            "min_interval": 2,
+                            "max_interval": 2,
+                        }
+                    },
+                },
+            )
+        )
+    assert (result.exit_reason.value, result.cause) == ("hook_stopped", "loop.llm_check")
+    assert models == ["cheap-checker", "cheap-checker"]
+    # two checks (turns 3 and 5) at 1,000 + 30 tokens each, beside the turns' own 15 each
+    assert result.usage.prompt_tokens - 10 * result.turns == 2 * CHECK_USAGE.prompt_tokens
+    assert result.usage.completion_tokens - 5 * result.turns == 2 * CHECK_USAGE.completion_tokens
