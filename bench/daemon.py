@@ -187,6 +187,38 @@ class DaemonFigures:
 
 # ---------------------------------------------------------------------- the daemon process
 
+SLOW_NAME: Final = "completed_slow"
+_SLOW: Final = """
+description = "completed, with the model taking {seconds} s per request."
+task = "Look at the folder and tell me what experiment it holds."
+
+[config]
+max_turns = 5
+
+[folder]
+"README.txt" = "Yeast growth curves at 30 C, three biological replicates."
+
+[[steps]]
+latency = {seconds}
+tool_calls = [{{ name = "list_dir", arguments = {{ path = "." }} }}]
+
+[[steps]]
+latency = {seconds}
+text = "The folder holds yeast growth curves: OD600 every two hours, three replicates."
+
+[expect]
+exit_reason = "completed"
+"""
+
+
+def slow_scenario(folder: Path, seconds: float) -> Path:
+    """``completed`` with the model answering after ``seconds`` (runs that wait, as runs on
+    a real model do): ``<folder>/completed_slow.toml``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{SLOW_NAME}.toml"
+    path.write_text(_SLOW.format(seconds=seconds), encoding="utf-8")
+    return path
+
 
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU of process ``pid`` (all its threads) from ``/proc/<pid>/stat``."""
@@ -195,12 +227,15 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
-def _write_config(folder: Path, *, runs: int, in_flight: int, base_url: str | None) -> Path:
+def _write_config(
+    folder: Path, *, runs: int, in_flight: int, base_url: str | None, scenario: Path | None
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     lines = [
         "[daemon]",
         f'store_path = "{folder / "daemon.db"}"',
         f"queue_size = {max(runs, 1)}",
+        *([f'scenarios = ["{scenario}"]'] if scenario is not None else []),
         "[runtime]",
         f"max_concurrent_runs = {in_flight}",
     ]
@@ -439,8 +474,12 @@ async def _daemon_phase(
     profile: bool,
     base_url: str | None,
 ) -> tuple[Phase, dict[str, float], dict[str, float]]:
-    config = _write_config(folder, runs=runs + warmup, in_flight=in_flight, base_url=base_url)
-    body: dict[str, Any] = {"scenario": scenario} if base_url is None else {"task": ENDPOINT_TASK}
+    path = Path(scenario) if scenario.endswith(".toml") else None
+    config = _write_config(
+        folder, runs=runs + warmup, in_flight=in_flight, base_url=base_url, scenario=path
+    )
+    name = path.stem if path is not None else scenario
+    body: dict[str, Any] = {"scenario": name} if base_url is None else {"task": ENDPOINT_TASK}
     with serve_process(config, folder / "daemon.log") as (process, url):
         if warmup:
             await _drive(url, process.pid, [body] * warmup, clients=clients, follow=follow)
@@ -466,10 +505,13 @@ async def measure_daemon(
     library: bool = True,
     endpoint: bool = False,
     samples: Path | None = None,
+    model_seconds: float = 0.0,
 ) -> DaemonFigures:
     """Every phase the options ask for (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp:
         folder = Path(tmp)
+        if model_seconds:
+            scenario = str(slow_scenario(folder / "scenarios", model_seconds))
         daemon, stored, grouped = await _daemon_phase(
             folder / "scenario",
             scenario=scenario,
@@ -487,8 +529,9 @@ async def measure_daemon(
         if library:
             await _library(scenario, warmup, in_flight, base_url=None)
             lib = await _library(scenario, runs, in_flight, base_url=None)
+        name = Path(scenario).stem if scenario.endswith(".toml") else scenario
         figures = DaemonFigures(
-            scenario, runs, in_flight, clients, follow, daemon, lib, stored, grouped
+            name, runs, in_flight, clients, follow, daemon, lib, stored, grouped
         )
         if endpoint:
             from bench.http_client import simulator_process
@@ -582,11 +625,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--clients", type=int, default=32, help="concurrent submitters")
-    parser.add_argument("--scenario", default="completed")
+    parser.add_argument("--scenario", default="completed", help="a shipped name or a file")
     parser.add_argument("--follow", action="store_true", help="follow every run over SSE")
     parser.add_argument("--profile", action="store_true", help="py-spy, grouped by subsystem")
     parser.add_argument("--no-library", action="store_true", help="skip the in-process runs")
     parser.add_argument("--endpoint", action="store_true", help="also a real endpoint")
+    parser.add_argument(
+        "--model-seconds",
+        type=float,
+        default=0.0,
+        help="the model answers after this long (a copy of `completed`; runs wait, as on a "
+        "real model)",
+    )
     parser.add_argument("--samples", type=Path, help="keep py-spy's raw samples here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -602,6 +652,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             library=not args.no_library,
             endpoint=args.endpoint,
             samples=args.samples,
+            model_seconds=args.model_seconds,
         )
     )
     if args.json:
