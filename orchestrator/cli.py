@@ -150,11 +150,12 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def with_model(config: Config, args: argparse.Namespace) -> Config | None:
     """``config`` with the model the command line names (``--base-url``, ``--model``) over
-    the config file's; ``None`` when neither names an endpoint."""
+    the config file's; ``None`` unless together they name an endpoint and a model (a
+    ``--base-url`` alone needs ``--model``: the config's default name is a scenario's)."""
     base_url = args.base_url or config.model.base_url
-    if base_url is None:
+    model = args.model or (config.model.model if config.model.base_url else None)
+    if base_url is None or model is None:
         return None
-    model = args.model or config.model.model
     settings = msgspec.structs.replace(config.model, base_url=base_url, model=model)
     return msgspec.structs.replace(config, model=settings)
 
@@ -293,14 +294,17 @@ class Follower:
     """Waits for a run from the terminal: the first Ctrl-C aborts it (and marks
     :attr:`interrupted`), a second one quits at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, listening: anyio.Event | None = None) -> None:
         self.interrupted = False
+        self._listening = listening  # set once Ctrl-C is handled here (tests wait for it)
 
     async def __call__(self, handle: RunHandle) -> RunResult:
         async with anyio.create_task_group() as tg:
 
             async def on_interrupt() -> None:
                 with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                    if self._listening is not None:
+                        self._listening.set()
                     async for _ in signals:
                         if self.interrupted:
                             raise KeyboardInterrupt

@@ -88,6 +88,7 @@ def test_a_bad_config_file_is_one_line_and_exit_2(
     [
         ["run", "--task", "Summarise the risks", "--folder", "."],
         ["report", str(SAMPLE_FOLDER), "--goal", "Summarise the risks"],
+        ["run", "--task", "Summarise the risks", "--base-url", UNREACHABLE],  # no --model
     ],
 )
 def test_without_a_model_a_users_task_or_folder_is_refused_with_how_to_set_one(
@@ -163,7 +164,8 @@ async def test_ctrl_c_aborts_the_run_and_exits_130(tmp_path: Path) -> None:
         )
     )
     scenario = find_scenario(str(scenario_file))
-    follower = Follower()
+    listening = anyio.Event()
+    follower = Follower(listening=listening)
     async with Runtime(Config(), scenarios=[scenario]) as runtime:
         handle = await start_scenario(runtime, scenario)
         async with anyio.create_task_group() as tg:
@@ -177,6 +179,7 @@ async def test_ctrl_c_aborts_the_run_and_exits_130(tmp_path: Path) -> None:
                 async for message in handle.events():
                     if isinstance(message, ToolExecute):  # the slow tool runs now
                         break
+                await listening.wait()  # SIGINT before that would stop pytest itself
             os.kill(os.getpid(), signal.SIGINT)
     [result] = results
     assert follower.interrupted
