@@ -59,6 +59,7 @@ DEFAULT_SCENARIOS: Final = (
     "unknown_tool_loop",
     "poll_progress_strict.strict",
     "huge_tool_result",
+    "llm_loop_check",
 )
 OFF_MAX_TURNS: Final = 200
 """The turn cap of a fuses-off run: what a looping model costs without loop detection."""

@@ -211,11 +211,8 @@ NOT_FROM_A_SCENARIO: Final = frozenset(
 # Causes no run here ends with: model.interrupted (a llama-cpp-python stream cut by
 # another request; retried, so only a live server's repeated cuts end a run with it),
 # loop.shell_stagnation (qwen's tool-name stagnation stops the same calls first) and
-# loop.call_cap (qwen's cap of 100+ calls), loop.llm_check (the model-based check, being
-# built); only their hint's next step is checked.
-NO_RUN_YET: Final = frozenset(
-    {"model.interrupted", "loop.shell_stagnation", "loop.call_cap", "loop.llm_check"}
-)
+# loop.call_cap (qwen's cap of 100+ calls); only their hint's next step is checked.
+NO_RUN_YET: Final = frozenset({"model.interrupted", "loop.shell_stagnation", "loop.call_cap"})
 
 
 def _scenario_for(cause: str) -> Scenario | None:

@@ -13,10 +13,11 @@ import msgspec
 import pytest
 
 from bench.waste import DEFAULT_SCENARIOS, format_table, measure_waste
+from bus import ModelReply
 from orchestrator.config import Config, ContextSettings
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
-from orchestrator.scenarios.runs import expectation_mismatches, run_scenario
+from orchestrator.scenarios.runs import expectation_mismatches, run_scenario, start_scenario
 from orchestrator.sim import Scenario, ScenarioError, find_scenario, shipped_scenarios
 
 SHIPPED: Final = {scenario.name: scenario for scenario in shipped_scenarios()}
@@ -27,6 +28,7 @@ NEW: Final = (
     "volatile_poll",
     "huge_tool_result",
     "unknown_tool_loop",
+    "llm_loop_check",
 )
 
 
@@ -126,3 +128,29 @@ async def test_the_waste_bench_reports_the_new_scenarios_with_fuses_on_and_off()
     format_table(rows, table)
     assert "poll_progress_strict.strict: off/on = 1x model requests" in table.getvalue()
     assert "(completes either way)" in table.getvalue()
+
+
+@pytest.mark.asyncio
+async def test_the_loop_check_fires_where_no_rule_does_and_its_tokens_count() -> None:
+    scenario = SHIPPED["llm_loop_check"]
+    result = await run(scenario)
+    assert len({e.arguments for e in result.call_log}) == len(result.call_log)  # all differ
+    assert len(set(tool_results(result))) == len(tool_results(result))
+    nudges = [m.content or "" for m in result.transcript if m.role == "user"][1:]
+    assert len(nudges) == 1
+    assert "rewrites the same sentence" in nudges[0]
+    # The same script with the check off runs to its turn budget: no rule catches it.
+    off = msgspec.structs.replace(scenario, config={"max_turns": 12})
+    unchecked = await run(off)
+    assert (unchecked.cause, unchecked.turns) == ("budget.max_turns", 12)
+    # Two checks were asked (requests of negative turn); their tokens are in the run's usage.
+    async with Runtime(scenarios=[scenario]) as runtime:
+        handle = await start_scenario(runtime, scenario)
+        with anyio.fail_after(60):
+            events = [event async for event in handle.events()]
+            again = await handle.result()
+    checks = [e for e in events if isinstance(e, ModelReply) and e.turn < 0]
+    turns = [e for e in events if isinstance(e, ModelReply) and e.turn > 0]
+    assert len(checks) == 2
+    assert all(c.text.startswith('{"unproductive_state_analysis"') for c in checks)
+    assert again.usage.total_tokens == sum(r.usage.total_tokens for r in checks + turns)

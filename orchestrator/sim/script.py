@@ -7,15 +7,18 @@ one step (to fail the first N of them) are counted, keyed by run, track and step
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
+from actors.loop.llm_check import SYSTEM_PREFIX as LOOP_CHECK_PREFIX
 from bus import NUDGE_MARKER
 from orchestrator.sim.scenario import MAIN_TRACK, Fault, Scenario, Step
 
 __all__ = [
     "ATTEMPTS_KEPT",
+    "LOOP_CHECK_TRACK",
     "AttemptCounter",
     "Position",
     "fault_for",
@@ -24,6 +27,9 @@ __all__ = [
     "render_arguments",
     "step_at",
 ]
+
+LOOP_CHECK_TRACK: Final = "loop_check"
+"""The track that answers the loop monitor's model-based checks."""
 
 # How many (run, track, step) attempt counters are remembered; the oldest are forgotten.
 ATTEMPTS_KEPT: Final = 65_536
@@ -46,10 +52,23 @@ def locate(
     scenario: Scenario, messages: Iterable[tuple[str, str]], *, track: str = MAIN_TRACK
 ) -> Position:
     """The position for a conversation given as ``(role, text)`` pairs, starting on
-    ``track`` (a pipeline stage's model ``SCENARIO/TRACK`` starts on ``TRACK``)."""
+    ``track`` (a pipeline stage's model ``SCENARIO/TRACK`` starts on ``TRACK``). The loop
+    monitor's model-based check (its system message starts with
+    :data:`actors.loop.llm_check.SYSTEM_PREFIX`) plays the ``loop_check`` track, if the
+    scenario has one: each check is a conversation of its own, so its first step."""
     start, assistants = 0, 0
     seen: Counter[str] = Counter()
-    for role, text in messages:
+    messages = iter(messages)
+    first = next(messages, None)
+    if first is None:
+        return Position(track, 0, 0)
+    if (
+        first[0] == "system"
+        and LOOP_CHECK_TRACK in scenario.tracks
+        and first[1].startswith(LOOP_CHECK_PREFIX)
+    ):
+        return Position(LOOP_CHECK_TRACK, 0, 0)
+    for role, text in itertools.chain((first,), messages):
         if role == "assistant":
             assistants += 1
             continue
