@@ -6,13 +6,13 @@ The simulator runs in a subprocess (``loopfuse sim`` on loopback), so this proce
 answer), with the same number of concurrent runs:
 
 * **loopfuse**: :class:`~orchestrator.runtime.Runtime` runs pointed at the simulator, every
-  monitor on, the real ``openai`` client inside the LLM caller;
+  monitor on, the LLM caller's own transport;
 * **raw**: the same two requests per run with ``AsyncOpenAI.chat.completions.create(
   stream=True)``, chunks iterated, the tool call answered by hand;
 * **lean**: the same raw loop on the LLM caller's transport path: the body encoded by
-  msgspec and sent by :class:`actors.llm.transport.ChatTransport` (headers the SDK built
-  once per client, the SDK client's own connection pool, the SDK's exceptions) on the
-  caller's clients (:mod:`actors.llm.clients`: runs spread over a few connection pools),
+  msgspec and sent by :class:`actors.llm.transport.ChatTransport` (headers made once per
+  transport, its own ``httpcore2`` connection pool, the SDK's exceptions) on the caller's
+  transports (:mod:`actors.llm.clients`: runs spread over a few connection pools),
   the reply read by :func:`actors.llm.stream.read_chunks` into the caller's accumulator.
   What the HTTP stack alone costs on that path, without the caller and the runtime;
 * **runtime**: the loopfuse runs again with the in-process scripted model playing the same
@@ -41,9 +41,10 @@ from typing import Any, NamedTuple
 
 import anyio
 import msgspec
+import openai
 
 from actors.llm.accumulator import ReplyAccumulator
-from actors.llm.clients import SHARDS, Clients
+from actors.llm.clients import SHARDS, Clients, tls_context
 from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
 from bench.loops import Sample
@@ -176,13 +177,13 @@ async def _runtime(base_url: str, runs: int) -> Sample:
     return await _loopfuse(base_url, runs, scripted=True)
 
 
-Turn = Callable[[Clients, str, list[dict[str, Any]]], Awaitable[ReplyAccumulator]]
+Turn = Callable[[Any, str, list[dict[str, Any]]], Awaitable[ReplyAccumulator]]
+"""One request of a bare loop on a client (an ``AsyncOpenAI``, or the caller's ``Clients``)."""
 
 
 async def _sdk_turn(
-    clients: Clients, run_id: str, messages: list[dict[str, Any]]
+    client: openai.AsyncOpenAI, run_id: str, messages: list[dict[str, Any]]
 ) -> ReplyAccumulator:
-    client = clients.for_run(run_id)
     create: Any = client.chat.completions.create  # plain dicts, as a bare loop sends them
     stream = await create(
         model=SCENARIO,
@@ -234,12 +235,12 @@ async def _lean_turn(
     return acc
 
 
-async def _bare_run(clients: Clients, run_id: str, task: str, turn: Turn) -> int:
+async def _bare_run(client: Any, run_id: str, task: str, turn: Turn) -> int:
     messages: list[dict[str, Any]] = [{"role": "user", "content": task}]
     requests = 0
     while True:
         requests += 1
-        acc = await turn(clients, run_id, messages)
+        acc = await turn(client, run_id, messages)
         calls = acc.assemble().tool_calls
         if not calls:
             return requests
@@ -261,15 +262,14 @@ async def _bare_run(clients: Clients, run_id: str, task: str, turn: Turn) -> int
             messages.append({"role": "tool", "tool_call_id": c.id, "content": "README.txt"})
 
 
-async def _bare(base_url: str, runs: int, turn: Turn, *, pools: int) -> Sample:
-    """``runs`` bare loops, spread over ``pools`` clients as the LLM caller spreads runs."""
+async def _bare(runs: int, turn: Turn, client: Any) -> Sample:
+    """``runs`` bare loops on ``client`` (closed at the end)."""
     task = find_scenario(SCENARIO).task
     counts: list[int] = []
-    clients = Clients(EndpointSettings(base_url=base_url, api_key="bench"), pools)
     try:
 
         async def one(run_id: str) -> None:
-            counts.append(await _bare_run(clients, run_id, task, turn))
+            counts.append(await _bare_run(client, run_id, task, turn))
 
         started = (time.process_time(), time.perf_counter())
         async with anyio.create_task_group() as tg:
@@ -277,16 +277,24 @@ async def _bare(base_url: str, runs: int, turn: Turn, *, pools: int) -> Sample:
                 tg.start_soon(one, f"run-{i}")
         cpu, wall = time.process_time() - started[0], time.perf_counter() - started[1]
     finally:
-        await clients.aclose()
+        await (client.aclose() if isinstance(client, Clients) else client.close())
     return Sample(cpu, wall, sum(counts))
 
 
 async def _raw(base_url: str, runs: int) -> Sample:
-    return await _bare(base_url, runs, _sdk_turn, pools=1)  # one client, as most code has
+    """One ``AsyncOpenAI`` client, as most code has (the process's TLS context)."""
+    client = openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key="bench",
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(verify=tls_context()),
+    )
+    return await _bare(runs, _sdk_turn, client)
 
 
 async def _lean(base_url: str, runs: int) -> Sample:
-    return await _bare(base_url, runs, _lean_turn, pools=SHARDS)  # the caller's transport
+    """The caller's transports: runs spread over a few connection pools."""
+    return await _bare(runs, _lean_turn, Clients(EndpointSettings(base_url=base_url), SHARDS))
 
 
 WORKLOADS: dict[str, Callable[[str, int], Awaitable[Sample]]] = {

@@ -231,11 +231,16 @@ ModelErrorKind = Literal[
     "auth",
     "stream",
     "deadline",
+    "interrupted",
 ]
 
 
 class ModelError(Message, frozen=True, kw_only=True):
-    """One failed attempt; ``final`` when the LLM caller gives up on this request."""
+    """One failed attempt; ``final`` when the LLM caller gives up on this request.
+
+    A final error after text had streamed carries it: ``partial_text`` (what the last such
+    attempt streamed; the run keeps it, as it keeps an aborted reply's) and ``usage`` (the
+    streamed output, estimated: ``Usage.partial_output_tokens``)."""
 
     turn: int
     kind: ModelErrorKind
@@ -244,6 +249,8 @@ class ModelError(Message, frozen=True, kw_only=True):
     attempt: int = 1
     final: bool = False
     retry_after: float | None = None
+    partial_text: str = ""
+    usage: Usage = Usage()
 
 
 class ModelReply(Message, frozen=True, kw_only=True):

@@ -163,11 +163,15 @@ def message_text(message: ChatMessage) -> str:
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Token usage; ``estimated`` is true when the endpoint did not report it."""
+    """Token usage; ``estimated`` is true when the endpoint did not report it (or not all).
+
+    ``partial_output_tokens``: the part of ``completion_tokens`` that attempts whose stream
+    broke (connection lost, stream cut) had streamed, estimated from their text."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     estimated: bool = False
+    partial_output_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -178,4 +182,5 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             estimated=self.estimated or other.estimated,
+            partial_output_tokens=self.partial_output_tokens + other.partial_output_tokens,
         )

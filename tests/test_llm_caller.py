@@ -462,7 +462,11 @@ async def test_quirky_stream_and_the_request_sent() -> None:
 
 @pytest.mark.asyncio
 async def test_a_stream_without_finish_reason_is_retried_and_usage_estimated() -> None:
-    fake = FakeServer([chunk({"content": "cut"})], [chunk({"content": "whole"}, finish="stop")])
+    cut = b"data: " + json.dumps(chunk({"content": "cut"})).encode() + b"\n\n"  # no [DONE]
+    fake = FakeServer(
+        StreamingResponse(iter([cut]), media_type="text/event-stream"),
+        [chunk({"content": "whole"}, finish="stop")],
+    )
     async with open_fake_server(fake) as url, open_caller(url) as (bus, _):
         first, reply = await ask(bus, request("m"))
     assert isinstance(first, ModelError)
@@ -470,7 +474,8 @@ async def test_a_stream_without_finish_reason_is_retried_and_usage_estimated() -
     assert isinstance(reply, ModelReply)
     assert (reply.text, reply.attempts) == ("whole", 2)
     assert reply.usage.estimated
-    assert reply.usage.completion_tokens == 2  # "whole": 5 chars / 4, rounded up
+    # "whole": 5 chars / 4, rounded up; and the cut attempt's "cut" streamed too: 1 more
+    assert (reply.usage.completion_tokens, reply.usage.partial_output_tokens) == (3, 1)
 
 
 @pytest.mark.asyncio

@@ -481,3 +481,18 @@ def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
     assert environment_proxy("https", "localhost") is None
     transport = ChatTransport(EndpointSettings(base_url="https://api.example.com/v1"))
     assert transport.url == "https://api.example.com/v1/chat/completions"
+
+
+@pytest.mark.asyncio
+async def test_a_fresh_request_goes_on_a_new_connection_of_its_own() -> None:
+    app = Server((200, SSE, OK_STREAM))
+    async with open_loopback(app) as url, open_clients(url) as pool:
+        transport = pool.transport_for_run("r")
+        with anyio.fail_after(WAIT):
+            for fresh, stream in ((False, True), (False, True), (True, True), (True, False)):
+                reply = await transport.post(b"{}", "r", stream=stream, fresh=fresh)
+                if stream:
+                    assert await read_text(reply) == "hi"
+    pooled, reused, own, own_whole = app.clients
+    assert pooled == reused  # the pool keeps its connection
+    assert len({pooled, own, own_whole}) == 3  # each fresh request had one of its own

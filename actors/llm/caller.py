@@ -1,12 +1,17 @@
 """The LLM caller: answers each :class:`bus.ModelRequest` with one :class:`bus.ModelReply` or
 a final :class:`bus.ModelError`, streaming :class:`bus.ModelTextDelta` on the way.
 
-A few ``openai.AsyncOpenAI`` clients (``max_retries=0``) per endpoint, a run always on the
-same one (:mod:`actors.llm.clients`); loopfuse retries itself so every attempt is seen (a
-:class:`bus.ModelError` with ``final=False`` per retried failure). Each request goes out
-through its client's connection pool with the headers the SDK built for that client
-(:mod:`actors.llm.transport`); the body is encoded by msgspec and the streamed reply read
-by :mod:`actors.llm.stream`.
+A few transports (connection pools) per endpoint, a run always on the same one
+(:mod:`actors.llm.clients`, :mod:`actors.llm.transport`); loopfuse retries itself so every
+attempt is seen (a :class:`bus.ModelError` with ``final=False`` per retried failure). The
+body is encoded by msgspec and the streamed reply read by :mod:`actors.llm.stream`.
+
+Around the stream (``docs/transport.md``): a stream with no event at all is asked again
+once without streaming, so the server's own error decides (a context overflow then takes the
+context gatekeeper's way); a stream the server cut (``[DONE]`` before a finish reason) is
+the kind ``interrupted``, retried without streaming; the output of an attempt that broke
+after streaming is counted in the reply's usage (estimated, ``Usage.partial_output_tokens``),
+and a final error keeps the last such text (``ModelError.partial_text``) for the run's result.
 Each request runs in a worker task of the caller's task group (:mod:`actors.workers`: a
 task is reused, not started per request), under one cancel scope of its own that carries
 its absolute deadline (keep-alive bytes do not extend it) and is cancelled by
@@ -16,6 +21,7 @@ its absolute deadline (keep-alive bytes do not extend it) and is cancelled by
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from contextlib import aclosing
@@ -32,9 +38,10 @@ from actors.llm.clients import Clients
 from actors.llm.errors import Failure, IncompleteStream, classify
 from actors.llm.retry import RetryPolicy
 from actors.llm.settings import EndpointSettings
-from actors.llm.stream import read_chunks
+from actors.llm.stream import EmptyStream, StreamInterrupted, StreamTally, read_chunks, stream_end
 from actors.llm.transport import RUN_ID_HEADER
 from actors.llm.wire import (
+    CHARS_PER_TOKEN,
     RequestShapes,
     ToolSchemaError,
     WireTools,
@@ -42,11 +49,23 @@ from actors.llm.wire import (
     prompt_chars,
 )
 from actors.workers import Workers
-from bus import Bus, Message, ModelCancel, ModelError, ModelReply, ModelRequest, ModelTextDelta
+from bus import (
+    Bus,
+    Message,
+    ModelCancel,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    ModelTextDelta,
+    Usage,
+)
 
 __all__ = ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
 
 logger = logging.getLogger("loopfuse.llm_caller")
+
+SHORT_KEY: Final = 8
+"""API keys this short are scrubbed from messages only where they stand alone."""
 
 CLOSE_TIMEOUT_SECONDS: Final = 2.0
 """How long closing an abandoned response (or the client) may take."""
@@ -75,11 +94,16 @@ class _Call:
         "attempts",
         "cancel_reason",
         "done",
+        "fresh",
+        "lost_tokens",
+        "partial",
         "request",
         "scope",
         "started",
+        "stream",
         "streaming",
         "ttft",
+        "unstreamed",
     )
 
     def __init__(self, request: ModelRequest) -> None:
@@ -91,8 +115,20 @@ class _Call:
         self.started = anyio.current_time()
         self.attempt_started = self.started
         self.ttft: float | None = None
+        self.stream = True  # whether the next attempt streams
+        self.unstreamed = False  # an empty stream was asked again without streaming
+        self.fresh = False  # an attempt failed: the next one goes on a new connection
         self.streaming = False
         self.done = False
+        self.partial: ReplyAccumulator | None = None  # the last attempt that broke after output
+        self.lost_tokens = 0  # output tokens (estimated) of attempts that broke after output
+
+    def keep_broken(self) -> None:
+        """The attempt in ``acc`` failed: count its output, keep it if it has any."""
+        acc = self.acc
+        if acc.has_output and acc is not self.partial:
+            self.lost_tokens += -(-acc.completion_chars // CHARS_PER_TOKEN)
+            self.partial = acc
 
     def cancel(self, reason: str) -> None:
         if self.cancel_reason is None:
@@ -218,16 +254,10 @@ class LLMCaller:
             self._final_errors += 1
         self._bus.publish_nowait(msg)
 
-    @staticmethod
-    def _deadline_error(call: _Call, budget: float) -> ModelError:
-        return ModelError(
-            run_id=call.request.run_id,
-            turn=call.request.turn,
-            kind="deadline",
-            message=f"no reply within the call deadline of {max(budget, 0.0):.3g}s",
-            attempt=max(call.attempts, 1),
-            final=True,
-        )
+    def _deadline_error(self, call: _Call, budget: float) -> ModelError:
+        call.keep_broken()  # cut by the deadline mid-stream: what streamed counts
+        message = f"no reply within the call deadline of {max(budget, 0.0):.3g}s"
+        return self._error(call, Failure("deadline", message), final=True)
 
     async def _attempts(self, call: _Call, deadline: float) -> ModelReply | ModelError:
         request, endpoint = call.request, self._endpoint
@@ -239,13 +269,26 @@ class LLMCaller:
         escalated = False
         cut: ReplyAccumulator | None = None
         failures = 0
+        call.stream = self._shapes(request.model).stream
         while True:
             call.attempts += 1
             call.acc = ReplyAccumulator()
             try:
                 await self._attempt(call, params, max_tokens)
             except Exception as exc:
-                failure = classify(exc, streaming=call.streaming)
+                call.keep_broken()
+                call.fresh = True
+                if isinstance(exc, EmptyStream) and not call.unstreamed:
+                    # No answer at all (llama-cpp-python's streamed context overflow): ask
+                    # once more without streaming, so the server's own error decides; this
+                    # is an attempt (it counts) but never the last one.
+                    call.stream, call.unstreamed = False, True
+                    failures += 1
+                    self._retries += 1
+                    retry = Failure("stream", f"{exc}; asking again without streaming")
+                    self._bus.publish_nowait(self._error(call, retry, final=False))
+                    continue
+                failure = self._classify(call, exc)
                 if cut is not None and failure.kind == "bad_request":
                     # The endpoint refuses the escalated output limit (its own cap is lower):
                     # answer with the cut reply, so the conductor's recovery takes over, and
@@ -290,6 +333,20 @@ class LLMCaller:
                 continue
             return self._reply(call)
 
+    @staticmethod
+    def _classify(call: _Call, exc: Exception) -> Failure:
+        """:func:`~actors.llm.errors.classify`, and the stream endings
+        :mod:`actors.llm.stream` tells apart."""
+        if isinstance(exc, StreamInterrupted):
+            # Cut by the server (llama-cpp-python's --interrupt_requests): nothing of the cut
+            # reply has been used, so it is asked again whole; not streamed, since such a
+            # server never cuts a reply that is not streamed.
+            call.stream = False
+            return Failure("interrupted", str(exc), None, None, True)
+        if isinstance(exc, EmptyStream):
+            return Failure("stream", str(exc), None, None, True)
+        return classify(exc, streaming=call.streaming)
+
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         """The request body's fields that every attempt shares (with ``tool_choice`` as
         the model's settings say: :class:`~actors.llm.wire.RequestShape`)."""
@@ -310,7 +367,7 @@ class LLMCaller:
         body = dict(params)
         if max_tokens is not None:
             body[self._endpoint.max_tokens_param] = max_tokens
-        stream = self._shapes(call.request.model).stream
+        stream = call.stream
         body["stream"] = stream
         if stream:
             body["stream_options"] = _INCLUDE_USAGE
@@ -321,6 +378,7 @@ class LLMCaller:
             call.request.run_id,
             stream=stream,
             headers=((_TRACEPARENT, parent.encode("ascii")),) if parent else (),
+            fresh=call.fresh,
         )
         if not stream:
             text = call.acc.feed_completion(decode_completion(response.content))
@@ -331,8 +389,9 @@ class LLMCaller:
                 raise IncompleteStream("the completion has no finish reason")
             return
         call.streaming = True
+        tally = StreamTally()
         try:
-            async with aclosing(read_chunks(response)) as batches:
+            async with aclosing(read_chunks(response, tally)) as batches:
                 async for batch in batches:
                     # One delta per network read: text is never held back (a server may send
                     # only keep-alives for a while, and the loop detector needs the text).
@@ -346,7 +405,7 @@ class LLMCaller:
             with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
                 await response.aclose()
         if call.acc.finish_reason is None:
-            raise IncompleteStream("the stream ended without a finish reason")
+            raise stream_end(tally)
 
     # ---------------------------------------------------------------- messages
 
@@ -356,17 +415,21 @@ class LLMCaller:
 
     def _reply(self, call: _Call, *, aborted: bool = False) -> ModelReply:
         acc, request = call.acc, call.request
+        if aborted and not acc.has_output and call.partial is not None:
+            acc = call.partial  # aborted between attempts: what the last one streamed
         assembled = acc.assemble(partial=aborted)
         usage = acc.usage
         if usage is None or aborted:
-            usage = estimate_usage(prompt_chars(request.messages), acc.completion_chars)
+            # The output of call.partial is in call.lost_tokens already.
+            chars = 0 if acc is call.partial else acc.completion_chars
+            usage = estimate_usage(self._prompt_chars(request), chars)
         return ModelReply(
             run_id=request.run_id,
             turn=request.turn,
             text=acc.text,
             tool_calls=assembled.tool_calls,
             finish_reason=None if aborted else acc.finish_reason,
-            usage=usage,
+            usage=_with_lost(usage, call.lost_tokens),
             attempts=call.attempts,
             latency_seconds=anyio.current_time() - call.started,
             ttft_seconds=call.ttft,
@@ -375,6 +438,11 @@ class LLMCaller:
         )
 
     def _error(self, call: _Call, failure: Failure, *, final: bool) -> ModelError:
+        partial, usage = "", Usage()
+        if final and call.partial is not None:  # text had streamed: the run keeps it
+            partial = call.partial.text
+            prompt = estimate_usage(self._prompt_chars(call.request), 0)
+            usage = _with_lost(prompt, call.lost_tokens)
         return ModelError(
             run_id=call.request.run_id,
             turn=call.request.turn,
@@ -384,12 +452,38 @@ class LLMCaller:
             attempt=max(call.attempts, 1),
             final=final,
             retry_after=failure.retry_after,
+            partial_text=partial,
+            usage=usage,
         )
+
+    @staticmethod
+    def _prompt_chars(request: ModelRequest) -> int:
+        """The prompt's size in characters, for an estimated usage: the messages and the
+        tool schemas (which the context gatekeeper's estimate counts too)."""
+        tools = sum(len(t.name) + len(t.description) + len(t.parameters) for t in request.tools)
+        return prompt_chars(request.messages) + tools
 
     def _internal_error(self, call: _Call, exc: Exception) -> ModelError:
         return self._error(call, Failure("stream", f"internal error: {exc!r}"[:500]), final=True)
 
     def _scrub(self, text: str) -> str:
-        """``text`` without the API key, should a server echo it back."""
+        """``text`` without the API key, should a server echo it back (a key shorter than
+        :data:`SHORT_KEY` only where it stands alone, not inside a word)."""
         key = self._endpoint.api_key
-        return text.replace(key, "***") if key else text
+        if not key:
+            return text
+        if len(key) >= SHORT_KEY:
+            return text.replace(key, "***")
+        return re.sub(rf"(?<![\w-]){re.escape(key)}(?![\w-])", "***", text)
+
+
+def _with_lost(usage: Usage, lost: int) -> Usage:
+    """``usage`` with ``lost`` estimated output tokens of broken attempts added."""
+    if not lost:
+        return usage
+    return Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens + lost,
+        estimated=True,
+        partial_output_tokens=usage.partial_output_tokens + lost,
+    )

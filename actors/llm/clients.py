@@ -15,7 +15,7 @@ import httpx2
 from actors.llm.settings import EndpointSettings
 from actors.llm.transport import ChatTransport
 
-__all__ = ["SHARDS", "Clients"]
+__all__ = ["SHARDS", "Clients", "tls_context"]
 
 SHARDS: Final = 8
 """Transports (connection pools) per endpoint at most."""
@@ -23,7 +23,8 @@ SHARDS: Final = 8
 _TLS: list[ssl.SSLContext] = []  # one per process, made at the first transport
 
 
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
+    """The process's TLS context (certifi's CA store, loaded once)."""
     if not _TLS:
         _TLS.append(httpx2.create_ssl_context())
     return _TLS[0]
@@ -43,7 +44,7 @@ class Clients:
         transport = self._transports.get(shard)
         if transport is None:
             transport = self._transports[shard] = ChatTransport(
-                self._endpoint, ssl_context=_tls_context()
+                self._endpoint, ssl_context=tls_context()
             )
         return transport
 

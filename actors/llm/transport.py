@@ -182,13 +182,9 @@ class ChatTransport:
         )
         self._cookies: dict[str, str] = {}
         self._template = self._make_template()
-        self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=ssl_context or httpx2.create_ssl_context(),
-            proxy=environment_proxy(parts.scheme, parts.hostname or ""),
-            max_connections=MAX_CONNECTIONS,
-            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
-            keepalive_expiry=KEEPALIVE_SECONDS,
-        )
+        self._ssl_context = ssl_context or httpx2.create_ssl_context()
+        self._proxy = environment_proxy(parts.scheme, parts.hostname or "")
+        self._pool = self._new_pool(MAX_CONNECTIONS)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -203,12 +199,47 @@ class ChatTransport:
     def is_closed(self) -> bool:
         return self._closed
 
-    async def post(self, body: bytes, run_id: str, *, stream: bool, headers: Headers = ()) -> Reply:
+    async def post(
+        self,
+        body: bytes,
+        run_id: str,
+        *,
+        stream: bool,
+        headers: Headers = (),
+        fresh: bool = False,
+    ) -> Reply:
         """Send ``body`` (JSON) with ``headers`` added (a ``traceparent``); the 2xx
         response, its body not read yet unless ``stream`` is false. Raises the SDK's
-        exceptions (:mod:`actors.llm.sdk_errors`); ``RuntimeError`` once closed."""
+        exceptions (:mod:`actors.llm.sdk_errors`); ``RuntimeError`` once closed.
+
+        ``fresh``: on a new connection of its own (closed with the reply), not one the pool
+        kept: for a retry, since a server that failed an attempt may have closed the
+        connection it used, and the pool learns that only when the close arrives."""
         if self._closed:
             raise RuntimeError("the model transport has been closed")
+        if not fresh:
+            return await self._send(self._pool, body, run_id, stream, headers)
+        pool = self._new_pool(1)
+        try:
+            reply = await self._send(pool, body, run_id, stream, headers)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await pool.aclose()
+            raise
+        if stream:
+            reply.own(pool)
+        else:
+            await pool.aclose()
+        return reply
+
+    async def _send(
+        self,
+        pool: httpcore2.AsyncConnectionPool,
+        body: bytes,
+        run_id: str,
+        stream: bool,
+        headers: Headers,
+    ) -> Reply:
         own = [(self._run_id_name, _header_value(run_id)), *headers]
         own.append((_CONTENT_LENGTH, b"%d" % len(body)))
         target = self._target
@@ -221,7 +252,7 @@ class ChatTransport:
                 extensions=self._extensions,
             )
             try:
-                response = await self._pool.handle_async_request(request)
+                response = await pool.handle_async_request(request)
             except CORE_ERRORS as exc:
                 raise connection_error(exc, self.error_request(run_id)) from exc
             status = response.status
@@ -270,6 +301,15 @@ class ChatTransport:
         await self._pool.aclose()
 
     # ------------------------------------------------------------------ internals
+
+    def _new_pool(self, connections: int) -> httpcore2.AsyncConnectionPool:
+        return httpcore2.AsyncConnectionPool(
+            ssl_context=self._ssl_context,
+            proxy=self._proxy,
+            max_connections=connections,
+            max_keepalive_connections=min(connections, MAX_KEEPALIVE_CONNECTIONS),
+            keepalive_expiry=KEEPALIVE_SECONDS,
+        )
 
     def _make_template(self) -> list[tuple[bytes, bytes]]:
         template = [(b"Host", self._target.authority), *self._fixed]
@@ -339,6 +379,7 @@ class Reply:
     __slots__ = (
         "_content",
         "_encoding",
+        "_pool",
         "_response",
         "_run_id",
         "_transport",
@@ -358,6 +399,7 @@ class Reply:
         self._run_id = run_id
         self._encoding = encoding
         self._content = b""
+        self._pool: httpcore2.AsyncConnectionPool | None = None
         self.status_code = response.status
         version = response.extensions.get("http_version", b"HTTP/1.1")
         self.http_version = version.decode("ascii", "replace")
@@ -383,8 +425,16 @@ class Reply:
             raise connection_error(exc, self.request) from exc
         return self._content
 
+    def own(self, pool: httpcore2.AsyncConnectionPool) -> None:
+        """Close ``pool`` (the reply's own connection) with the reply."""
+        self._pool = pool
+
     async def aclose(self) -> None:
-        await self._response.aclose()
+        try:
+            await self._response.aclose()
+        finally:
+            if self._pool is not None:
+                await self._pool.aclose()
 
     @property
     def request(self) -> httpx2.Request:

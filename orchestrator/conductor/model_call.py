@@ -137,6 +137,7 @@ class ModelCall:
         """The turn's reply; a final error or a stop that came meanwhile ends the run."""
         control = self._control
         if isinstance(answer, ModelError):
+            self.keep_failed(answer)
             control.end(self.error_stop(answer))
         if control.stop is not None:
             self.keep_partial(answer)
@@ -162,11 +163,22 @@ class ModelCall:
                 )
             case "bad_request" | "auth":
                 reason, cause = ExitReason.ABORTED_STREAMING, "model.bad_request"
+            case "interrupted":
+                reason, cause = ExitReason.ABORTED_STREAMING, "model.interrupted"
             case _:
                 reason, cause = ExitReason.ABORTED_STREAMING, "model.unavailable"
         return StopSignal(
             run_id=run_id, reason=reason, cause=cause, source="llm_caller", detail=detail
         )
+
+    def keep_failed(self, error: ModelError) -> None:
+        """Keep what streamed before a final failure (a server that died mid-stream), as
+        :meth:`keep_partial` keeps a cut reply's, and count its usage."""
+        run = self._run
+        run.usage = run.usage + error.usage
+        if error.partial_text:
+            run.transcript.append(ChatMessage(role="assistant", content=error.partial_text))
+            run.output = run.recovered(error.partial_text)
 
     def keep_partial(self, reply: ModelReply) -> None:
         """Keep what streamed of a cut reply."""

@@ -354,6 +354,14 @@ class MetricsRecorder:
         self.metrics.model_requests.labels(run.series.label, msg.kind).value += 1
         if not msg.final:
             run.retries += 1
+        elif msg.usage.completion_tokens:  # text had streamed before the failure
+            usage = msg.usage
+            series, prompt, completion = run.series, usage.prompt_tokens, usage.completion_tokens
+            series.tokens_in.value += prompt
+            series.tokens_out.value += completion
+            cost = prompt * run.input_price + completion * run.output_price
+            if cost > 0:
+                series.cost.value += cost
 
     def _replied(self, msg: ModelReplied) -> None:
         if msg.finish_reason == "length":
