@@ -4,8 +4,9 @@ Writes are queued by plain calls that never block the event loop (:meth:`Store.i
 :meth:`Store.append_event`, :meth:`Store.update_run` …) and committed by one writer task
 (:meth:`Store.run`): each commit takes everything queued so far and writes it in one
 transaction in a worker thread, so a busy daemon pays one fsync per commit, not one per
-event. While a commit is in progress the next batch fills up by itself. Whoever needs
-durability awaits :meth:`Store.flush` (the API does, before it answers 202).
+event. While a commit is in progress the next batch fills up by itself, and a new commit
+begins at most every :data:`COMMIT_INTERVAL_SECONDS` (5 ms). Whoever needs durability awaits
+:meth:`Store.flush` (the API does, before it answers 202).
 
 Reads run in worker threads on their own connections (WAL lets them read while the writer
 writes). :meth:`Store.watch` hands out an event that is set after the next commit touching
@@ -42,6 +43,12 @@ __all__ = [
 
 MAX_PENDING_EVENTS: Final = 20_000
 """Queued, uncommitted events above which :meth:`Store.wait_for_room` makes writers wait."""
+
+COMMIT_INTERVAL_SECONDS: Final = 0.005
+"""At most one commit begins per interval. A write that finds the writer idle for longer is
+committed at once; under load each commit takes what arrived during the interval, so the
+commits (each a worker-thread hop and an fsync) per run fall as the load rises instead of
+rising as it falls. Durability, and live events to the streams, wait at most this long."""
 
 DEFAULT_TAIL_EVENTS: Final = 512
 DEFAULT_TAIL_BYTES: Final = 64 * 1024 * 1024
@@ -181,6 +188,7 @@ class Store:
         self._before_commit: list[Callable[[], None]] = []
         self.reads = 0
         """Reads so far (each one a worker-thread hop)."""
+        self._began = 0.0
         self._commits = 0
         self._events_written = 0
         self._last_batch_events = 0
@@ -202,9 +210,14 @@ class Store:
                     await self._wake.wait()
                     self._wake = anyio.Event()
                     continue
+                pause = self._began + COMMIT_INTERVAL_SECONDS - time.perf_counter()
+                if pause > 0 and not self._closed:  # let more writes join this commit
+                    await anyio.sleep(pause)
+                    for hook in self._before_commit:
+                        hook()
                 batch, self._batch = self._batch, _Batch()
                 self._inflight = batch
-                began = time.perf_counter()
+                began = self._began = time.perf_counter()
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(self._commit, batch, limiter=self._write_limiter)
                 if self.on_commit is not None:
@@ -350,6 +363,7 @@ class Store:
 
     async def _read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
         self.reads += 1
+
         def work() -> _T:
             conn = self._readers.pop() if self._readers else _connect(self.path)
             try:
