@@ -16,7 +16,10 @@ fingerprint) and its ``ToolResult`` (with the tool executor's result fingerprint
   started (``RunStarted``: parked at their first model request), and per run after
   ``turns`` calls each (messages made and dropped as they are handled, as on the bus).
 
-Each figure is the median of ``reps`` repetitions (min–max beside it), per preset.
+Each figure is the median of ``reps`` repetitions (min–max beside it), per preset (every
+preset of ``actors.loop.PRESETS`` unless ``--preset`` names some). The echo results carry a
+digit ("step N"), so the result normaliser's search runs on every result, as it does on
+most real ones.
 Progress goes to stderr; the table or the JSON to stdout.
 """
 
@@ -165,7 +168,7 @@ def _bytes_per_run(config: LoopConfig, runs: int, calls: int) -> float:
 def measure(
     preset: str, *, runs: int = 500, calls: int = 20, reps: int = 5, parked: int = 2000
 ) -> LoopMonitorFigures:
-    """Figures of one preset (``strict``, ``openclaw``, ``gemini``).
+    """Figures of one preset (a name of ``actors.loop.PRESETS``).
 
     :raises ValueError: an unknown preset, or a size that is not positive.
     """
@@ -214,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"--{name}: must be a positive integer, got {getattr(args, name)}")
     figures = [
         measure(p, runs=args.runs, calls=args.calls, reps=args.reps, parked=args.parked)
-        for p in args.preset or ("strict", "openclaw", "gemini")
+        for p in args.preset or tuple(PRESETS)
     ]
     if args.json:
         sys.stdout.write(

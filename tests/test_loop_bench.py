@@ -27,7 +27,7 @@ def test_the_workload_is_every_message_the_monitor_sees_of_each_run() -> None:
     assert [type(msg).__name__ for msg in parked] == ["RunStarted", "RunStarted"]
 
 
-@pytest.mark.parametrize("preset", ["strict", "openclaw", "gemini"])
+@pytest.mark.parametrize("preset", ["strict", "openclaw", "openclaw-current", "gemini", "qwen"])
 def test_the_figures_of_a_small_run(preset: str) -> None:
     figures = measure(preset, runs=5, calls=3, reps=2, parked=50)
     assert figures.preset == preset
@@ -51,7 +51,7 @@ def test_bad_sizes_and_presets_are_named() -> None:
 def test_the_json_report(capsys: pytest.CaptureFixture[str]) -> None:
     main(["--json", "--runs", "2", "--calls", "2", "--reps", "1", "--parked", "10"])
     figures = json.loads(capsys.readouterr().out)
-    assert set(figures) == {"strict", "openclaw", "gemini"}
+    assert set(figures) == {"strict", "openclaw", "openclaw-current", "gemini", "qwen"}
     assert set(figures["strict"]) == {
         "preset", "monitor_us_per_call", "monitor_us_per_call_min", "monitor_us_per_call_max",
         "engine_us_per_call", "engine_us_per_call_min", "engine_us_per_call_max",

@@ -8,6 +8,8 @@ under the ``progress_*`` ceiling (``progress_ceiling``).
 
 from __future__ import annotations
 
+import zlib
+
 from actors.loop.config import GenericRepeatConfig
 from actors.loop.history import CallRecord, Window, result_streak
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
@@ -48,13 +50,24 @@ def _progress_message(level: Level, tool: str, count: int) -> str:
     )
 
 
+def _result_key(result: str | None) -> int:
+    """A result fingerprint as a 64-bit number (its first 16 hex digits): what a call's
+    last result is compared by, a third of the memory of the string it kept alive."""
+    if result is None:
+        return -1
+    try:
+        return int(result[:16], 16)
+    except ValueError:
+        return zlib.crc32(result.encode("utf-8", "surrogatepass"))
+
+
 class _Track:
     """One call's results: the streak of identical results, calls still waiting for theirs."""
 
     __slots__ = ("last", "pending", "streak")
 
     def __init__(self) -> None:
-        self.last: str | None = None
+        self.last = -1  # no result yet
         self.pending = 0
         self.streak = 0
 
@@ -167,11 +180,12 @@ class GenericRepeat:
             return
         if track.pending:
             track.pending -= 1
-        if track.last is None or track.last == call.result:
+        key = _result_key(call.result)
+        if track.last == -1 or track.last == key:
             track.streak += 1
         else:
             track.streak = 1
-        track.last = call.result
+        track.last = key
 
     def on_refused(self, call: CallRecord) -> None:
         return None
@@ -197,5 +211,5 @@ class GenericRepeat:
         if isinstance(tracks, dict):
             for fp, values in tracks.items():
                 track = _Track()
-                track.last, track.pending, track.streak = values[0], int(values[1]), int(values[2])
+                track.last, track.pending, track.streak = (int(v) for v in values[:3])
                 self._tracks[str(fp)] = track
