@@ -399,6 +399,8 @@ async def test_a_malformed_sse_chunk_is_retried() -> None:
 
 @pytest.mark.asyncio
 async def test_an_empty_choices_list_is_a_broken_stream_retried_then_given_up() -> None:
+    """No finish reason before ``[DONE]``: a cut stream (``interrupted``), asked again
+    without streaming; a completion without a finish reason either is a broken answer."""
     fake = FakeServer([chunk(), USAGE])
     first, second = await _run_against(fake)
     for result in (first, second):
@@ -406,7 +408,7 @@ async def test_an_empty_choices_list_is_a_broken_stream_retried_then_given_up() 
             ExitReason.ABORTED_STREAMING,
             "model.unavailable",
         )
-        assert "without a finish reason" in result.detail
+        assert "the completion has no finish reason" in result.detail
         assert result.output == ""
     assert len(fake.requests) == 2 * FAST_RETRIES.max_attempts  # the runtime kept serving
 

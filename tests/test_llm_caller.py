@@ -354,18 +354,38 @@ async def test_closing_the_bus_aborts_what_is_in_flight(tmp_path: Path) -> None:
 
 
 class FakeServer:
-    """Serves the given SSE frames (or an error) to each request in turn; records requests."""
+    """Serves the given SSE frames (or an error) to each request in turn; records requests.
+    A request that is not streamed gets the frames as one ``chat.completion`` (their text,
+    last finish reason and usage)."""
 
     def __init__(self, *responses: list[Any] | Response) -> None:
         self._responses = list(responses)
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
 
     async def chat(self, request: Request) -> Response:
-        self.requests.append((dict(request.headers), await request.json()))
+        body = await request.json()
+        self.requests.append((dict(request.headers), body))
         response = self._responses.pop(0) if len(self._responses) > 1 else self._responses[0]
         if isinstance(response, Response):
             return response
+        if not body.get("stream"):
+            return JSONResponse(self._completion(response))
         return StreamingResponse(self._frames(response), media_type="text/event-stream")
+
+    @staticmethod
+    def _completion(frames: list[Any]) -> dict[str, Any]:
+        chunks = [frame for frame in frames if isinstance(frame, dict)]
+        choices = [choice for chunk in chunks for choice in chunk.get("choices") or ()]
+        text = "".join((c.get("delta") or {}).get("content") or "" for c in choices)
+        finish = next(
+            (c["finish_reason"] for c in reversed(choices) if c.get("finish_reason")), None
+        )
+        usage = next((chunk["usage"] for chunk in reversed(chunks) if chunk.get("usage")), None)
+        message = {"role": "assistant", "content": text}
+        return {
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage,
+        }
 
     @staticmethod
     async def _frames(frames: list[Any]) -> AsyncIterator[bytes]:
