@@ -354,3 +354,60 @@ async def test_a_run_without_token_limits_gets_no_token_answers(inboxes: ExitSta
         await run.start()
         assert await run.reply(10**8, prompt=10**8) == []
         assert await run.end_turn() == []
+
+
+# ---------------------------------------------------------------- resumed runs
+
+
+@pytest.mark.asyncio
+async def test_a_restored_token_account_does_not_warn_again(inboxes: ExitStack) -> None:
+    async with monitored() as (bus, monitor):
+        run = open_run(bus, inboxes)
+        await run.start(output_token_budget=30_000)
+        (warning,) = nudges(await run.reply(27_100, tool_calls=1))
+        assert warning.kind == "budget.warning"
+        saved = monitor.snapshot("r1")
+        await run.finish()
+        assert saved is not None
+        assert monitor.snapshot("r1") is None
+
+        monitor.restore("r1", saved)  # the same run, resumed: warned already
+        assert monitor.snapshot("r1") == saved
+        resumed = open_run(bus, inboxes, "r1b")
+        monitor.restore("r1b", saved)
+        resumed.completion = 27_100
+        await resumed.start(output_token_budget=30_000)
+        assert await resumed.reply(500, tool_calls=1) == []  # 92%: no second warning
+
+        fresh = open_run(bus, inboxes, "r2")  # the same numbers without the snapshot
+        fresh.completion = 27_100
+        await fresh.start(output_token_budget=30_000)
+        assert [n.kind for n in nudges(await fresh.reply(500, tool_calls=1))] == ["budget.warning"]
+
+
+@pytest.mark.asyncio
+async def test_a_restored_target_keeps_its_continuations(inboxes: ExitStack) -> None:
+    async with monitored() as (bus, monitor):
+        run = open_run(bus, inboxes)
+        await run.start(output_token_budget=30_000, budget_mode="target")
+        for tokens in (3_000, 3_000, 400):  # three continuations
+            assert nudges(await run.reply(tokens))[0].continues
+            await run.end_turn()
+        saved = monitor.snapshot("r1")
+        assert saved is not None
+        resumed = open_run(bus, inboxes, "r1-resumed")
+        monitor.restore("r1-resumed", saved)
+        resumed.completion = run.completion
+        await resumed.start(output_token_budget=30_000, budget_mode="target")
+        (stop,) = stops(await resumed.reply(300))  # 400 then 300 after 3 continuations
+        assert stop.cause == "budget.diminishing_returns"
+
+
+@pytest.mark.asyncio
+async def test_an_unreadable_snapshot_starts_the_account_from_zero(inboxes: ExitStack) -> None:
+    async with monitored() as (bus, monitor):
+        monitor.restore("r1", b"not a snapshot")
+        run = open_run(bus, inboxes)
+        await run.start(output_token_budget=30_000)
+        (warning,) = nudges(await run.reply(27_100, tool_calls=1))
+        assert warning.kind == "budget.warning"
