@@ -5,6 +5,7 @@ in one file, per-call expectations and expectations on the detail and hint."""
 from __future__ import annotations
 
 import textwrap
+from typing import Literal
 
 import anyio
 import msgspec
@@ -195,12 +196,15 @@ def test_a_file_of_runs_needs_an_expect_per_run_or_its_own() -> None:
     assert "duplicate label 'strict'" in str(caught.value)
 
 
-def result_with(calls: list[str], detail: str = "d", hint: str = "h") -> RunResult:
+Verdict = Literal["allow", "warn", "block", "not_run"]
+
+
+def result_with(calls: list[Verdict], detail: str = "d", hint: str = "h") -> RunResult:
     log = tuple(
         CallLogEntry(
             turn=i + 1, call_id=f"c{i}", tool="t", arguments="{}", fingerprint="f", verdict=v
         )
-        for i, v in enumerate(calls)  # type: ignore[misc]
+        for i, v in enumerate(calls)
     )
     return msgspec.convert(
         {
