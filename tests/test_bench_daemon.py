@@ -10,6 +10,8 @@ import anyio
 import pytest
 
 from bench.daemon import group_samples, main, measure_daemon, report
+from bench.daemon_jetstream import measure_jetstream
+from tests.fleet_support import NEEDS_NATS_SERVER
 
 
 def test_the_bench_runs_a_real_daemon_followed_and_against_a_separate_simulator() -> None:
@@ -66,3 +68,12 @@ def test_samples_are_charged_to_the_innermost_loopfuse_frame() -> None:
         "event loop (asyncio, anyio)": 0.1,
         "HTTP server (uvicorn, h11, starlette)": 0.1,
     }
+
+
+@NEEDS_NATS_SERVER
+def test_the_jetstream_bench_publishes_both_ways() -> None:
+    figures = anyio.run(lambda: measure_jetstream(messages=400, size=100, window=8))
+    assert set(figures) == {"serial", "pipelined"}
+    for figure in figures.values():
+        assert figure["messages_per_second"] > 0
+        assert figure["server_cpu_us_per_message"] >= 0
