@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -194,3 +195,27 @@ async def test_an_openai_model_is_counted_exactly_and_says_so() -> None:
         await keeper.server_report("gpt-4o")
     expected = "Prompt tokens of 'gpt-4o' are counted with its own vocabulary (o200k_base)."
     assert counting.detail == expected
+
+
+@pytest.mark.asyncio
+async def test_prepare_asks_before_the_first_run_and_once_for_concurrent_runs() -> None:
+    calls: list[str] = []
+    async with keeper_for(llama_cpp_python(calls), ContextPolicy(window=32_768)) as (bus, keeper):
+        async with anyio.create_task_group() as tg:  # two runs of one model start at once
+            for _ in range(2):
+                tg.start_soon(keeper.prepare, "models/tiny.gguf", "Say hello", TOOLS)
+        [counting] = await first_turn(bus, "r1", "models/tiny.gguf")
+        await keeper.prepare("models/tiny.gguf", "Say hello", TOOLS)  # asked already: at once
+    assert calls == ["models", "extras/tokenize"]
+    assert "server's tokenizer (POST /extras/tokenize)" in counting.detail  # from turn 1
+
+
+@pytest.mark.asyncio
+async def test_without_an_operator_endpoint_nothing_is_asked() -> None:
+    bus = Bus()
+    keeper = ContextGatekeeper(bus, lambda run_id: ContextPolicy(window=32_768))
+    async with serving(bus, keeper):
+        await keeper.prepare("models/tiny.gguf", "Say hello", TOOLS)
+        [counting] = await first_turn(bus, "r1", "models/tiny.gguf")
+        assert await keeper.server_report("models/tiny.gguf") is None
+    assert "bounded by the UTF-8 bytes" in counting.detail

@@ -66,6 +66,7 @@ from bus import (
     RunFinished,
     RunStarted,
     StopSignal,
+    ToolSpec,
     TurnStarted,
 )
 
@@ -240,12 +241,7 @@ class ContextGatekeeper:
         policy = self._policy_for(msg.run_id)
         if policy is None:
             return
-        estimator = self._estimators.get(msg.model)
-        if estimator is None:  # one per model, shared by its runs (it holds no run state)
-            if len(self._estimators) >= MAX_ESTIMATORS:
-                self._counted_before += sum(e.calls for e in self._estimators.values())
-                self._estimators.clear()
-            estimator = self._estimators[msg.model] = Estimator(msg.model, counter=self._counter)
+        estimator = self._estimator(msg.model)
         window = policy.window
         report = self._probes.get(msg.model)
         if report is not None and report.window is not None and not policy.window_configured:
@@ -262,7 +258,37 @@ class ContextGatekeeper:
         if self._task_group is not None and msg.model not in probes and len(probes) < MAX_PROBED:
             probes[msg.model] = None
             self._probed[msg.model] = anyio.Event()
-            self._task_group.start_soon(self._probe, msg.model, _sample(msg), estimator)
+            sample = _sample(msg.task, msg.tool_specs)
+            self._task_group.start_soon(self._probe, msg.model, sample, estimator)
+
+    def _estimator(self, model: str) -> Estimator:
+        estimator = self._estimators.get(model)
+        if estimator is None:  # one per model, shared by its runs (it holds no run state)
+            if len(self._estimators) >= MAX_ESTIMATORS:
+                self._counted_before += sum(e.calls for e in self._estimators.values())
+                self._estimators.clear()
+            estimator = self._estimators[model] = Estimator(model, counter=self._counter)
+        return estimator
+
+    async def prepare(self, model: str, task: str, tool_specs: Sequence[ToolSpec]) -> None:
+        """Before a run of ``model`` starts: ask the server about the model, once per
+        model, and wait for its answer (runs of a model already asked about wait for the
+        same answer; later ones return at once). The run's first check then counts with
+        what the server said, and the probe never competes with the run's own requests
+        (llama-cpp-python, ``--interrupt_requests`` on by default, cuts a stream short when
+        another request waits). Bounded by the probe's time limits."""
+        if self._server is None:
+            return
+        done = self._probed.get(model)
+        if done is not None:
+            if not done.is_set():
+                await done.wait()
+            return
+        if len(self._probes) >= MAX_PROBED:
+            return
+        self._probes[model] = None
+        self._probed[model] = anyio.Event()
+        await self._probe(model, _sample(task, tool_specs), self._estimator(model))
 
     async def _probe(self, model: str, sample: str, estimator: Estimator) -> None:
         """Ask the server about ``model`` once; what it says applies to the model's runs."""
@@ -722,11 +748,11 @@ def _turns(first: int, last: int) -> str:
     return f"turn {first}" if first == last else f"turns {first}-{last}"
 
 
-def _sample(msg: RunStarted) -> str:
+def _sample(task: str, tool_specs: Sequence[ToolSpec]) -> str:
     """The text a server's tokenizer is asked to count: a mixed sample, the run's task and
     its tool schemas (no chat framing: a tokenizer endpoint counts text only)."""
-    parts = [CALIBRATION_SAMPLE, msg.task[:SAMPLE_TASK_CHARS]]
-    for spec in msg.tool_specs:
+    parts = [CALIBRATION_SAMPLE, task[:SAMPLE_TASK_CHARS]]
+    for spec in tool_specs:
         parts += (spec.name, spec.description, spec.parameters)
     return "\n".join(part for part in parts if part)
 

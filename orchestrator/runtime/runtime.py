@@ -710,6 +710,10 @@ class Runtime:
     ) -> None:
         try:
             async with self._limiter:
+                # the first run of a model waits for the server's answer about it (once)
+                await self.context_gatekeeper.prepare(
+                    inputs.settings.model, inputs.task, inputs.tool_specs
+                )
                 with self.bus.open_inbox(handle.run_id) as inbox:
                     if handle._abort is not None:
                         inbox.deliver(handle._abort)
