@@ -211,5 +211,7 @@ class GenericRepeat:
         if isinstance(tracks, dict):
             for fp, values in tracks.items():
                 track = _Track()
-                track.last, track.pending, track.streak = (int(v) for v in values[:3])
+                track.last = int(values[0])
+                track.pending = int(values[1])
+                track.streak = int(values[2])
                 self._tracks[str(fp)] = track

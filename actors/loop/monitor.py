@@ -55,19 +55,21 @@ logger = logging.getLogger("loopfuse.loop")
 
 
 @dataclass(slots=True)
+class _Check:
+    """What the model-based check reads: the task, the model to ask, the recent history."""
+
+    task: str
+    model: str
+    history: deque[str]
+
+
+@dataclass(slots=True)
 class _Run:
     detector: LoopDetector
     stream_turn: int | None = None
     stopped: bool = False
     check: _Check | None = None
-    """What the model-based check reads (only when ``llm_check`` is on)."""
-
-
-@dataclass(slots=True)
-class _Check:
-    task: str
-    model: str
-    history: deque[str]
+    """Only when ``llm_check`` is on."""
 
 
 class LoopMonitor:
