@@ -90,15 +90,20 @@ class Calibration:
         sample = reported / estimated  # clamped as min(max(sample, low), high), sooner
         sample = self._low if sample < self._low else sample
         sample = self._high if sample > self._high else sample
-        of_bound = min(reported / bound, 1.0) if bound > 0 else 0.0
+        of_bound = 0.0
+        if bound > 0:
+            of_bound = reported / bound
+            of_bound = 1.0 if of_bound > 1.0 else of_bound
         found = self._ratios.get(model)
-        if found is not None and source == "tokenizer" and found.source == "usage":
-            return found.value  # usage counts what the tokenizer sample cannot (framing)
-        if found is None or (source == "usage" and found.source != "usage"):
+        if found is None or found.source != source:
+            if found is not None and source == "tokenizer":
+                return found.value  # usage counts what the tokenizer sample cannot (framing)
             self._ratios[model] = _Ratio(sample, 1, source, of_bound)
             return sample
-        found.value += self._alpha * (sample - found.value)
-        found.of_bound += self._alpha * (of_bound - found.of_bound)
+        alpha = self._alpha
+        found.value += alpha * (sample - found.value)
+        if bound > 0:
+            found.of_bound += alpha * (of_bound - found.of_bound)
         found.samples += 1
         return found.value
 
@@ -111,6 +116,7 @@ class Calibration:
         calibrated = math.ceil(tokens * found.value)
         if not bound:
             return calibrated
-        by_bytes = math.ceil(bound * found.of_bound)
-        calibrated = by_bytes if by_bytes > calibrated else calibrated
+        by_bytes = bound * found.of_bound  # the larger of the two, at most the bound
+        if by_bytes > calibrated:
+            calibrated = math.ceil(by_bytes)
         return calibrated if calibrated < bound else bound

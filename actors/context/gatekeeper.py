@@ -129,7 +129,8 @@ class _Run:
     prompt, task and tool schemas, which every request carries."""
     cut_chars: int = -1
     """Results up to this many characters cannot need a cut (a bound worked out once per
-    window, so most results skip the check); -1: not worked out yet."""
+    window, so most results skip the check); -1: not worked out yet (or the window
+    changed)."""
     cut_window: int = 0
     counting: str = ""
     """How the run's tokens were last said to be counted (``ContextAction(counting)``):
@@ -318,7 +319,7 @@ class ContextGatekeeper:
             logger.info("model %r: the server reports a window of %d tokens", model, report.window)
             for run in self._runs.values():
                 if run.model == model and not run.policy.window_configured:
-                    run.window = report.window
+                    run.window, run.cut_chars = report.window, -1
 
     def _finished(self, msg: RunFinished) -> None:
         self._runs.pop(msg.run_id, None)
@@ -338,15 +339,12 @@ class ContextGatekeeper:
                 self._publish(
                     ContextAction(run_id=run.run_id, turn=msg.turn, kind="counting", detail=detail)
                 )
-            if run.policy.tool_result_share and not run.stale:
+            # Most results are far below any share: one comparison (see _cut_chars).
+            if run.ledger.longest_result > run.cut_chars and not run.stale:
                 if run.cut_window != run.window:
                     run.cut_window, run.cut_chars = run.window, _cut_chars(run)
-                cut_chars = run.cut_chars
-                for message in msg.appended:  # most results are far below any share
-                    content = message.content
-                    if content is not None and len(content) > cut_chars:
-                        self._cut_results(run, msg)
-                        break
+                if run.ledger.longest_result > run.cut_chars:
+                    self._cut_results(run, msg)
             self._check(run, msg)
 
     def _sync(
@@ -676,6 +674,7 @@ class ContextGatekeeper:
         found = _WINDOW_IN_MESSAGE.search(msg.message)
         if found is not None:
             run.window = min(run.window, int(found[1].replace(",", "")))
+            run.cut_chars = -1
         if run.recovery_turn != msg.turn:
             run.recovery_turn, run.tried, run.done = msg.turn, (), ()
         policy = run.policy
@@ -757,6 +756,7 @@ def _sample(task: str, tool_specs: Sequence[ToolSpec]) -> str:
     return "\n".join(part for part in parts if part)
 
 
+NEVER_CUT: Final = 2**62
 _SETTLED: Final = frozenset(("exact", "usage"))
 """Ways of counting that no later sample changes (usage replaces a tokenizer's ratio)."""
 MAX_BOUND_PER_CHAR: Final = 9
@@ -769,9 +769,12 @@ RESULT_FRAMING: Final = 256
 
 def _cut_chars(run: _Run) -> int:
     """The longest result that cannot be over its share whatever calibration says later
-    (a calibrated estimate is at most the bound, or ``HIGH`` times an exact count)."""
+    (a calibrated estimate is at most the bound, or ``HIGH`` times an exact count); with
+    cutting off, any."""
     tokens, bound = run.base
     share = run.policy.tool_result_share
+    if not share:
+        return NEVER_CUT
     if bound:
         worst = share * (run.limit - bound) - RESULT_FRAMING
         return max(int(worst) // MAX_BOUND_PER_CHAR, 0)

@@ -21,7 +21,16 @@ __all__ = ["Entry", "PromptLedger"]
 class PromptLedger:
     """Token estimates of one run's transcript, kept in step with it."""
 
-    __slots__ = ("_call_names", "_fold_scan", "bound", "entries", "estimator", "floor", "tokens")
+    __slots__ = (
+        "_call_names",
+        "_fold_scan",
+        "bound",
+        "entries",
+        "estimator",
+        "floor",
+        "longest_result",
+        "tokens",
+    )
 
     def __init__(self, estimator: Estimator) -> None:
         self.estimator = estimator
@@ -32,6 +41,8 @@ class PromptLedger:
         """``total.floor``, likewise."""
         self.bound = 0
         """``total.bound``, likewise (0 for a model whose tokenizer is known)."""
+        self.longest_result = 0
+        """Characters of the longest tool result the last :meth:`extend` added (0: none)."""
         self._call_names: dict[str, str] = {}
         # (min_chars, n): for that fold minimum, entries before n are folded or can never be
         # folded, so collapse planning starts at n (a long run near its window plans every
@@ -58,6 +69,7 @@ class PromptLedger:
     def extend(self, messages: Iterable[ChatMessage], turn: int) -> None:
         """Append ``messages`` (added in ``turn``), counting each."""
         entries, names, estimate_of = self.entries, self._call_names, self.estimator.message
+        longest = 0
         for message in messages:  # every message of every run: no helper calls
             estimate = estimate_of(message)
             role, call_id, content = message.role, message.tool_call_id, message.content
@@ -65,13 +77,16 @@ class PromptLedger:
             if role == "assistant":
                 for call in message.tool_calls:
                     names[call.id] = call.name
-            elif role == "tool" and call_id is not None:
-                tool = names.pop(call_id, None)
             chars = 0 if content is None else len(content)
+            if role == "tool" and call_id is not None:
+                tool = names.pop(call_id, None)
+                if chars > longest:
+                    longest = chars
             entries.append(Entry(role, estimate, chars, turn, tool, call_id))
             self.tokens += estimate.tokens
             self.floor += estimate.floor
             self.bound += estimate.bound
+        self.longest_result = longest
 
     def fold(self, fold: Fold, *, final: bool = True) -> Estimate:
         """Put ``fold.stub`` in place of a tool result; returns the tokens saved.
