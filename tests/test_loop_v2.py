@@ -656,3 +656,27 @@ def test_a_run_table_cannot_choose_normalisation_patterns() -> None:
 def test_generic_repeat_config_defaults_ignore_results() -> None:
     assert not GenericRepeatConfig().stop_needs_no_progress
     assert STRICT.generic_repeat.stop_needs_no_progress
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("preset", "cause", "turns"),
+    [("qwen", "loop.tool_stagnation", 8), ("openclaw-current", "budget.max_turns", 12)],
+)
+async def test_the_new_presets_are_accepted_by_a_run(preset: str, cause: str, turns: int) -> None:
+    from actors.tools import default_registry
+    from bench.loops import echo_tool
+    from bench.scripted_model import ECHO_TOOL, ScriptedModel, echo_script
+    from orchestrator.runtime import RunSpec, Runtime
+
+    tools = default_registry()
+    tools.add(echo_tool())
+    script = echo_script(100)  # one echo call per turn, new arguments each time
+    async with Runtime(tools=tools, model_actor=lambda bus: ScriptedModel(bus, script)) as rt:
+        result = await rt.run(
+            RunSpec(
+                task="Echo.",
+                overrides={"tools": [ECHO_TOOL], "max_turns": 12, "loop_preset": preset},
+            )
+        )
+    assert (result.cause, result.turns) == (cause, turns)
