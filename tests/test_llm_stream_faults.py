@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import anyio
+import openai
 import pytest
 from anyio.abc import SocketAttribute, SocketListener, SocketStream
 
@@ -382,3 +383,44 @@ async def test_the_unstreamed_retry_does_not_reuse_the_connection_the_server_clo
     assert isinstance(final, ModelError)
     assert (final.kind, final.status, final.attempt) == ("context_length", 400, 2)
     assert streams == [True, False]
+
+
+async def collect_text(stream: Any, into: list[str]) -> None:
+    async for chunk in stream:
+        into.append(chunk.choices[0].delta.content or "")
+
+
+@pytest.mark.asyncio
+async def test_the_fault_profiles_as_the_openai_sdk_reads_them() -> None:
+    """The simulator's profiles make what the SDK itself sees from such servers."""
+    played = [
+        one_step("sdk_interrupt", '{ kind = "interrupt", after_chunks = 3 }'),
+        one_step("sdk_empty", '{ kind = "empty_stream" }'),
+        one_step("sdk_drop", '{ kind = "drop", after_chunks = 3 }'),
+    ]
+    messages: Any = [{"role": "user", "content": "Answer."}]
+    async with (
+        open_simulator(played) as sim,
+        openai.AsyncOpenAI(base_url=sim.base_url, api_key="k", max_retries=0) as client,
+    ):
+        with anyio.fail_after(WAIT):
+            cut = await client.chat.completions.create(
+                model="sdk_interrupt", messages=messages, stream=True
+            )
+            chunks = [chunk async for chunk in cut]  # ended by [DONE]
+            empty = await client.chat.completions.create(
+                model="sdk_empty", messages=messages, stream=True
+            )
+            nothing = [chunk async for chunk in empty]
+            dropped = await client.chat.completions.create(
+                model="sdk_drop", messages=messages, stream=True
+            )
+            got: list[str] = []
+            with pytest.raises(openai.APIConnectionError):  # as our stream reader raises it
+                await collect_text(dropped, got)
+            again = await client.chat.completions.create(model="sdk_empty", messages=messages)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "The answ"
+    assert all(c.choices[0].finish_reason is None for c in chunks)
+    assert nothing == []
+    assert "".join(got) == "The answ"
+    assert (again.choices[0].message.content, again.choices[0].finish_reason) == (TEXT, "stop")
