@@ -47,7 +47,8 @@ async def test_every_checkpoint_trace_is_a_prefix_of_the_result_trace() -> None:
         assert result.trace[: len(point.trace)] == point.trace
     times = [entry.at for entry in result.trace]
     assert times == sorted(times)
-    assert [e.state for e in result.trace[:4]] == ["PLAN", "ACT", "ACT", "OBSERVE"]
+    states = [e.state for e in result.trace if e.event != "context counting"]  # a note
+    assert states[:4] == ["PLAN", "ACT", "ACT", "OBSERVE"]
     assert result.trace[-1].state == "DONE"
     assert result.trace[-1].event == "completed/model.end_turn"
 

@@ -216,6 +216,12 @@ def test_traceparent_is_parsed_strictly() -> None:
         assert parse_traceparent(value) is None, value
 
 
+def chat_requests(server: Server) -> list[tuple[str, list[tuple[str, str]], bytes]]:
+    """The chat completions requests ``server`` saw (the context gatekeeper also asks the
+    operator's server, once per model, for its window and tokenizer)."""
+    return [request for request in server.seen if request[0].endswith("/chat/completions")]
+
+
 @pytest.mark.asyncio
 async def test_model_requests_carry_a_traceparent_naming_their_chat_span() -> None:
     server = Server((200, SSE, OK_STREAM))
@@ -232,7 +238,7 @@ async def test_model_requests_carry_a_traceparent_naming_their_chat_span() -> No
     (chat,) = by_name(exporter.get_finished_spans(), "chat ")
     ids = chat.context
     expected = f"00-{ids.trace_id:032x}-{ids.span_id:016x}-01"
-    (request,) = server.seen
+    (request,) = chat_requests(server)
     assert dict(request[1])["traceparent"] == expected
     assert expected.split("-")[1] == PARENT.split("-")[1]  # the caller's trace, end to end
 
@@ -264,7 +270,7 @@ async def test_no_traceparent_header_with_tracing_off() -> None:
         with anyio.fail_after(WAIT):
             async with Runtime(config) as runtime:
                 await runtime.run(RunSpec(task="Say hi."))
-    (request,) = server.seen
+    (request,) = chat_requests(server)
     assert "traceparent" not in dict(request[1])
 
 
