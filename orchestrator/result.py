@@ -7,13 +7,14 @@ is the text a person reads: that the run stopped, why, and what to do next.
 from __future__ import annotations
 
 import enum
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
 from bus import ChatMessage, ExitReason, Outcome, RunFinished, Usage
 
 __all__ = [
+    "SIMULATOR_NOTE",
     "CallLogEntry",
     "ExitStatus",
     "RunResult",
@@ -22,6 +23,7 @@ __all__ = [
     "exit_status",
     "finished_message",
     "result_summary",
+    "simulator_answered",
 ]
 
 RunState = Literal["PLAN", "ACT", "OBSERVE", "DONE", "FAILED"]
@@ -77,6 +79,25 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     trace: tuple[TraceEntry, ...]
     call_log: tuple[CallLogEntry, ...]
     transcript: tuple[ChatMessage, ...] = ()
+    simulated: bool = False
+    """No model was configured: the embedded simulator answered this run, which plays no
+    scenario (a task or a folder of the caller's own). ``False`` for scenario runs."""
+    note: str = ""
+    """What a person should know about the result beside its ending (with ``simulated``:
+    :data:`SIMULATOR_NOTE`)."""
+
+
+SIMULATOR_NOTE: Final = (
+    "No model is configured: the embedded simulator answered this run, not a model; "
+    "set [model] base_url and model, see docs/servers.md."
+)
+"""The note of a result the embedded simulator answered (``simulated``): the simulator
+plays scripted scenarios, it reads neither the task nor the folder."""
+
+
+def simulator_answered(result: RunResult) -> RunResult:
+    """``result`` marked as answered by the embedded simulator (``simulated``, the note)."""
+    return msgspec.structs.replace(result, simulated=True, note=SIMULATOR_NOTE)
 
 
 class ExitStatus(enum.IntEnum):
@@ -137,10 +158,11 @@ def describe_ending(result: RunResult) -> str:
         if on
     ]
     suffix = f" [{', '.join(marks)}]" if marks else ""
+    note = f"\nNote: {result.note}" if result.note else ""
     return (
         f"{verb}: run {result.run_id} ended with {result.exit_reason.value}"
         f" (cause {result.cause}){suffix} after {result.turns} turns,"
         f" {result.llm_requests} model requests, {result.tool_calls} tool calls.\n"
         f"Why: {result.detail}\n"
-        f"Next: {result.hint}"
+        f"Next: {result.hint}{note}"
     )

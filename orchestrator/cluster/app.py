@@ -75,6 +75,7 @@ def _view(state: RunState) -> RunView:
         on_crash="abort" if state.on_crash == "abort" else "resume",
         events=0,
         request=REQUEST_DECODER.decode(_REQUEST.encode(state.request)),
+        simulated=state.result is not None and state.result.get("simulated") is True,
         result=state.result,
     )
 

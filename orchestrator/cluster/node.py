@@ -58,9 +58,9 @@ from orchestrator.daemon.lifespan import default_store_path
 from orchestrator.daemon.policy import admit
 from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash_ending, phase_of
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
-from orchestrator.daemon.starting import start_request
+from orchestrator.daemon.starting import answered_by_simulator, start_request
 from orchestrator.daemon.store import StoredEvent
-from orchestrator.result import RunResult, result_summary
+from orchestrator.result import RunResult, result_summary, simulator_answered
 from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario, shipped_scenarios
 
@@ -598,6 +598,8 @@ class ClusterNode:
             if state.status == "aborting":
                 await handle.abort("Aborted through the API.", source="api")
             result = await handle.result()
+            if answered_by_simulator(self.config, request):  # a task or pipeline: say so
+                result = simulator_answered(result)
             await published.wait()
         finally:
             self._live.pop(run_id, None)

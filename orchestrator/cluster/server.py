@@ -7,6 +7,7 @@ daemon takes them at once and resumes them from their last checkpoint) and leave
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 from typing import TextIO
@@ -17,6 +18,7 @@ from orchestrator.cluster.app import create_fleet_app
 from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.config import Config
+from orchestrator.daemon.starting import warn_without_model
 from orchestrator.sim import find_scenario
 
 __all__ = ["cluster_settings", "serve_fleet_daemon"]
@@ -47,6 +49,7 @@ async def serve_fleet_daemon(
     scenarios = [find_scenario(path) for path in config.daemon.scenarios]
     node = ClusterNode(config, settings, name=config.cluster.node_name or None, scenarios=scenarios)
     app = create_fleet_app(node)
+    warn_without_model(config, logging.getLogger("loopfuse.cluster"))
     sock = socket.create_server((host, port))
     with sock:
         bound = sock.getsockname()[1]

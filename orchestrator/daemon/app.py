@@ -52,6 +52,7 @@ from orchestrator.daemon.schemas import (
     RunRequest,
     RunView,
 )
+from orchestrator.daemon.starting import answered_by_simulator
 from orchestrator.daemon.store import RunRow
 from orchestrator.tracing import HEADER as TRACEPARENT
 from orchestrator.tracing import parse_traceparent
@@ -147,13 +148,13 @@ class _Api:
         more = len(rows) > limit
         rows = rows[:limit]
         page = RunPage(
-            runs=[_view(row, with_result=False) for row in rows],
+            runs=[_view(row, self._daemon.config, with_result=False) for row in rows],
             next_cursor=str(rows[-1].cursor) if more and rows else None,
         )
         return json_response(page)
 
     async def get_run(self, request: Request) -> Response:
-        return json_response(_view(await self._row(request)))
+        return json_response(_view(await self._row(request), self._daemon.config))
 
     async def abort(self, request: Request) -> Response:
         row = await self._daemon.service.abort(request.path_params["id"])
@@ -230,8 +231,29 @@ def _stored_request(raw: bytes) -> tuple[RunRequest | None, str | None]:
         return None, f"the stored request no longer matches this version's schema: {exc}"
 
 
-def _view(row: RunRow, *, with_result: bool = True) -> RunView:
+class _Answered(msgspec.Struct):
+    simulated: bool = False
+
+
+_ANSWERED: Final = msgspec.json.Decoder(_Answered)
+"""Reads a stored result's ``simulated`` alone (the rest is skipped, not built)."""
+
+
+def _simulated(
+    row: RunRow, request: RunRequest | None, result: dict[str, Any] | None, config: Config
+) -> bool:
+    """Whether the embedded simulator answered the run though it plays no scenario: as its
+    stored result says; a run not ended yet is answered by this daemon (``config``)."""
+    if row.result is None:
+        return request is not None and answered_by_simulator(config, request)
+    if result is not None:
+        return result.get("simulated") is True
+    return _ANSWERED.decode(row.result).simulated
+
+
+def _view(row: RunRow, config: Config, *, with_result: bool = True) -> RunView:
     request, request_error = _stored_request(row.request)
+    result = _RESULT.decode(row.result) if with_result and row.result is not None else None
     return RunView(
         id=row.id,
         trace_id=row.trace_id,
@@ -246,5 +268,6 @@ def _view(row: RunRow, *, with_result: bool = True) -> RunView:
         events_dropped=row.events_dropped,
         request=request,
         request_error=request_error,
-        result=_RESULT.decode(row.result) if with_result and row.result is not None else None,
+        simulated=_simulated(row, request, result, config),
+        result=result,
     )

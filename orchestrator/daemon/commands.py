@@ -23,12 +23,15 @@ from orchestrator.config import Config
 from orchestrator.daemon.client import DaemonClient, DaemonError
 from orchestrator.daemon.logs import configure_logging
 from orchestrator.daemon.server import serve_daemon
+from orchestrator.result import SIMULATOR_NOTE
 
 __all__ = ["COMMANDS", "ServeFleet", "add_commands", "run_command"]
 
 COMMANDS: Final = ("serve", "runs", "watch")
 _decode = msgspec.json.Decoder(dict[str, Any])
 _SHOWN: Final = ("turn", "stage", "status", "kind", "tool", "exit_reason", "cause", "detail")
+_SIMULATED: Final = "[simulator]"
+"""Marks a run the embedded simulator answered though it plays no scenario (no model)."""
 
 ServeFleet = Callable[[Config, str, str | None, int | None], Awaitable[int]]
 """Serves a fleet member until a signal: ``(config, nats_url, host, port)`` → exit status."""
@@ -109,8 +112,12 @@ async def _runs(url: str, args: argparse.Namespace) -> int:
         print(msgspec.json.encode(page).decode())
         return 0
     rows = [("id", "status", "exit reason", "cause", "events", "request")]
+    simulated = False
     for run in page["runs"]:
         what = _describe_request(run.get("request"))
+        if run.get("simulated"):
+            simulated = True
+            what = f"{_SIMULATED} {what}"
         rows.append(
             (
                 run["id"],
@@ -124,6 +131,11 @@ async def _runs(url: str, args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    if simulated:
+        print(
+            f"{_SIMULATED} runs: no model was configured, the embedded simulator answered them, "
+            "not a model; set [model] base_url and model, see docs/servers.md."
+        )
     if page.get("next_cursor"):
         print(f"(more: --limit or the API's cursor {page['next_cursor']})")
     return 0
@@ -151,6 +163,8 @@ async def _watch(url: str, args: argparse.Namespace) -> int:
         print(f"Why: {result['detail']}")
     if result.get("hint"):
         print(f"Next: {result['hint']}")
+    if run.get("simulated"):
+        print(f"Note: {result.get('note') or SIMULATOR_NOTE}")
     return 0
 
 

@@ -85,6 +85,9 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
     """What was submitted; ``None`` (with ``request_error``) for a request stored by an
     older version in a shape this one no longer reads."""
     request_error: str | None = None
+    simulated: bool = False
+    """No model is configured: the embedded simulator answered (or answers) this task or
+    pipeline run, not a model (the result says so too: ``simulated``, ``note``)."""
     result: dict[str, Any] | None = None
 
 

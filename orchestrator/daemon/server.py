@@ -29,6 +29,7 @@ import uvicorn
 from orchestrator.config import Config
 from orchestrator.daemon.app import create_app
 from orchestrator.daemon.lifespan import Daemon
+from orchestrator.daemon.starting import warn_without_model
 from orchestrator.sim import Scenario
 from orchestrator.web.serving import serve_on
 
@@ -106,6 +107,7 @@ async def serve_daemon(
             logger.warning(
                 "the API is open to the network: no tokens in $%s", config.daemon.token_env
             )
+        warn_without_model(config, logger)
         print(
             f"loopfuse daemon listening on {running.url} (API {running.url}/v1, "
             f"metrics {running.url}/metrics, store {running.daemon.store_path})",

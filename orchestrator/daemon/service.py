@@ -41,10 +41,10 @@ from orchestrator.daemon.recovery import (
     refused_detail,
 )
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
-from orchestrator.daemon.starting import start_request
+from orchestrator.daemon.starting import answered_by_simulator, start_request
 from orchestrator.daemon.store import RunRow, Store
 from orchestrator.errors import ConfigError
-from orchestrator.result import RunResult, result_summary
+from orchestrator.result import RunResult, result_summary, simulator_answered
 from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario
 from orchestrator.tracing import TraceParent
@@ -206,7 +206,7 @@ class RunService:
         point = StartPoint(trace_id=trace_id, traceparent=parent.header() if parent else None)
         finished = await self._launch(row, request, point)
         self._store.insert_run(row)  # queued before any of its events can be
-        self._watch(row, finished)
+        self._watch(row, finished, answered_by_simulator(self._config, request))
         with anyio.CancelScope(shield=True):  # a started run's row is committed, always
             await self._store.flush()  # committed before the 202
         self._accepted += 1
@@ -276,11 +276,13 @@ class RunService:
             reports=self._store.path.parent / "reports",
         )
 
-    def _watch(self, row: RunRow, recorded: anyio.Event) -> None:
-        self._tg.start_soon(self._finish, row, recorded, name=f"finish {row.id}")
+    def _watch(self, row: RunRow, recorded: anyio.Event, simulated: bool) -> None:
+        self._tg.start_soon(self._finish, row, recorded, simulated, name=f"finish {row.id}")
 
-    async def _finish(self, row: RunRow, recorded: anyio.Event) -> None:
+    async def _finish(self, row: RunRow, recorded: anyio.Event, simulated: bool) -> None:
         result = await self._live[row.id].result()
+        if simulated:  # the embedded simulator answered a task or a pipeline: say so
+            result = simulator_answered(result)
         # RunFinished is queued in the store before the row says "ended", so a row that
         # says "ended" always has its stream's last event.
         await recorded.wait()
@@ -382,7 +384,7 @@ class RunService:
             return
         if point.resume is not None:
             self._resumed += 1
-        self._watch(row, recorded)
+        self._watch(row, recorded, answered_by_simulator(self._config, request))
         _log(f"run {action}", row.id, row.trace_id)
 
     def _crash_abort(

@@ -4,10 +4,17 @@ Shared by the single daemon and by fleet members, so both run a request the same
 request passes the operator's policy again here (:func:`~orchestrator.daemon.policy.admit`):
 a stored request runs only as the policy of the daemon that starts it allows, with its
 folder resolved at that moment.
+
+With no model configured (``model.base_url``), the embedded simulator answers a task or a
+pipeline too (:func:`answered_by_simulator`, decided once when the run starts): the daemon
+marks such a run's result (:func:`~orchestrator.result.simulator_answered`: ``simulated``
+and :data:`~orchestrator.result.SIMULATOR_NOTE`), and its report file starts with the note.
+Scenario runs are the simulator's own work and stay unmarked.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -17,11 +24,29 @@ from orchestrator.config import Config
 from orchestrator.daemon.policy import admit
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.report import ReportOptions, simulated_models, start_report
+from orchestrator.result import SIMULATOR_NOTE
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
 from orchestrator.scenarios.runs import start_scenario
 from orchestrator.sim import Scenario
 
-__all__ = ["report_path", "start_request"]
+__all__ = ["answered_by_simulator", "report_path", "start_request", "warn_without_model"]
+
+
+def answered_by_simulator(config: Config, request: RunRequest) -> bool:
+    """Whether the embedded simulator answers ``request`` though it names no scenario: no
+    model is configured and the request is a task or a pipeline on a folder."""
+    return config.model.base_url is None and request.scenario is None
+
+
+def warn_without_model(config: Config, logger: logging.Logger) -> None:
+    """Warn once at start-up when no model is configured: task and pipeline runs will be
+    answered by the embedded simulator (and marked so), not by a model."""
+    if config.model.base_url is None:
+        logger.warning(
+            "no model is configured (model.base_url and model.model): the embedded simulator "
+            "answers task and pipeline runs, not a model; their results say so (simulated: "
+            "true). docs/servers.md shows how to point loopfuse at a server"
+        )
 
 
 def report_path(reports: Path, run_id: str, request: RunRequest) -> Path:
@@ -58,6 +83,7 @@ async def start_request(
             reflect_rounds=pipeline.reflect_rounds,
             # With no endpoint configured, the simulator plays each stage's script.
             models=simulated_models("report") if config.model.base_url is None else {},
+            notice=SIMULATOR_NOTE if answered_by_simulator(config, request) else "",
         )
         return await start_report(runtime, admitted.folder, options, run_id=run_id)
     assert request.task is not None

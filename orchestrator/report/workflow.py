@@ -41,6 +41,7 @@ __all__ = [
     "report_handlers",
     "report_pipeline",
     "simulated_models",
+    "with_notice",
 ]
 
 DRAFT_RETRIES: Final = 3
@@ -60,7 +61,8 @@ class ReportOptions(msgspec.Struct, frozen=True, kw_only=True):
     run's default model). ``out`` is the report's path; the run summary is written next
     to it as ``NAME.summary.json``. ``explore_vision``: the explore model reads images, so
     explore offers ``read_image``; ``None`` lets :func:`~orchestrator.report.run.start_report`
-    decide from the config (``[models."<name>"] vision``).
+    decide from the config (``[models."<name>"] vision``). ``notice``: a sentence the
+    report file starts with (the daemon's: the embedded simulator answered, not a model).
     """
 
     goal: str
@@ -71,6 +73,7 @@ class ReportOptions(msgspec.Struct, frozen=True, kw_only=True):
     explore_max_turns: int = 20
     explore_loop_preset: str = "strict"
     explore_vision: bool | None = None
+    notice: str = ""
 
 
 def simulated_models(scenario: str) -> dict[str, str]:
@@ -251,7 +254,10 @@ class _Workflow:
             ],
             "tokens": ctx.run.usage.total_tokens,
         }
-        await anyio.to_thread.run_sync(_write_outputs, out, self._report, summary)
+        if self._o.notice:
+            summary["note"] = self._o.notice
+        text = with_notice(self._report, self._o.notice, self._o.format)
+        await anyio.to_thread.run_sync(_write_outputs, out, text, summary)
         return StageOutcome(detail=f"wrote {out} ({len(self._report)} characters)")
 
     async def compile(self, ctx: StageContext) -> StageOutcome:
@@ -262,6 +268,25 @@ class _Workflow:
             return StageOutcome(detail=f"no PDF: {problem}")
         ctx.run.data["pdf_path"] = str(pdf)
         return StageOutcome(detail=f"wrote {pdf}")
+
+
+_LATEX_SPECIALS: Final = str.maketrans(
+    {c: "\\" + c for c in "&%$#_{}"} | {"~": r"\textasciitilde{}", "^": r"\^{}"}
+)
+
+
+def with_notice(report: str, notice: str, fmt: ReportFormat) -> str:
+    r"""``report`` as its file is written: starting with ``notice`` when there is one (a
+    quoted line in Markdown; in LaTeX a comment before ``\documentclass`` and the same
+    words as the document's first paragraph)."""
+    if not notice:
+        return report
+    if fmt == "markdown":
+        return f"> **Note:** {notice}\n\n{report}"
+    visible = f"\\noindent\\textbf{{Note:}} {notice.translate(_LATEX_SPECIALS)}\\par\n"
+    begin = r"\begin{document}"
+    body = report.replace(begin, f"{begin}\n{visible}", 1) if begin in report else report
+    return f"% Note: {notice}\n{body}"
 
 
 def _write_outputs(out: Path, report: str, summary: dict[str, object]) -> None:
