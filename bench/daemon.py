@@ -130,6 +130,8 @@ class Phase:
     cpu_seconds: float
     model_requests: int = 0
     submit_ms: list[float] = field(default_factory=list)
+    disk_bytes: int = 0
+    """What the daemon wrote to the block device (``/proc/<pid>/io`` ``write_bytes``)."""
 
     @property
     def cpu_ms_per_run(self) -> float:
@@ -165,6 +167,7 @@ class DaemonFigures:
     subsystems: dict[str, float]
     endpoint_daemon: Phase | None = None
     endpoint_library: Phase | None = None
+    endpoint_subsystems: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -225,6 +228,13 @@ def proc_cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def proc_written_bytes(pid: int) -> int:
+    """Bytes process ``pid`` caused to be written to the block device (``write_bytes`` of
+    ``/proc/<pid>/io``: the store's WAL, its checkpoints into the database file, logs)."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["write_bytes"])
 
 
 def _write_config(
@@ -335,6 +345,7 @@ async def _drive(
                         followers.start_soon(_follow, client, run_id)
 
             cpu0, wall0 = proc_cpu_seconds(pid), time.perf_counter()
+            disk0 = proc_written_bytes(pid)
             async with anyio.create_task_group() as tg:
                 for _ in range(clients):
                     tg.start_soon(submitter)
@@ -342,7 +353,8 @@ async def _drive(
             await _all_ended(client)
         wall = time.perf_counter() - wall0
         cpu = proc_cpu_seconds(pid) - cpu0
-    return Phase(len(bodies), wall, cpu, submit_ms=latencies), ids
+        disk = proc_written_bytes(pid) - disk0
+    return Phase(len(bodies), wall, cpu, submit_ms=latencies, disk_bytes=disk), ids
 
 
 def _stored(store: Path, ids: Sequence[str]) -> tuple[dict[str, float], int]:
@@ -537,7 +549,7 @@ async def measure_daemon(
             from bench.http_client import simulator_process
 
             with simulator_process() as base_url:
-                figures.endpoint_daemon, _, _ = await _daemon_phase(
+                figures.endpoint_daemon, _, figures.endpoint_subsystems = await _daemon_phase(
                     folder / "endpoint",
                     scenario=scenario,
                     runs=runs,
@@ -545,7 +557,7 @@ async def measure_daemon(
                     in_flight=in_flight,
                     clients=clients,
                     follow=False,
-                    profile=False,
+                    profile=profile,
                     base_url=base_url,
                 )
                 if library:
@@ -585,6 +597,11 @@ def report(figures: DaemonFigures, out: TextIO) -> None:
     )
     s = figures.stored
     print(
+        f"  written to disk      {d.disk_bytes / max(d.runs, 1) / 1024:.1f} KiB per run "
+        "(/proc/<pid>/io write_bytes: WAL, checkpoints into the database, logs)",
+        file=out,
+    )
+    print(
         f"  stored per run       {s['events_per_run']:.1f} events, "
         f"{s['event_bytes_per_run']:.0f} B of events, "
         f"{s['checkpoint_bytes_per_run']:.0f} B checkpoint, {s['row_bytes_per_run']:.0f} B "
@@ -615,6 +632,12 @@ def report(figures: DaemonFigures, out: TextIO) -> None:
             print(
                 f"    library, in-process: {el.cpu_us_per_request:.0f} µs per request "
                 f"({el.cpu_ms_per_run:.2f} ms per run)",
+                file=out,
+            )
+        for name, share in figures.endpoint_subsystems.items():
+            print(
+                f"    {name:42s} {100 * share:5.1f} %  "
+                f"{share * e.cpu_us_per_request:6.0f} µs/request",
                 file=out,
             )
 

@@ -25,7 +25,7 @@ from bus import (
     Usage,
 )
 from orchestrator.daemon.recorder import EventRecorder
-from orchestrator.daemon.store import Store
+from orchestrator.daemon.store import RunRow, Store
 
 RUN = "run-1"
 
@@ -91,6 +91,17 @@ async def recording(tmp_path: Path, *, writing: bool = True) -> AsyncIterator[Re
     """A bus, a store and a recorder; with ``writing=False`` the store's writer starts only
     when the body ends (nothing commits meanwhile: every held text stays held)."""
     store = Store(tmp_path / "daemon.db")
+    store.insert_run(
+        RunRow(
+            id=RUN,
+            trace_id="t",
+            status="running",
+            on_crash="abort",
+            request=b"{}",
+            request_hash="h",
+            created_at=0.0,
+        )
+    )
     bus = Bus()
     recorder = EventRecorder(bus, store, cap=1000)
     async with anyio.create_task_group() as tg:

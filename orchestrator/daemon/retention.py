@@ -38,7 +38,9 @@ async def prune(store: Store, *, ended_before: float, keep: int) -> None:
                 (ended_before, keep),
             )
         ]
-        conn.executemany("DELETE FROM events WHERE run_id = ?", doomed)
+        conn.executemany(
+            "DELETE FROM run_events WHERE run = (SELECT cursor FROM runs WHERE id = ?)", doomed
+        )
         conn.executemany("DELETE FROM runs WHERE id = ?", doomed)
 
     await store.execute(delete).wait()
