@@ -11,7 +11,9 @@
 Actors are shared by every run (per-run state is keyed by ``run_id``) and started with
 ``await tg.start(...)``, so the runtime accepts runs only once every subscription exists.
 At most ``runtime.max_concurrent_runs`` runs are active; the others wait their turn.
-With no ``model.base_url`` configured, the embedded simulator serves the runs.
+With no ``model.base_url`` configured, the shipped scenarios play the model: in process
+when nothing in a scenario needs HTTP (:mod:`orchestrator.sim.inprocess`), else through the
+embedded simulator over loopback.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from orchestrator.runtime.heap import freeze_long_lived
 from orchestrator.runtime.mcp import open_mcp_tools
 from orchestrator.runtime.resume import MonitorStates
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
+from orchestrator.sim.inprocess import InProcessModel
 from orchestrator.sim.tools import scripted_tool_from
 from orchestrator.tracing import parse_traceparent
 from orchestrator.tracing.wiring import open_tracing, require_tracing
@@ -374,12 +377,14 @@ class Runtime:
         await stack.__aenter__()
         try:
             self.base_url = self.config.model.base_url
+            simulated: tuple[Scenario, ...] | None = None
             if self.base_url is None and self._model_actor is None:
                 served = {s.name: s for s in (*shipped_scenarios(), *self._extra_scenarios)}
                 self.metrics.add_models(served)  # the simulator's models are scenario names
                 self.metrics.add_tools(t.name for s in served.values() for t in s.tools)
                 simulator = await stack.enter_async_context(open_simulator(served.values()))
                 self.base_url = simulator.base_url
+                simulated = tuple(served.values())
             if self.config.tracing.enabled:
                 self.tracing = open_tracing(
                     self.config.tracing,
@@ -393,15 +398,7 @@ class Runtime:
             if self.mcp is not None:
                 self.metrics.add_tools(tool.name for tool in self.mcp.tools)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
-            model: ModelActor = (
-                self._model_actor(self.bus)
-                if self._model_actor is not None
-                else LLMCaller(
-                    self.bus,
-                    self._endpoint(self.base_url or ""),
-                    traceparent=self.tracing.traceparent if self.tracing is not None else None,
-                )
-            )
+            model = self._model(simulated)
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             budget_monitor = BudgetMonitor(self.bus)
             self._monitor_states = MonitorStates(
@@ -455,6 +452,23 @@ class Runtime:
             return await stack.__aexit__(exc_type, exc, tb)
         finally:
             self.scenario_folders.close()
+
+    def _model(self, simulated: tuple[Scenario, ...] | None) -> ModelActor:
+        """The actor answering model requests: the caller's own, the LLM caller of the
+        endpoint, or (``simulated``: no endpoint) the scenarios played in process with the
+        simulator over HTTP for what needs the wire."""
+        if self._model_actor is not None:
+            return self._model_actor(self.bus)
+        endpoint = self._endpoint(self.base_url or "")
+        traceparent = self.tracing.traceparent if self.tracing is not None else None
+        if simulated is None:
+            return LLMCaller(self.bus, endpoint, traceparent=traceparent)
+        return InProcessModel(
+            self.bus,
+            simulated,
+            endpoint,
+            wire=lambda bus: LLMCaller(bus, endpoint, traceparent=traceparent),
+        )
 
     def _run_counts(self) -> RunCounts:
         running = int(self._limiter.borrowed_tokens)
