@@ -321,6 +321,7 @@ async def _drive(
     *,
     clients: int,
     follow: bool,
+    rate: float = 0.0,
 ) -> tuple[Phase, list[str]]:
     """Submit ``bodies`` from ``clients`` submitters; the phase from first POST to last end."""
     limits = httpx.Limits(max_connections=clients + len(bodies) + 4, max_keepalive_connections=None)
@@ -334,6 +335,9 @@ async def _drive(
             async def submitter() -> None:
                 while queue:
                     body = queue.pop()
+                    if rate:  # open-loop arrivals: submission n is due at n / rate
+                        due = start + (len(bodies) - len(queue) - 1) / rate
+                        await anyio.sleep(max(0.0, due - time.perf_counter()))
                     began = time.perf_counter()
                     response = await client.post("/v1/runs", json=body)
                     latencies.append(1000 * (time.perf_counter() - began))
@@ -345,6 +349,7 @@ async def _drive(
                         followers.start_soon(_follow, client, run_id)
 
             cpu0, wall0 = proc_cpu_seconds(pid), time.perf_counter()
+            start = wall0
             disk0 = proc_written_bytes(pid)
             async with anyio.create_task_group() as tg:
                 for _ in range(clients):
@@ -485,6 +490,7 @@ async def _daemon_phase(
     follow: bool,
     profile: bool,
     base_url: str | None,
+    rate: float = 0.0,
 ) -> tuple[Phase, dict[str, float], dict[str, float]]:
     path = Path(scenario) if scenario.endswith(".toml") else None
     config = _write_config(
@@ -498,7 +504,7 @@ async def _daemon_phase(
         samples = folder / "py-spy.txt"
         with _profile(process.pid, samples, profile):
             phase, ids = await _drive(
-                url, process.pid, [body] * runs, clients=clients, follow=follow
+                url, process.pid, [body] * runs, clients=clients, follow=follow, rate=rate
             )
     stored, requests = _stored(folder / "daemon.db", ids)
     phase.model_requests = requests
@@ -518,6 +524,7 @@ async def measure_daemon(
     endpoint: bool = False,
     samples: Path | None = None,
     model_seconds: float = 0.0,
+    rate: float = 0.0,
 ) -> DaemonFigures:
     """Every phase the options ask for (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix="bench-daemon-") as tmp:
@@ -534,6 +541,7 @@ async def measure_daemon(
             follow=follow,
             profile=profile,
             base_url=None,
+            rate=rate,
         )
         if samples is not None and (folder / "scenario" / "py-spy.txt").exists():
             shutil.copy(folder / "scenario" / "py-spy.txt", samples)
@@ -595,6 +603,15 @@ def report(figures: DaemonFigures, out: TextIO) -> None:
         f"p99 {d.submit_percentile(0.99):.1f} ms, max {max(d.submit_ms, default=0):.1f} ms",
         file=out,
     )
+    later = d.submit_ms[figures.in_flight :]
+    if len(later) >= 10:
+        steady = Phase(len(later), d.wall_seconds, 0.0, submit_ms=later)
+        print(
+            f"    after the first {figures.in_flight} (that many in flight): "
+            f"p50 {steady.submit_percentile(0.5):.1f} ms, "
+            f"p99 {steady.submit_percentile(0.99):.1f} ms ({len(later)} submissions)",
+            file=out,
+        )
     s = figures.stored
     print(
         f"  written to disk      {d.disk_bytes / max(d.runs, 1) / 1024:.1f} KiB per run "
@@ -660,6 +677,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the model answers after this long (a copy of `completed`; runs wait, as on a "
         "real model)",
     )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="submit at this many runs/s (open loop) instead of as fast as the clients can",
+    )
     parser.add_argument("--samples", type=Path, help="keep py-spy's raw samples here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -676,6 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             endpoint=args.endpoint,
             samples=args.samples,
             model_seconds=args.model_seconds,
+            rate=args.rate,
         )
     )
     if args.json:
