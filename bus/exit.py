@@ -86,9 +86,9 @@ CAUSES: Final[dict[str, str]] = {
         "(model name, key, a parameter), then resubmit the run."
     ),
     "model.interrupted": (
-        "The server ended a reply early without a finish reason (llama-cpp-python with "
-        "--interrupt_requests cuts a reply when another request arrives); start it without "
-        "that flag or send it one request at a time, then resubmit the run."
+        "The server ended a reply early without a finish reason (llama-cpp-python, by "
+        "default, cuts a reply when another request arrives); start it with "
+        "--interrupt_requests False or send it one request at a time, then resubmit the run."
     ),
     # hook_stopped
     "loop.generic_repeat": (
