@@ -8,6 +8,7 @@ of them alike; figures are medians with their min–max.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import statistics
 import sys
@@ -21,6 +22,7 @@ from bench.bus_throughput import measure_bus
 from bench.http_client import measure_http, simulator_process
 from bench.loops import Sample, bare_loop, guard_loop, loopfuse_loop
 from bench.memory import bare_parked, loopfuse_parked
+from bench.realistic import GcClock, parked_after, realistic_loop
 from orchestrator.runtime.compiled import compiled_modules
 
 __all__ = ["Spread", "main", "measure"]
@@ -44,6 +46,10 @@ async def _loopfuse_tracing(runs: int, turns: int) -> Sample:
     return await loopfuse_loop(runs, turns, tracing=True)
 
 
+async def _loopfuse_realistic(runs: int, turns: int) -> Sample:
+    return (await realistic_loop(runs, turns)).sample
+
+
 WORKLOADS: dict[str, Workload] = {
     "bare": bare_loop,
     "guard": guard_loop,
@@ -51,7 +57,11 @@ WORKLOADS: dict[str, Workload] = {
     "loopfuse+events": _loopfuse_events,
     "loopfuse+async_tool": _loopfuse_async_tool,
     "loopfuse+tracing": _loopfuse_tracing,  # needs the otel extra
+    "loopfuse+realistic": _loopfuse_realistic,  # async tool, worker-hop model (bench.realistic)
 }
+SHAPES = {"loopfuse": "cheap", "loopfuse+realistic": "realistic"}
+"""The two shapes whose collector share and memory after a few turns are reported."""
+PARKED_AFTER_TURNS = 4
 
 
 class Spread(NamedTuple):
@@ -81,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--parked", type=int, default=10_000, help="memory: parked runs")
     parser.add_argument("--http-runs", type=int, default=50, help="HTTP: concurrent runs")
     parser.add_argument("--no-http", action="store_true", help="skip the real HTTP path")
+    parser.add_argument(
+        "--parked-after", type=int, default=2_000, help="memory after 4 turns: parked runs"
+    )
     return parser
 
 
@@ -93,6 +106,7 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
         "history_200": (20, 200),
     }
     samples: dict[tuple[str, str], list[Sample]] = {}
+    gc_shares: dict[tuple[str, str], list[float]] = {}
     for workload in WORKLOADS.values():  # warm-up: imports, caches, first-use costs
         anyio.run(workload, 2, 3)
     for rep in range(args.reps):
@@ -102,8 +116,11 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
                 if path.startswith("history") and name != "loopfuse":
                     continue
                 gc.collect()  # the previous workload's garbage is not this one's cost
-                sample = anyio.run(workload, runs, turns)
+                with GcClock() as collector:
+                    sample = anyio.run(workload, runs, turns)
                 samples.setdefault((name, path), []).append(sample)
+                share = collector.seconds / sample.wall_seconds if sample.wall_seconds else 0.0
+                gc_shares.setdefault((name, path), []).append(share)
     figures: dict[str, Any] = {"workloads": {}}
     for (name, path), got in samples.items():
         cpu = Spread.of([s.cpu_us_per_turn for s in got])
@@ -112,6 +129,7 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
             "cpu_us_per_turn": cpu._asdict(),
             "wall_us_per_turn": wall._asdict(),
             "turns_per_second": 1e6 / wall.median if wall.median else 0.0,
+            "gc_share": Spread.of(gc_shares[(name, path)])._asdict(),
         }
 
     def cpu_of(name: str, path: str = "throughput") -> float:
@@ -124,6 +142,15 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
     figures["loopfuse_async_tool_us_per_turn"] = cpu_of("loopfuse+async_tool")
     figures["loopfuse_tracing_us_per_turn"] = cpu_of("loopfuse+tracing")
     figures["ratio_vs_guard"] = figures["loopfuse_us_per_turn"] / figures["guard_us_per_turn"]
+    figures["loopfuse_realistic_us_per_turn"] = cpu_of("loopfuse+realistic")
+    figures["loopfuse_realistic_latency_us_per_turn"] = cpu_of("loopfuse+realistic", "latency")
+    figures["realistic_vs_cheap"] = (
+        figures["loopfuse_realistic_us_per_turn"] / figures["loopfuse_us_per_turn"]
+    )
+    figures["gc_share"] = {
+        shape: figures["workloads"][name]["throughput"]["gc_share"]["median"]
+        for name, shape in SHAPES.items()
+    }
     figures["compiled_modules"] = len(compiled_modules())  # 0: a pure-Python install
     figures["build"] = "compiled" if figures["compiled_modules"] else "pure Python"
     figures["us_per_turn_runs_of_20_turns"] = cpu_of("loopfuse", "history_20")
@@ -142,6 +169,20 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
     figures["rss_kb_per_run"] = parked.rss_bytes_per_run / 1024
     figures["bare_kb_per_run"] = bare.heap_bytes_per_run / 1024
     figures["bare_rss_kb_per_run"] = bare.rss_bytes_per_run / 1024
+    log.write(f"memory: {args.parked_after} runs parked after {PARKED_AFTER_TURNS} turns\n")
+    figures["parked_after_turns"] = PARKED_AFTER_TURNS
+    figures["rss_kb_per_run_after_turns"] = {
+        shape: anyio.run(
+            functools.partial(
+                parked_after,
+                args.parked_after,
+                PARKED_AFTER_TURNS,
+                realistic=shape == "realistic",
+            )
+        ).rss_bytes_per_run
+        / 1024
+        for shape in SHAPES.values()
+    }
 
     log.write("bus\n")
     figures["bus"] = [anyio.run(measure_bus, n, 20_000)._asdict() for n in (1, 5, 10)]
@@ -198,6 +239,15 @@ def format_report(figures: dict[str, Any], args: argparse.Namespace, out: TextIO
         f"O(history): 20 runs x 20 turns {figures['us_per_turn_runs_of_20_turns']:.1f} µs/turn, "
         f"x 200 turns {figures['us_per_turn_runs_of_200_turns']:.1f} µs/turn, turns 21-200 "
         f"alone {figures['us_per_turn_21_to_200']:.1f} µs/turn\n"
+        f"realistic shape (async tool, worker-hop model): "
+        f"{figures['loopfuse_realistic_us_per_turn']:.1f} µs/turn at {args.runs} x "
+        f"{args.turns} (x{figures['realistic_vs_cheap']:.2f} the cheap shape; target ≤ 1.5), "
+        f"{figures['loopfuse_realistic_latency_us_per_turn']:.1f} µs/turn at 1 x "
+        f"{args.latency_turns}; share of wall time in the cycle collector: cheap "
+        f"{figures['gc_share']['cheap']:.0%}, realistic {figures['gc_share']['realistic']:.0%}; "
+        f"RSS per run parked after {figures['parked_after_turns']} turns: cheap "
+        f"{figures['rss_kb_per_run_after_turns']['cheap']:.1f} KB, realistic "
+        f"{figures['rss_kb_per_run_after_turns']['realistic']:.1f} KB\n"
         f"memory: {figures['parked_runs']:,} parked runs: {figures['kb_per_run']:.1f} KB heap, "
         f"{figures['rss_kb_per_run']:.1f} KB RSS per run (bare: "
         f"{figures['bare_kb_per_run']:.1f} / {figures['bare_rss_kb_per_run']:.1f}; target ≤ 10)\n"
@@ -223,7 +273,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point of ``python -m bench``; returns the exit status."""
     args = _parser().parse_args(argv)
     out = out or sys.stdout
-    if min(args.reps, args.runs, args.turns, args.latency_turns, args.parked) < 1:
+    if (
+        min(args.reps, args.runs, args.turns, args.latency_turns, args.parked, args.parked_after)
+        < 1
+    ):
         print("bench: counts must be positive", file=sys.stderr)
         return 2
     figures = measure(args, sys.stderr)

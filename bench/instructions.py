@@ -2,6 +2,7 @@
 
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         python -m bench.instructions loopfuse 500      # then with 0, and guard 500
+                                                       # (realistic: bench.realistic's shape)
 
 Every invocation warms up with 20 runs × 20 turns of both workloads (imports, caches,
 first-use costs), then runs ``runs`` × ``turns`` of the one named. Instructions per turn:
@@ -16,16 +17,23 @@ from collections.abc import Sequence
 import anyio
 
 from bench.loops import Sample, guard_loop, loopfuse_loop
+from bench.realistic import realistic_loop
 
 __all__ = ["main", "run_workload"]
 
-_WORKLOADS = {"loopfuse": loopfuse_loop, "guard": guard_loop}
+
+async def _realistic(runs: int, turns: int) -> Sample:
+    return (await realistic_loop(runs, turns)).sample
+
+
+_WORKLOADS = {"loopfuse": loopfuse_loop, "guard": guard_loop, "realistic": _realistic}
 
 
 async def run_workload(workload: str, runs: int, turns: int) -> Sample | None:
     """The warm-up, then ``runs`` × ``turns`` of ``workload`` (None for 0 runs)."""
     await loopfuse_loop(20, 20)
     await guard_loop(20, 20)
+    await _realistic(20, 20)
     return await _WORKLOADS[workload](runs, turns) if runs else None
 
 

@@ -10,7 +10,9 @@
 
 Actors are shared by every run (per-run state is keyed by ``run_id``) and started with
 ``await tg.start(...)``, so the runtime accepts runs only once every subscription exists.
-At most ``runtime.max_concurrent_runs`` runs are active; the others wait their turn.
+At most ``runtime.max_concurrent_runs`` runs are active; the others wait their turn. Runs
+and their watchers run in pooled tasks of the runtime's one task group (a task is reused,
+not started per run: :mod:`actors.workers`).
 With no ``model.base_url`` configured, the shipped scenarios play the model: in process
 when nothing in a scenario needs HTTP (:mod:`orchestrator.sim.inprocess`), else through the
 embedded simulator over loopback.
@@ -25,6 +27,7 @@ import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Self
 
@@ -46,6 +49,7 @@ from actors.loop.presets import OFF
 from actors.progress.reporter import ProgressReporter
 from actors.tools import ToolExecutorSettings, ToolLimits, ToolRegistry, default_registry
 from actors.tools.executor import ToolExecutor
+from actors.workers import Workers
 from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec
 from orchestrator.conductor import (
     Conductor,
@@ -72,6 +76,7 @@ from orchestrator.runtime.folders import SharedFolders
 from orchestrator.runtime.heap import freeze_long_lived
 from orchestrator.runtime.mcp import open_mcp_tools
 from orchestrator.runtime.resume import MonitorStates
+from orchestrator.runtime.slots import RunSlots
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 from orchestrator.sim.inprocess import InProcessModel
 from orchestrator.sim.tools import scripted_tool_from
@@ -226,11 +231,12 @@ class _Done:
     waiter cancels nothing else), made only when someone waits: an event would cost every
     run in flight a deque."""
 
-    __slots__ = ("_set", "_waiters")
+    __slots__ = ("_callbacks", "_set", "_waiters")
 
     def __init__(self) -> None:
         self._set = False
         self._waiters: list[asyncio.Future[None]] | None = None
+        self._callbacks: list[Callable[[], object]] | None = None
 
     def is_set(self) -> bool:
         return self._set
@@ -241,6 +247,18 @@ class _Done:
         for waiter in waiters or ():
             if not waiter.done():
                 waiter.set_result(None)
+        callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
+            callback()
+
+    def on_set(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` when the run ends (now, if it has)."""
+        if self._set:
+            callback()
+        elif self._callbacks is None:
+            self._callbacks = [callback]
+        else:
+            self._callbacks.append(callback)
 
     async def wait(self) -> None:
         if self._set:
@@ -344,7 +362,7 @@ class Runtime:
             runs=self._run_counts,
         )
         self._extra_scenarios = tuple(scenarios)
-        self._limiter = anyio.CapacityLimiter(self.config.runtime.max_concurrent_runs)
+        self._slots = RunSlots(self.config.runtime.max_concurrent_runs)
         self._handles: dict[str, RunHandle] = {}
         self._finished: deque[str] = deque()
         self._active = 0
@@ -363,6 +381,7 @@ class Runtime:
             hide_env=(self.config.model.api_key_env, self.config.daemon.token_env),
         )
         self._tg: TaskGroup | None = None
+        self._workers: Workers | None = None  # the tasks runs and watchers run in, reused
         self._stack: AsyncExitStack | None = None
         self.base_url: str | None = None
         self.mcp: McpServers | None = None
@@ -398,6 +417,8 @@ class Runtime:
             if self.mcp is not None:
                 self.metrics.add_tools(tool.name for tool in self.mcp.tools)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._workers = Workers(self._tg)
+            stack.callback(self._workers.close)  # before the task group waits for them
             model = self._model(simulated)
             self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
             budget_monitor = BudgetMonitor(self.bus)
@@ -471,11 +492,11 @@ class Runtime:
         )
 
     def _run_counts(self) -> RunCounts:
-        running = int(self._limiter.borrowed_tokens)
+        running = self._slots.borrowed
         return RunCounts(
             active=running,
             queued=max(self._active - running, 0),
-            limit=int(self._limiter.total_tokens),
+            limit=self._slots.total,
         )
 
     def _loop_config(self, run_id: str) -> LoopConfig:
@@ -531,7 +552,8 @@ class Runtime:
         :raises ConfigError: an override names an unknown key or has a bad value.
         :raises RuntimeClosedError: the runtime is not running.
         """
-        if self._tg is None or self._stack is None:
+        workers = self._workers
+        if workers is None or self._stack is None:
             raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
         resolved = self._resolve(spec.overrides)
         settings, loop_config, policy = resolved.settings, resolved.loop, resolved.policy
@@ -578,9 +600,9 @@ class Runtime:
         self.event_log.open_run(run_id)
         self._active += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        self._tg.start_soon(self._run, handle, inputs, on_finished, name=f"run {run_id}")
+        workers.submit(partial(self._run, handle, inputs, on_finished))
         if watch is not None:
-            self._tg.start_soon(self._watch, handle, watch, name=f"watch {run_id}")
+            workers.submit(partial(self._watch, handle, watch))
         return handle
 
     def _resolve(self, overrides: Mapping[str, Any] | None) -> _Resolved:
@@ -651,7 +673,8 @@ class Runtime:
 
         :raises RuntimeClosedError: the runtime is not running.
         """
-        if self._tg is None or self._stack is None:
+        workers = self._workers
+        if workers is None or self._stack is None:
             raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
         run_id = run_id or uuid.uuid4().hex
         if run_id in self._handles:
@@ -664,9 +687,7 @@ class Runtime:
         self.event_log.open_run(run_id)
         self._active += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        self._tg.start_soon(
-            self._run_pipeline, handle, body, on_finished, name=f"pipeline {run_id}"
-        )
+        workers.submit(partial(self._run_pipeline, handle, body, on_finished))
         return handle
 
     async def _run_pipeline(
@@ -723,7 +744,8 @@ class Runtime:
         on_finished: Callable[[], object] | None,
     ) -> None:
         try:
-            async with self._limiter:
+            await self._slots.acquire()
+            try:
                 # the first run of a model waits for the server's answer about it (once)
                 await self.context_gatekeeper.prepare(
                     inputs.settings.model, inputs.task, inputs.tool_specs
@@ -734,6 +756,8 @@ class Runtime:
                     handle.status = "running"
                     conductor = Conductor(self.bus, inputs, inbox)
                     handle._result = await conductor.run()
+            finally:
+                self._slots.release()
         finally:
             if on_finished is not None:
                 on_finished()
@@ -750,17 +774,12 @@ class Runtime:
     @staticmethod
     async def _watch(handle: RunHandle, watch: Callable[[RunHandle], Awaitable[object]]) -> None:
         """Run ``watch`` until ``handle``'s run ends; its failure is logged, never raised."""
-
-        async def watching() -> None:
+        with anyio.CancelScope() as scope:
+            handle._done.on_set(scope.cancel)
             try:
                 await watch(handle)
             except Exception:
                 logger.exception("the watcher of run %s failed", handle.run_id)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watching)
-            await handle._done.wait()
-            tg.cancel_scope.cancel()
 
     def _retire(self, run_id: str) -> None:
         self._finished.append(run_id)

@@ -1,0 +1,58 @@
+"""Smoke tests of the realistic shape, the run lifecycle bench and their report keys
+(tiny workloads, never timed)."""
+
+from __future__ import annotations
+
+import io
+
+import msgspec
+import pytest
+
+from bench.__main__ import main
+from bench.realistic import parked_after, realistic_loop
+from bench.run_lifecycle import main as lifecycle_main
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("realistic", [True, False])
+async def test_each_shape_runs_every_turn_and_reports_the_collector_share(
+    realistic: bool,
+) -> None:
+    got = await realistic_loop(3, 4, realistic=realistic)
+    assert got.sample.turns == 12
+    assert 0.0 <= got.gc_share < 1.0
+    assert got.collections >= 0
+
+
+@pytest.mark.asyncio
+async def test_runs_park_after_the_turns_they_were_given() -> None:
+    figures = await parked_after(10, 4)
+    assert (figures.runs, figures.turns) == (10, 4)
+
+
+def test_the_lifecycle_bench_reports_start_and_end() -> None:
+    out = io.StringIO()
+    argv = ["--runs", "20", "--turns", "3", "--in-flight", "4", "--reps", "1", "--json"]
+    assert lifecycle_main(argv, out) == 0
+    figures = msgspec.json.decode(out.getvalue())
+    assert set(figures) == {"run_us", "turn_us", "start_end_us"}
+    assert figures["run_us"]["median"] > 0
+    assert lifecycle_main(["--turns", "1"], io.StringIO()) == 2
+
+
+def test_the_report_has_the_realistic_shape_beside_the_cheap_one() -> None:
+    out = io.StringIO()
+    argv = ["--json", "--reps", "1", "--runs", "2", "--turns", "3", "--latency-turns", "3"]
+    assert main([*argv, "--parked", "5", "--parked-after", "5", "--no-http"], out) == 0
+    figures = msgspec.json.decode(out.getvalue())
+    assert figures["loopfuse_realistic_us_per_turn"] > 0
+    assert figures["realistic_vs_cheap"] == pytest.approx(
+        figures["loopfuse_realistic_us_per_turn"] / figures["loopfuse_us_per_turn"]
+    )
+    assert set(figures["gc_share"]) == {"cheap", "realistic"}
+    assert set(figures["rss_kb_per_run_after_turns"]) == {"cheap", "realistic"}
+    assert figures["parked_after_turns"] == 4
+    text = io.StringIO()
+    plain = argv[1:]  # the table instead of JSON
+    assert main([*plain, "--parked", "5", "--parked-after", "5", "--no-http"], text) == 0
+    assert "realistic shape" in text.getvalue()
