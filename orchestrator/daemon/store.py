@@ -6,7 +6,8 @@ Writes are queued by plain calls that never block the event loop (:meth:`Store.i
 transaction in a worker thread, so a busy daemon pays one fsync per commit, not one per
 event. While a commit is in progress the next batch fills up by itself, and a new commit
 begins at most every :data:`COMMIT_INTERVAL_SECONDS` (5 ms). Whoever needs durability awaits
-:meth:`Store.flush` (the API does, before it answers 202).
+:meth:`Store.flush` (the API does, before it answers 202), which starts the next commit
+without waiting out the interval.
 
 Reads run in worker threads on their own connections (WAL lets them read while the writer
 writes). :meth:`Store.watch` hands out an event that is set after the next commit touching
@@ -212,6 +213,7 @@ class Store:
         self.reads = 0
         """Reads so far (each one a worker-thread hop)."""
         self._began = 0.0
+        self._urgent = anyio.Event()
         self._commits = 0
         self._events_written = 0
         self._last_batch_events = 0
@@ -235,9 +237,11 @@ class Store:
                     continue
                 pause = self._began + COMMIT_INTERVAL_SECONDS - time.perf_counter()
                 if pause > 0 and not self._closed:  # let more writes join this commit
-                    await anyio.sleep(pause)
+                    with anyio.move_on_after(pause):
+                        await self._urgent.wait()  # unless someone waits for it (a 202)
                     for hook in self._before_commit:
                         hook()
+                self._urgent = anyio.Event()
                 batch, self._batch = self._batch, _Batch()
                 self._inflight = batch
                 began = self._began = time.perf_counter()
@@ -369,8 +373,9 @@ class Store:
         return batch.committed
 
     async def flush(self) -> None:
-        """Wait until everything queued so far is committed."""
+        """Wait until everything queued so far is committed (at once: no commit interval)."""
         if self._batch:
+            self._urgent.set()
             await self._queued().committed.wait()
         elif self._inflight is not None:
             await self._inflight.committed.wait()
