@@ -171,7 +171,7 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
     figures["bare_rss_kb_per_run"] = bare.rss_bytes_per_run / 1024
     log.write(f"memory: {args.parked_after} runs parked after {PARKED_AFTER_TURNS} turns\n")
     figures["parked_after_turns"] = PARKED_AFTER_TURNS
-    figures["rss_kb_per_run_after_turns"] = {
+    after_turns = {
         shape: anyio.run(
             functools.partial(
                 parked_after,
@@ -179,9 +179,14 @@ def measure(args: argparse.Namespace, log: TextIO) -> dict[str, Any]:
                 PARKED_AFTER_TURNS,
                 realistic=shape == "realistic",
             )
-        ).rss_bytes_per_run
-        / 1024
+        )
         for shape in SHAPES.values()
+    }
+    figures["kb_per_run_after_turns"] = {
+        shape: parked.heap_bytes_per_run / 1024 for shape, parked in after_turns.items()
+    }
+    figures["rss_kb_per_run_after_turns"] = {
+        shape: parked.rss_bytes_per_run / 1024 for shape, parked in after_turns.items()
     }
 
     log.write("bus\n")
@@ -245,8 +250,10 @@ def format_report(figures: dict[str, Any], args: argparse.Namespace, out: TextIO
         f"{figures['loopfuse_realistic_latency_us_per_turn']:.1f} µs/turn at 1 x "
         f"{args.latency_turns}; share of wall time in the cycle collector: cheap "
         f"{figures['gc_share']['cheap']:.0%}, realistic {figures['gc_share']['realistic']:.0%}; "
-        f"RSS per run parked after {figures['parked_after_turns']} turns: cheap "
+        f"per run parked after {figures['parked_after_turns']} turns, heap / RSS: cheap "
+        f"{figures['kb_per_run_after_turns']['cheap']:.1f} / "
         f"{figures['rss_kb_per_run_after_turns']['cheap']:.1f} KB, realistic "
+        f"{figures['kb_per_run_after_turns']['realistic']:.1f} / "
         f"{figures['rss_kb_per_run_after_turns']['realistic']:.1f} KB\n"
         f"memory: {figures['parked_runs']:,} parked runs: {figures['kb_per_run']:.1f} KB heap, "
         f"{figures['rss_kb_per_run']:.1f} KB RSS per run (bare: "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import time
+import tracemalloc
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final, NamedTuple
@@ -172,10 +173,13 @@ async def realistic_loop(
 
 
 class ParkedFigures(NamedTuple):
-    """Resident memory per run parked after ``turns`` answered turns."""
+    """Memory per run parked after ``turns`` answered turns: the Python heap's growth
+    (``tracemalloc``) and the resident set's (which pages freed earlier in the process can
+    hide: read it from a fresh process)."""
 
     runs: int
     turns: int
+    heap_bytes_per_run: float
     rss_bytes_per_run: float
 
 
@@ -192,13 +196,18 @@ async def parked_after(runs: int, turns: int, *, realistic: bool = True) -> Park
 
     runtime = bench_runtime(runs + 1, turns + 10, model, async_tool=realistic)
     spec = RunSpec(task="Echo the steps.", overrides=bench_overrides(turns + 10))
-    async with runtime:
-        await runtime.start(spec)
-        await models[0].parked(1)
-        gc.collect()
-        before = _rss()
-        for _ in range(runs):
+    tracemalloc.start()
+    try:
+        async with runtime:
             await runtime.start(spec)
-        await models[0].parked(runs + 1)
-        gc.collect()
-        return ParkedFigures(runs, turns, (_rss() - before) / runs)
+            await models[0].parked(1)
+            gc.collect()
+            heap, rss = tracemalloc.get_traced_memory()[0], _rss()
+            for _ in range(runs):
+                await runtime.start(spec)
+            await models[0].parked(runs + 1)
+            gc.collect()
+            heap_after, rss_after = tracemalloc.get_traced_memory()[0], _rss()
+    finally:
+        tracemalloc.stop()
+    return ParkedFigures(runs, turns, (heap_after - heap) / runs, (rss_after - rss) / runs)

@@ -6,6 +6,11 @@ costs ``(cpu(long) - cpu(one)) / (turns - 1)``, and a run's start and end cost w
 one-turn run costs beyond that turn: ``cpu(one) - turn``. Runs are started ``--in-flight``
 at a time (a burst of submissions, as the daemon sees them). Figures are medians over
 ``--reps`` repetitions with their min–max.
+
+``--scenario NAME`` measures instead the CPU per run of a shipped scenario started with
+``start_scenario`` on a runtime without an endpoint (what the daemon's scenario runs cost
+in process: the in-process model, the shared folder), ``--runs`` runs ``--in-flight`` at a
+time after a warm-up of 20.
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ import msgspec
 
 from bench.loops import bench_overrides, bench_runtime
 from bench.options import positive
-from orchestrator.runtime import RunSpec
+from orchestrator.config import Config, RuntimeSettings
+from orchestrator.runtime import RunSpec, Runtime
+from orchestrator.scenarios.runs import start_scenario
+from orchestrator.sim import find_scenario
 
 __all__ = ["Lifecycle", "main", "measure_lifecycle"]
 
@@ -57,6 +65,24 @@ async def _cpu_per_run(runs: int, turns: int, in_flight: int) -> float:
         return (time.process_time() - started) / runs * 1e6
 
 
+async def scenario_cpu_per_run(name: str, runs: int, in_flight: int) -> float:
+    """CPU µs per run of the shipped scenario ``name`` (its expected exit reason checked)."""
+    scenario = find_scenario(name)
+    config = Config(runtime=RuntimeSettings(max_concurrent_runs=in_flight))
+    async with Runtime(config) as runtime:
+        for handle in [await start_scenario(runtime, scenario) for _ in range(20)]:
+            await handle.result()
+        gc.collect()
+        started = time.process_time()
+        handles = [await start_scenario(runtime, scenario) for _ in range(runs)]
+        results = [await handle.result() for handle in handles]
+        cpu = time.process_time() - started
+    for result in results:
+        if result.exit_reason != scenario.expect.exit_reason:
+            raise RuntimeError(f"{name} ended {result.exit_reason.value}/{result.cause}")
+    return cpu / runs * 1e6
+
+
 def measure_lifecycle(runs: int, turns: int, in_flight: int) -> Lifecycle:
     """One repetition of both workloads."""
     gc.collect()
@@ -73,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--turns", type=positive, default=20, help="turns of the long runs (20)")
     parser.add_argument("--in-flight", type=positive, default=32, help="runs at a time (32)")
     parser.add_argument("--reps", type=positive, default=5, help="repetitions (5)")
+    parser.add_argument("--scenario", help="CPU per run of this shipped scenario instead")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     return parser
 
@@ -88,6 +115,21 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if args.turns < 2:
         print("bench.run_lifecycle: --turns must be at least 2", file=sys.stderr)
         return 2
+    if args.scenario is not None:
+        values = [
+            anyio.run(scenario_cpu_per_run, args.scenario, args.runs, args.in_flight)
+            for _ in range(args.reps)
+        ]
+        spread = _spread(values)
+        if args.json:
+            out.write(msgspec.json.encode({"scenario_run_us": spread}).decode() + "\n")
+        else:
+            out.write(
+                f"{args.scenario} run {spread['median']:8.1f} µs CPU "
+                f"({spread['low']:.1f}–{spread['high']:.1f}; {args.runs} runs, "
+                f"{args.in_flight} in flight, {args.reps} repetitions)\n"
+            )
+        return 0
     measure_lifecycle(50, args.turns, args.in_flight)  # warm-up: imports, caches
     samples = [measure_lifecycle(args.runs, args.turns, args.in_flight) for _ in range(args.reps)]
     figures = {

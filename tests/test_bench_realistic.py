@@ -28,6 +28,7 @@ async def test_each_shape_runs_every_turn_and_reports_the_collector_share(
 async def test_runs_park_after_the_turns_they_were_given() -> None:
     figures = await parked_after(10, 4)
     assert (figures.runs, figures.turns) == (10, 4)
+    assert figures.heap_bytes_per_run > 0
 
 
 def test_the_lifecycle_bench_reports_start_and_end() -> None:
@@ -38,6 +39,10 @@ def test_the_lifecycle_bench_reports_start_and_end() -> None:
     assert set(figures) == {"run_us", "turn_us", "start_end_us"}
     assert figures["run_us"]["median"] > 0
     assert lifecycle_main(["--turns", "1"], io.StringIO()) == 2
+    out = io.StringIO()
+    argv = ["--scenario", "completed", "--runs", "3", "--reps", "1", "--json"]
+    assert lifecycle_main(argv, out) == 0
+    assert msgspec.json.decode(out.getvalue())["scenario_run_us"]["median"] > 0
 
 
 def test_the_report_has_the_realistic_shape_beside_the_cheap_one() -> None:
@@ -51,6 +56,7 @@ def test_the_report_has_the_realistic_shape_beside_the_cheap_one() -> None:
     )
     assert set(figures["gc_share"]) == {"cheap", "realistic"}
     assert set(figures["rss_kb_per_run_after_turns"]) == {"cheap", "realistic"}
+    assert figures["kb_per_run_after_turns"]["realistic"] > 0
     assert figures["parked_after_turns"] == 4
     text = io.StringIO()
     plain = argv[1:]  # the table instead of JSON
