@@ -370,6 +370,12 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     """The longest ``task``, ``system``, ``pipeline.goal``, ``folder`` or ``scenario`` a
     request may carry, in characters (longer: 422). Library and CLI runs have no such limit."""
     event_cap: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 20_000
+    memory_tail_events: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 512
+    """Committed events per run kept in memory for event streams (the newest; 0: none, every
+    stream reads the store)."""
+    memory_tail_bytes: Annotated[int, msgspec.Meta(ge=0, le=16 * 1024**3)] = 64 * 1024**2
+    """Bytes of events kept in memory over all runs; past it the oldest go (streams then
+    read them from the store)."""
     heartbeat_seconds: Seconds = 15.0
     drain_seconds: Grace = 20.0
     store_path: str = ""
