@@ -2,7 +2,8 @@
 
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \\
         python -m bench.instructions loopfuse 500      # then with 0, and guard 500
-                                                       # (realistic: bench.realistic's shape)
+                                                       # (realistic: bench.realistic's shape;
+                                                       # lifecycle: one-turn runs, 32 at a time)
 
 Every invocation warms up with 20 runs × 20 turns of both workloads (imports, caches,
 first-use costs), then runs ``runs`` × ``turns`` of the one named. Instructions per turn:
@@ -18,6 +19,7 @@ import anyio
 
 from bench.loops import Sample, guard_loop, loopfuse_loop
 from bench.realistic import realistic_loop
+from bench.run_lifecycle import cpu_per_run
 
 __all__ = ["main", "run_workload"]
 
@@ -26,7 +28,18 @@ async def _realistic(runs: int, turns: int) -> Sample:
     return (await realistic_loop(runs, turns)).sample
 
 
-_WORKLOADS = {"loopfuse": loopfuse_loop, "guard": guard_loop, "realistic": _realistic}
+async def _lifecycle(runs: int, turns: int) -> Sample:
+    """``runs`` runs of one turn, 32 at a time (``turns`` is ignored): starts and ends."""
+    cpu = await cpu_per_run(runs, 1, 32)
+    return Sample(cpu * runs / 1e6, 0.0, runs)
+
+
+_WORKLOADS = {
+    "loopfuse": loopfuse_loop,
+    "guard": guard_loop,
+    "realistic": _realistic,
+    "lifecycle": _lifecycle,
+}
 
 
 async def run_workload(workload: str, runs: int, turns: int) -> Sample | None:

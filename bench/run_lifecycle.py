@@ -33,7 +33,7 @@ from orchestrator.runtime import RunSpec, Runtime
 from orchestrator.scenarios.runs import start_scenario
 from orchestrator.sim import find_scenario
 
-__all__ = ["Lifecycle", "main", "measure_lifecycle"]
+__all__ = ["Lifecycle", "cpu_per_run", "main", "measure_lifecycle", "scenario_cpu_per_run"]
 
 
 class Lifecycle(NamedTuple):
@@ -44,7 +44,7 @@ class Lifecycle(NamedTuple):
     start_end_us: float
 
 
-async def _cpu_per_run(runs: int, turns: int, in_flight: int) -> float:
+async def cpu_per_run(runs: int, turns: int, in_flight: int) -> float:
     """CPU µs per run of ``turns`` turns, ``in_flight`` runs at a time (setup not timed)."""
     runtime = bench_runtime(in_flight, turns)
     overrides = bench_overrides(turns)
@@ -86,9 +86,9 @@ async def scenario_cpu_per_run(name: str, runs: int, in_flight: int) -> float:
 def measure_lifecycle(runs: int, turns: int, in_flight: int) -> Lifecycle:
     """One repetition of both workloads."""
     gc.collect()
-    one = anyio.run(_cpu_per_run, runs, 1, in_flight)
+    one = anyio.run(cpu_per_run, runs, 1, in_flight)
     gc.collect()
-    long = anyio.run(_cpu_per_run, max(runs // turns, 1), turns, in_flight)
+    long = anyio.run(cpu_per_run, max(runs // turns, 1), turns, in_flight)
     turn = (long - one) / (turns - 1)
     return Lifecycle(one, turn, one - turn)
 

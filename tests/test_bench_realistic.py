@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from bench.__main__ import main
+from bench.instructions import run_workload
 from bench.realistic import parked_after, realistic_loop
 from bench.run_lifecycle import main as lifecycle_main
 
@@ -62,3 +63,11 @@ def test_the_report_has_the_realistic_shape_beside_the_cheap_one() -> None:
     plain = argv[1:]  # the table instead of JSON
     assert main([*plain, "--parked", "5", "--parked-after", "5", "--no-http"], text) == 0
     assert "realistic shape" in text.getvalue()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("workload", ["realistic", "lifecycle"])
+async def test_the_instruction_count_workloads_of_this_pass_run(workload: str) -> None:
+    sample = await run_workload(workload, 3, 4)
+    assert sample is not None
+    assert sample.turns == (3 if workload == "lifecycle" else 12)
