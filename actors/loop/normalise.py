@@ -40,7 +40,7 @@ EDGE_CHARS: Final = 4000
 BUILTIN_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
     (r"[0-9a-fA-F]{7,64}\b(?:-[0-9a-fA-F]{4}){0,3}(?:-[0-9a-fA-F]{12}\b)?", "<hex>"),
     (
-        r"\d(?:\d{3}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?"
+        r"(?<!\d)\d(?:\d{3}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?"
         r"|\d?:\d\d:\d\d(?:[.,]\d+)?|\d{9}(?:\d{3})?"
         r"|[\d.]*\s?(?:[nuµm]?s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?))\b",
         "<time>",
