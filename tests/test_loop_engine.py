@@ -221,7 +221,11 @@ def test_interleaved_detectors_of_one_config_keep_their_own_state() -> None:
 
 def test_results_are_kept_only_when_an_enabled_detector_reads_them() -> None:
     assert LoopDetector(STRICT).reads_results  # result-aware since issue #19
-    assert not LoopDetector(GEMINI).reads_results
+    assert LoopDetector(GEMINI).reads_results  # result-aware repeats (deliberate)
+    gemini_cycles = msgspec.structs.replace(
+        GEMINI, generic_repeat=msgspec.structs.replace(GEMINI.generic_repeat, enabled=False)
+    )
+    assert not LoopDetector(gemini_cycles).reads_results  # its cycles ignore results
     assert LoopDetector(OPENCLAW).reads_results
     assert not LoopDetector(_quiet(generic_repeat=GenericRepeatConfig(scope="run"))).reads_results
     total = _quiet(global_breaker=GlobalBreakerConfig(mode="total", break_at=2))

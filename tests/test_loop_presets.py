@@ -175,23 +175,33 @@ def test_openclaw_warning_texts_match_upstream() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "calls", "strike_at", "detector"),
+    ("name", "calls", "strike_at", "detector", "results"),
     [
-        ("5 identical", [A] * 9, 5, "generic_repeat"),
-        ("A/B alternation", [A, B] * 9, 10, "cycle"),
-        ("period 3", [A, B, C] * 9, 15, "cycle"),
-        ("period 5", [A, B, C, D, E] * 9, 25, "cycle"),
+        ("5 identical", [A] * 9, 5, "generic_repeat", same),
+        ("A/B alternation", [A, B] * 9, 10, "cycle", changing),
+        ("period 3", [A, B, C] * 9, 15, "cycle", changing),
+        ("period 5", [A, B, C, D, E] * 9, 25, "cycle", changing),
     ],
 )
 def test_gemini_strike_one_then_stop(
-    name: str, calls: list[Call], strike_at: int, detector: str
+    name: str,
+    calls: list[Call],
+    strike_at: int,
+    detector: str,
+    results: Callable[[int, Call], str],
 ) -> None:
-    # outcomes never matter: changing results trip it all the same
-    events, _ = drive(GEMINI, calls, changing)
+    # cycles ignore outcomes, as upstream; the 5 identical calls need identical results
+    # (a deliberate difference: a repeat whose result changed is progress)
+    events, _ = drive(GEMINI, calls, results)
     assert events == [
         Event(strike_at, "critical", detector, True),
         Event(strike_at + 1, "break", detector, False),
     ]
+
+
+def test_gemini_identical_calls_whose_results_change_are_progress() -> None:
+    events, _ = drive(GEMINI, [A] * 9, changing)
+    assert events == []
 
 
 def test_gemini_four_identical_then_another_call_is_fine() -> None:

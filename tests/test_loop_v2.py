@@ -210,10 +210,53 @@ def test_strict_never_calls_progress_a_repeat(polls: int) -> None:
     assert first(seen, "break") is None
 
 
-def test_gemini_keeps_upstream_s_result_blind_consecutive_rule() -> None:
-    # deliberate: gemini-cli never looks at results (docs/loop-detection.md)
-    seen = play(GEMINI, [STATUS] * 5, [f"step {n}" for n in range(5)])
-    assert first(seen, "critical") == Seen(5, "critical", "generic_repeat")
+@pytest.mark.parametrize(("config", "level"), [(GEMINI, "critical"), (QWEN, "break")])
+def test_gemini_and_qwen_stop_the_fifth_consecutive_identical_call_with_identical_results(
+    config: LoopConfig, level: str
+) -> None:
+    seen = play(config, [STATUS] * 6, ["deploy: waiting for the lock"] * 6)
+    assert seen[0] == Seen(5, level, "generic_repeat")
+
+
+def test_gemini_and_qwen_count_calls_still_waiting_for_their_result_as_repeats() -> None:
+    for config, level in ((GEMINI, "critical"), (QWEN, "break")):
+        detector = LoopDetector(config)
+        levels = [detector.propose(*STATUS).level for _ in range(5)]
+        assert levels == ["none"] * 4 + [level], config.name
+
+
+def test_gemini_lets_a_poll_whose_status_changes_run_to_the_progress_ceiling() -> None:
+    # deliberate difference: gemini-cli refuses the 5th consecutive call whatever its result
+    results = [f"deploy: step {n} of 60" for n in range(60)]
+    seen = play(GEMINI, [STATUS] * 60, results)
+    assert seen == [Seen(50, "critical", "progress_ceiling"), Seen(51, "break", "progress_ceiling")]
+
+
+def test_qwen_lets_a_poll_whose_status_changes_run_to_the_progress_ceiling() -> None:
+    # deliberate difference: qwen-code is result-aware for task_list only, and its action
+    # stagnation (8 calls of one tool) is reset by a changed result for task_list only
+    results = [f"deploy: step {n} of 60" for n in range(60)]
+    seen = play(QWEN, [STATUS] * 60, results)
+    assert {s.detector for s in seen} == {"progress_ceiling"}
+    assert first(seen, "warning") == Seen(20, "warning", "progress_ceiling")
+    assert first(seen, "break") == Seen(50, "break", "progress_ceiling")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["gemini", "qwen"]),
+    st.integers(min_value=1, max_value=49),
+    st.lists(st.integers(0, 2), min_size=49, max_size=49),
+)
+def test_gemini_and_qwen_never_stop_a_changing_poll_before_the_progress_ceiling(
+    name: str, polls: int, shape: list[int]
+) -> None:
+    # every result differs from the one before it (an old one may come back), normalised
+    # parts (times, ids) included
+    results = [f"status {'ABC'[k]} {n % 2} at 12:{n:02d}:00" for n, k in enumerate(shape)]
+    results = [r if n == 0 or r != results[n - 1] else r + "+" for n, r in enumerate(results)]
+    seen = play(PRESETS[name], [STATUS] * polls, results[:polls])
+    assert all(s.detector == "progress_ceiling" and s.level == "warning" for s in seen)
 
 
 # --------------------------------------------------------------------------- no new information
@@ -335,8 +378,18 @@ def test_thresholds_that_do_not_increase_are_clamped_with_a_warning(
 
 
 def test_qwen_stops_the_fifth_consecutive_identical_call() -> None:
-    seen = play(QWEN, [READ] * 8, [f"r{n}" for n in range(8)])
+    seen = play(QWEN, [READ] * 8, ["the same file"] * 8)
     assert first(seen, "break") == Seen(5, "break", "generic_repeat")
+
+
+def test_qwen_a_changed_result_restarts_one_tool_s_streak() -> None:
+    # qwen-code's stateful-read reset of action stagnation, for every tool in the preset
+    calls = [("grep", json.dumps({"q": n % 2})) for n in range(12)]
+    results = [f"r{n % 2}" for n in range(6)] + ["changed 0", "changed 1"] + ["r0", "r1"] * 2
+    assert play(QWEN, calls, results) == []
+    assert play(QWEN, calls, [f"r{n % 2}" for n in range(12)]) == [
+        Seen(8, "break", "tool_stagnation")
+    ]
 
 
 def test_qwen_stateful_read_tool_whose_results_change_is_not_a_loop() -> None:
@@ -608,23 +661,46 @@ QWEN_CALLS = [READ, ("grep", '{"q": 1}'), ("grep", '{"q": 2}'), shell("git statu
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, len(QWEN_CALLS) - 1), min_size=1, max_size=60))
 def test_qwen_matches_upstream_rules(indexes: list[int]) -> None:
+    # each call always returns the same result (as a deterministic tool does), so the
+    # preset's result awareness (a deliberate difference) changes nothing
     calls = [QWEN_CALLS[i] for i in indexes]
-    seen = play(QWEN, calls, [f"result {n}" for n in range(len(calls))])
+    seen = play(QWEN, calls, [f"result of {tool} {args}" for tool, args in calls])
     stop = first(seen, "break")
     assert (stop.n if stop else None) == _qwen_halts(calls)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, len(QWEN_CALLS) - 1), st.integers(0, 2)), min_size=1, max_size=60
+    )
+)
+def test_qwen_never_stops_before_upstream(steps: list[tuple[int, int]]) -> None:
+    # results that may change: a changed result only delays a stop (it is progress)
+    calls = [QWEN_CALLS[i] for i, _ in steps]
+    results = [f"result {r} of {QWEN_CALLS[i][0]}" for i, r in steps]
+    stop = first(play(QWEN, calls, results), "break")
+    upstream = _qwen_halts(calls)
+    if stop is not None:
+        assert upstream is not None
+        assert stop.n >= upstream
 
 
 # --------------------------------------------------------------------------- differential: gemini
 
 
+GEMINI_ONLY_REPEAT = msgspec.structs.replace(
+    GEMINI, cycle=msgspec.structs.replace(GEMINI.cycle, enabled=False)
+)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, 2), min_size=1, max_size=40))
 def test_gemini_consecutive_rule_matches_upstream(indexes: list[int]) -> None:
+    # each call always returns the same result, so the preset's result awareness (a
+    # deliberate difference) changes nothing: upstream's rule call by call
     calls = [[READ, STATUS, UNKNOWN][i] for i in indexes]
-    only_repeat = msgspec.structs.replace(
-        GEMINI, cycle=msgspec.structs.replace(GEMINI.cycle, enabled=False)
-    )
-    detector = LoopDetector(only_repeat)
+    detector = LoopDetector(GEMINI_ONLY_REPEAT)
     streak, last = 0, None
     for call in calls:
         streak = streak + 1 if call == last else 1  # gemini counts refused calls too
@@ -635,7 +711,34 @@ def test_gemini_consecutive_rule_matches_upstream(indexes: list[int]) -> None:
             assert streak >= 5
             return
         assert decision.level == expected
-        detector.record_result(decision.call_id, "whatever result")
+        detector.record_result(decision.call_id, f"result of {call[0]}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=1, max_size=60))
+def test_gemini_refuses_only_where_upstream_would(steps: list[tuple[int, int]]) -> None:
+    # results that may change: a refusal needs upstream's streak of 5, and 5 identical
+    # results at its end (or the progress ceiling's 50 calls)
+    detector = LoopDetector(GEMINI_ONLY_REPEAT)
+    streak, last = 0, None
+    tail: list[str] = []
+    for index, result in steps:
+        call = [READ, STATUS, UNKNOWN][index]
+        text = f"result {result} of {call[0]}"
+        streak = streak + 1 if call == last else 1
+        last = call
+        decision = detector.propose(*call)
+        if decision.level == "none":
+            tail = [*tail, text] if streak > 1 else [text]
+            detector.record_result(decision.call_id, text)
+            continue
+        assert streak >= 5
+        if decision.detector == "generic_repeat":
+            assert len(set(tail[-4:])) == 1
+            assert len(tail) >= 4
+        if decision.level == "break":
+            return
+        tail = [*tail, tail[-1]] if tail else tail  # a refusal counts as no progress
 
 
 def test_a_run_table_cannot_choose_normalisation_patterns() -> None:

@@ -24,6 +24,8 @@ SHIPPED: Final = {scenario.name: scenario for scenario in shipped_scenarios()}
 NEW: Final = (
     "poll_progress_strict.strict",
     "poll_progress_strict.openclaw_current",
+    "poll_progress_strict.gemini",
+    "poll_progress_strict.qwen",
     "varied_command_loop",
     "volatile_poll",
     "huge_tool_result",
@@ -59,6 +61,8 @@ def test_shipped_files_of_runs_are_listed_and_found_by_run() -> None:
     assert find_scenario("poll_progress_strict.openclaw_current").config["loop_preset"] == (
         "openclaw-current"
     )
+    for preset in ("gemini", "qwen"):
+        assert find_scenario(f"poll_progress_strict.{preset}").config["loop_preset"] == preset
     with pytest.raises(ScenarioError) as caught:
         find_scenario("poll_progress_strict")
     assert "has several runs" in str(caught.value)
@@ -116,7 +120,11 @@ async def test_the_unknown_tool_never_runs_and_each_attempt_is_an_unknown_tool_e
 
 @pytest.mark.asyncio
 async def test_the_waste_bench_reports_the_new_scenarios_with_fuses_on_and_off() -> None:
-    assert set(NEW) - set(DEFAULT_SCENARIOS) == {"poll_progress_strict.openclaw_current"}
+    assert set(NEW) - set(DEFAULT_SCENARIOS) == {
+        "poll_progress_strict.openclaw_current",
+        "poll_progress_strict.gemini",
+        "poll_progress_strict.qwen",
+    }
     with anyio.fail_after(120):
         rows = await measure_waste(["volatile_poll", "poll_progress_strict.strict"], max_turns=20)
     volatile, polls = rows

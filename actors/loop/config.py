@@ -242,6 +242,10 @@ class ToolStagnationConfig(_Config, frozen=True, kw_only=True):
     warn_at: Threshold | None = None
     block_at: Threshold | None = None
     break_at: Threshold | None = 8
+    progress_resets: bool = False
+    """A result that differs from the same call's previous (normalised) result restarts the
+    streak at 1: a poll reporting progress is not stagnation (qwen-code does this for its
+    stateful read tools; the ``qwen`` preset for every tool)."""
 
 
 class ShellStagnationConfig(_Config, frozen=True, kw_only=True):

@@ -15,16 +15,19 @@
   when both sides' results are unchanged; the global breaker fires at the 31st identical
   call with identical results. Warnings are given at counts 10, 20, 30 of a key only;
   refused calls are not recorded.
-* ``GEMINI``: gemini-cli's loop detection: 5 identical consecutive calls, cycles of period
-  2..5 repeated 5 times in the last 25 calls (the 10th call of A,B…, the 15th of period 3),
-  content chanting; strike 1 refuses the call (or cuts the stream) and injects gemini's
-  recovery text, strike 2 stops the run.
+* ``GEMINI``: gemini-cli's loop detection: 5 identical consecutive calls with identical
+  results (result-aware, unlike upstream: a repeat whose result changed is progress, capped
+  at the 50th consecutive call), cycles of period 2..5 repeated 5 times in the last 25 calls
+  (the 10th call of A,B…, the 15th of period 3), content chanting; strike 1 refuses the call
+  (or cuts the stream) and injects gemini's recovery text, strike 2 stops the run.
 * ``OPENCLAW_CURRENT``: OpenClaw's current release: ``OPENCLAW`` plus the generic repeat
   refused at the 21st identical call whose last 20 results were identical, and the
   unknown-tool detector (a missing tool's 11th attempt is refused).
 * ``QWEN``: qwen-code's loop detection with its heuristics on: 5 consecutive identical
-  calls stop the run (result-aware for the stateful read tool ``task_list`` only), 8
-  git-overview shell commands in a row, 8 consecutive calls of one tool, 8 read-like calls
+  calls with identical results stop the run (result-aware for every tool, where qwen-code
+  is for its stateful read tool ``task_list`` only; a repeat whose result changed is
+  progress: nudge at the 20th, stop at the 50th), 8 git-overview shell commands in a row, 8
+  consecutive calls of one tool (a call whose result changed restarts it), 8 read-like calls
   in the last 15 (after a non-read call), the per-run cap (past 100 calls with a call made
   6 times, or past 1000), content chanting (qwen's thresholds, no distinct-periods rule).
 * ``OFF``: every detector disabled (``loop_preset = "off"``): fuses off, for comparisons.
@@ -123,7 +126,13 @@ GEMINI: Final = LoopConfig(
     record_blocked=True,
     warning_bucket=None,
     generic_repeat=GenericRepeatConfig(
-        scope="consecutive", include_proposed=True, skip_poll_tools=False, warn_at=None, block_at=5
+        scope="consecutive",
+        include_proposed=True,
+        skip_poll_tools=False,
+        warn_at=None,
+        block_at=5,
+        stop_needs_no_progress=True,  # deliberate: gemini-cli ignores results
+        progress_block_at=50,  # a strike, as every finding under strikes
     ),
     poll_no_progress=_OFF_POLL,
     ping_pong=_OFF_PING_PONG,
@@ -159,13 +168,14 @@ QWEN: Final = LoopConfig(
         warn_at=None,
         break_at=5,
         warn_needs_no_progress=True,
-        stop_needs_no_progress=True,
-        no_progress_tools=("task_list",),
+        stop_needs_no_progress=True,  # deliberate: qwen-code does this for task_list only
+        progress_warn_at=20,
+        progress_break_at=50,
     ),
     poll_no_progress=_OFF_POLL,
     ping_pong=_OFF_PING_PONG,
     global_breaker=_OFF_GLOBAL,
-    tool_stagnation=ToolStagnationConfig(enabled=True, break_at=8),
+    tool_stagnation=ToolStagnationConfig(enabled=True, break_at=8, progress_resets=True),
     shell_stagnation=ShellStagnationConfig(enabled=True, break_at=8),
     read_loop=ReadLoopConfig(enabled=True, break_at=8),
     call_cap=CallCapConfig(enabled=True, soft_cap=100, stuck_repeats=6, hard_cap=1000),

@@ -71,18 +71,21 @@ class _Levels:
 
 
 class ToolStagnation:
-    """Consecutive calls of one tool name, whatever the arguments."""
+    """Consecutive calls of one tool name, whatever the arguments. With
+    ``progress_resets``, a call whose result changed since its previous one restarts the
+    streak (qwen-code's reset for stateful read tools)."""
 
-    __slots__ = ("_config", "_last", "_levels", "_streak")
+    __slots__ = ("_config", "_last", "_levels", "_results", "_streak", "watches_results")
 
     records = True
-    watches_results = False
 
     def __init__(self, config: ToolStagnationConfig) -> None:
         self._config = config
         self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._last = ""
         self._streak = 0
+        self._results: dict[str, str] = {}  # a call's last result, with progress_resets
+        self.watches_results = config.progress_resets
 
     def fresh(self) -> ToolStagnation:
         return ToolStagnation(self._config)
@@ -104,18 +107,28 @@ class ToolStagnation:
             self._last, self._streak = call.tool, 1
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
-        return None
+        result = call.result
+        if result is None:
+            return
+        before = self._results.get(call.fingerprint)
+        self._results[call.fingerprint] = result
+        if before is not None and before != result and call.tool == self._last:
+            self._streak = 1
 
     def on_refused(self, call: CallRecord) -> None:
         return None
 
     def state(self) -> dict[str, object]:
-        return {"last": self._last, "streak": self._streak}
+        return {"last": self._last, "streak": self._streak, "results": dict(self._results)}
 
     def restore(self, state: dict[str, object]) -> None:
         last, streak = state.get("last"), state.get("streak")
         self._last = last if isinstance(last, str) else ""
         self._streak = streak if isinstance(streak, int) else 0
+        results = state.get("results")
+        self._results = (
+            {str(k): str(v) for k, v in results.items()} if isinstance(results, dict) else {}
+        )
 
 
 class ShellStagnation:
