@@ -225,6 +225,16 @@ def test_gemini_and_qwen_count_calls_still_waiting_for_their_result_as_repeats()
         assert levels == ["none"] * 4 + [level], config.name
 
 
+@pytest.mark.parametrize(("config", "level"), [(GEMINI, "critical"), (QWEN, "break")])
+def test_gemini_and_qwen_normalise_volatile_still_running_results_into_a_repeat(
+    config: LoopConfig, level: str
+) -> None:
+    results = [
+        f"still running (session {n:08x}ab, pid {4000 + n}, elapsed {n * 3} s)" for n in range(6)
+    ]
+    assert play(config, [STATUS] * 6, results)[0] == Seen(5, level, "generic_repeat")
+
+
 def test_gemini_lets_a_poll_whose_status_changes_run_to_the_progress_ceiling() -> None:
     # deliberate difference: gemini-cli refuses the 5th consecutive call whatever its result
     results = [f"deploy: step {n} of 60" for n in range(60)]
