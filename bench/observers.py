@@ -33,6 +33,7 @@ from bench.recorder import _recorder, capture_messages
 from bus import (
     Bus,
     BusMessage,
+    ModelError,
     ModelReplied,
     ModelReply,
     ModelTextDelta,
@@ -89,7 +90,15 @@ COMPONENTS: tuple[Component, ...] = (
     Component(
         "loop_monitor",
         lambda run_ids: LoopMonitor(Bus(), lambda run_id: STRICT).handlers(),
-        (RunStarted, RunFinished, ToolCallProposed, ToolResult, ModelTextDelta, ModelReply),
+        (
+            RunStarted,
+            RunFinished,
+            ToolCallProposed,
+            ToolResult,
+            ModelTextDelta,
+            ModelReply,
+            ModelError,  # the model-based loop check's failed request
+        ),
     ),
 )
 """The observers as the runtime sets them up (the hook runner's second subscription,
