@@ -277,7 +277,8 @@ async def test_without_a_gatekeeper_a_refusal_ends_the_run_at_once() -> None:
 # --------------------------------------------------------------------------- while running
 
 
-# Twelve turns, each reading the next page ("{n}" is the step's index).
+# Twelve turns, each reading the next page ("{n}" is the step's index); each page's text
+# differs ("Page {n}." in the result), or twelve identical results are no new information.
 READ_PAGE_STEPS = "\n        ".join(
     ["[[steps]]", 'tool_calls = [{ name = "read_page", arguments = { page = "{n}" } }]'] * 12
 )
@@ -296,7 +297,7 @@ async def test_near_the_limit_old_results_are_folded_and_the_run_goes_on() -> No
         [[tools]]
         name = "read_page"
         parameters = {{ page = "integer" }}
-        results = ["""{prose(9, 4)}"""]
+        results = ["""Page {{n}}. {prose(9, 4)}"""]
         {READ_PAGE_STEPS}
         [[steps]]
         text = "Twelve pages of procedure."
