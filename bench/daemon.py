@@ -568,6 +568,8 @@ async def measure_daemon(
                     profile=profile,
                     base_url=base_url,
                 )
+                if samples is not None and (folder / "endpoint" / "py-spy.txt").exists():
+                    shutil.copy(folder / "endpoint" / "py-spy.txt", f"{samples}.endpoint")
                 if library:
                     await _library(scenario, warmup, in_flight, base_url=base_url)
                     figures.endpoint_library = await _library(

@@ -44,6 +44,7 @@ import httpcore2
 import httpx2
 import openai
 
+from actors.llm.connection import LeanBackend
 from actors.llm.sdk_errors import connection_error, status_error
 from actors.llm.settings import NO_API_KEY, EndpointSettings
 
@@ -309,6 +310,7 @@ class ChatTransport:
             max_connections=connections,
             max_keepalive_connections=min(connections, MAX_KEEPALIVE_CONNECTIONS),
             keepalive_expiry=KEEPALIVE_SECONDS,
+            network_backend=LeanBackend(),
         )
 
     def _make_template(self) -> list[tuple[bytes, bytes]]:
