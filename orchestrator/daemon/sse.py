@@ -55,7 +55,8 @@ async def event_stream(
     closing: anyio.Event,
 ) -> AsyncIterator[bytes]:
     """The frames of ``run_id``'s events after ``after``, until its ``RunFinished``."""
-    yield b"retry: %d\n\n" % RETRY_MILLISECONDS
+    # Sent with the first events when they are at hand, else alone before the first wait.
+    head = b"retry: %d\n\n" % RETRY_MILLISECONDS
     tail = store.memory
     last = after
     while True:
@@ -66,16 +67,25 @@ async def event_stream(
             events = await store.events(run_id, after=last, limit=READ_BATCH)
         if events:
             # One write per wake-up, however many events it brings.
-            frames = []
+            frames = [head] if head else []
+            head = b""
             for event in events:
                 frames.append(frame(event.data, id=event.seq))
                 last = event.seq
                 if event.type == "RunFinished":
+                    known = tail.ended(run_id)
+                    if known is not None:  # the end is known too: the same write
+                        frames.append(_end_frame(run_id, "end", "ended", *known))
+                        yield b"".join(frames)
+                        return
                     yield b"".join(frames)
                     yield await _end(store, run_id, "end", closing)
                     return
             yield b"".join(frames)
             continue
+        if head:
+            yield head
+            head = b""
         if in_memory:
             # Memory holds the run up to its newest committed event: nothing new yet.
             end = tail.ended(run_id)
