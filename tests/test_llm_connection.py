@@ -77,20 +77,25 @@ async def test_readability_tells_a_live_connection_from_a_closed_one() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         port = listener.getsockname()[1]
-        stream = await LeanBackend().connect_tcp("127.0.0.1", port, timeout=WAIT)
-        server, _ = listener.accept()
+        live = await LeanBackend().connect_tcp("127.0.0.1", port, timeout=WAIT)
+        closed = await LeanBackend().connect_tcp("127.0.0.1", port, timeout=WAIT)
+        live_end, _ = listener.accept()
+        closed_end, _ = listener.accept()
         try:
-            assert stream.get_extra_info("is_readable") is False
-            assert stream.get_extra_info("socket") is not None  # the rest is httpcore2's
-            server.close()
-            sock = stream.get_extra_info("socket")  # waited on in a thread (the loop has a reader)
+            assert live.get_extra_info("is_readable") is False
+            assert closed.get_extra_info("socket") is not None  # the rest is httpcore2's
+            closed_end.close()
+            sock = closed.get_extra_info("socket")  # waited on in a thread (the loop has a reader)
             ready, _, _ = await anyio.to_thread.run_sync(select.select, [sock], [], [], WAIT)
             assert ready
-            assert stream.get_extra_info("is_readable") is True
-            assert await stream.read(100) == b""  # the close it saw
+            assert closed.get_extra_info("is_readable") is True
+            assert await closed.read(100) == b""  # the close it saw
+            assert live.get_extra_info("is_readable") is False
         finally:
-            server.close()
-            await stream.aclose()
+            live_end.close()
+            closed_end.close()
+            await live.aclose()
+            await closed.aclose()
 
 
 @pytest.mark.asyncio
