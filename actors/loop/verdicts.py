@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 import msgspec
 
@@ -39,22 +39,7 @@ Detector = Literal[
     "call_cap",
     "llm_check",
 ]
-DETECTORS: tuple[Detector, ...] = (
-    "generic_repeat",
-    "progress_ceiling",
-    "poll_no_progress",
-    "ping_pong",
-    "global_breaker",
-    "cycle",
-    "content",
-    "no_new_information",
-    "unknown_tool",
-    "tool_stagnation",
-    "shell_stagnation",
-    "read_loop",
-    "call_cap",
-    "llm_check",
-)
+DETECTORS: tuple[Detector, ...] = get_args(Detector)
 
 
 @dataclass(frozen=True, slots=True)
