@@ -179,7 +179,8 @@ async def test_operator_headers_replace_the_defaults_and_url_credentials_are_bas
         async with open_clients(with_user, extra_headers=headers) as pool:
             with anyio.fail_after(WAIT):
                 transport = pool.transport_for_run("r")
-                assert "ann" not in repr(transport) and "ann" not in transport.url
+                assert "ann" not in repr(transport)
+                assert "ann" not in transport.url
                 await (await transport.post(b"{}", "r", stream=False)).aclose()
     ((path, sent, _),) = app.seen
     assert path == "/v1/chat/completions?api-version=2"
@@ -256,7 +257,8 @@ async def test_no_exception_carries_a_credential() -> None:
     assert request.headers["x-api-key"] == "***"
     assert request.headers[RUN_ID_HEADER] == "r"
     text = repr(caught.value) + str(request.headers) + str(caught.value.response.request.headers)
-    assert "sk-secret" not in text and "sk-other" not in text
+    assert "sk-secret" not in text
+    assert "sk-other" not in text
     assert dict(app.seen[0][1])["x-api-key"] == "sk-other"  # sent, only on the wire
 
 
