@@ -26,7 +26,8 @@ from bus import (
     ToolResult,
     Usage,
 )
-from orchestrator.config import Config, ConfigError, LoopSettings, merge_loop_overrides
+from orchestrator.config import Config, LoopSettings, merge_loop_overrides
+from orchestrator.errors import ConfigError
 from orchestrator.runtime import RunSpec, Runtime
 from tests.published import Published, feed
 
@@ -150,7 +151,7 @@ def test_the_monitor_asks_the_configured_model_and_acts_on_the_answers() -> None
     nudges = [m for m in published.messages if isinstance(m, Nudge)]
     assert [n.kind for n in nudges] == ["loop.llm_check"]
     feed(handlers, ModelReply(run_id="r", turn=3, text="", tool_calls=(call,)))
-    feed(handlers, ModelError(run_id="r", turn=-3, kind="server", message="x", final=True))
+    feed(handlers, ModelError(run_id="r", turn=-3, kind="server_error", message="x", final=True))
     assert not [m for m in published.messages if isinstance(m, StopSignal)]  # error: no loop
     feed(handlers, ModelReply(run_id="r", turn=4, text="", tool_calls=(call,)))
     feed(handlers, ModelReply(run_id="r", turn=-4, text=answer(0.99)))

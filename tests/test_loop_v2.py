@@ -752,7 +752,8 @@ def test_gemini_refuses_only_where_upstream_would(steps: list[tuple[int, int]]) 
 
 
 def test_a_run_table_cannot_choose_normalisation_patterns() -> None:
-    from orchestrator.config import ConfigError, merge_loop_overrides
+    from orchestrator.config import merge_loop_overrides
+    from orchestrator.errors import ConfigError
 
     with pytest.raises(ConfigError) as caught:
         merge_loop_overrides(STRICT, {"result_patterns": [{"pattern": "(a+)+$"}]})

@@ -32,7 +32,7 @@ from orchestrator.sim import Scenario, make_app, parse_scenario
 from tests.loopback import open_loopback
 
 WAIT = 30.0
-FAST = {"backoff_base_seconds": 0.01, "backoff_cap_seconds": 0.02}
+FAST: dict[str, Any] = {"backoff_base_seconds": 0.01, "backoff_cap_seconds": 0.02}
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -617,7 +617,7 @@ async def test_the_llama_profile_streams_a_forced_call_with_its_head_in_every_ch
     assert {(f.index, f.id, f.type, f.function.name) for f in fragments if f.function} == {
         (0, fragments[0].id, "function", "read_file")
     }
-    assert fragments[0].id.startswith("call__0_read_file_cmpl-")
+    assert (fragments[0].id or "").startswith("call__0_read_file_cmpl-")
     assert "" in [f.function.arguments for f in fragments if f.function]
     assert "".join(f.function.arguments or "" for f in fragments if f.function) == (
         '{"path":"notes.txt"}'
