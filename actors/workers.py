@@ -76,6 +76,7 @@ class Workers:
                 self._busy -= 1
             if self._closed or len(self._idle) >= self._max_idle:
                 return
+            job = None  # an idle worker keeps nothing of its last job alive
             waiting: asyncio.Future[Job | None] = asyncio.Future()  # of the running loop
             self._idle.append(waiting)
             job = await waiting

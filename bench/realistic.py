@@ -23,6 +23,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
 
+from actors.deadlines import Deadlines
 from actors.workers import Workers
 from bench.loops import Sample, _Clock, bench_overrides, bench_runtime
 from bench.memory import _rss
@@ -54,6 +55,7 @@ class WorkerModel:
         self._answers = answers
         self._active: dict[tuple[str, int], anyio.CancelScope] = {}
         self._workers: Workers | None = None
+        self._deadlines: Deadlines | None = None
         self.requests = 0
         self._parked = 0
         self._waiting: list[tuple[int, anyio.Event]] = []
@@ -64,12 +66,14 @@ class WorkerModel:
         try:
             async with anyio.create_task_group() as tg:
                 self._workers = Workers(tg)
+                self._deadlines = Deadlines(tg)
                 try:
                     await sub.serve_by_type(handlers, task_status=task_status)
                     for scope in list(self._active.values()):
                         scope.cancel()
                 finally:
                     self._workers.close()
+                    self._deadlines.close()
         finally:
             self._bus.unsubscribe(sub)
 
@@ -86,7 +90,9 @@ class WorkerModel:
     def _start(self, request: ModelRequest) -> None:
         self.requests += 1
         assert self._workers is not None
-        scope = anyio.CancelScope(deadline=anyio.current_time() + CALL_DEADLINE_SECONDS)
+        assert self._deadlines is not None
+        scope = anyio.CancelScope()  # its deadline kept as the caller keeps it
+        self._deadlines.watch(scope, CALL_DEADLINE_SECONDS)
         self._active[(request.run_id, request.turn)] = scope
         self._workers.submit(partial(self._serve, request, scope))
 
@@ -107,6 +113,8 @@ class WorkerModel:
                 reply = ModelReply(run_id=request.run_id, turn=request.turn, text="", aborted=True)
             self._bus.publish_nowait(reply)
         finally:
+            assert self._deadlines is not None
+            self._deadlines.forget(scope, CALL_DEADLINE_SECONDS)
             del self._active[(request.run_id, request.turn)]
 
     def _park(self) -> None:

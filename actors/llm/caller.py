@@ -32,6 +32,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
+from actors.deadlines import Deadlines
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.chunks import decode_completion
 from actors.llm.clients import Clients
@@ -163,6 +164,7 @@ class LLMCaller:
         self._no_escalation: set[str] = set()
         self._clients: Clients | None = None
         self._workers: Workers | None = None
+        self._deadlines: Deadlines | None = None
         self._requests = self._replies = self._final_errors = self._retries = 0
 
     def statistics(self) -> LLMCallerStatistics:
@@ -179,6 +181,7 @@ class LLMCaller:
         try:
             async with anyio.create_task_group() as tg:
                 self._workers = Workers(tg)
+                self._deadlines = Deadlines(tg)
                 task_status.started()
                 try:
                     await sub.serve_by_type(handlers)
@@ -186,6 +189,7 @@ class LLMCaller:
                         call.cancel("caller stopped")
                 finally:
                     self._workers.close()
+                    self._deadlines.close()
         finally:
             self._bus.unsubscribe(sub)
             self._workers = None
@@ -225,7 +229,11 @@ class LLMCaller:
             budget = self._endpoint.call_deadline_seconds
             if request.deadline_at is not None:
                 budget = min(budget, request.deadline_at - time.time())
-            deadline = call.scope.deadline = anyio.current_time() + budget
+                deadline = call.scope.deadline = anyio.current_time() + budget
+            elif self._deadlines is not None:  # the same limit for every such call
+                deadline = self._deadlines.watch(call.scope, budget)
+            else:
+                deadline = call.scope.deadline = anyio.current_time() + budget
             with call.scope:
                 result = await self._attempts(call, deadline)
                 self._publish_final(call, result)
@@ -243,6 +251,8 @@ class LLMCaller:
                 except Exception as exc:
                     aborted = self._internal_error(call, exc)
                 self._publish_final(call, aborted)
+            if self._deadlines is not None:
+                self._deadlines.forget(call.scope, self._endpoint.call_deadline_seconds)
             if self._active.get((request.run_id, request.turn)) is call:
                 del self._active[(request.run_id, request.turn)]
 

@@ -29,6 +29,7 @@ from typing import Any, Final, Literal, NamedTuple, assert_never
 import anyio
 from anyio.abc import TaskStatus
 
+from actors.deadlines import Deadlines
 from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.tools.cache import CacheSettings, ResultCache
 from actors.tools.context import ToolContext
@@ -226,6 +227,7 @@ class ToolExecutor:
         self._runs: dict[str, _Run] = {}
         self._tool_sets: dict[tuple[str, ...], frozenset[str]] = {}
         self._workers: Workers | None = None
+        self._deadlines: Deadlines | None = None
         self._hits = self._misses = self._loops = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -236,6 +238,7 @@ class ToolExecutor:
         try:
             async with anyio.create_task_group() as tg:
                 self._workers = Workers(tg)
+                self._deadlines = Deadlines(tg)
                 task_status.started()
                 try:
                     await sub.serve_by_type(handlers)
@@ -244,8 +247,10 @@ class ToolExecutor:
                             batch.cancel(0.0, "the tool executor stopped")
                 finally:
                     self._workers.close()
+                    self._deadlines.close()
         finally:
             self._workers = None
+            self._deadlines = None
             self._runs.clear()
             self._bus.unsubscribe(sub)
 
@@ -522,9 +527,12 @@ class ToolExecutor:
         outcome: Outcome | None = None
         timeout = tool.timeout_seconds or run.timeout or self._settings.default_timeout_seconds
         # One scope for both limits (a scope costs as much as the rest of a quick call):
-        # the tool's time limit, and the batch's abort deadline, which cancel() may lower.
-        timeout_at = time.monotonic() + timeout
-        with anyio.CancelScope(deadline=min(timeout_at, batch.abort_deadline)) as scope:
+        # the tool's time limit, kept by the shared deadlines (no timer per call), and the
+        # batch's abort deadline, which cancel() may lower.
+        deadlines = self._deadlines
+        assert deadlines is not None  # a call runs in a worker of run()
+        with anyio.CancelScope(deadline=batch.abort_deadline) as scope:
+            timeout_at = deadlines.watch(scope, timeout)
             slot.scope = scope
             try:
                 outcome = await invoke(
@@ -536,6 +544,7 @@ class ToolExecutor:
                 )
             finally:
                 slot.scope = None
+                deadlines.forget(scope, timeout)
         if outcome is not None:
             return outcome
         reason = batch.abort_reason(timeout_at)

@@ -1,0 +1,99 @@
+"""Time limits for many cancel scopes on one sleeping task per limit length.
+
+A cancel scope given a deadline schedules a timer of its own (an ``asyncio.TimerHandle``
+made, pushed on the loop's heap and cancelled when the scope exits, left there until the
+loop sweeps it): for a call that ends at once, a good share of what the call costs, and one
+more object per call kept for the collector. Calls of an actor mostly share the same limit
+(a tool's timeout, a model's call deadline); started one after another, their deadlines come
+in the order they started. :class:`Deadlines` keeps the scopes of one limit in a dict in
+that order and one watcher task (in the actor's task group) asleep until the earliest; a call
+that ends drops its entry, and the watcher, when it wakes for a call that ended, sleeps on
+until the next, and ends when none is left. A scope cancelled this way
+looks as one cancelled by its own deadline does (``cancelled_caught``, no reason given by
+the caller).
+"""
+
+from __future__ import annotations
+
+import math
+
+import anyio
+from anyio.abc import TaskGroup
+
+__all__ = ["Deadlines"]
+
+
+class _Limit:
+    __slots__ = ("scopes", "watcher")
+
+    def __init__(self) -> None:
+        self.scopes: dict[anyio.CancelScope, float] = {}  # in deadline order
+        self.watcher: anyio.CancelScope | None = None  # the watcher task's, while it runs
+
+
+class Deadlines:
+    """Cancels each watched scope ``seconds`` after :meth:`watch` unless :meth:`forget` came
+    first; the watchers run in ``task_group``: call :meth:`close` before it exits."""
+
+    __slots__ = ("_closed", "_limits", "_tg")
+
+    def __init__(self, task_group: TaskGroup) -> None:
+        self._tg = task_group
+        self._limits: dict[float, _Limit] = {}
+        self._closed = False
+
+    def watch(self, scope: anyio.CancelScope, seconds: float) -> float:
+        """Cancel ``scope`` in ``seconds`` (anyio's clock); returns that deadline."""
+        deadline = anyio.current_time() + seconds
+        if deadline == math.inf:
+            return deadline
+        if self._closed:  # the watchers are gone: the scope's own timer
+            scope.deadline = min(scope.deadline, deadline)
+            return deadline
+        limit = self._limits.get(seconds)
+        if limit is None:
+            limit = self._limits[seconds] = _Limit()
+        limit.scopes[scope] = deadline
+        if limit.watcher is None:
+            limit.watcher = anyio.CancelScope()
+            self._tg.start_soon(self._watch, seconds, limit)
+        return deadline
+
+    def forget(self, scope: anyio.CancelScope, seconds: float) -> None:
+        """``scope`` has ended and needs no cancelling (the watcher stays asleep, so a steady
+        stream of calls costs no timer per call)."""
+        limit = self._limits.get(seconds)
+        if limit is not None:
+            limit.scopes.pop(scope, None)
+
+    def watched(self) -> int:
+        """Scopes waiting for their deadline now."""
+        return sum(len(limit.scopes) for limit in self._limits.values())
+
+    def close(self) -> None:
+        """End the watchers; scopes still watched get their own deadline instead."""
+        self._closed = True
+        for limit in self._limits.values():
+            if limit.watcher is not None:
+                limit.watcher.cancel()
+            for scope, deadline in limit.scopes.items():
+                scope.deadline = min(scope.deadline, deadline)
+        self._limits.clear()
+
+    async def _watch(self, seconds: float, limit: _Limit) -> None:
+        scopes = limit.scopes
+        assert limit.watcher is not None
+        try:
+            with limit.watcher:
+                while scopes:
+                    scope = next(iter(scopes))
+                    deadline = scopes[scope]
+                    if deadline > anyio.current_time():
+                        await anyio.sleep_until(deadline)
+                        continue
+                    del scopes[scope]
+                    scope.cancel()
+        finally:
+            limit.watcher = None
+            if not scopes and self._limits.get(seconds) is limit:
+                del self._limits[seconds]

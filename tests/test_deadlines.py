@@ -1,0 +1,92 @@
+"""actors.deadlines: scopes of one time limit cancelled at their deadlines by a shared watcher."""
+
+from __future__ import annotations
+
+import math
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from actors.deadlines import Deadlines
+
+pytestmark = pytest.mark.anyio
+
+SHORT = 0.05
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_a_watched_scope_is_cancelled_at_its_deadline_as_by_its_own() -> None:
+    async with anyio.create_task_group() as tg:
+        deadlines = Deadlines(tg)
+        with anyio.fail_after(5):
+            with anyio.CancelScope() as scope:
+                deadline = deadlines.watch(scope, SHORT)
+                await anyio.sleep_forever()
+        deadlines.forget(scope, SHORT)
+        assert scope.cancelled_caught
+        assert anyio.current_time() >= deadline
+        assert deadlines.watched() == 0
+        deadlines.close()
+
+
+async def test_a_forgotten_scope_is_not_cancelled_and_the_next_one_still_is() -> None:
+    async with anyio.create_task_group() as tg:
+        deadlines = Deadlines(tg)
+        with anyio.CancelScope() as first:
+            deadlines.watch(first, SHORT)
+            await anyio.lowlevel.checkpoint()  # a call that ends at once
+        deadlines.forget(first, SHORT)
+        with anyio.fail_after(5):
+            with anyio.CancelScope() as second:
+                deadlines.watch(second, SHORT)
+                await anyio.sleep_forever()
+        deadlines.forget(second, SHORT)
+        assert not first.cancel_called
+        assert second.cancelled_caught
+        deadlines.close()
+
+
+async def test_scopes_of_two_limits_each_end_at_their_own() -> None:
+    ended: list[str] = []
+
+    async def call(deadlines: Deadlines, name: str, seconds: float) -> None:
+        with anyio.CancelScope() as scope:
+            deadlines.watch(scope, seconds)
+            await anyio.sleep_forever()
+        deadlines.forget(scope, seconds)
+        ended.append(name)
+
+    async with anyio.create_task_group() as tg:
+        deadlines = Deadlines(tg)
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as calls:
+                calls.start_soon(call, deadlines, "long", SHORT * 4)
+                calls.start_soon(call, deadlines, "short", SHORT)
+        deadlines.close()
+    assert ended == ["short", "long"]
+
+
+async def test_close_ends_the_watchers_and_leaves_each_scope_its_deadline() -> None:
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            deadlines = Deadlines(tg)
+            scope = anyio.CancelScope()
+            deadline = deadlines.watch(scope, 3600.0)
+            deadlines.close()  # the task group must not wait an hour for the watcher
+    assert scope.deadline == deadline
+    assert deadlines.watched() == 0
+
+
+async def test_an_endless_limit_watches_nothing() -> None:
+    async with anyio.create_task_group() as tg:
+        deadlines = Deadlines(tg)
+        scope = anyio.CancelScope()
+        assert deadlines.watch(scope, math.inf) == math.inf
+        assert deadlines.watched() == 0
+        assert scope.deadline == math.inf
+        deadlines.close()
