@@ -253,7 +253,8 @@ async def test_no_exception_carries_a_credential() -> None:
         with anyio.fail_after(WAIT), pytest.raises(openai.PermissionDeniedError) as caught:
             await pool.transport_for_run("r").post(b"{}", "r", stream=True)
     request = caught.value.request
-    assert request.headers["authorization"] == "***"
+    # ours are "***"; openai >= 3.60 also drops the headers it deems sensitive itself
+    assert request.headers.get("authorization", "***") == "***"
     assert request.headers["x-api-key"] == "***"
     assert request.headers[RUN_ID_HEADER] == "r"
     text = repr(caught.value) + str(request.headers) + str(caught.value.response.request.headers)
