@@ -8,8 +8,7 @@ more object per call kept for the collector. Calls of an actor mostly share the 
 in the order they started. :class:`Deadlines` keeps the scopes of one limit in a dict in
 that order and one watcher task (in the actor's task group) asleep until the earliest; a call
 that ends drops its entry, and the watcher, when it wakes for a call that ended, sleeps on
-until the next; when the last call of a limit ends, its watcher ends with it (no task
-outlives the calls it times). A scope cancelled this way
+until the next, and ends when none is left. A scope cancelled this way
 looks as one cancelled by its own deadline does (``cancelled_caught``, no reason given by
 the caller).
 """
@@ -57,19 +56,15 @@ class Deadlines:
         limit.scopes[scope] = deadline
         if limit.watcher is None:
             limit.watcher = anyio.CancelScope()
-            self._tg.start_soon(self._watch, seconds, limit, limit.watcher)
+            self._tg.start_soon(self._watch, seconds, limit)
         return deadline
 
     def forget(self, scope: anyio.CancelScope, seconds: float) -> None:
-        """``scope`` has ended and needs no cancelling. While other calls of the limit are
-        in flight the watcher sleeps on (no timer per call); with none left it ends."""
+        """``scope`` has ended and needs no cancelling (the watcher stays asleep, so a steady
+        stream of calls costs no timer per call)."""
         limit = self._limits.get(seconds)
         if limit is not None:
             limit.scopes.pop(scope, None)
-            if not limit.scopes:
-                if limit.watcher is not None:
-                    limit.watcher.cancel()
-                del self._limits[seconds]
 
     def watched(self) -> int:
         """Scopes waiting for their deadline now."""
@@ -85,10 +80,11 @@ class Deadlines:
                 scope.deadline = min(scope.deadline, deadline)
         self._limits.clear()
 
-    async def _watch(self, seconds: float, limit: _Limit, watcher: anyio.CancelScope) -> None:
+    async def _watch(self, seconds: float, limit: _Limit) -> None:
         scopes = limit.scopes
+        assert limit.watcher is not None
         try:
-            with watcher:
+            with limit.watcher:
                 while scopes:
                     scope = next(iter(scopes))
                     deadline = scopes[scope]
@@ -98,7 +94,6 @@ class Deadlines:
                     del scopes[scope]
                     scope.cancel()
         finally:
-            if limit.watcher is watcher:
-                limit.watcher = None
+            limit.watcher = None
             if not scopes and self._limits.get(seconds) is limit:
                 del self._limits[seconds]

@@ -53,16 +53,23 @@ def _task_code(task: asyncio.Task[object]) -> CodeType | None:
 # The tool executor's worker pool keeps idle workers between runs (that is its purpose);
 # a worker still busy with a run's calls shows in the executor's statistics instead.
 POOLED: Final = "Workers._work"
+WATCHER: Final = "Deadlines._watch"
+"""An actor's deadline watcher: shared by every run's calls, it holds no run's state once
+they end (each ends by forgetting its scope) and sleeps at most one time limit before it
+ends (``actors/deadlines.py``; ``tests/test_deadlines.py``)."""
 
 
 def _ours(task: asyncio.Task[object]) -> str | None:
     """The qualified name of the loopfuse function ``task`` runs, or None when it is not
-    loopfuse's own (the simulator's tasks and the idle pool workers left out)."""
+    loopfuse's own (the simulator's tasks, the idle pool workers and the actors' deadline
+    watchers left out)."""
     code = _task_code(task)
     if code is None:
         return None
     path = code.co_filename
-    if not path.startswith(PACKAGES) or path.startswith(SIMULATOR) or code.co_qualname == POOLED:
+    if not path.startswith(PACKAGES) or path.startswith(SIMULATOR):
+        return None
+    if code.co_qualname in (POOLED, WATCHER):
         return None
     return code.co_qualname
 
