@@ -1,5 +1,10 @@
-"""The model endpoint's HTTP client: chat-completions POSTs through an ``httpcore2``
-connection pool the transport owns, with headers made once per transport.
+"""The model endpoint's HTTP client: chat-completions POSTs through a connection pool the
+transport owns, with the request head made once per transport.
+
+Direct ``http``/``https`` connections go through loopfuse's own HTTP/1.1 client
+(:mod:`actors.llm.http1_pool`: asyncio protocols, O(1) pool); a proxied endpoint (the
+environment names a proxy) through an ``httpcore2`` pool, as does every endpoint when
+``LOOPFUSE_HTTP_CLIENT=httpcore2`` is set.
 
 Only the public API of ``httpcore2`` (the pool, its request and response, its exceptions),
 of ``httpx2`` (its TLS context; the request and response an SDK exception carries) and of
@@ -31,6 +36,7 @@ import http.cookies
 import importlib.metadata
 import json
 import os
+import re
 import ssl
 import time
 import urllib.request
@@ -45,10 +51,13 @@ import httpx2
 import openai
 
 from actors.llm.connection import LeanBackend
+from actors.llm.http1_pool import Pool, Timeouts
+from actors.llm.http1_response import Response as Http1Response
 from actors.llm.sdk_errors import connection_error, status_error
 from actors.llm.settings import NO_API_KEY, EndpointSettings
 
 __all__ = [
+    "CLIENT_VARIABLE",
     "COMPLETIONS",
     "CORE_ERRORS",
     "MAX_REDIRECTS",
@@ -89,8 +98,14 @@ MAX_KEEPALIVE_CONNECTIONS: Final = 100
 KEEPALIVE_SECONDS: Final = 5.0
 """The pool's limits (the ``openai`` SDK's defaults)."""
 
+CLIENT_VARIABLE: Final = "LOOPFUSE_HTTP_CLIENT"
+"""Environment variable: ``httpcore2`` sends direct requests through an ``httpcore2`` pool
+too (read once per transport; for comparison, or a fallback)."""
+
 Headers = tuple[tuple[bytes, bytes], ...]
 """Request headers added to the transport's own, as (name, value) bytes."""
+
+_Response = httpcore2.Response | Http1Response
 
 _REDACTED: Final = b"***"
 _CONTENT_LENGTH: Final = b"Content-Length"
@@ -99,6 +114,8 @@ _CONTENT_ENCODING: Final = b"content-encoding"
 _UNUSUAL: Final = frozenset({_SET_COOKIE, _CONTENT_ENCODING})
 _REDIRECTS: Final = frozenset({307, 308})
 _DECODERS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": 0}
+_TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_FIELD_VALUE: Final = re.compile(rb"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
 
 
 def _user_agent() -> bytes:
@@ -134,7 +151,7 @@ def environment_proxy(scheme: str, host: str) -> httpcore2.Proxy | None:
 class _Origin:
     """Where requests go: the URL as the pool takes it, and its origin."""
 
-    __slots__ = ("authority", "origin", "url")
+    __slots__ = ("authority", "origin", "request_line", "url")
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -145,6 +162,7 @@ class _Origin:
         self.url = httpcore2.URL(
             scheme=parts.scheme, host=host.encode("idna"), port=parts.port, target=target
         )
+        self.request_line = b"POST %s HTTP/1.1\r\n" % self.url.target
 
 
 class ChatTransport:
@@ -182,10 +200,27 @@ class ChatTransport:
             }
         )
         self._cookies: dict[str, str] = {}
+        self._head = b""  # the request line and the template's headers, for the own client
+        self._head_error: str | None = None
         self._template = self._make_template()
         self._ssl_context = ssl_context or httpx2.create_ssl_context()
         self._proxy = environment_proxy(parts.scheme, parts.hostname or "")
-        self._pool = self._new_pool(MAX_CONNECTIONS)
+        self._direct: Pool | None = None
+        self._pool: httpcore2.AsyncConnectionPool | None = None
+        own_client = os.environ.get(CLIENT_VARIABLE, "").strip().lower() != "httpcore2"
+        if self._proxy is None and parts.scheme in ("http", "https") and own_client:
+            https = parts.scheme == "https"
+            self._direct = Pool(
+                parts.hostname or "",
+                parts.port or (443 if https else 80),
+                self._ssl_context if https else None,
+                Timeouts(endpoint.connect_timeout_seconds, timeout, timeout, timeout),
+                max_connections=MAX_CONNECTIONS,
+                max_keepalive=MAX_KEEPALIVE_CONNECTIONS,
+                keepalive_expiry=KEEPALIVE_SECONDS,
+            )
+        else:
+            self._pool = self._new_pool(MAX_CONNECTIONS)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -218,7 +253,10 @@ class ChatTransport:
         connection it used, and the pool learns that only when the close arrives."""
         if self._closed:
             raise RuntimeError("the model transport has been closed")
+        if self._direct is not None:
+            return await self._send_direct(self._direct, body, run_id, stream, headers, fresh)
         if not fresh:
+            assert self._pool is not None
             return await self._send(self._pool, body, run_id, stream, headers)
         pool = self._new_pool(1)
         try:
@@ -256,34 +294,90 @@ class ChatTransport:
                 response = await pool.handle_async_request(request)
             except CORE_ERRORS as exc:
                 raise connection_error(exc, self.error_request(run_id)) from exc
-            status = response.status
-            encoding = None
-            for name, value in response.headers:
-                lowered = name.lower()
-                if lowered in _UNUSUAL:
-                    if lowered == _SET_COOKIE:
-                        self._keep_cookie(value)
-                    else:
-                        encoding = value.strip().lower()
-            if 200 <= status < 300:
-                reply = Reply(self, response, run_id, encoding)
-                if not stream:  # read whole and closed: the connection is free again
-                    try:
-                        await reply.aread()
-                    finally:
-                        await reply.aclose()
-                return reply
-            following = self._redirect(response, target) if status in _REDIRECTS else None
-            content = await self._error_body(response, run_id, encoding)
-            if following is None:
-                raise self._status_error(response, content, run_id)
-            target = following
+            version = response.extensions.get("http_version", b"HTTP/1.1")
+            answer = await self._answer(
+                response, version.decode("ascii", "replace"), run_id, stream, target
+            )
+            if isinstance(answer, Reply):
+                return answer
+            target = answer
         raise status_error(
-            status,
+            response.status,
             response.headers,
             _message(f"more than {MAX_REDIRECTS} redirects"),
             self.error_request(run_id),
         )
+
+    async def _send_direct(
+        self,
+        pool: Pool,
+        body: bytes,
+        run_id: str,
+        stream: bool,
+        headers: Headers,
+        fresh: bool,
+    ) -> Reply:
+        """As :meth:`_send`, through the own HTTP/1.1 client: the request's bytes are the
+        head made once per template, the per-request lines, then the body."""
+        lines = [self._run_id_name, b": ", _header_value(run_id), b"\r\n"]
+        for name, value in headers:
+            lines += (name, b": ", value, b"\r\n")
+        lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        tail = b"".join(lines)
+        count = len(headers) + 3  # the run id, the headers, the length, the blank line
+        try:
+            if self._head_error is not None:
+                raise httpcore2.LocalProtocolError(self._head_error)
+            if tail.count(b"\n") != count or tail.count(b"\r") != count or b"\0" in tail:
+                raise httpcore2.LocalProtocolError("a header value holds CR, LF or NUL")
+        except httpcore2.LocalProtocolError as exc:
+            raise connection_error(exc, self.error_request(run_id)) from exc
+        target = self._target
+        head = self._head
+        for _ in range(MAX_REDIRECTS + 1):
+            try:
+                response = await pool.request(head + tail + body, fresh=fresh)
+            except CORE_ERRORS as exc:
+                raise connection_error(exc, self.error_request(run_id)) from exc
+            answer = await self._answer(response, response.http_version, run_id, stream, target)
+            if isinstance(answer, Reply):
+                return answer
+            target = answer
+            head = target.request_line + self._head[len(self._target.request_line) :]
+        raise status_error(
+            response.status,
+            response.headers,
+            _message(f"more than {MAX_REDIRECTS} redirects"),
+            self.error_request(run_id),
+        )
+
+    async def _answer(
+        self, response: _Response, http_version: str, run_id: str, stream: bool, target: _Origin
+    ) -> Reply | _Origin:
+        """A 2xx as a :class:`Reply` (read whole unless ``stream``); where a redirect to
+        follow leads (its body read); any other status raised as the SDK's error."""
+        status = response.status
+        encoding = None
+        for name, value in response.headers:
+            lowered = name.lower()
+            if lowered in _UNUSUAL:
+                if lowered == _SET_COOKIE:
+                    self._keep_cookie(value)
+                else:
+                    encoding = value.strip().lower()
+        if 200 <= status < 300:
+            reply = Reply(self, response, run_id, encoding, http_version)
+            if not stream:  # read whole and closed: the connection is free again
+                try:
+                    await reply.aread()
+                finally:
+                    await reply.aclose()
+            return reply
+        following = self._redirect(response, target) if status in _REDIRECTS else None
+        content = await self._error_body(response, run_id, encoding)
+        if following is None:
+            raise self._status_error(response, content, run_id)
+        return following
 
     def error_request(self, run_id: str) -> httpx2.Request:
         """This transport's request as an ``httpx2.Request`` for an SDK exception, its
@@ -299,7 +393,10 @@ class ChatTransport:
     async def aclose(self) -> None:
         """Close every connection; later requests raise ``RuntimeError``."""
         self._closed = True
-        await self._pool.aclose()
+        if self._direct is not None:
+            await self._direct.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
     # ------------------------------------------------------------------ internals
 
@@ -318,6 +415,9 @@ class ChatTransport:
         if self._cookies:
             cookie = "; ".join(f"{k}={v}" for k, v in self._cookies.items())
             template.append((b"Cookie", cookie.encode("latin-1")))
+        self._head = self._target.request_line + b"".join(b"%s: %s\r\n" % pair for pair in template)
+        bad = [name for name, value in template if not _valid_header(name, value)]
+        self._head_error = f"an invalid header: {bad[0].decode('latin-1')!r}" if bad else None
         return template
 
     def _keep_cookie(self, value: bytes) -> None:
@@ -334,7 +434,7 @@ class ChatTransport:
                 self._cookies[name] = morsel.value
         self._template = self._make_template()
 
-    def _redirect(self, response: httpcore2.Response, current: _Origin) -> _Origin | None:
+    def _redirect(self, response: _Response, current: _Origin) -> _Origin | None:
         """Where a 307/308 leads, if it stays on this origin."""
         location = next((v for k, v in response.headers if k.lower() == b"location"), None)
         if location is None:
@@ -343,9 +443,7 @@ class ChatTransport:
         following = _Origin(urljoin(base + current.url.target.decode("ascii"), location.decode()))
         return following if following.origin == current.origin else None
 
-    async def _error_body(
-        self, response: httpcore2.Response, run_id: str, encoding: bytes | None
-    ) -> bytes:
+    async def _error_body(self, response: _Response, run_id: str, encoding: bytes | None) -> bytes:
         """Up to :data:`ERROR_BODY_LIMIT` bytes of a response that is not a 2xx."""
         pieces: list[bytes] = []
         size = 0
@@ -362,7 +460,7 @@ class ChatTransport:
         return b"".join(pieces)[:ERROR_BODY_LIMIT]
 
     def _status_error(
-        self, response: httpcore2.Response, content: bytes, run_id: str
+        self, response: _Response, content: bytes, run_id: str
     ) -> openai.APIStatusError:
         status = response.status
         if 300 <= status < 400:
@@ -392,9 +490,10 @@ class Reply:
     def __init__(
         self,
         transport: ChatTransport,
-        response: httpcore2.Response,
+        response: _Response,
         run_id: str,
         encoding: bytes | None = None,
+        http_version: str = "HTTP/1.1",
     ) -> None:
         self._transport = transport
         self._response = response
@@ -403,8 +502,7 @@ class Reply:
         self._content = b""
         self._pool: httpcore2.AsyncConnectionPool | None = None
         self.status_code = response.status
-        version = response.extensions.get("http_version", b"HTTP/1.1")
-        self.http_version = version.decode("ascii", "replace")
+        self.http_version = http_version
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
@@ -496,6 +594,10 @@ def _fixed_headers(
     for name, value in endpoint.extra_headers.items():
         headers[name.lower()] = (name.encode("latin-1"), _header_value(value))
     return list(headers.values())
+
+
+def _valid_header(name: bytes, value: bytes) -> bool:
+    return bool(_TOKEN.fullmatch(name)) and bool(_FIELD_VALUE.fullmatch(value))
 
 
 def _expired(morsel: http.cookies.Morsel[str]) -> bool:
