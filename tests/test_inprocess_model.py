@@ -17,7 +17,7 @@ import msgspec
 import pytest
 
 from actors.llm.settings import endpoint_settings
-from bus import Message, ModelTextDelta, RunStarted
+from bus import Message, ModelReply, ModelRequest, ModelTextDelta, RunStarted
 from orchestrator.config import Config
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
@@ -28,10 +28,11 @@ from orchestrator.sim.inprocess import InProcessModel, plays_in_process
 SHIPPED = shipped_scenarios()
 IN_PROCESS = [s for s in SHIPPED if plays_in_process(s)]
 OVER_THE_WIRE = [s for s in SHIPPED if not plays_in_process(s)]
-TIMING_DEPENDENT = {"llm_loop_check"}
+TIMING_DEPENDENT = {"llm_loop_check", "deadline"}
 """In-process scenarios whose turns depend on how fast the model answers: the model-based
 loop check asks its model beside the run, and its verdict lands at a later turn when the
-answer takes a loopback round trip."""
+answer takes a loopback round trip; a wall-clock deadline cuts the run after as many of its
+0.3 s replies as fit, fewer when the machine is busy (every shipped scenario runs at once)."""
 TIMINGS = {
     "at",
     "started_at",
@@ -128,6 +129,8 @@ async def test_in_process_scenarios_need_no_endpoint_at_all() -> None:
 
     async with Runtime(model_actor=model) as runtime:
         for scenario in IN_PROCESS:
+            if scenario.name == "deadline":
+                continue  # its last request would outlast the run's deadline: the wire's
             result, _ = await _run(runtime, scenario)
             assert expectation_mismatches(scenario, result) == [], scenario.name
 
@@ -158,13 +161,13 @@ def test_the_wire_is_chosen_from_the_scenario_file() -> None:
     cases = {
         '[[steps]]\ntext = "hi"\n': True,
         'wire = true\n[[steps]]\ntext = "hi"\n': False,
-        '[[steps]]\ntext = "hi"\nlatency = 0.1\n': False,
+        '[[steps]]\ntext = "hi"\nlatency = 0.1\n': True,
         '[[steps]]\ntext = "hi"\nchunk_latency = 0.01\n': False,
         '[[steps]]\ntext = "hi"\nkeep_alive = 0.5\n': False,
         '[[steps]]\ntext = "hi"\n[[steps.faults]]\nstatus = 503\n': False,
         'context_window = 100\n[[steps]]\ntext = "hi"\n': False,
         '[[branches]]\nnudge = "loop"\ntrack = "b"\n[[steps]]\ntext = "hi"\n'
-        '[tracks]\nb = [{ text = "x", latency = 1.0 }]\n': False,
+        '[tracks]\nb = [{ text = "x", chunk_latency = 0.1 }]\n': False,
         '[abort]\nafter_text_chars = 5\n[[steps]]\ntext = "hi"\n': False,
         '[abort]\nafter_tool_result = "x"\n[[steps]]\ntext = "hi"\n': True,
         'server = "llama_cpp_python"\n[[steps]]\ntext = "hi"\n': False,
@@ -173,3 +176,74 @@ def test_the_wire_is_chosen_from_the_scenario_file() -> None:
     for body, local in cases.items():
         scenario = parse_scenario('task = "t"\n' + body + expect, source="x.toml", name="x")
         assert plays_in_process(scenario) is local, body
+
+
+def _slow(latency: float) -> Scenario:
+    return parse_scenario(
+        f"""
+task = "Answer slowly."
+[[steps]]
+latency = {latency}
+text = "Here it is."
+[expect]
+exit_reason = "completed"
+""",
+        source="slow.toml",
+        name="slow_answer",
+    )
+
+
+def _no_wire(scenario: Scenario, **limits: float) -> tuple[list[InProcessModel], Any]:
+    """A model actor factory with no wire actor (a request passed on fails the run) and the
+    models it built."""
+    model_config = msgspec.structs.replace(Config().model, **limits)
+    endpoint = endpoint_settings(model_config, base_url="http://127.0.0.1:9/v1", api_key="")
+    built: list[InProcessModel] = []
+
+    def model(bus: Any) -> InProcessModel:
+        built.append(InProcessModel(bus, [scenario], endpoint))
+        return built[0]
+
+    return built, model
+
+
+@pytest.mark.asyncio
+async def test_a_step_latency_is_waited_in_process() -> None:
+    scenario = _slow(0.2)
+    built, model = _no_wire(scenario)
+    async with Runtime(model_actor=model, scenarios=[scenario]) as runtime:
+        result, events = await _run(runtime, scenario)
+    assert result.exit_reason == "completed"
+    assert result.output == "Here it is."
+    assert built[0].answered == 1
+    assert built[0].forwarded == 0
+    (reply,) = [e for e in events if isinstance(e, ModelReply)]
+    assert reply.latency_seconds >= 0.2  # published once the latency had passed
+
+
+@pytest.mark.asyncio
+async def test_a_run_aborted_while_its_model_waits_gets_the_aborted_reply_at_once() -> None:
+    scenario = _slow(60.0)  # under the run's default deadline, or the wire would play it
+    built, model = _no_wire(scenario, timeout_seconds=3600.0, call_deadline_seconds=3600.0)
+    async with Runtime(model_actor=model, scenarios=[scenario]) as runtime:
+        handle = await start_scenario(runtime, scenario)
+        with anyio.fail_after(30):
+            async for event in handle.events():
+                if isinstance(event, ModelRequest):
+                    await handle.abort("enough")
+            result = await handle.result()
+    assert result.exit_reason == "aborted_streaming"  # as when the caller waits on a server
+    assert built[0].forwarded == 0
+    assert result.usage.prompt_tokens > 0  # the aborted reply's estimate, as the caller's
+
+
+@pytest.mark.asyncio
+async def test_a_latency_a_timeout_would_cut_is_left_to_the_wire() -> None:
+    """The caller's read timeout (and its retries) decide what such a wait ends in."""
+    scenario = _slow(5.0)
+    built, model = _no_wire(scenario, timeout_seconds=1.0)
+    async with Runtime(model_actor=model, scenarios=[scenario]) as runtime:
+        result, _ = await _run(runtime, scenario)
+    assert built[0].answered == 0
+    assert result.cause == "model.bad_request"
+    assert "no model endpoint serves 'slow_answer'" in result.detail  # no wire actor here

@@ -6,7 +6,10 @@ loopback: the same step (position from the conversation, tracks and branches), t
 reply (text, tool calls and their ids, finish reason, invalid arguments), the same usage
 (the prompt estimated from the body the caller would send, images by their pixel size), the
 same escalation of a truncated reply. Its text comes as one delta per attempt instead of
-one per network read.
+one per network read. A step's ``latency`` is waited in process too (the reply is published
+when it has passed; a :class:`~bus.ModelCancel` meanwhile gets the aborted reply at once, as
+from the caller), unless the wait would reach the caller's read timeout, its call deadline
+or the request's ``deadline_at``: what then happens is the caller's, so the wire plays it.
 
 Everything else goes to the wire actor (the LLM caller on a bus of its own, whose answers
 are forwarded in order): scenarios that ask for the wire, models that are no in-process
@@ -16,16 +19,17 @@ word for word).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol
 
 import anyio
 import msgspec
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.settings import EndpointSettings
-from actors.llm.wire import RequestShapes, ToolSchemaError, WireTools
+from actors.llm.wire import RequestShapes, ToolSchemaError, WireTools, estimate_usage, prompt_chars
 from bus import (
     Bus,
     Message,
@@ -55,9 +59,10 @@ class WireActor(Protocol):
 
 def plays_in_process(scenario: Scenario) -> bool:
     """Whether ``scenario`` can be played without HTTP: it does not say ``wire = true``, and
-    nothing in it needs the wire: no faults, latencies, keep-alives or stream shapes in any
-    step, no context window of the simulator's own (an overflow is an HTTP error), no server
-    profile but OpenAI's, no abort on streamed text (it watches text arrive)."""
+    nothing in it needs the wire: no faults, chunk latencies, keep-alives or stream shapes in
+    any step (a plain ``latency`` is waited in process), no context window of the
+    simulator's own (an overflow is an HTTP error), no server profile but OpenAI's, no abort
+    on streamed text (it watches text arrive)."""
     if scenario.wire or scenario.context_window is not None or scenario.server != "openai":
         return False
     if scenario.abort is not None and scenario.abort.after_text_chars is not None:
@@ -67,13 +72,7 @@ def plays_in_process(scenario: Scenario) -> bool:
 
 
 def _needs_wire(step: Step) -> bool:
-    return bool(
-        step.faults
-        or step.latency
-        or step.chunk_latency
-        or step.keep_alive
-        or step.stream is not None
-    )
+    return bool(step.faults or step.chunk_latency or step.keep_alive or step.stream is not None)
 
 
 class InProcessModel:
@@ -96,6 +95,10 @@ class InProcessModel:
         self._wire_bus: Bus | None = None
         self._tools = WireTools()
         self._shapes = RequestShapes(endpoint)
+        self._tg: TaskGroup | None = None
+        self._waiting: dict[tuple[str, int], _Waiting] = {}
+        # A wait this long would meet the caller's read timeout or call deadline.
+        self._wait_limit = min(endpoint.timeout_seconds, endpoint.call_deadline_seconds)
         self.answered = 0
         """Requests answered in process."""
         self.forwarded = 0
@@ -106,22 +109,27 @@ class InProcessModel:
         handlers = self.handlers()
         sub = self._bus.subscribe(*handlers, name="scenario_model", inline=True)
         try:
-            if self._make_wire is None:
-                await sub.serve_by_type(handlers, task_status=task_status)
-                return
-            wire_bus = Bus()
-            forward = wire_bus.subscribe(
-                ModelReply, ModelError, ModelTextDelta, name="wire_forwarder"
-            )
             async with anyio.create_task_group() as tg:
-                tg.start_soon(forward.serve, self._bus.publish)
-                await tg.start(self._make_wire(wire_bus).run)
-                self._wire_bus = wire_bus
+                self._tg = tg
                 try:
-                    await sub.serve_by_type(handlers, task_status=task_status)
+                    if self._make_wire is None:
+                        await sub.serve_by_type(handlers, task_status=task_status)
+                        return
+                    wire_bus = Bus()
+                    forward = wire_bus.subscribe(
+                        ModelReply, ModelError, ModelTextDelta, name="wire_forwarder"
+                    )
+                    tg.start_soon(forward.serve, self._bus.publish)
+                    await tg.start(self._make_wire(wire_bus).run)
+                    self._wire_bus = wire_bus
+                    try:
+                        await sub.serve_by_type(handlers, task_status=task_status)
+                    finally:
+                        self._wire_bus = None
+                        wire_bus.close()
                 finally:
-                    self._wire_bus = None
-                    wire_bus.close()
+                    self._tg = None
+                    tg.cancel_scope.cancel()  # replies still waiting: the runtime is closing
         finally:
             self._bus.unsubscribe(sub)
 
@@ -137,17 +145,46 @@ class InProcessModel:
             scenario = self._scenarios.get(name)
             if scenario is not None and track not in scenario.tracks:
                 scenario = None
-        answer = self._play(scenario, track, request) if scenario is not None else None
-        if answer is None:
+        played = self._play(scenario, track, request) if scenario is not None else None
+        if played is None:
             self._to_wire(request)
+            return
+        answer, latency = played
+        if latency > 0.0:
+            remaining = self._wait_limit
+            if request.deadline_at is not None:
+                remaining = min(remaining, request.deadline_at - time.time())
+            key = (request.run_id, request.turn)
+            if latency >= remaining or self._tg is None or key in self._waiting:
+                self._to_wire(request)  # a timeout or deadline would cut it: the caller's
+                return
+            waiting = self._waiting[key] = _Waiting(request, answer)
+            self._tg.start_soon(self._answer_later, key, waiting, latency)
             return
         self.answered += 1
         publish = self._bus.publish_nowait
         for msg in answer:
             publish(msg)
 
+    async def _answer_later(self, key: tuple[str, int], waiting: _Waiting, latency: float) -> None:
+        with waiting.scope:
+            await anyio.sleep(latency)
+        if self._waiting.get(key) is not waiting:
+            return  # answered already (cancelled)
+        del self._waiting[key]
+        self.answered += 1
+        publish = self._bus.publish_nowait
+        for msg in waiting.answer:
+            publish(msg)
+
     def _cancel(self, msg: ModelCancel) -> None:
-        if self._wire_bus is not None:  # an in-process request is never in flight
+        waiting = self._waiting.pop((msg.run_id, msg.turn), None)
+        if waiting is not None:  # nothing has arrived yet: the caller's aborted reply
+            waiting.scope.cancel()
+            self.answered += 1
+            self._bus.publish_nowait(waiting.aborted())
+            return
+        if self._wire_bus is not None:
             self._wire_bus.publish_nowait(msg)
 
     def _to_wire(self, request: ModelRequest) -> None:
@@ -166,9 +203,11 @@ class InProcessModel:
         self.forwarded += 1
         self._wire_bus.publish_nowait(request)
 
-    def _play(self, scenario: Scenario, track: str, request: ModelRequest) -> list[Message] | None:
-        """The deltas and reply of ``request``, as the wire would give them; ``None`` when
-        only the wire can answer it (an error of the simulator's)."""
+    def _play(
+        self, scenario: Scenario, track: str, request: ModelRequest
+    ) -> tuple[list[Message], float] | None:
+        """The deltas and reply of ``request``, as the wire would give them, and the step's
+        latency; ``None`` when only the wire can answer it (an error of the simulator's)."""
         started = anyio.current_time()
         shape = self._shapes(request.model)
         try:
@@ -221,7 +260,7 @@ class InProcessModel:
         for index, call in enumerate(reply.calls):
             acc.add_tool_fragment(index, id=call.id, name=call.name, arguments=call.arguments)
         assembled = acc.assemble()
-        elapsed = anyio.current_time() - started
+        elapsed = anyio.current_time() - started + step.latency
         out.append(
             ModelReply(
                 run_id=request.run_id,
@@ -238,7 +277,37 @@ class InProcessModel:
                 invalid_tool_calls=assembled.invalid,
             )
         )
-        return out
+        return out, step.latency
+
+
+class _Waiting:
+    """A reply waiting out its step's latency."""
+
+    __slots__ = ("answer", "request", "scope", "started")
+
+    def __init__(self, request: ModelRequest, answer: list[Message]) -> None:
+        self.request = request
+        self.answer = answer
+        self.scope = anyio.CancelScope()
+        self.started = anyio.current_time()
+
+    def aborted(self) -> ModelReply:
+        """What the caller replies when cancelled before anything arrived: no text, the
+        prompt's usage estimated, ``aborted``."""
+        request = self.request
+        tools = sum(len(t.name) + len(t.description) + len(t.parameters) for t in request.tools)
+        return ModelReply(
+            run_id=request.run_id,
+            turn=request.turn,
+            text="",
+            tool_calls=(),
+            finish_reason=None,
+            usage=estimate_usage(prompt_chars(request.messages) + tools, 0),
+            attempts=1,
+            latency_seconds=anyio.current_time() - self.started,
+            ttft_seconds=None,
+            aborted=True,
+        )
 
 
 def _text(content: Any) -> str:
