@@ -3,8 +3,7 @@ transport owns, with the request head made once per transport.
 
 Direct ``http``/``https`` connections go through loopfuse's own HTTP/1.1 client
 (:mod:`actors.llm.http1_pool`: asyncio protocols, O(1) pool); a proxied endpoint (the
-environment names a proxy) through an ``httpcore2`` pool, as does every endpoint when
-``LOOPFUSE_HTTP_CLIENT=httpcore2`` is set.
+environment names a proxy) through an ``httpcore2`` pool.
 
 Only the public API of ``httpcore2`` (the pool, its request and response, its exceptions),
 of ``httpx2`` (its TLS context; the request and response an SDK exception carries) and of
@@ -57,7 +56,6 @@ from actors.llm.sdk_errors import connection_error, status_error
 from actors.llm.settings import NO_API_KEY, EndpointSettings
 
 __all__ = [
-    "CLIENT_VARIABLE",
     "COMPLETIONS",
     "CORE_ERRORS",
     "MAX_REDIRECTS",
@@ -97,10 +95,6 @@ MAX_CONNECTIONS: Final = 1000
 MAX_KEEPALIVE_CONNECTIONS: Final = 100
 KEEPALIVE_SECONDS: Final = 5.0
 """The pool's limits (the ``openai`` SDK's defaults)."""
-
-CLIENT_VARIABLE: Final = "LOOPFUSE_HTTP_CLIENT"
-"""Environment variable: ``httpcore2`` sends direct requests through an ``httpcore2`` pool
-too (read once per transport; for comparison, or a fallback)."""
 
 Headers = tuple[tuple[bytes, bytes], ...]
 """Request headers added to the transport's own, as (name, value) bytes."""
@@ -207,8 +201,7 @@ class ChatTransport:
         self._proxy = environment_proxy(parts.scheme, parts.hostname or "")
         self._direct: Pool | None = None
         self._pool: httpcore2.AsyncConnectionPool | None = None
-        own_client = os.environ.get(CLIENT_VARIABLE, "").strip().lower() != "httpcore2"
-        if self._proxy is None and parts.scheme in ("http", "https") and own_client:
+        if self._proxy is None and parts.scheme in ("http", "https"):
             https = parts.scheme == "https"
             self._direct = Pool(
                 parts.hostname or "",
