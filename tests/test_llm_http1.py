@@ -800,3 +800,33 @@ async def test_https_checks_the_servers_certificate_and_name(tmp_path: Path) -> 
             await untrusting.aclose()
     assert isinstance(caught.value.__cause__, httpcore2.ConnectError)
     assert server.connections == 2  # the good transport's connection was reused
+
+
+# --------------------------------------------------------------------------- uvloop
+
+
+def test_the_client_runs_on_uvloop_too() -> None:
+    """The daemon may run on uvloop: its transports are not ``asyncio.Transport``
+    subclasses, and its timers and pause/resume must serve the same way."""
+    pytest.importorskip("uvloop")
+
+    async def main() -> tuple[list[bytes], int, int]:
+        async with raw_server(
+            answering(OK, OK, b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n")
+        ) as server:
+            pool = pool_for(server.port, timeouts=Timeouts(WAIT, 0.2, WAIT, WAIT))
+            try:
+                with anyio.fail_after(WAIT):
+                    bodies = [(await exchange(pool))[1] for _ in range(2)]
+                    response = await pool.request(
+                        REQUEST
+                    )  # the 2nd answer: a body that never comes
+                    with pytest.raises(httpcore2.ReadTimeout):
+                        await response.read_some()
+            finally:
+                await pool.aclose()
+            return bodies, server.connections, pool.connections
+
+    bodies, connections, left = anyio.run(main, backend_options={"use_uvloop": True})
+    assert bodies == [b"ok", b"ok"]
+    assert (connections, left) == (1, 0)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 import anyio
 import httpcore2
@@ -69,8 +69,7 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------- protocol callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer
