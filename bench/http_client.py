@@ -125,13 +125,15 @@ def _free_port() -> int:
 
 
 @contextmanager
-def simulator_process() -> Iterator[str]:
-    """``loopfuse sim`` in a subprocess on loopback; yields its base URL (``…/v1``) once
-    the simulator says it listens (its first line of output)."""
+def simulator_process(scenarios: Sequence[str] = ()) -> Iterator[str]:
+    """``loopfuse sim`` in a subprocess on loopback (serving ``scenarios``, files, beside the
+    shipped ones); yields its base URL (``…/v1``) once the simulator says it listens (its
+    first line of output)."""
     port = _free_port()
     code = "import sys; from orchestrator.cli import main; sys.exit(main(sys.argv[1:]))"
+    extra = [arg for path in scenarios for arg in ("--scenario", path)]
     process = subprocess.Popen(
-        [sys.executable, "-c", code, "sim", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-c", code, "sim", "--host", "127.0.0.1", "--port", str(port), *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
