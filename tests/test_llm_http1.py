@@ -135,6 +135,8 @@ def test_content_length_bare_lf_and_http_1_0_framing() -> None:
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+5\r\nhello\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n",
+        b"HTTP/1.1 200 OK\r\nSet-Cookie: a=b\rX-Injected: 1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX: a\0b\r\n\r\n",
     ],
 )
 def test_a_malformed_response_is_a_protocol_error(response: bytes) -> None:

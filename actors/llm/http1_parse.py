@@ -92,6 +92,8 @@ def parse_head(buffer: bytearray) -> Head | None:
         raise _error(f"a response head longer than {MAX_HEAD_BYTES} bytes")
     text = bytes(buffer[:end])
     del buffer[:cut]
+    if b"\0" in text or text.count(b"\r") != text.count(b"\r\n"):
+        raise _error("a response head holding NUL or a bare CR")
     lines = text.split(b"\n")
     if len(lines) > MAX_HEADERS + 1:
         raise _error(f"a response head with more than {MAX_HEADERS} header lines")
