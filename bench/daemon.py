@@ -41,6 +41,7 @@ import contextlib
 import os
 import re
 import select
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -190,6 +191,9 @@ class DaemonFigures:
 
 # ---------------------------------------------------------------------- the daemon process
 
+WRAP_VARIABLE: Final = "BENCH_DAEMON_WRAP"
+"""An environment variable: a command line the daemon is run under (shell words)."""
+
 SLOW_NAME: Final = "completed_slow"
 _SLOW: Final = """
 description = "completed, with the model taking {seconds} s per request."
@@ -250,7 +254,8 @@ def _write_config(
         f"max_concurrent_runs = {in_flight}",
     ]
     if base_url is not None:
-        lines += ["[model]", f'base_url = "{base_url}"', 'model = "completed"']
+        model = scenario.stem if scenario is not None else "completed"  # --model-seconds
+        lines += ["[model]", f'base_url = "{base_url}"', f'model = "{model}"']
     path = folder / "loopfuse.toml"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -259,12 +264,19 @@ def _write_config(
 @contextlib.contextmanager
 def serve_process(config: Path, log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``loopfuse serve --port 0`` on ``config``; yields the process and its URL once it
-    listens (its banner)."""
+    listens (its banner). The command is prefixed with what :data:`WRAP_VARIABLE` holds, if
+    anything (``valgrind --tool=callgrind …``: instructions, which this machine's noise does
+    not move)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(config.parent)}
     env.setdefault("OPENAI_API_KEY", "bench")
+    wrap = shlex.split(os.environ.get(WRAP_VARIABLE, ""))
     with log.open("a", encoding="utf-8") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "serve", "--config", str(config), "--port", "0"],
+            [
+                *wrap,
+                *(sys.executable, "-m", "orchestrator", "serve"),
+                *("--config", str(config), "--port", "0"),
+            ],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
@@ -272,7 +284,8 @@ def serve_process(config: Path, log: Path) -> Iterator[tuple[subprocess.Popen[st
         )
     try:
         assert process.stdout is not None
-        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
+        timeout = START_TIMEOUT * (20 if wrap else 1)  # valgrind starts Python slowly
+        ready, _, _ = select.select([process.stdout], [], [], timeout)
         banner = process.stdout.readline() if ready else ""
         found = re.search(r"listening on (\S+)", banner)
         if found is None:
@@ -556,7 +569,8 @@ async def measure_daemon(
         if endpoint:
             from bench.http_client import simulator_process
 
-            with simulator_process() as base_url:
+            slow = [scenario] if scenario.endswith(".toml") else []
+            with simulator_process(slow) as base_url:
                 figures.endpoint_daemon, _, figures.endpoint_subsystems = await _daemon_phase(
                     folder / "endpoint",
                     scenario=scenario,
