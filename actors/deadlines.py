@@ -16,6 +16,7 @@ the caller).
 from __future__ import annotations
 
 import math
+import time
 
 import anyio
 from anyio.abc import TaskGroup
@@ -44,7 +45,9 @@ class Deadlines:
 
     def watch(self, scope: anyio.CancelScope, seconds: float) -> float:
         """Cancel ``scope`` in ``seconds`` (anyio's clock); returns that deadline."""
-        deadline = anyio.current_time() + seconds
+        # The event loop's clock is time.monotonic() (uvloop's, to the millisecond), read
+        # here without anyio.current_time()'s look-up of the running backend (per call).
+        deadline = time.monotonic() + seconds
         if deadline == math.inf:
             return deadline
         if self._closed:  # the watchers are gone: the scope's own timer

@@ -2,8 +2,8 @@
 
 The cheap shape (``bench.loops.loopfuse_loop``) answers each model request inside its bus
 handler and runs a plain-``def`` ``echo``. Here, as in a deployment and as the frameworks
-are measured: the model actor hands each request to a pooled worker task under a cancel
-scope carrying its deadline, as the LLM caller does (:mod:`actors.llm.caller`), the worker
+are measured: the model actor hands each request to a pooled worker task whose cancel
+scope carries its deadline, as the LLM caller does (:mod:`actors.llm.caller`), the worker
 yields to the event loop once (the reply's I/O) and publishes the reply; ``echo`` is an
 ``async def``. Beside the CPU per turn: the share of wall time the cyclic garbage collector
 takes (:class:`GcClock`), and the resident memory per run parked after a few turns
@@ -15,8 +15,7 @@ from __future__ import annotations
 import gc
 import time
 import tracemalloc
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, NamedTuple
 
 import anyio
@@ -43,17 +42,35 @@ __all__ = [
 CALL_DEADLINE_SECONDS: Final = 600.0
 
 
+class _Request:
+    """A request in flight, as the LLM caller's ``_Call``: the pool's job."""
+
+    __slots__ = ("model", "request", "scope")
+
+    def __init__(self, model: WorkerModel | None, request: ModelRequest) -> None:
+        self.model = model  # until the job starts
+        self.request = request
+        self.scope: anyio.CancelScope | None = None  # the worker's, while the job runs
+
+    def run(self, scope: anyio.CancelScope) -> Awaitable[None]:
+        model = self.model
+        assert model is not None
+        self.model = None
+        return model._serve(self, scope)
+
+
 class WorkerModel:
     """A model actor shaped like the LLM caller: each request runs in a pooled worker task
-    under a cancel scope of its own (deadline set, cancelled by :class:`bus.ModelCancel`),
-    waits once on the event loop, then publishes its reply. ``answers`` limits how many
-    requests of a run get a reply (the rest park until cancelled)."""
+    under the worker's cancel scope (its deadline kept as the caller keeps it, cancelled by
+    :class:`bus.ModelCancel`), waits once on the event loop, then publishes its reply.
+    ``answers`` limits how many requests of a run get a reply (the rest park until
+    cancelled)."""
 
     def __init__(self, bus: Bus, script: Script, *, answers: int | None = None) -> None:
         self._bus = bus
         self._script = script
         self._answers = answers
-        self._active: dict[tuple[str, int], anyio.CancelScope] = {}
+        self._active: dict[tuple[str, int], _Request] = {}
         self._workers: Workers | None = None
         self._deadlines: Deadlines | None = None
         self.requests = 0
@@ -69,8 +86,9 @@ class WorkerModel:
                 self._deadlines = Deadlines(tg)
                 try:
                     await sub.serve_by_type(handlers, task_status=task_status)
-                    for scope in list(self._active.values()):
-                        scope.cancel()
+                    for job in list(self._active.values()):
+                        if job.scope is not None:
+                            job.scope.cancel()
                 finally:
                     self._workers.close()
                     self._deadlines.close()
@@ -90,32 +108,38 @@ class WorkerModel:
     def _start(self, request: ModelRequest) -> None:
         self.requests += 1
         assert self._workers is not None
-        assert self._deadlines is not None
-        scope = anyio.CancelScope()  # its deadline kept as the caller keeps it
-        self._deadlines.watch(scope, CALL_DEADLINE_SECONDS)
-        self._active[(request.run_id, request.turn)] = scope
-        self._workers.submit(partial(self._serve, request, scope))
+        job = _Request(self, request)
+        self._active[(request.run_id, request.turn)] = job
+        self._workers.start(job)
 
     def _cancel(self, msg: ModelCancel) -> None:
-        scope = self._active.get((msg.run_id, msg.turn))
-        if scope is not None:
-            scope.cancel()
+        job = self._active.get((msg.run_id, msg.turn))
+        if job is not None and job.scope is not None:
+            job.scope.cancel()
 
-    async def _serve(self, request: ModelRequest, scope: anyio.CancelScope) -> None:
+    async def _serve(self, job: _Request, scope: anyio.CancelScope) -> None:
+        request = job.request
+        deadlines = self._deadlines
+        assert deadlines is not None
+        deadlines.watch(scope, CALL_DEADLINE_SECONDS)
+        job.scope = scope
+        reply: ModelReply | None = None
         try:
-            with scope:
-                if self._answers is not None and request.turn > self._answers:
-                    self._park()
-                    await anyio.sleep_forever()
-                await anyio.lowlevel.checkpoint()  # the reply's I/O
-                reply = self._script(request)
-            if scope.cancelled_caught:
-                reply = ModelReply(run_id=request.run_id, turn=request.turn, text="", aborted=True)
+            if self._answers is not None and request.turn > self._answers:
+                self._park()
+                await anyio.sleep_forever()
+            await anyio.lowlevel.checkpoint()  # the reply's I/O
+            reply = self._script(request)
             self._bus.publish_nowait(reply)
         finally:
-            assert self._deadlines is not None
-            self._deadlines.forget(scope, CALL_DEADLINE_SECONDS)
+            job.scope = None
+            deadlines.forget(scope, CALL_DEADLINE_SECONDS)
             del self._active[(request.run_id, request.turn)]
+            if reply is None:  # cancelled (the worker's scope catches it)
+                aborted = ModelReply(
+                    run_id=request.run_id, turn=request.turn, text="", aborted=True
+                )
+                self._bus.publish_nowait(aborted)
 
     def _park(self) -> None:
         self._parked += 1

@@ -239,8 +239,9 @@ async def test_context_overflow_is_never_retried(tmp_path: Path, fault: str) -> 
 async def test_the_deadline_is_absolute_despite_keep_alives(tmp_path: Path) -> None:
     steps = '[[steps]]\ntext = "late"\nlatency = 30\nkeep_alive = 0.02'
     scenario = write_scenario(tmp_path, "stall", steps)
+    quick = write_scenario(tmp_path, "quick", '[[steps]]\ntext = "in time"')
     async with (
-        open_simulator([scenario]) as sim,
+        open_simulator([scenario, quick]) as sim,
         open_caller(sim.base_url, call_deadline_seconds=0.3, timeout_seconds=0.1) as (
             bus,
             _,
@@ -253,6 +254,10 @@ async def test_the_deadline_is_absolute_despite_keep_alives(tmp_path: Path) -> N
         (past,) = await ask(bus, request("stall", run_id="r2", deadline_at=time.time() - 1))
         assert isinstance(past, ModelError)
         assert past.kind == "deadline"
+        # The pool worker that served them serves the next call whole (a fresh cancel scope).
+        (reply,) = await ask(bus, request("quick", run_id="r3"))
+        assert isinstance(reply, ModelReply)
+        assert (reply.text, reply.aborted) == ("in time", False)
 
 
 @pytest.mark.asyncio

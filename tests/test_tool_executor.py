@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import pytest
 
@@ -260,6 +261,67 @@ async def test_default_timeout_comes_from_settings() -> None:
             await _execute(bus, "r1", 1, ("hang", "{}"))
             (result,) = await _results(inbox, 1)
     assert result.error_kind == "timeout"
+
+
+@pytest.mark.asyncio
+async def test_a_call_after_one_cut_short_runs_whole_in_the_same_worker() -> None:
+    """A single call runs under its pool worker's cancel scope: a call that timed out or was
+    aborted cancels it, and the next call gets a fresh scope (not cut), and a grace deadline
+    set for an abort ends with its call."""
+    never = anyio.Event()
+    hang_started = anyio.Event()
+
+    async def hang(p: Named) -> str:
+        hang_started.set()
+        await never.wait()
+        return "never"
+
+    async def pause(p: Named) -> str:
+        await anyio.lowlevel.checkpoint()  # suspends: a worker runs it
+        return f"paused {p.key}"
+
+    go = anyio.Event()
+
+    async def gate(p: Named) -> str:
+        await go.wait()
+        return "through"
+
+    tools = [_tool("hang", hang, timeout_seconds=0.05), _tool("pause", pause), _tool("gate", gate)]
+    registry = ToolRegistry(tools)
+    async with open_executor(registry) as (bus, executor):
+        with bus.open_inbox("r1") as inbox:
+            await _start(bus, "r1", ("hang", "pause", "gate"))
+            await _execute(bus, "r1", 1, ("hang", "{}"))
+            (timed_out,) = await _results(inbox, 1)
+            await _execute(bus, "r1", 2, ("pause", '{"key": "a"}'))
+            (after_timeout,) = await _results(inbox, 1)
+
+            hang_started = anyio.Event()
+            await _execute(bus, "r1", 3, ("hang", "{}"))
+            with anyio.fail_after(WAIT):
+                await hang_started.wait()
+            await bus.publish(ToolsCancel(run_id="r1", turn=3, grace_seconds=0.0, reason="stop"))
+            (aborted,) = await _results(inbox, 1)
+            await _execute(bus, "r1", 4, ("pause", '{"key": "b"}'))
+            (after_abort,) = await _results(inbox, 1)
+
+            await _execute(bus, "r1", 5, ("gate", "{}"))
+            with anyio.fail_after(WAIT):
+                await anyio.wait_all_tasks_blocked()
+            await bus.publish(ToolsCancel(run_id="r1", turn=5, grace_seconds=60.0, reason="x"))
+            go.set()
+            (graced,) = await _results(inbox, 1)  # finished inside its grace
+            await _execute(bus, "r1", 6, ("pause", '{"key": "d"}'))
+            (after_grace,) = await _results(inbox, 1)
+            assert executor.workers_started() == 1
+    assert timed_out.error_kind == "timeout"
+    assert aborted.error_kind == "aborted"
+    assert "grace of 0 s: stop" in aborted.content
+    assert not graced.is_error
+    assert graced.content == "through"
+    for result, key in ((after_timeout, "a"), (after_abort, "b"), (after_grace, "d")):
+        assert not result.is_error, result.content
+        assert result.content == f"paused {key}"
 
 
 @pytest.mark.asyncio

@@ -13,8 +13,8 @@ the kind ``interrupted``, retried without streaming; the output of an attempt th
 after streaming is counted in the reply's usage (estimated, ``Usage.partial_output_tokens``),
 and a final error keeps the last such text (``ModelError.partial_text``) for the run's result.
 Each request runs in a worker task of the caller's task group (:mod:`actors.workers`: a
-task is reused, not started per request), under one cancel scope of its own that carries
-its absolute deadline (keep-alive bytes do not extend it) and is cancelled by
+task is reused, not started per request), under the worker's cancel scope, which carries
+the request's absolute deadline (keep-alive bytes do not extend it) and is cancelled by
 :class:`bus.ModelCancel`.
 """
 
@@ -23,9 +23,8 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
-from functools import partial
 from typing import Any, Final, NamedTuple
 
 import anyio
@@ -87,12 +86,13 @@ class LLMCallerStatistics(NamedTuple):
 
 
 class _Call:
-    """One request in flight."""
+    """One request in flight; a :class:`~actors.workers.Job` of the caller's pool."""
 
     __slots__ = (
         "acc",
         "attempt_started",
         "attempts",
+        "caller",
         "cancel_reason",
         "done",
         "fresh",
@@ -107,9 +107,10 @@ class _Call:
         "unstreamed",
     )
 
-    def __init__(self, request: ModelRequest) -> None:
+    def __init__(self, request: ModelRequest, caller: LLMCaller | None = None) -> None:
         self.request = request
-        self.scope = anyio.CancelScope()
+        self.caller = caller  # until the job starts
+        self.scope: anyio.CancelScope | None = None  # the worker's, while the job runs
         self.cancel_reason: str | None = None
         self.acc = ReplyAccumulator()
         self.attempts = 0
@@ -131,10 +132,19 @@ class _Call:
             self.lost_tokens += -(-acc.completion_chars // CHARS_PER_TOKEN)
             self.partial = acc
 
+    def run(self, scope: anyio.CancelScope) -> Awaitable[None]:
+        """The pool's entry point: the request, served under ``scope``."""
+        caller = self.caller
+        assert caller is not None
+        self.caller = None
+        return caller._serve(self, scope)
+
     def cancel(self, reason: str) -> None:
+        """Cancel the request (before it started too: it then answers at once)."""
         if self.cancel_reason is None:
             self.cancel_reason = reason
-            self.scope.cancel()
+            if self.scope is not None:
+                self.scope.cancel()
 
 
 class LLMCaller:
@@ -211,48 +221,54 @@ class LLMCaller:
     def _start(self, request: ModelRequest) -> None:
         self._requests += 1
         key = (request.run_id, request.turn)
-        call = _Call(request)
+        call = _Call(request, self)
         if key in self._active or self._workers is None:
             failure = Failure("bad_request", "a request for this turn is already in flight")
             self._publish_final(call, self._error(call, failure, final=True))
             return
         self._active[key] = call
-        self._workers.submit(partial(self._serve, call))
+        self._workers.start(call)
 
-    async def _serve(self, call: _Call) -> None:
+    async def _serve(self, call: _Call, scope: anyio.CancelScope) -> None:
         """Answer one request exactly once, whatever happens (cancellation included).
 
-        ``call.scope`` carries the call's absolute deadline too: caught without a cancel
-        reason, it was the deadline."""
+        ``scope`` is the pool worker's, this call's until it returns: it carries the call's
+        absolute deadline too, so cancelled without a cancel reason, it was the deadline.
+        Its cancellation passes through here (the worker's scope catches it) once the
+        answer is published."""
         request = call.request
+        budget = self._endpoint.call_deadline_seconds
+        deadlines = self._deadlines
+        watched = False
         try:
-            budget = self._endpoint.call_deadline_seconds
+            if call.cancel_reason is not None:  # cancelled before it started
+                return
+            call.scope = scope
             if request.deadline_at is not None:
                 budget = min(budget, request.deadline_at - time.time())
-                deadline = call.scope.deadline = anyio.current_time() + budget
-            elif self._deadlines is not None:  # the same limit for every such call
-                deadline = self._deadlines.watch(call.scope, budget)
+                deadline = scope.deadline = anyio.current_time() + budget
+            elif deadlines is not None:  # the same limit for every such call
+                deadline = deadlines.watch(scope, budget)
+                watched = True
             else:
-                deadline = call.scope.deadline = anyio.current_time() + budget
-            with call.scope:
-                result = await self._attempts(call, deadline)
-                self._publish_final(call, result)
-            if not call.done and call.cancel_reason is None and call.scope.cancelled_caught:
-                self._publish_final(call, self._deadline_error(call, budget))
-            if not call.done:  # ModelCancel, or the caller stopping
-                self._publish_final(call, self._reply(call, aborted=True))
+                deadline = scope.deadline = anyio.current_time() + budget
+            self._publish_final(call, await self._attempts(call, deadline))
         except Exception as exc:
             logger.exception("LLM call of run %s turn %d failed", request.run_id, request.turn)
             self._publish_final(call, self._internal_error(call, exc))
         finally:
-            if not call.done:  # cancelled from outside: the run still gets its answer
-                try:
-                    aborted: ModelReply | ModelError = self._reply(call, aborted=True)
-                except Exception as exc:
-                    aborted = self._internal_error(call, exc)
-                self._publish_final(call, aborted)
-            if self._deadlines is not None:
-                self._deadlines.forget(call.scope, self._endpoint.call_deadline_seconds)
+            call.scope = None  # a late ModelCancel must not reach the worker's next job
+            if watched and deadlines is not None:
+                deadlines.forget(scope, budget)
+            if not call.done:
+                if call.cancel_reason is None and scope.cancel_called:
+                    answer: ModelReply | ModelError = self._deadline_error(call, budget)
+                else:  # ModelCancel, the caller stopping, or cancelled from outside
+                    try:
+                        answer = self._reply(call, aborted=True)
+                    except Exception as exc:
+                        answer = self._internal_error(call, exc)
+                self._publish_final(call, answer)
             if self._active.get((request.run_id, request.turn)) is call:
                 del self._active[(request.run_id, request.turn)]
 

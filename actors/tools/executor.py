@@ -21,8 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
-from functools import partial
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, assert_never
 
@@ -122,9 +121,12 @@ class _Slot:
 
 
 class _Batch:
-    """The calls of one :class:`~bus.ToolExecute`."""
+    """The calls of one :class:`~bus.ToolExecute`; a :class:`~actors.workers.Job` of the
+    executor's pool when they cannot all be answered at once."""
 
     __slots__ = (
+        "_executor",
+        "_for_run",
         "_limiter",
         "_max_parallel",
         "abort_deadline",
@@ -137,6 +139,8 @@ class _Batch:
     )
 
     def __init__(self, msg: ToolExecute, max_parallel: int) -> None:
+        self._executor: ToolExecutor | None = None  # set by bind(), until run() starts
+        self._for_run: _Run | None = None
         self.turn = msg.turn
         calls, prints = msg.calls, msg.fingerprints
         if len(calls) == 1 and prints:  # the common case, without a generator
@@ -156,6 +160,19 @@ class _Batch:
         self.grace = 0.0
         self.silent = False
         self.stores = True  # False when a call of the batch may have side effects
+
+    def bind(self, executor: ToolExecutor, run: _Run) -> _Batch:
+        """This batch as a job of ``executor``'s pool, for ``run``."""
+        self._executor, self._for_run = executor, run
+        return self
+
+    def run(self, scope: anyio.CancelScope) -> Awaitable[None]:
+        """The pool's entry point (after :meth:`bind`): the calls, in the worker's scope."""
+        executor, run = self._executor, self._for_run
+        assert executor is not None
+        assert run is not None
+        self._executor = self._for_run = None  # no cycle through run.batches
+        return executor._run_batch(run, self, scope)
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
@@ -328,7 +345,7 @@ class ToolExecutor:
             self._run_now(run, batch)
             return
         run.batches.append(batch)
-        workers.submit(partial(self._run_batch, run, batch))
+        workers.start(batch.bind(self, run))
 
     # ------------------------------------------------------------------ result cache
 
@@ -466,17 +483,19 @@ class ToolExecutor:
 
     # ------------------------------------------------------------------ calls
 
-    async def _run_batch(self, run: _Run, batch: _Batch) -> None:
+    async def _run_batch(self, run: _Run, batch: _Batch, scope: anyio.CancelScope) -> None:
+        """The batch's calls; a single call runs in this task under ``scope`` (the pool
+        worker's), several in tasks of their own."""
         try:
-            if len(batch.slots) == 1:  # the common case: run it in this task, no task group
+            if len(batch.slots) == 1:  # the common case: no task group, no scope of its own
                 slot = batch.slots[0]
-                await self._run_call(run, batch, slot)
+                await self._run_call(run, batch, slot, scope)
                 if slot.result is not None and not batch.silent:
-                    await self._bus.publish(slot.result)
+                    self._bus.publish_nowait(slot.result)  # one answer: never held back
                 return
             async with anyio.create_task_group() as tg:
                 for slot in batch.slots:
-                    tg.start_soon(self._run_call, run, batch, slot)
+                    tg.start_soon(self._run_scoped_call, run, batch, slot)
                 for slot in batch.slots:
                     await slot.wait_done()
                     if slot.result is not None and not batch.silent:
@@ -485,7 +504,15 @@ class ToolExecutor:
             if batch in run.batches:
                 run.batches.remove(batch)
 
-    async def _run_call(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
+    async def _run_scoped_call(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
+        with anyio.CancelScope() as scope:
+            await self._run_call(run, batch, slot, scope)
+
+    async def _run_call(
+        self, run: _Run, batch: _Batch, slot: _Slot, scope: anyio.CancelScope
+    ) -> None:
+        """The call's result into ``slot.result``; ``scope`` (entered by the caller, this
+        call's alone while it runs) carries the tool's time limit and the batch's abort."""
         started = time.monotonic()
         try:
             if slot.leader is not None:
@@ -494,11 +521,11 @@ class ToolExecutor:
             if outcome is None:
                 if len(batch.slots) == 1:  # max_parallel_calls >= 1: the limiter never waits
                     started = time.monotonic()
-                    outcome = await self._outcome(run, batch, slot)
+                    outcome = await self._outcome(run, batch, slot, scope)
                 else:
                     async with batch.limiter:
                         started = time.monotonic()
-                        outcome = await self._outcome(run, batch, slot)
+                        outcome = await self._outcome(run, batch, slot, scope)
                 self._fill(run, batch, slot, outcome)
             duration = time.monotonic() - started
             slot.result = self._result(run.ctx.run_id, batch, slot, outcome, duration)
@@ -513,40 +540,43 @@ class ToolExecutor:
                 del run.in_flight[slot.fingerprint]
             slot.set_done()
 
-    async def _outcome(self, run: _Run, batch: _Batch, slot: _Slot) -> Outcome:
+    async def _outcome(
+        self, run: _Run, batch: _Batch, slot: _Slot, scope: anyio.CancelScope
+    ) -> Outcome:
         call = slot.call
         if batch.reason is not None:
             return _aborted(call, f"before it started: {batch.reason}")
         tool = slot.tool
         if tool is None:
             return self._unknown(run, call.name)
-        if tool.inline:  # nothing to cancel or time out: no scope
+        if tool.inline:  # nothing to cancel or time out
             return invoke_now(
                 tool, call.arguments, run.ctx, max_chars=self._settings.max_result_chars
             )
-        outcome: Outcome | None = None
         timeout = tool.timeout_seconds or run.timeout or self._settings.default_timeout_seconds
-        # One scope for both limits (a scope costs as much as the rest of a quick call):
-        # the tool's time limit, kept by the shared deadlines (no timer per call), and the
-        # batch's abort deadline, which cancel() may lower.
+        # One scope for both limits: the tool's time limit, kept by the shared deadlines
+        # (no timer per call), and the batch's abort deadline, which cancel() lowers.
         deadlines = self._deadlines
         assert deadlines is not None  # a call runs in a worker of run()
-        with anyio.CancelScope(deadline=batch.abort_deadline) as scope:
-            timeout_at = deadlines.watch(scope, timeout)
-            slot.scope = scope
-            try:
-                outcome = await invoke(
-                    tool,
-                    call.arguments,
-                    run.ctx,
-                    time_limit=None,
-                    max_chars=self._settings.max_result_chars,
-                )
-            finally:
-                slot.scope = None
-                deadlines.forget(scope, timeout)
-        if outcome is not None:
-            return outcome
+        timeout_at = deadlines.watch(scope, timeout)
+        slot.scope = scope
+        try:
+            return await invoke(
+                tool,
+                call.arguments,
+                run.ctx,
+                time_limit=None,
+                max_chars=self._settings.max_result_chars,
+            )
+        except anyio.get_cancelled_exc_class():
+            if not scope.cancel_called:
+                raise  # from outside: _run_call's finally answers
+            # The call's own limit or its abort (what a `with scope:` would catch). Nothing
+            # awaits in the cancelled scope after this: the result is published at once, and
+            # the worker (or _run_scoped_call) leaves the scope.
+        finally:
+            slot.scope = None
+            deadlines.forget(scope, timeout)
         reason = batch.abort_reason(timeout_at)
         if reason is not None:
             return _aborted(call, f"cancelled after a grace of {batch.grace:g} s: {reason}")
