@@ -581,6 +581,7 @@ async def measure_daemon(
                     follow=False,
                     profile=profile,
                     base_url=base_url,
+                    rate=rate,
                 )
                 if samples is not None and (folder / "endpoint" / "py-spy.txt").exists():
                     shutil.copy(folder / "endpoint" / "py-spy.txt", f"{samples}.endpoint")
@@ -659,6 +660,11 @@ def report(figures: DaemonFigures, out: TextIO) -> None:
             f"  real endpoint (simulator in its own process): daemon CPU per model request "
             f"{e.cpu_us_per_request:.0f} µs ({e.model_requests} requests, "
             f"{e.cpu_ms_per_run:.2f} ms per run, {e.runs_per_second:.0f} runs/s)",
+            file=out,
+        )
+        print(
+            f"    submit latency p50 {e.submit_percentile(0.5):.1f} ms, "
+            f"p99 {e.submit_percentile(0.99):.1f} ms",
             file=out,
         )
         if el is not None:
