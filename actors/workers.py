@@ -46,15 +46,15 @@ class Job(Protocol):
 
 
 class _Plain:
-    """A coroutine function of no arguments as a :class:`Job` (it ignores the scope)."""
+    """A coroutine function of no arguments as a job: run outside any scope of the pool."""
 
-    __slots__ = ("_fn",)
+    __slots__ = ("fn",)
 
     def __init__(self, fn: Callable[[], Awaitable[None]]) -> None:
-        self._fn = fn
+        self.fn = fn
 
     def run(self, scope: anyio.CancelScope) -> Awaitable[None]:
-        return self._fn()
+        return self.fn()
 
 
 class Workers:
@@ -71,7 +71,8 @@ class Workers:
         """Workers started so far (a task each)."""
 
     def submit(self, job: Callable[[], Awaitable[None]]) -> None:
-        """Run ``job()`` now in an idle worker, or in a new one."""
+        """Run ``job()`` now in an idle worker, or in a new one (outside the worker's
+        scope: nothing can cancel it but the pool's task group)."""
         self.start(_Plain(job))
 
     def start(self, job: Job) -> None:
@@ -116,20 +117,33 @@ class Workers:
     async def _work(self, first: Job) -> None:
         job: Job | None = first
         while job is not None:
+            if isinstance(job, _Plain):  # needs no scope, so none is made (the runtime's runs)
+                await self._plain(job)
+                job = None  # an idle worker keeps nothing of its last job alive
+                job = await self._park()
+                continue
             with anyio.CancelScope() as scope:  # until a job cancels it
-                while job is not None:
+                while job is not None and not isinstance(job, _Plain):
                     self._busy += 1
                     try:
                         await job.run(scope)
                     finally:
                         self._busy -= 1
-                        job = None  # an idle worker keeps nothing of its last job alive
+                        job = None
                     if scope.cancel_called:
                         break
                     if scope.deadline != math.inf:
                         scope.deadline = math.inf
                     job = await self._park()
-            if not scope.cancel_called:
-                return  # told to end while idle
-            # The scope was cancelled for a job that has ended: the next job gets a new one.
-            job = await self._park()
+            if job is None:
+                if not scope.cancel_called:
+                    return  # told to end while idle
+                # The scope was cancelled for a job that has ended: a new one for the next.
+                job = await self._park()
+
+    async def _plain(self, job: _Plain) -> None:
+        self._busy += 1
+        try:
+            await job.fn()
+        finally:
+            self._busy -= 1

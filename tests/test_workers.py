@@ -191,3 +191,27 @@ async def test_a_cancellation_from_outside_still_ends_the_workers() -> None:
             tg.cancel_scope.cancel()
     assert job.cancelled
     assert pool.busy() == 0
+
+
+@pytest.mark.asyncio
+async def test_plain_and_scoped_jobs_take_turns_in_one_worker() -> None:
+    ran: list[str] = []
+
+    async def plain() -> None:
+        ran.append("plain")
+
+    async with anyio.create_task_group() as tg:
+        pool = Workers(tg)
+        scoped = [_Recorded(), _Recorded()]
+        for job in (plain, scoped[0], plain, scoped[1], plain):
+            if isinstance(job, _Recorded):
+                pool.start(job)
+                with anyio.fail_after(5):
+                    await job.finished.wait()
+            else:
+                pool.submit(job)
+            await anyio.wait_all_tasks_blocked()
+        assert ran == ["plain"] * 3
+        assert all(job.scope is not None and not job.cancelled for job in scoped)
+        assert pool.started == 1
+        pool.close()
