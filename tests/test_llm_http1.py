@@ -411,6 +411,27 @@ async def test_a_cancelled_read_closes_the_connection_never_returns_it_half_read
 
 
 @pytest.mark.asyncio
+async def test_a_request_larger_than_the_socket_buffers_is_sent_whole() -> None:
+    """The write waits for the socket to drain (``pause_writing``/``resume_writing``)."""
+    body = bytes(range(256)) * 32 * 1024  # 8 MiB
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n"
+    received: list[int] = []
+
+    async def handler(stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        request = await read_request(reader)
+        received.append(len(request.partition(b"\r\n\r\n")[2]))
+        await stream.send(OK)
+
+    async with raw_server(handler) as server:
+        pool = pool_for(server.port)
+        with anyio.fail_after(WAIT):
+            response = await pool.request(head % len(body) + body)
+            assert await response.aread() == b"ok"
+        await pool.aclose()
+    assert received == [len(body)]
+
+
+@pytest.mark.asyncio
 async def test_a_response_closed_early_closes_its_connection() -> None:
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc"
     async with raw_server(answering(answer)) as server:
