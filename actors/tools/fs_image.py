@@ -17,7 +17,6 @@ import base64
 from pathlib import Path
 from typing import Annotated, Any
 
-import anyio.to_thread
 import msgspec
 
 from actors.context.images import IMAGE_MEDIA_TYPES, image_tokens, sniff_image
@@ -26,6 +25,7 @@ from actors.tools.errors import ToolError
 from actors.tools.limits import ToolLimits
 from actors.tools.path_guard import open_regular_file
 from actors.tools.registry import Tool
+from actors.tools.threads import run_in_thread
 from bus import ImageDetail, image_attachment
 
 __all__ = ["DESCRIPTION", "ReadImage", "image_tool", "load_image", "read_image"]
@@ -55,7 +55,7 @@ class ReadImage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 async def read_image(params: ReadImage, ctx: ToolContext) -> str:
     """The ``read_image`` tool: :func:`load_image` in a worker thread."""
-    return await anyio.to_thread.run_sync(
+    return await run_in_thread(
         lambda: load_image(ctx.root, params.path, params.detail, ctx.limits)
     )
 

@@ -13,7 +13,6 @@ import stat
 from pathlib import Path
 from typing import Annotated
 
-import anyio.to_thread
 import msgspec
 
 from actors.tools.context import ToolContext
@@ -21,6 +20,7 @@ from actors.tools.errors import ToolError
 from actors.tools.folder import Folder, PathRefused
 from actors.tools.limits import ToolLimits
 from actors.tools.path_guard import open_directory, open_folder
+from actors.tools.threads import run_in_thread
 
 __all__ = ["ListDir", "list_dir", "list_text"]
 
@@ -35,7 +35,7 @@ class ListDir(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 async def list_dir(params: ListDir, ctx: ToolContext) -> str:
     """The ``list_dir`` tool: :func:`list_text` in a worker thread."""
-    return await anyio.to_thread.run_sync(lambda: list_text(ctx.root, params.path, ctx.limits))
+    return await run_in_thread(lambda: list_text(ctx.root, params.path, ctx.limits))
 
 
 def list_text(root: Path | None, path: str, limits: ToolLimits) -> str:

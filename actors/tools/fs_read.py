@@ -13,13 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated
 
-import anyio.to_thread
 import msgspec
 
 from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
 from actors.tools.limits import ToolLimits
 from actors.tools.path_guard import open_regular_file
+from actors.tools.threads import run_in_thread
 
 __all__ = ["ReadFile", "read_file", "read_text"]
 
@@ -41,7 +41,7 @@ class ReadFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 async def read_file(params: ReadFile, ctx: ToolContext) -> str:
     """The ``read_file`` tool: :func:`read_text` in a worker thread."""
-    return await anyio.to_thread.run_sync(
+    return await run_in_thread(
         lambda: read_text(ctx.root, params.path, params.offset, params.limit, ctx.limits)
     )
 

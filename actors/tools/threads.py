@@ -1,0 +1,32 @@
+"""Blocking file-system work of the built-in tools, in threads of a pool of their own.
+
+``anyio.to_thread.run_sync`` costs ~50 µs of CPU per call on the development machine (a
+capacity limiter, a checkpoint, a cancel scope, a context copy, its worker's queue), three
+times what the same hop costs through a :class:`concurrent.futures.ThreadPoolExecutor`
+(~15 µs; ``docs/performance.md``). Every ``list_dir``, ``read_file`` and ``read_image``
+call makes one, so the tools hand their work to :data:`POOL` instead.
+
+A caller cancelled meanwhile (a tool timeout, an abort) is released at once; the thread
+finishes the call (a bounded directory listing or file read) and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, TypeVar
+
+__all__ = ["POOL", "run_in_thread"]
+
+T = TypeVar("T")
+
+POOL: Final = ThreadPoolExecutor(thread_name_prefix="loopfuse-tools")
+"""The tools' threads (``concurrent.futures``' default size: CPUs + 4, at most 32), started
+as calls need them."""
+
+
+async def run_in_thread(function: Callable[[], T]) -> T:
+    """``function()`` in a thread of :data:`POOL`, its result (or exception) returned here.
+    The loop's own executor hand-off, on purpose (anyio runs on asyncio here)."""
+    return await asyncio.get_running_loop().run_in_executor(POOL, function)  # noqa: TID251
