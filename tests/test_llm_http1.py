@@ -432,6 +432,27 @@ async def test_a_request_larger_than_the_socket_buffers_is_sent_whole() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_request_cancelled_before_its_answer_closes_the_connection() -> None:
+    asked = anyio.Event()
+
+    async def handler(stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        await read_request(reader)
+        asked.set()
+        await reader.receive(1)  # never answers; ends when the client closes
+
+    async with raw_server(handler) as server:
+        pool = pool_for(server.port)
+        with anyio.fail_after(WAIT):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pool.request, REQUEST)
+                await asked.wait()
+                tg.cancel_scope.cancel()
+            assert pool.connections == 0
+            await server.end.wait()
+        await pool.aclose()
+
+
+@pytest.mark.asyncio
 async def test_a_response_closed_early_closes_its_connection() -> None:
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc"
     async with raw_server(answering(answer)) as server:
