@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from actors.llm import http1_response
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.http1_parse import (
     MAX_HEAD_BYTES,
@@ -37,10 +38,10 @@ from actors.llm.http1_parse import (
     parse_head,
 )
 from actors.llm.http1_pool import Pool, Timeouts
-from actors.llm.http1_response import Response
+from actors.llm.http1_response import REST_BYTES, Response
 from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
-from actors.llm.transport import ChatTransport
+from actors.llm.transport import ChatTransport, Reply
 from orchestrator.sim import open_simulator, parse_scenario
 from tests.loopback import open_loopback
 
@@ -479,6 +480,87 @@ async def test_unsolicited_bytes_on_an_idle_connection_drop_it() -> None:
             assert (await exchange(pool))[1] == b"ok"
             await server.end.wait()  # the client closed the out-of-step connection
             await until(lambda: pool.connections == 0)
+        await pool.aclose()
+
+
+# --------------------------------------------------------------------------- after [DONE]
+
+DONE_CHUNK = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + (
+    b"%x\r\n%s\r\n" % (len(b"data: [DONE]\n\n"), b"data: [DONE]\n\n")
+)
+
+
+async def read_to_done(pool: Pool) -> None:
+    """A streamed request read as the LLM caller reads it: up to ``[DONE]``, then closed."""
+    endpoint = EndpointSettings(base_url="http://127.0.0.1:9/v1", api_key="k")
+    response = await pool.request(REQUEST)
+    reply = Reply(ChatTransport(endpoint), response, "r", None, response.http_version)
+    try:
+        async with aclosing(read_chunks(reply)) as batches:
+            async for _ in batches:
+                pass
+    finally:
+        await reply.aclose()
+
+
+@pytest.mark.asyncio
+async def test_after_done_the_rest_is_read_in_the_background_and_the_connection_kept() -> None:
+    release = anyio.Event()
+
+    async def handler(stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        await read_request(reader)
+        await stream.send(DONE_CHUNK)
+        await release.wait()  # the terminator comes late, after the reader is gone
+        await stream.send(b"0\r\n\r\n")
+        await read_request(reader)
+        await stream.send(OK)
+
+    async with raw_server(handler) as server:
+        pool = pool_for(server.port)
+        with anyio.fail_after(WAIT):
+            await read_to_done(pool)  # returns without waiting for the terminator
+            assert (pool.connections, pool.idle) == (1, 0)  # still reading the rest
+            release.set()
+            await until(lambda: pool.idle == 1)
+            assert (await exchange(pool))[1] == b"ok"
+        assert server.connections == 1
+        await pool.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_rest_past_its_byte_bound_closes_the_connection() -> None:
+    async def handler(stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        await read_request(reader)
+        more = b"x" * (REST_BYTES + 1)
+        await stream.send(DONE_CHUNK + b"%x\r\n%s\r\n" % (len(more), more))
+        await reader.receive(1)  # ends when the client closes
+
+    async with raw_server(handler) as server:
+        pool = pool_for(server.port)
+        with anyio.fail_after(WAIT):
+            await read_to_done(pool)
+            await server.end.wait()
+        assert pool.connections == 0
+        await pool.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_rest_that_never_ends_closes_the_connection_after_its_time_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http1_response, "REST_SECONDS", 0.05)
+
+    async def handler(stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        await read_request(reader)
+        await stream.send(DONE_CHUNK)
+        await reader.receive(1)  # no terminator; ends when the client closes
+
+    async with raw_server(handler) as server:
+        pool = pool_for(server.port)
+        with anyio.fail_after(WAIT):
+            await read_to_done(pool)
+            await server.end.wait()
+        assert pool.connections == 0
         await pool.aclose()
 
 

@@ -11,6 +11,10 @@ holds too little; no task step per socket read.
   :data:`HIGH_WATER` bytes wait to be consumed, and resumed below it.
 - **Closes seen when they happen.** ``connection_lost``/``eof_received`` mark the
   connection unusable at once and tell its owner (the pool drops an idle one).
+- **The end of a body read in the background** (:meth:`Connection.discard_rest`): once a
+  reader has what it wants (a stream's ``[DONE]``), the rest of the body (the chunked
+  terminator) is read and dropped by the protocol's callbacks, bounded in bytes and time,
+  and the connection handed back then: no task, no waiting reader.
 
 The connection's errors are ``httpcore2``'s exception classes (public), so the transport
 maps them to the SDK's exceptions as before.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final, cast
 
 import anyio
@@ -37,6 +42,15 @@ HIGH_WATER: Final = 256 * 1024
 """Bytes received and not consumed above which reading from the socket pauses."""
 
 _EARLY: Final = 0.001  # a timer may run this much before its time and still count
+
+
+@dataclass(slots=True)
+class _Rest:
+    """A body's rest being read and dropped: at most ``budget`` more bytes."""
+
+    body: Body
+    budget: int
+    done: Callable[[bool], None]
 
 
 def event_loop() -> asyncio.AbstractEventLoop:
@@ -65,6 +79,7 @@ class Connection(asyncio.Protocol):
         self._timer_at = 0.0
         self._paused = False
         self._drain: asyncio.Future[None] | None = None
+        self._rest: _Rest | None = None
 
     # ------------------------------------------------------------- protocol callbacks
 
@@ -76,6 +91,9 @@ class Connection(asyncio.Protocol):
         buffer += data
         if self.idle:  # nothing was asked: the connection is out of step
             self.close()
+            return
+        if self._rest is not None:
+            self._discard()
             return
         if len(buffer) > HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
@@ -114,6 +132,8 @@ class Connection(asyncio.Protocol):
 
     def _lost(self) -> None:
         self.usable = False
+        if self._rest is not None:
+            self._discard()
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
@@ -215,13 +235,57 @@ class Connection(asyncio.Protocol):
         self._timer = None
         waiter = self._waiter
         deadline = self._deadline
-        if waiter is None or waiter.done() or not deadline:
+        waiting = waiter is not None and not waiter.done()
+        if not deadline or not (waiting or self._rest is not None):
             return
-        if self.loop.time() + _EARLY >= deadline:
+        if self.loop.time() + _EARLY < deadline:
+            self._arm(deadline)
+        elif self._rest is not None:
+            self._end_rest(complete=False)
+        elif waiter is not None:
             self._waiter = None
             waiter.set_exception(httpcore2.ReadTimeout("timed out waiting for the server"))
-        else:
+
+    # ------------------------------------------------------------- the rest of a body
+
+    def discard_rest(
+        self, body: Body, budget: int, seconds: float, done: Callable[[bool], None]
+    ) -> None:
+        """Read and drop the rest of ``body`` from the protocol's callbacks; then
+        ``done(True)``, or ``done(False)`` after more than ``budget`` bytes, ``seconds``, a
+        malformed body or the connection's end (``done`` then closes it)."""
+        self._rest = _Rest(body, budget, done)
+        deadline = self.loop.time() + seconds
+        self._deadline = deadline
+        if self._timer is None or self._timer_at > deadline:
             self._arm(deadline)
+        self._discard()
+
+    def _discard(self) -> None:
+        rest = self._rest
+        assert rest is not None
+        body = rest.body
+        out: list[bytes] = []
+        try:
+            body.feed(self.buffer, out)
+            if self.eof and not body.done:
+                body.at_eof()
+        except httpcore2.RemoteProtocolError:
+            self._end_rest(complete=False)
+            return
+        rest.budget -= sum(map(len, out))
+        if body.done or rest.budget < 0 or self.eof:
+            self._end_rest(complete=body.done and rest.budget >= 0)
+        elif self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _end_rest(self, *, complete: bool) -> None:
+        rest = self._rest
+        self._rest = None
+        self._deadline = 0.0
+        if rest is not None:
+            rest.done(complete)
 
     # ------------------------------------------------------------- closing
 

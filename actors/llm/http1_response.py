@@ -9,7 +9,7 @@ reused half-read.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from actors.llm.http1_connection import Connection
 from actors.llm.http1_parse import Head, body_for
@@ -17,7 +17,12 @@ from actors.llm.http1_parse import Head, body_for
 if TYPE_CHECKING:
     from actors.llm.http1_pool import Pool
 
-__all__ = ["Response"]
+__all__ = ["REST_BYTES", "REST_SECONDS", "Response"]
+
+REST_BYTES: Final = 64 * 1024
+REST_SECONDS: Final = 5.0
+"""What :meth:`Response.finish_in_background` reads at most before it closes the
+connection instead: bytes of the body's rest, and seconds."""
 
 
 class Response:
@@ -69,6 +74,24 @@ class Response:
         while data := await self.read_some():
             pieces.append(data)
         return b"".join(pieces)
+
+    def finish_in_background(self) -> None:
+        """The reader has what it wants: the rest of the body (a stream's chunked
+        terminator after ``[DONE]``) is read and dropped by the connection's callbacks,
+        which give the connection back once the body is complete, or close it past
+        :data:`REST_BYTES` or :data:`REST_SECONDS`. Not for a reader that gives up (a
+        cancelled run: :meth:`aclose` closes the connection, so the server stops)."""
+        connection = self._connection
+        if connection is None:
+            return
+        self._connection = None
+        pool = self._pool
+        keep = self._keep
+
+        def done(complete: bool) -> None:
+            pool.release(connection, reuse=complete and keep and not connection.buffer)
+
+        connection.discard_rest(self._body, REST_BYTES, REST_SECONDS, done)
 
     async def aclose(self) -> None:
         """Done with the response: a body not read to its end closes the connection."""

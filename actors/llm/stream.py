@@ -9,10 +9,12 @@ chunk. Failures come out as the SDK's own stream would raise them::
     connection lost, TLS failure, …    -> openai.APIConnectionError
     a payload that is not JSON         -> msgspec.DecodeError
 
-``data: [DONE]`` ends the stream; over HTTP/1.1 the rest of the body is then drained
-briefly (so the connection can be reused, as the SDK does) and ignored. A body that ends
-without ``[DONE]`` simply ends. What ended it is counted in a :class:`StreamTally`, from
-which :func:`stream_end` tells the caller why a stream without a finish reason ended:
+``data: [DONE]`` ends the stream; over HTTP/1.1 the rest of the body is then read and
+ignored (so the connection can be reused, as the SDK does): by the transport's own client
+in the background if the response offers it (``finish_in_background``), else here,
+briefly. A body that ends without ``[DONE]`` simply ends. What ended it is counted in a
+:class:`StreamTally`, from which :func:`stream_end` tells the caller why a stream without a
+finish reason ended:
 :class:`EmptyStream` (no event at all), :class:`StreamInterrupted` (``[DONE]`` before any
 finish reason) or :class:`~actors.llm.errors.IncompleteStream` (the body just stopped).
 """
@@ -138,7 +140,7 @@ async def read_chunks(
                 if tally is not None:
                     tally.done = True
                 if response.http_version == "HTTP/1.1":  # HTTP/2 just closes the stream
-                    await _drain(reads)
+                    await _drain(response, reads)
                 return
     except CORE_ERRORS as exc:
         raise connection_error(exc, response.request) from exc
@@ -148,7 +150,10 @@ async def read_chunks(
             await close()  # now, not when the garbage collector finds it
 
 
-async def _drain(reads: AsyncIterator[bytes]) -> None:
+async def _drain(response: StreamedResponse, reads: AsyncIterator[bytes]) -> None:
+    hand_over = getattr(response, "finish_in_background", None)
+    if hand_over is not None and hand_over():
+        return  # the connection reads the rest itself, no task waiting on it
     with anyio.move_on_after(DRAIN_SECONDS):
         try:
             async for _ in reads:

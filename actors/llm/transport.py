@@ -518,6 +518,16 @@ class Reply:
             raise connection_error(exc, self.request) from exc
         return self._content
 
+    def finish_in_background(self) -> bool:
+        """The reader has what it wants (a stream's ``[DONE]``): true if the connection
+        reads and drops the rest of the body itself and then goes back to the pool (the
+        own client); false if the reader should drain it (``httpcore2``)."""
+        response = self._response
+        if isinstance(response, Http1Response):
+            response.finish_in_background()
+            return True
+        return False
+
     def own(self, pool: httpcore2.AsyncConnectionPool) -> None:
         """Close ``pool`` (the reply's own connection) with the reply."""
         self._pool = pool
