@@ -60,6 +60,68 @@ async def test_wal_and_group_commit(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_commit_updates_only_the_columns_given_and_keeps_the_last_event(
+    tmp_path: Path,
+) -> None:
+    store = Store(tmp_path / "s.db")
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for name in ("a", "b", "c"):
+            store.insert_run(row(name))
+        store.update_run("a", status="running", started_at=5.0)
+        store.update_run("b", checkpoint=b"cp", cause="x")
+        for seq in (1, 2, 3):
+            store.append_event("c", seq, "Progress", b"{}")
+        await store.flush()
+        store.update_run("a", status="ended", ended_at=6.0, cause=None, result=b'{"r":1}')
+        store.update_run("b", cause=None)  # a column set to NULL is set, not left
+        store.append_event("c", 4, "Progress", b"{}")
+        store.update_run("c", events_dropped=2)
+        await store.flush()
+        a, b, c = [await store.get_run(name) for name in ("a", "b", "c")]
+        checkpoint = await store.checkpoint("b")
+        store.close()
+    assert a is not None
+    assert b is not None
+    assert c is not None
+    assert (a.status, a.started_at, a.ended_at, a.cause, a.result) == (
+        "ended",
+        5.0,
+        6.0,
+        None,
+        b'{"r":1}',
+    )
+    assert (a.trace_id, a.request, a.last_event) == ("trace-a", b'{"task":"x"}', 0)
+    assert (b.status, b.cause, checkpoint) == ("queued", None, b"cp")
+    assert (c.status, c.last_event, c.events_dropped) == ("queued", 4, 2)
+
+
+@pytest.mark.asyncio
+async def test_commits_of_any_size_store_each_event_once(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    sizes = [1, 3, 5, 4, 9, 200, 7_600, 2, 70]  # 7,600 events: more than one statement holds
+    seq = 0
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        for index in range(300):
+            store.insert_run(row(f"r{index}"))
+        await store.flush()
+        for size in sizes:
+            for _ in range(size):
+                seq += 1
+                store.append_event(f"r{seq % 300}", seq, "Progress", b'{"n":%d}' % seq)
+            await store.flush()
+        stored = [await store.get_run(f"r{index}") for index in range(300)]
+        store.close()
+    with closing(sqlite3.connect(tmp_path / "s.db")) as db:
+        count, low, high = db.execute("SELECT count(*), min(seq), max(seq) FROM events").fetchone()
+        runs = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+    assert (count, low, high, runs) == (seq, 1, seq, 300)  # no padding row stored
+    last = {f"r{index}": max(range(index, seq + 1, 300)) for index in range(300)}
+    assert {r.id: r.last_event for r in stored if r is not None} == last
+
+
+@pytest.mark.asyncio
 async def test_retention_prunes_old_and_surplus_ended_runs_only(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db")
     now = time.time()

@@ -113,19 +113,6 @@ _COLUMNS: Final = (
     "created_at, started_at, ended_at, exit_reason, cause, result, last_event, events_dropped"
 )
 
-_UPDATABLE: Final = frozenset(
-    {
-        "trace_id",
-        "status",
-        "started_at",
-        "ended_at",
-        "exit_reason",
-        "cause",
-        "result",
-        "events_dropped",
-        "checkpoint",
-    }
-)
 
 _T = TypeVar("_T")
 
@@ -276,14 +263,17 @@ class Store:
         # Few statements, each writing many rows: the sqlite3 module takes the GIL back after
         # every step, and while the event loop is busy each take can wait out the
         # interpreter's switch interval (5 ms). One step per event made a commit of a few
-        # hundred events take 50-450 ms under load; one statement per kind takes a few.
+        # hundred events take 50-450 ms under load; one statement per kind takes a few. Each
+        # statement's text depends only on its size class (:func:`_execute_rows`), so the
+        # connection's statement cache prepares each once instead of parsing a new text
+        # (hundreds of placeholders) every commit.
         conn = self._writer
         conn.execute("BEGIN IMMEDIATE")
         try:
-            _insert_many(
+            _execute_rows(
                 conn,
                 "INSERT INTO runs (cursor, id, trace_id, status, on_crash, request, request_hash, "
-                "idempotency_key, created_at, started_at) VALUES ",
+                "idempotency_key, created_at, started_at) SELECT * FROM (VALUES ",
                 [
                     (
                         r.cursor,
@@ -299,14 +289,17 @@ class Store:
                     )
                     for r in batch.runs
                 ],
+                tail=") LIMIT ?",
             )
-            _insert_many(
+            _execute_rows(
                 conn,
-                "INSERT OR REPLACE INTO run_events (run, seq, type, data) VALUES ",
+                "INSERT OR REPLACE INTO run_events (run, seq, type, data) SELECT * FROM (VALUES ",
                 self._keyed(conn, batch.events),
+                tail=") LIMIT ?",
             )
-            for sql, rows in _row_updates(batch.updates, batch.last_event):
-                _insert_many(conn, sql, rows, tail=_UPDATE_TAIL)
+            _execute_rows(
+                conn, _UPDATE_HEAD, _row_updates(batch.updates, batch.last_event), tail=_UPDATE_TAIL
+            )
             for call in batch.calls:
                 call(conn)
             conn.execute("COMMIT")
@@ -360,7 +353,7 @@ class Store:
 
     def update_run(self, run_id: str, **columns: Any) -> None:
         """Queue new values for some of a run's columns (later updates win)."""
-        unknown = set(columns) - _UPDATABLE
+        unknown = set(columns).difference(_UPDATED)
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         self._queued().updates.setdefault(run_id, {}).update(columns)
@@ -509,7 +502,36 @@ class Store:
 
 _MAX_VARIABLES: Final = 30_000
 """Bound parameters per statement (SQLite's limit is 32,766 since 3.32)."""
-_UPDATE_TAIL: Final = ") AS v WHERE runs.id = v.column1"
+_SMALLEST: Final = 4
+"""The smallest size class of a multi-row statement."""
+
+_UPDATED: Final = (
+    "trace_id",
+    "status",
+    "started_at",
+    "ended_at",
+    "exit_reason",
+    "cause",
+    "result",
+    "events_dropped",
+    "checkpoint",
+)
+"""The columns :meth:`Store.update_run` sets, in the order of an update row's values."""
+_UPDATE_HEAD: Final = (
+    "UPDATE runs SET "
+    + ", ".join(
+        f"{name} = CASE WHEN v.column2 & {1 << i} THEN v.column{i + 3} ELSE runs.{name} END"
+        for i, name in enumerate(_UPDATED)
+    )
+    + f", last_event = max(runs.last_event, v.column{len(_UPDATED) + 3})"
+    + " FROM (SELECT * FROM (VALUES "
+)
+_UPDATE_TAIL: Final = ") LIMIT ?) AS v WHERE runs.id = v.column1"
+"""One statement updates every run a commit touches: a row is ``(id, mask, the values of
+:data:`_UPDATED`, last event)``, where bit ``i`` of ``mask`` says the ``i``-th column is set
+(a value may itself be ``NULL``; a column not set has ``0``, left unread) and a last event of
+``0`` leaves ``last_event`` as it is."""
+_NO_VALUES: Final = (0,) * len(_UPDATED)
 
 
 @functools.lru_cache(maxsize=256)
@@ -518,41 +540,54 @@ def _values(width: int, rows: int) -> str:
     return ", ".join([row] * rows)
 
 
-def _insert_many(
-    conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]], *, tail: str = ""
+def _size_class(rows: int, most: int) -> int:
+    """The statement size for ``rows`` rows: a power of two from :data:`_SMALLEST` to ``most``."""
+    return min(most, max(_SMALLEST, 1 << (rows - 1).bit_length()))
+
+
+def _execute_rows(
+    conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]], *, tail: str
 ) -> None:
-    """``head VALUES (…), (…) … tail`` for ``rows``, in as few statements as the variable
-    limit allows."""
+    """``head (…), (…) … tail`` for ``rows``, ``tail`` ending in ``LIMIT ?``: in statements of
+    a few sizes (powers of two, as the variable limit allows), each filled up with rows of
+    zeros that the ``LIMIT`` (the number of real rows) leaves out. A commit's statement texts
+    are then a handful that the connection has prepared before. (Fillers are ``0``, not
+    ``None``: the sqlite3 module binds an ``int`` directly but looks for an adapter for
+    ``None`` and ``bytes``, two failed attribute lookups each.)"""
     if not rows:
         return
     width = len(rows[0])
-    step = max(1, _MAX_VARIABLES // width)
-    for start in range(0, len(rows), step):
-        chunk = rows[start : start + step]
-        conn.execute(
-            head + _values(width, len(chunk)) + tail, [value for row in chunk for value in row]
-        )
+    fit = (_MAX_VARIABLES - 1) // width  # rows per statement, beside the LIMIT's variable
+    most = 1 << (fit.bit_length() - 1)
+    for start in range(0, len(rows), most):
+        chunk = rows[start : start + most]
+        size = _size_class(len(chunk), most)
+        values = [value for row in chunk for value in row]
+        values.extend([0] * (width * (size - len(chunk))))
+        values.append(len(chunk))
+        conn.execute(head + _values(width, size) + tail, values)
 
 
 def _row_updates(
     updates: dict[str, dict[str, Any]], last_event: dict[str, int]
-) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """The batch's row updates as ``UPDATE … FROM (VALUES …)`` heads with their rows: one
-    per set of updated columns (a handful), each row ``(id, values…, last_event?)``."""
-    groups: dict[tuple[tuple[str, ...], bool], list[tuple[Any, ...]]] = {}
+) -> list[tuple[Any, ...]]:
+    """The batch's row updates as rows for :data:`_UPDATE_HEAD`."""
+    rows = []
     for run_id in updates.keys() | last_event.keys():
-        columns = updates.get(run_id, {})
-        seq = last_event.get(run_id)
-        key = (tuple(columns), seq is not None)
-        values = (run_id, *columns.values(), *((seq,) if seq is not None else ()))
-        groups.setdefault(key, []).append(values)
-    out = []
-    for (names, with_seq), rows in groups.items():
-        assignments = [f"{name} = v.column{i + 2}" for i, name in enumerate(names)]
-        if with_seq:
-            assignments.append(f"last_event = max(runs.last_event, v.column{len(names) + 2})")
-        out.append((f"UPDATE runs SET {', '.join(assignments)} FROM (VALUES ", rows))
-    return out
+        columns = updates.get(run_id)
+        if columns is None:
+            rows.append((run_id, 0, *_NO_VALUES, last_event[run_id]))
+            continue
+        mask = 0
+        values = []
+        for i, name in enumerate(_UPDATED):
+            if name in columns:
+                mask |= 1 << i
+                values.append(columns[name])
+            else:
+                values.append(0)
+        rows.append((run_id, mask, *values, last_event.get(run_id, 0)))
+    return rows
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
