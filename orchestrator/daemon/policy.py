@@ -75,7 +75,7 @@ def admit(request: RunRequest, config: Config, scenarios: Mapping[str, Scenario]
     policy = config.daemon.client_overrides
     _check_keys(client, policy)
     base = _settings(config, operator)
-    settings = _settings(config, {**operator, **client})
+    settings = _settings(config, {**operator, **client}) if client else base
     for key in client:
         _check_value(key, settings, base, config, policy)
     if scenario is not None and client:
