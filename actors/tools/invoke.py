@@ -58,9 +58,9 @@ async def invoke(
 ) -> Outcome:
     """Run ``tool`` on ``arguments`` within ``time_limit`` seconds; cut text at ``max_chars``.
 
-    With ``time_limit=None`` the caller enforces the limit with a cancel scope of its own
-    (the tool executor folds it into the scope it needs anyway). A plain-``def`` tool runs
-    as :func:`invoke_now` does, without a limit.
+    With ``time_limit=None`` the caller enforces the limit with a cancel scope it has (the
+    tool executor's is its pool worker's, which carries the abort deadline too). A
+    plain-``def`` tool runs as :func:`invoke_now` does, without a limit.
     """
     if tool.inline:
         return invoke_now(tool, arguments, ctx, max_chars=max_chars)
