@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import json
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
@@ -689,6 +690,36 @@ async def test_a_refused_connection_is_a_connect_error_and_frees_its_slot() -> N
 
 
 # --------------------------------------------------------------------------- through the transport
+
+
+@pytest.mark.asyncio
+async def test_a_connection_not_made_in_time_is_the_sdks_timeout() -> None:
+    """A listener whose accept queue is full drops further SYNs: connecting hangs."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(3)]
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                try:
+                    filler.connect(("127.0.0.1", port))
+                except BlockingIOError:
+                    pass
+            endpoint = EndpointSettings(
+                base_url=f"http://127.0.0.1:{port}/v1", api_key="k", connect_timeout_seconds=0.2
+            )
+            transport = ChatTransport(endpoint)
+            try:
+                with anyio.fail_after(WAIT), pytest.raises(openai.APITimeoutError) as caught:
+                    await transport.post(b"{}", "r", stream=False)
+            finally:
+                await transport.aclose()
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert isinstance(caught.value.__cause__, httpcore2.ConnectTimeout)
 
 
 @pytest.mark.asyncio
