@@ -8,6 +8,7 @@ the authenticator and the model key in the environment.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 import time
@@ -23,18 +24,30 @@ _STANDARD: Final = frozenset(
 _ENCODER: Final = msgspec.json.Encoder()
 
 
+_BUILT_IN: Final = len(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None).__dict__)
+"""How many attributes a record gets before its ``extra`` ones (set after them, in order)."""
+
+
 class JsonFormatter(logging.Formatter):
     """Formats a record as one JSON line; ``extra`` fields become top-level keys."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._second = -1
+        self._stamp = ""
+
     def format(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:  # most lines share their second with the previous one
+            self._second = second
+            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         data: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": f"{self._stamp}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key, value in record.__dict__.items():
+        for key, value in itertools.islice(record.__dict__.items(), _BUILT_IN, None):
             if key not in _STANDARD and not key.startswith("_"):
                 data[key] = value
         if record.exc_info:
