@@ -55,9 +55,7 @@ class ReadImage(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 async def read_image(params: ReadImage, ctx: ToolContext) -> str:
     """The ``read_image`` tool: :func:`load_image` in a worker thread."""
-    return await run_in_thread(
-        lambda: load_image(ctx.root, params.path, params.detail, ctx.limits)
-    )
+    return await run_in_thread(lambda: load_image(ctx.root, params.path, params.detail, ctx.limits))
 
 
 def load_image(root: Path | None, path: str, detail: ImageDetail, limits: ToolLimits) -> str:
