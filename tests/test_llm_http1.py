@@ -455,6 +455,19 @@ async def test_a_request_cancelled_before_its_answer_closes_the_connection() -> 
 
 
 @pytest.mark.asyncio
+async def test_a_server_that_does_not_read_is_a_write_timeout() -> None:
+    """A listener that never accepts: the kernel's buffers fill up and the write waits."""
+    body = b"x" * (32 * 1024 * 1024)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n"
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        pool = pool_for(listener.getsockname()[1], timeouts=Timeouts(WAIT, WAIT, 0.2, WAIT))
+        with anyio.fail_after(WAIT), pytest.raises(httpcore2.WriteTimeout):
+            await pool.request(head % len(body) + body)
+        assert pool.connections == 0
+        await pool.aclose()
+
+
+@pytest.mark.asyncio
 async def test_a_response_closed_early_closes_its_connection() -> None:
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabc"
     async with raw_server(answering(answer)) as server:
