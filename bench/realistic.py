@@ -45,12 +45,19 @@ CALL_DEADLINE_SECONDS: Final = 600.0
 class _Request:
     """A request in flight, as the LLM caller's ``_Call``: the pool's job."""
 
-    __slots__ = ("model", "request", "scope")
+    __slots__ = ("cancelled", "model", "request", "scope")
 
     def __init__(self, model: WorkerModel | None, request: ModelRequest) -> None:
         self.model = model  # until the job starts
         self.request = request
         self.scope: anyio.CancelScope | None = None  # the worker's, while the job runs
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Cancel the request (before it started too: it then answers at once)."""
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
 
     def run(self, scope: anyio.CancelScope) -> Awaitable[None]:
         model = self.model
@@ -87,8 +94,7 @@ class WorkerModel:
                 try:
                     await sub.serve_by_type(handlers, task_status=task_status)
                     for job in list(self._active.values()):
-                        if job.scope is not None:
-                            job.scope.cancel()
+                        job.cancel()
                 finally:
                     self._workers.close()
                     self._deadlines.close()
@@ -114,8 +120,8 @@ class WorkerModel:
 
     def _cancel(self, msg: ModelCancel) -> None:
         job = self._active.get((msg.run_id, msg.turn))
-        if job is not None and job.scope is not None:
-            job.scope.cancel()
+        if job is not None:
+            job.cancel()
 
     async def _serve(self, job: _Request, scope: anyio.CancelScope) -> None:
         request = job.request
@@ -125,6 +131,8 @@ class WorkerModel:
         job.scope = scope
         reply: ModelReply | None = None
         try:
+            if job.cancelled:  # before it started
+                return
             if self._answers is not None and request.turn > self._answers:
                 self._park()
                 await anyio.sleep_forever()

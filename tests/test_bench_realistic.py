@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import io
 
+import anyio
 import msgspec
 import pytest
 
 from bench.__main__ import main
 from bench.instructions import run_workload
-from bench.realistic import parked_after, realistic_loop
+from bench.realistic import WorkerModel, parked_after, realistic_loop
 from bench.run_lifecycle import main as lifecycle_main
+from bench.scripted_model import echo_script
+from bus import Bus, ChatMessage, Inbox, ModelCancel, ModelReply, ModelRequest
 
 
 @pytest.mark.asyncio
@@ -30,6 +33,45 @@ async def test_runs_park_after_the_turns_they_were_given() -> None:
     figures = await parked_after(10, 4)
     assert (figures.runs, figures.turns) == (10, 4)
     assert figures.heap_bytes_per_run > 0
+
+
+@pytest.mark.asyncio
+async def test_the_worker_model_answers_and_aborts_as_the_caller_does() -> None:
+    """Answered in a pool worker; a cancelled request (parked, or not yet started) gets an
+    aborted reply, and the worker serves the next request whole."""
+    bus = Bus()
+    model = WorkerModel(bus, echo_script(10), answers=1)
+
+    def request(run_id: str, turn: int) -> ModelRequest:
+        prompt = (ChatMessage(role="user", content="Echo the steps."),)
+        return ModelRequest(run_id=run_id, turn=turn, model="scripted", messages=prompt)
+
+    async def reply(inbox: Inbox) -> ModelReply:
+        with anyio.fail_after(5):
+            msg = await inbox.receive()
+        assert isinstance(msg, ModelReply)
+        return msg
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(model.run)
+        with bus.open_inbox("r1") as first, bus.open_inbox("r2") as second:
+            await bus.publish(request("r1", 1))
+            answered = await reply(first)
+            await bus.publish(request("r1", 2))  # beyond `answers`: parks
+            await model.parked(1)
+            await bus.publish(ModelCancel(run_id="r1", turn=2, reason="stop"))
+            parked = await reply(first)
+            await bus.publish(request("r2", 2))  # cancelled before its job starts
+            await bus.publish(ModelCancel(run_id="r2", turn=2, reason="stop"))
+            unstarted = await reply(second)
+            await bus.publish(request("r2", 1))
+            again = await reply(second)
+        bus.close()
+    assert (answered.turn, answered.aborted) == (1, False)
+    assert (parked.turn, parked.aborted) == (2, True)
+    assert (unstarted.turn, unstarted.aborted) == (2, True)
+    assert (again.turn, again.aborted) == (1, False)
+    assert model.requests == 4
 
 
 def test_the_lifecycle_bench_reports_start_and_end() -> None:
