@@ -80,7 +80,17 @@ async def test_a_commit_updates_only_the_columns_given_and_keeps_the_last_event(
         await store.flush()
         a, b, c = [await store.get_run(name) for name in ("a", "b", "c")]
         checkpoint = await store.checkpoint("b")
+        store.append_event("b", 1, "Progress", b"{}")
+        store.append_event("b", 2, "Progress", b"{}")
+        await store.flush()
+        b_events = await store.get_run("b")
         store.close()
+    with closing(sqlite3.connect(tmp_path / "s.db")) as db:  # events alone leave the row be
+        row_b = db.execute("SELECT last_event FROM runs WHERE id = 'b'").fetchone()[0]
+        row_c = db.execute("SELECT last_event FROM runs WHERE id = 'c'").fetchone()[0]
+    assert (row_b, row_c) == (0, 4)
+    assert b_events is not None
+    assert b_events.last_event == 2
     assert a is not None
     assert b is not None
     assert c is not None

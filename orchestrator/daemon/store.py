@@ -108,10 +108,31 @@ DROP TABLE events;
 """
 """A store written by an earlier version (an ``events`` table keyed by run id)."""
 
-_COLUMNS: Final = (
-    "cursor, id, trace_id, status, on_crash, request, request_hash, idempotency_key, "
-    "created_at, started_at, ended_at, exit_reason, cause, result, last_event, events_dropped"
+_NAMES: Final = (
+    "cursor",
+    "id",
+    "trace_id",
+    "status",
+    "on_crash",
+    "request",
+    "request_hash",
+    "idempotency_key",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "exit_reason",
+    "cause",
+    "result",
+    "last_event",
+    "events_dropped",
 )
+_LAST_EVENT: Final = (
+    "max(last_event, (SELECT coalesce(max(seq), 0) FROM run_events WHERE run = runs.cursor))"
+)
+"""A run's last stored event, as read: the row's ``last_event`` is written only with the
+row's other changes (a commit that only appends a run's events leaves its row alone, so
+it writes no page of ``runs`` for it), the events' index has the newest one."""
+_COLUMNS: Final = ", ".join(_LAST_EVENT if name == "last_event" else name for name in _NAMES)
 
 
 _T = TypeVar("_T")
@@ -531,7 +552,6 @@ _UPDATE_TAIL: Final = ") LIMIT ?) AS v WHERE runs.id = v.column1"
 :data:`_UPDATED`, last event)``, where bit ``i`` of ``mask`` says the ``i``-th column is set
 (a value may itself be ``NULL``; a column not set has ``0``, left unread) and a last event of
 ``0`` leaves ``last_event`` as it is."""
-_NO_VALUES: Final = (0,) * len(_UPDATED)
 
 
 @functools.lru_cache(maxsize=256)
@@ -571,13 +591,11 @@ def _execute_rows(
 def _row_updates(
     updates: dict[str, dict[str, Any]], last_event: dict[str, int]
 ) -> list[tuple[Any, ...]]:
-    """The batch's row updates as rows for :data:`_UPDATE_HEAD`."""
+    """The batch's row updates as rows for :data:`_UPDATE_HEAD`, each with the run's last
+    event in the batch. A run with events and no update keeps its row as it is (see
+    :data:`_LAST_EVENT`)."""
     rows = []
-    for run_id in updates.keys() | last_event.keys():
-        columns = updates.get(run_id)
-        if columns is None:
-            rows.append((run_id, 0, *_NO_VALUES, last_event[run_id]))
-            continue
+    for run_id, columns in updates.items():
         mask = 0
         values = []
         for i, name in enumerate(_UPDATED):
@@ -612,9 +630,6 @@ def _next_cursor(conn: sqlite3.Connection) -> int:
     given = conn.execute("SELECT coalesce(max(cursor), 0) FROM runs").fetchone()[0]
     sequence = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'runs'").fetchone()
     return int(max(given, sequence[0] if sequence else 0)) + 1
-
-
-_NAMES: Final = tuple(name.strip() for name in _COLUMNS.split(","))
 
 
 def _row(values: tuple[Any, ...]) -> RunRow:
