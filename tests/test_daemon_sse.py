@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from orchestrator.daemon import open_daemon
+from orchestrator.daemon import open_daemon, sse
 from orchestrator.daemon.client import DaemonClient
 from tests.daemon_support import daemon_config, events_until, wait_ended, write_slow
 
@@ -136,3 +138,74 @@ async def test_a_client_that_never_reads_does_not_slow_the_run(tmp_path: Path) -
     assert run["exit_reason"] == "completed"
     assert run["events"] > 50
     assert late == [f"id: {n}" for n in range(1, run["events"] + 1)]  # and it still gets it all
+
+
+@pytest.mark.asyncio
+async def test_a_stream_stops_when_its_client_goes_away_before_the_run_ends() -> None:
+    """The frames stop at the client's ``http.disconnect``, though the run (here: a stream
+    whose next frame never comes) goes on; no last body is sent to a client that left."""
+    sent: list[dict[str, Any]] = []
+    first_frame, gone, never = anyio.Event(), anyio.Event(), anyio.Event()
+    counted: list[int] = []
+    closed = anyio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            yield b"retry: 3000\n\n"
+            await never.wait()
+            yield b"id: 1\ndata: {}\n\n"
+        finally:
+            closed.set()
+
+    requests = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if requests:
+            return requests.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message.get("body"):
+            first_frame.set()
+
+    response = sse.EventStreamResponse(frames(), heartbeat=3600.0, opened=counted.append)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as group:
+            group.start_soon(response, {"type": "http"}, receive, send)
+            await first_frame.wait()
+            assert counted == [1]
+            gone.set()
+        await closed.wait()
+    assert counted == [1, -1]
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[1] == {"type": "http.response.body", "body": b"retry: 3000\n\n", "more_body": True}
+
+
+@pytest.mark.asyncio
+async def test_a_ping_follows_the_first_frame_when_nothing_else_comes() -> None:
+    sent: list[bytes] = []
+    pinged = anyio.Event()
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield b"retry: 3000\n\n"
+        await pinged.wait()
+        yield b"id: 1\ndata: {}\n\n"
+
+    async def receive() -> dict[str, Any]:
+        await anyio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            sent.append(message["body"])
+            if message["body"] == sse.PING:
+                pinged.set()
+
+    response = sse.EventStreamResponse(frames(), heartbeat=0.01, opened=lambda _: None)
+    with anyio.fail_after(10):
+        await response({"type": "http"}, receive, send)
+    assert sent[0] == b"retry: 3000\n\n"
+    assert set(sent[1:-2]) == {sse.PING}
+    assert sent[-2:] == [b"id: 1\ndata: {}\n\n", b""]

@@ -24,7 +24,7 @@ from typing import Any, Final
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -172,23 +172,13 @@ class _Api:
             low=0,
         )
         stream = sse.event_stream(
-            self._daemon.store,
-            run_id,
-            after=after,
-            heartbeat=self._daemon.config.daemon.heartbeat_seconds,
-            closing=self._daemon.closing,
+            self._daemon.store, run_id, after=after, closing=self._daemon.closing
         )
-        return StreamingResponse(
-            self._counted(stream), media_type="text/event-stream", headers=sse.HEADERS
-        )
+        heartbeat = self._daemon.config.daemon.heartbeat_seconds
+        return sse.EventStreamResponse(stream, heartbeat=heartbeat, opened=self._counted)
 
-    async def _counted(self, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        self._daemon.streams += 1
-        try:
-            async for chunk in stream:
-                yield chunk
-        finally:
-            self._daemon.streams -= 1
+    def _counted(self, opened: int) -> None:
+        self._daemon.streams += opened
 
     async def scenarios(self, request: Request) -> Response:
         return json_response({"scenarios": self._daemon.service.scenario_names()})

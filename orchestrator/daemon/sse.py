@@ -13,19 +13,25 @@ Streams read committed events, never the bus: a slow client falls behind on its 
 run that ended (even before a restart) replays the same way. They read the store's memory
 tail (:mod:`~orchestrator.daemon.tail`) and SQLite only for what has left it, so a
 follower that keeps up costs no database read and no thread hop per commit.
+
+:class:`EventStreamResponse` sends the frames: one write per frame, the heartbeat and the
+client's leaving watched by one task per stream (one timer per heartbeat, none per event).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import anyio
 import msgspec
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from orchestrator.daemon.store import Store
 
-__all__ = ["RETRY_MILLISECONDS", "event_stream", "frame"]
+__all__ = ["RETRY_MILLISECONDS", "EventStreamResponse", "event_stream", "frame"]
 
 RETRY_MILLISECONDS: Final = 3000
 READ_BATCH: Final = 500
@@ -34,6 +40,14 @@ HEADERS: Final = {
     "X-Accel-Buffering": "no",
     "Connection": "keep-alive",
 }
+PING: Final = b": ping\n\n"
+_START: Final = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]
+    + [(name.lower().encode(), value.encode()) for name, value in HEADERS.items()],
+}
+_LAST: Final = {"type": "http.response.body", "body": b"", "more_body": False}
 
 
 def frame(data: bytes, *, event: str | None = None, id: int | None = None) -> bytes:
@@ -51,10 +65,10 @@ async def event_stream(
     run_id: str,
     *,
     after: int,
-    heartbeat: float,
     closing: anyio.Event,
 ) -> AsyncIterator[bytes]:
-    """The frames of ``run_id``'s events after ``after``, until its ``RunFinished``."""
+    """The frames of ``run_id``'s events after ``after``, until its ``RunFinished``
+    (heartbeats are :class:`EventStreamResponse`'s)."""
     # Sent with the first events when they are at hand, else alone before the first wait.
     head = b"retry: %d\n\n" % RETRY_MILLISECONDS
     tail = store.memory
@@ -104,8 +118,59 @@ async def event_stream(
         if closing.is_set():
             yield await _end(store, run_id, "shutdown", closing)
             return
-        if not await _wait(committed, closing, heartbeat):
-            yield b": ping\n\n"
+        await committed.wait()  # set by the next commit for the run, or on closing
+
+
+class EventStreamResponse(Response):
+    """An ASGI ``text/event-stream`` response: each of ``frames`` in one write, a ``: ping``
+    after ``heartbeat`` seconds without a write, and the stream stopped when the client
+    goes away (not only at its end). ``opened(+1)`` and ``opened(-1)`` bracket it. (A
+    :class:`~starlette.responses.Response` for the routes' types: only its call is used.)"""
+
+    __slots__ = ("_frames", "_heartbeat", "_last_write", "_opened", "_started")
+
+    def __init__(
+        self, frames: AsyncIterator[bytes], *, heartbeat: float, opened: Callable[[int], None]
+    ) -> None:
+        self._frames = frames
+        self._heartbeat = heartbeat
+        self._opened = opened
+        self._started = False
+        self._last_write = 0.0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._opened(1)
+        try:
+            await send(_START)
+            self._last_write = time.monotonic()
+            ended = False
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._watch_client, receive, send, group.cancel_scope)
+                async for chunk in self._frames:
+                    self._started = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    self._last_write = time.monotonic()
+                ended = True
+                group.cancel_scope.cancel()
+            if ended:  # else the client left: nothing more to send
+                await send(_LAST)
+        finally:
+            self._opened(-1)
+
+    async def _watch_client(self, receive: Receive, send: Send, stream: anyio.CancelScope) -> None:
+        """Ping after ``heartbeat`` seconds without a write; stop ``stream`` on the
+        client's ``http.disconnect``."""
+        while True:
+            with anyio.move_on_after(self._last_write + self._heartbeat - time.monotonic()):
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                stream.cancel()
+                return
+            if not self._started:  # the first frame (``retry:``) goes first: wait again
+                self._last_write = time.monotonic()
+            elif time.monotonic() - self._last_write >= self._heartbeat:
+                await send({"type": "http.response.body", "body": PING, "more_body": True})
+                self._last_write = time.monotonic()
 
 
 async def _wait(committed: anyio.Event, closing: anyio.Event, seconds: float) -> bool:
@@ -122,11 +187,17 @@ async def _wait(committed: anyio.Event, closing: anyio.Event, seconds: float) ->
 async def _end(store: Store, run_id: str, event: str, closing: anyio.Event) -> bytes:
     """The last frame. After ``RunFinished``, ``end`` waits until the run's row says
     ``ended`` (its result is then readable with ``GET /v1/runs/{id}``)."""
+    look = event != "end"
     while True:
         committed = store.watch(run_id)
         known = store.memory.ended(run_id)
         if known is not None:  # the commit that said so is in memory: no read needed
             return _end_frame(run_id, event, "ended", *known)
+        if not look and store.memory.knows(run_id) and not closing.is_set():
+            # Memory holds the run, so the commit that ends its row will be in memory
+            # too: wait for it without reading the row (a timeout reads it).
+            look = not await _wait(committed, closing, 60.0)
+            continue
         row = await store.get_run(run_id)
         if row is None or row.status == "ended" or event != "end" or closing.is_set():
             break
