@@ -209,3 +209,27 @@ async def test_a_ping_follows_the_first_frame_when_nothing_else_comes() -> None:
     assert sent[0] == b"retry: 3000\n\n"
     assert set(sent[1:-2]) == {sse.PING}
     assert sent[-2:] == [b"id: 1\ndata: {}\n\n", b""]
+
+
+@pytest.mark.asyncio
+async def test_the_last_frames_complete_the_body_in_the_same_write() -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield b"retry: 3000\n\n"
+        yield sse.Last(b"event: end\ndata: {}\n\n")
+
+    async def receive() -> dict[str, Any]:
+        await anyio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    response = sse.EventStreamResponse(frames(), heartbeat=3600.0, opened=lambda _: None)
+    with anyio.fail_after(10):
+        await response({"type": "http"}, receive, send)
+    assert [(m.get("body"), m.get("more_body")) for m in sent[1:]] == [
+        (b"retry: 3000\n\n", True),
+        (b"event: end\ndata: {}\n\n", False),
+    ]

@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from orchestrator.daemon.store import Store
 
-__all__ = ["RETRY_MILLISECONDS", "EventStreamResponse", "event_stream", "frame"]
+__all__ = ["RETRY_MILLISECONDS", "EventStreamResponse", "Last", "event_stream", "frame"]
 
 RETRY_MILLISECONDS: Final = 3000
 READ_BATCH: Final = 500
@@ -90,10 +90,10 @@ async def event_stream(
                     known = tail.ended(run_id)
                     if known is not None:  # the end is known too: the same write
                         frames.append(_end_frame(run_id, "end", "ended", *known))
-                        yield b"".join(frames)
+                        yield Last(b"".join(frames))
                         return
                     yield b"".join(frames)
-                    yield await _end(store, run_id, "end", closing)
+                    yield Last(await _end(store, run_id, "end", closing))
                     return
             yield b"".join(frames)
             continue
@@ -104,21 +104,27 @@ async def event_stream(
             # Memory holds the run up to its newest committed event: nothing new yet.
             end = tail.ended(run_id)
             if end is not None and last >= end.last_event:
-                yield await _end(store, run_id, "end", closing)  # resumed past the end
+                yield Last(await _end(store, run_id, "end", closing))  # resumed past the end
                 return
         else:
             row = await store.get_run(run_id)
             if row is None or (row.status == "ended" and last >= row.last_event):
                 # Resumed past the end, or pruned. (An ended row's events are all
                 # committed: if it has more than we read, the next read gets them.)
-                yield await _end(store, run_id, "end", closing)
+                yield Last(await _end(store, run_id, "end", closing))
                 return
             if row.status == "ended":
                 continue
         if closing.is_set():
-            yield await _end(store, run_id, "shutdown", closing)
+            yield Last(await _end(store, run_id, "shutdown", closing))
             return
         await committed.wait()  # set by the next commit for the run, or on closing
+
+
+class Last(bytes):
+    """A stream's last write (its ``end`` or ``shutdown`` frame): it completes the body."""
+
+    __slots__ = ()
 
 
 class EventStreamResponse(Response):
@@ -143,16 +149,19 @@ class EventStreamResponse(Response):
         try:
             await send(_START)
             self._last_write = time.monotonic()
-            ended = False
+            ended = complete = False
             async with anyio.create_task_group() as group:
                 group.start_soon(self._watch_client, receive, send, group.cancel_scope)
                 async for chunk in self._frames:
                     self._started = True
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    # The last frames end the body in the same write.
+                    complete = type(chunk) is Last
+                    body = {"type": "http.response.body", "body": chunk, "more_body": not complete}
+                    await send(body)
                     self._last_write = time.monotonic()
                 ended = True
                 group.cancel_scope.cancel()
-            if ended:  # else the client left: nothing more to send
+            if ended and not complete:  # else the body is complete, or the client left
                 await send(_LAST)
         finally:
             self._opened(-1)
