@@ -133,6 +133,9 @@ class Phase:
     submit_ms: list[float] = field(default_factory=list)
     disk_bytes: int = 0
     """What the daemon wrote to the block device (``/proc/<pid>/io`` ``write_bytes``)."""
+    system_seconds: float = 0.0
+    """The part of ``cpu_seconds`` spent in the kernel on the daemon's behalf (system time:
+    its socket and file system calls, thread wake-ups)."""
 
     @property
     def cpu_ms_per_run(self) -> float:
@@ -229,9 +232,14 @@ def slow_scenario(folder: Path, seconds: float) -> Path:
 
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU of process ``pid`` (all its threads) from ``/proc/<pid>/stat``."""
+    return sum(proc_cpu_split(pid))
+
+
+def proc_cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process ``pid`` (all its threads)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
 def proc_written_bytes(pid: int) -> int:
@@ -361,7 +369,7 @@ async def _drive(
                     if follow:
                         followers.start_soon(_follow, client, run_id)
 
-            cpu0, wall0 = proc_cpu_seconds(pid), time.perf_counter()
+            (user0, sys0), wall0 = proc_cpu_split(pid), time.perf_counter()
             start = wall0
             disk0 = proc_written_bytes(pid)
             async with anyio.create_task_group() as tg:
@@ -370,9 +378,12 @@ async def _drive(
         if not follow:
             await _all_ended(client)
         wall = time.perf_counter() - wall0
-        cpu = proc_cpu_seconds(pid) - cpu0
+        user, system = proc_cpu_split(pid)
+        cpu = user + system - user0 - sys0
         disk = proc_written_bytes(pid) - disk0
-    return Phase(len(bodies), wall, cpu, submit_ms=latencies, disk_bytes=disk), ids
+    phase = Phase(len(bodies), wall, cpu, submit_ms=latencies, disk_bytes=disk)
+    phase.system_seconds = system - sys0
+    return phase, ids
 
 
 def _stored(store: Path, ids: Sequence[str]) -> tuple[dict[str, float], int]:
@@ -606,7 +617,8 @@ def report(figures: DaemonFigures, out: TextIO) -> None:
     )
     print(
         f"  daemon CPU per run   {d.cpu_ms_per_run:8.2f} ms   ({d.runs_per_second:.0f} runs/s, "
-        f"{d.cpu_seconds:.2f} s CPU in {d.wall_seconds:.2f} s)",
+        f"{d.cpu_seconds:.2f} s CPU in {d.wall_seconds:.2f} s, "
+        f"{100 * d.system_seconds / max(d.cpu_seconds, 1e-9):.0f} % of it in the kernel)",
         file=out,
     )
     if lib is not None:
