@@ -838,16 +838,7 @@ async def test_concurrent_streams_from_uvicorn_arrive_whole_and_connections_are_
         texts: list[str] = []
 
         async def one() -> None:
-            reply = await transport.post(b"{}", "r", stream=True)
-            acc = ReplyAccumulator()
-            try:
-                async with aclosing(read_chunks(reply)) as batches:
-                    async for batch in batches:
-                        for chunk in batch:
-                            acc.feed_chunk(chunk)
-            finally:
-                await reply.aclose()
-            texts.append(acc.text)
+            texts.append(await _streamed_text(transport, b"{}"))
 
         try:
             with anyio.fail_after(WAIT * 3):
@@ -859,6 +850,20 @@ async def test_concurrent_streams_from_uvicorn_arrive_whole_and_connections_are_
             await transport.aclose()
     assert texts == [expected] * 60
     assert len(app.clients) <= 20  # later waves reused the first wave's connections
+
+
+async def _streamed_text(transport: ChatTransport, body: bytes) -> str:
+    """One streamed request's text, read as the LLM caller reads it."""
+    reply = await transport.post(body, "r", stream=True)
+    acc = ReplyAccumulator()
+    try:
+        async with aclosing(read_chunks(reply)) as batches:
+            async for batch in batches:
+                for chunk in batch:
+                    acc.feed_chunk(chunk)
+    finally:
+        await reply.aclose()
+    return acc.text
 
 
 SCENARIO = parse_scenario(
@@ -877,16 +882,7 @@ async def test_the_simulator_streams_through_the_own_client() -> None:
         texts: list[str] = []
 
         async def one() -> None:
-            reply = await transport.post(body, "r", stream=True)
-            acc = ReplyAccumulator()
-            try:
-                async with aclosing(read_chunks(reply)) as batches:
-                    async for batch in batches:
-                        for chunk in batch:
-                            acc.feed_chunk(chunk)
-            finally:
-                await reply.aclose()
-            texts.append(acc.text)
+            texts.append(await _streamed_text(transport, body))
 
         try:
             with anyio.fail_after(WAIT * 3):

@@ -291,23 +291,23 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         """Close now (what is unsent is dropped): the connection is not reused."""
-        self.usable = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        transport = self.transport
-        if transport is not None and not transport.is_closing():
-            transport.abort()
+        self._shut(graceful=False)
 
     def close_gracefully(self) -> None:
         """Close after what is unsent has gone (a finished exchange not kept)."""
+        self._shut(graceful=True)
+
+    def _shut(self, *, graceful: bool) -> None:
         self.usable = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         transport = self.transport
         if transport is not None and not transport.is_closing():
-            transport.close()
+            if graceful:
+                transport.close()
+            else:
+                transport.abort()
 
 
 async def connect(
