@@ -315,16 +315,12 @@ def serve_process(config: Path, log: Path) -> Iterator[tuple[subprocess.Popen[st
 
 
 async def _follow(client: httpx.AsyncClient, run_id: str) -> None:
-    """Read the run's SSE stream to its ``event: end`` and the end of the response (which
-    the end frame completes), so the connection is kept for the next follow, as a
-    keep-alive client's is."""
-    ended = False
+    """Read the run's SSE stream to its ``event: end``."""
     async with client.stream("GET", f"/v1/runs/{run_id}/events") as response:
         response.raise_for_status()
         async for line in response.aiter_lines():
-            ended = ended or line in ("event: end", "event: shutdown")
-    if not ended:
-        raise RuntimeError(f"the stream of run {run_id} closed before its end frame")
+            if line in ("event: end", "event: shutdown"):
+                return
 
 
 async def _all_ended(client: httpx.AsyncClient) -> None:
