@@ -10,6 +10,8 @@ from typing import Any
 import anyio
 import uvicorn
 
+from orchestrator.web.serving import no_delay
+
 
 class QuietServer(uvicorn.Server):
     """Leaves signal handling to pytest."""
@@ -25,6 +27,7 @@ async def open_loopback(app: Any) -> AsyncIterator[str]:
     config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="off")
     server = QuietServer(config)
     with socket.create_server(("127.0.0.1", 0)) as sock:
+        no_delay(sock)  # as the daemon's and the simulator's listeners
         async with anyio.create_task_group() as tg:
             tg.start_soon(server.serve, [sock])
             try:
