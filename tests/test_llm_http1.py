@@ -46,6 +46,7 @@ from actors.llm.stream import read_chunks
 from actors.llm.transport import ChatTransport, Reply
 from orchestrator.sim import open_simulator, parse_scenario
 from tests.loopback import open_loopback
+from tests.test_llm_transport import read_into
 
 WAIT = 10.0
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}"
@@ -854,15 +855,8 @@ async def test_concurrent_streams_from_uvicorn_arrive_whole_and_connections_are_
 
 async def _streamed_text(transport: ChatTransport, body: bytes) -> str:
     """One streamed request's text, read as the LLM caller reads it."""
-    reply = await transport.post(body, "r", stream=True)
     acc = ReplyAccumulator()
-    try:
-        async with aclosing(read_chunks(reply)) as batches:
-            async for batch in batches:
-                for chunk in batch:
-                    acc.feed_chunk(chunk)
-    finally:
-        await reply.aclose()
+    await read_into(acc, await transport.post(body, "r", stream=True))
     return acc.text
 
 
