@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
 import pytest
+from starlette.types import Message
 
 from orchestrator.daemon import open_daemon, sse
 from orchestrator.daemon.client import DaemonClient
@@ -144,7 +144,7 @@ async def test_a_client_that_never_reads_does_not_slow_the_run(tmp_path: Path) -
 async def test_a_stream_stops_when_its_client_goes_away_before_the_run_ends() -> None:
     """The frames stop at the client's ``http.disconnect``, though the run (here: a stream
     whose next frame never comes) goes on; no last body is sent to a client that left."""
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
     first_frame, gone, never = anyio.Event(), anyio.Event(), anyio.Event()
     counted: list[int] = []
     closed = anyio.Event()
@@ -157,15 +157,15 @@ async def test_a_stream_stops_when_its_client_goes_away_before_the_run_ends() ->
         finally:
             closed.set()
 
-    requests = [{"type": "http.request", "body": b"", "more_body": False}]
+    requests: list[Message] = [{"type": "http.request", "body": b"", "more_body": False}]
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         if requests:
             return requests.pop()
         await gone.wait()
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
         if message.get("body"):
             first_frame.set()
@@ -193,11 +193,11 @@ async def test_a_ping_follows_the_first_frame_when_nothing_else_comes() -> None:
         await pinged.wait()
         yield b"id: 1\ndata: {}\n\n"
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         await anyio.Event().wait()  # the client stays
         raise AssertionError("unreachable")
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         if message["type"] == "http.response.body":
             sent.append(message["body"])
             if message["body"] == sse.PING:
@@ -213,17 +213,17 @@ async def test_a_ping_follows_the_first_frame_when_nothing_else_comes() -> None:
 
 @pytest.mark.asyncio
 async def test_the_last_frames_complete_the_body_in_the_same_write() -> None:
-    sent: list[dict[str, Any]] = []
+    sent: list[Message] = []
 
     async def frames() -> AsyncIterator[bytes]:
         yield b"retry: 3000\n\n"
         yield sse.Last(b"event: end\ndata: {}\n\n")
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         await anyio.Event().wait()  # the client stays
         raise AssertionError("unreachable")
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     response = sse.EventStreamResponse(frames(), heartbeat=3600.0, opened=lambda _: None)
