@@ -39,7 +39,9 @@ from orchestrator.daemon.http import (
     json_response,
     list_query,
     read_body,
+    receive_body,
     run_routes,
+    send_json,
 )
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.metrics import render
@@ -61,6 +63,8 @@ __all__ = ["create_app"]
 
 _ENCODER: Final = msgspec.json.Encoder()
 _RESULT: Final = msgspec.json.Decoder(dict[str, Any])
+SUBMIT_PATH: Final = "/v1/runs"
+_TRACEPARENT: Final = TRACEPARENT.lower().encode("latin-1")
 
 
 def _version() -> str:
@@ -71,11 +75,15 @@ def _version() -> str:
 
 
 class _Guard:
-    """ASGI middleware: bearer tokens, and :class:`ApiError` as a JSON response."""
+    """ASGI middleware: bearer tokens, and :class:`ApiError` as a JSON response. It also
+    serves ``POST /v1/runs`` itself (:meth:`_Api.submit_asgi`): every run comes through
+    there, and Starlette's routing and request objects cost more than the route's own work
+    (routes, methods and errors stay as Starlette's: this path is exactly that route's)."""
 
-    def __init__(self, app: ASGIApp, daemon: Daemon) -> None:
+    def __init__(self, app: ASGIApp, daemon: Daemon, api: _Api) -> None:
         self._app = app
         self._daemon = daemon
+        self._api = api
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._daemon.auth.needs_token(scope["path"]):
@@ -95,7 +103,14 @@ class _Guard:
                 await response(scope, receive, send)
                 return
         try:
-            await self._app(scope, receive, send)
+            if (
+                scope["type"] == "http"
+                and scope["path"] == SUBMIT_PATH
+                and scope["method"] == "POST"
+            ):
+                await self._api.submit_asgi(scope, receive, send)
+            else:
+                await self._app(scope, receive, send)
         except ApiError as exc:  # raised before a response started
             await error_response(exc)(scope, receive, send)
 
@@ -112,7 +127,7 @@ def create_app(config: Config, *, daemon: Daemon | None = None) -> Starlette:
 
     routes = run_routes(api, Route("/v1/openapi.json", api.openapi, methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(_Guard, daemon=daemon)
+    app.add_middleware(_Guard, daemon=daemon, api=api)
     app.state.daemon = daemon
     return app
 
@@ -124,21 +139,40 @@ class _Api:
         self._daemon = daemon
 
     async def submit(self, request: Request) -> Response:
-        settings = self._daemon.config.daemon
-        body = await read_body(request, settings.max_body_bytes)
-        run_request = decode_request(body, max_text_chars=settings.max_task_chars)
-        # The caller's span (W3C Trace Context); absent, repeated or malformed: ignored,
-        # as the specification asks (the run starts a trace of its own).
-        parents = request.headers.getlist(TRACEPARENT)
+        body = await read_body(request, self._daemon.config.daemon.max_body_bytes)
+        status, accepted = await self._accept(body, request.headers.getlist(TRACEPARENT))
+        return json_response(accepted, status, Location=f"/v1/runs/{accepted.id}")
+
+    async def submit_asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /v1/runs`` on bare ASGI: :meth:`submit` without a Starlette request and
+        response (the guard routes it here)."""
+        declared = ""
+        parents = []
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value.decode("latin-1")
+            elif name == _TRACEPARENT:
+                parents.append(value.decode("latin-1"))
+        body = await receive_body(receive, declared, self._daemon.config.daemon.max_body_bytes)
+        if body is None:  # the client went away before it finished sending
+            return
+        status, accepted = await self._accept(body, parents)
+        await send_json(send, accepted, status, [(b"location", f"/v1/runs/{accepted.id}".encode())])
+
+    async def _accept(self, body: bytes, parents: list[str]) -> tuple[int, RunAccepted]:
+        """Submit the run ``body`` asks for: 202 and the new run, or 200 and the earlier
+        run with the same idempotency key."""
+        run_request = decode_request(body, max_text_chars=self._daemon.config.daemon.max_task_chars)
+        # The caller's span (W3C Trace Context, the ``parents`` headers); absent, repeated or
+        # malformed: ignored, as the specification asks (the run starts a trace of its own).
         parent = parse_traceparent(parents[0]) if len(parents) == 1 else None
         row, created = await self._daemon.service.submit(run_request, traceparent=parent)
         accepted = RunAccepted(id=row.id, trace_id=row.trace_id, status="queued")
         if created:
-            return json_response(accepted, 202, Location=f"/v1/runs/{row.id}")
+            return 202, accepted
         current = await self._daemon.store.get_run(row.id)
         status = current.status if current is not None else row.status
-        replayed = msgspec.structs.replace(accepted, status=status)
-        return json_response(replayed, 200, Location=f"/v1/runs/{row.id}")
+        return 200, msgspec.structs.replace(accepted, status=status)
 
     async def list_runs(self, request: Request) -> Response:
         status, exit_reason, limit, before = list_query(request)

@@ -7,7 +7,7 @@ the same JSON error body.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
-from starlette.types import ExceptionHandler
+from starlette.types import ExceptionHandler, Message, Receive, Send
 
 from bus import ExitReason
 from orchestrator.daemon.errors import ApiError
@@ -34,7 +34,9 @@ __all__ = [
     "json_response",
     "list_query",
     "read_body",
+    "receive_body",
     "run_routes",
+    "send_json",
 ]
 
 _ENCODER: Final = msgspec.json.Encoder()
@@ -92,23 +94,63 @@ EXCEPTION_HANDLERS: Final[Mapping[Any, ExceptionHandler]] = {
 """``Starlette(exception_handlers=...)``: every response the app makes is JSON on error."""
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with a 413 past ``limit`` bytes (declared or read)."""
-    too_large = ApiError(
+def _too_large(limit: int) -> ApiError:
+    return ApiError(
         413,
         "body_too_large",
         f"the request body is larger than {limit} bytes (daemon.max_body_bytes)",
     )
-    declared = request.headers.get("content-length", "")
+
+
+def _check_declared(declared: str, limit: int) -> None:
     digits = declared.lstrip("0")  # h11 refuses a value that is not digits
     if declared.isascii() and declared.isdigit() and (len(digits) > 19 or int(digits or 0) > limit):
-        raise too_large
+        raise _too_large(limit)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with a 413 past ``limit`` bytes (declared or read)."""
+    _check_declared(request.headers.get("content-length", ""), limit)
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise too_large
+            raise _too_large(limit)
     return bytes(body)
+
+
+async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | None:
+    """:func:`read_body` on bare ASGI: the body from ``receive`` (``declared``: the
+    Content-Length header, or ``""``); ``None`` if the client went away first."""
+    _check_declared(declared, limit)
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # http.disconnect
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            raise _too_large(limit)
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+async def send_json(
+    send: Send, body: msgspec.Struct, status: int, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """``body`` as a JSON response on bare ASGI (what :func:`json_response` sends)."""
+    content = _ENCODER.encode(body)
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (b"content-length", str(len(content)).encode()),
+            (b"content-type", b"application/json"),
+            *headers,
+        ],
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": content})
 
 
 def decode_request(body: bytes, *, max_text_chars: int) -> RunRequest:

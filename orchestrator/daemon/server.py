@@ -76,6 +76,9 @@ async def open_daemon(
             app,
             log_config=None,
             access_log=False,
+            # Nothing here reads the client's address or scheme: X-Forwarded-* rewriting
+            # (uvicorn's default) would be a middleware layer on every request for nothing.
+            proxy_headers=False,
             lifespan="on",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
