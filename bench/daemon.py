@@ -136,6 +136,9 @@ class Phase:
     system_seconds: float = 0.0
     """The part of ``cpu_seconds`` spent in the kernel on the daemon's behalf (system time:
     its socket and file system calls, thread wake-ups)."""
+    context_switches: int = 0
+    """Voluntary + involuntary context switches of the daemon's threads (those alive at the
+    end): each thread hand-off (a worker's wake-up, the GIL passed between threads) is one."""
 
     @property
     def cpu_ms_per_run(self) -> float:
@@ -240,6 +243,18 @@ def proc_cpu_split(pid: int) -> tuple[float, float]:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
+def proc_context_switches(pid: int) -> int:
+    """Context switches so far of the live threads of process ``pid``."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:  # the thread ended
+            continue
+        total += sum(int(line.split()[1]) for line in lines if "ctxt_switches" in line)
+    return total
 
 
 def proc_written_bytes(pid: int) -> int:
@@ -372,6 +387,7 @@ async def _drive(
             (user0, sys0), wall0 = proc_cpu_split(pid), time.perf_counter()
             start = wall0
             disk0 = proc_written_bytes(pid)
+            switches0 = proc_context_switches(pid)
             async with anyio.create_task_group() as tg:
                 for _ in range(clients):
                     tg.start_soon(submitter)
@@ -381,8 +397,10 @@ async def _drive(
         user, system = proc_cpu_split(pid)
         cpu = user + system - user0 - sys0
         disk = proc_written_bytes(pid) - disk0
+        switches = proc_context_switches(pid) - switches0
     phase = Phase(len(bodies), wall, cpu, submit_ms=latencies, disk_bytes=disk)
     phase.system_seconds = system - sys0
+    phase.context_switches = switches
     return phase, ids
 
 
@@ -618,7 +636,8 @@ def report(figures: DaemonFigures, out: TextIO) -> None:
     print(
         f"  daemon CPU per run   {d.cpu_ms_per_run:8.2f} ms   ({d.runs_per_second:.0f} runs/s, "
         f"{d.cpu_seconds:.2f} s CPU in {d.wall_seconds:.2f} s, "
-        f"{100 * d.system_seconds / max(d.cpu_seconds, 1e-9):.0f} % of it in the kernel)",
+        f"{100 * d.system_seconds / max(d.cpu_seconds, 1e-9):.0f} % of it in the kernel, "
+        f"{d.context_switches / max(d.runs, 1):.0f} context switches per run)",
         file=out,
     )
     if lib is not None:
