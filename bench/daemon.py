@@ -413,9 +413,15 @@ def _stored(store: Path, ids: Sequence[str]) -> tuple[dict[str, float], int]:
             "SELECT count(*), coalesce(sum(length(data)), 0) FROM events "
             "WHERE run_id IN (SELECT id FROM measured)"
         ).fetchone()
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        checkpoint = (  # a table of its own since issue #20; in the runs row before
+            "coalesce(length(checkpoint), 0)"
+            if "checkpoint" in columns
+            else "coalesce((SELECT length(data) FROM run_checkpoints WHERE run = runs.cursor), 0)"
+        )
         rows = conn.execute(
-            "SELECT coalesce(length(checkpoint), 0), length(request), "
-            "coalesce(length(result), 0), result FROM runs WHERE id IN (SELECT id FROM measured)"
+            f"SELECT {checkpoint}, length(request), coalesce(length(result), 0), result "
+            "FROM runs WHERE id IN (SELECT id FROM measured)"
         ).fetchall()
         kinds = conn.execute(
             "SELECT type, count(*) FROM events WHERE run_id IN (SELECT id FROM measured) "
