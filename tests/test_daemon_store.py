@@ -69,7 +69,8 @@ async def test_a_commit_updates_only_the_columns_given_and_keeps_the_last_event(
         for name in ("a", "b", "c"):
             store.insert_run(row(name))
         store.update_run("a", status="running", started_at=5.0)
-        store.update_run("b", checkpoint=b"cp", cause="x")
+        store.update_run("b", cause="x")
+        store.save_checkpoint("b", b"cp")
         for seq in (1, 2, 3):
             store.append_event("c", seq, "Progress", b"{}")
         await store.flush()

@@ -1,8 +1,9 @@
 """Durable runs across restarts: the store-backed journal and the crash ending.
 
 :class:`StoreJournal` is the runtime's :class:`~orchestrator.runtime.RunJournal`: every
-completed turn's checkpoint (the transcript and the counters) goes into the run's row, and
-a run the daemon starts again after a crash is handed the checkpoint to resume from.
+completed turn's checkpoint (the transcript and the counters) goes to the store as the run's
+newest checkpoint (:meth:`~orchestrator.daemon.store.Store.save_checkpoint`), and a run the
+daemon starts again after a crash is handed the checkpoint to resume from.
 
 A run that was running when the process died either resumes (``on_crash = "resume"``, the
 default) or is ended as it would have been by an abort at that moment: ``aborted_streaming``
@@ -73,7 +74,7 @@ class StoreJournal:
         return self._points.pop(run_id, None)
 
     def checkpoint(self, checkpoint: RunCheckpoint) -> None:
-        self._store.update_run(checkpoint.run_id, checkpoint=_ENCODER.encode(checkpoint))
+        self._store.save_checkpoint(checkpoint.run_id, _ENCODER.encode(checkpoint))
 
 
 def phase_of(tail: Sequence[StoredEvent]) -> ExitReason:

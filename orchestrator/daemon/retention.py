@@ -1,8 +1,9 @@
 """Retention: ended runs and their events are kept for a while, then pruned.
 
-A run is pruned when it ended more than ``daemon.retention_seconds`` ago, or when more
-than ``daemon.retention_max_runs`` ended runs are newer than it. Queued and running runs
-are never pruned. The deletion is one queued write, committed with the store's next batch.
+A run is pruned (its row, its events and its checkpoint) when it ended more than
+``daemon.retention_seconds`` ago, or when more than ``daemon.retention_max_runs`` ended runs
+are newer than it. Queued and running runs are never pruned. The deletion is one queued
+write, committed with the store's next batch.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ INTERVAL_SECONDS: Final = 600.0
 
 async def prune(store: Store, *, ended_before: float, keep: int) -> None:
     """Delete the ended runs that ended before ``ended_before`` or are beyond the ``keep``
-    most recent ended runs, with their events; returns once that is committed (and they
-    are gone from the memory tail too)."""
+    most recent ended runs, with their events and checkpoints; returns once that is
+    committed (and they are gone from the memory tail too)."""
     doomed: list[tuple[str]] = []
 
     def delete(conn: sqlite3.Connection) -> None:
@@ -38,9 +39,10 @@ async def prune(store: Store, *, ended_before: float, keep: int) -> None:
                 (ended_before, keep),
             )
         ]
-        conn.executemany(
-            "DELETE FROM run_events WHERE run = (SELECT cursor FROM runs WHERE id = ?)", doomed
-        )
+        for table in ("run_events", "run_checkpoints"):
+            conn.executemany(
+                f"DELETE FROM {table} WHERE run = (SELECT cursor FROM runs WHERE id = ?)", doomed
+            )
         conn.executemany("DELETE FROM runs WHERE id = ?", doomed)
 
     await store.execute(delete).wait()

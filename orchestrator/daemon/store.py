@@ -38,6 +38,7 @@ __all__ = [
     "EventTail",
     "RunRow",
     "Store",
+    "StoreFailed",
     "StoreStatistics",
     "StoredEvent",
 ]
@@ -75,8 +76,7 @@ CREATE TABLE IF NOT EXISTS runs (
     cause TEXT,
     result BLOB,
     last_event INTEGER NOT NULL DEFAULT 0,
-    events_dropped INTEGER NOT NULL DEFAULT 0,
-    checkpoint BLOB
+    events_dropped INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, cursor);
 CREATE INDEX IF NOT EXISTS runs_by_end ON runs (ended_at) WHERE status = 'ended';
@@ -87,11 +87,19 @@ CREATE TABLE IF NOT EXISTS run_events (
     data BLOB NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS run_events_by_run ON run_events (run, seq);
+CREATE TABLE IF NOT EXISTS run_checkpoints (
+    run INTEGER PRIMARY KEY,
+    data BLOB NOT NULL
+);
 """
 # Events are appended in commit order (rowid) and found through a small index on (the run's
 # cursor, seq): a commit writes its events to the last pages of the table and touches a few
 # index pages, where a table keyed by (run id, seq) rewrote a page per run per commit (the
 # WAL, then the database, wrote ~8x the data: 143 KiB per 17 KiB run).
+# A run's newest checkpoint is a row of its own in ``run_checkpoints`` (keyed by the run's
+# cursor), not a column of its ``runs`` row: a checkpoint (the transcript: kilobytes, growing
+# every turn) in the row made every change of the row (started, each checkpoint, the end)
+# rewrite all of it, a page of its own and, with the result beside it, overflow pages.
 
 _EVENTS_VIEW: Final = """
 CREATE VIEW IF NOT EXISTS events AS
@@ -107,6 +115,12 @@ INSERT OR REPLACE INTO run_events (run, seq, type, data)
 DROP TABLE events;
 """
 """A store written by an earlier version (an ``events`` table keyed by run id)."""
+
+_MIGRATE_CHECKPOINTS: Final = """
+INSERT OR REPLACE INTO run_checkpoints (run, data)
+    SELECT cursor, checkpoint FROM runs WHERE checkpoint IS NOT NULL;
+"""
+"""A store written by an earlier version (each run's checkpoint in its ``runs`` row)."""
 
 _NAMES: Final = (
     "cursor",
@@ -159,6 +173,12 @@ class RunRow(msgspec.Struct, kw_only=True):
     cursor: int = 0
 
 
+class StoreFailed(RuntimeError):
+    """A commit failed (a full disk, a broken constraint …): what it held is not stored, and
+    the store takes no more writes. :meth:`Store.flush` raises it to whoever waits, and
+    :meth:`Store.run` ends with the commit's own error."""
+
+
 class StoreStatistics(NamedTuple):
     """The writer at a glance (exported as metrics)."""
 
@@ -174,11 +194,14 @@ class _Batch:
     events: list[tuple[str, int, str, bytes]] = field(default_factory=list)
     updates: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_event: dict[str, int] = field(default_factory=dict)
+    checkpoints: dict[str, bytes] = field(default_factory=dict)
     calls: list[Callable[[sqlite3.Connection], None]] = field(default_factory=list)
     committed: anyio.Event = field(default_factory=anyio.Event)
+    failure: BaseException | None = None
+    """Why this batch was not committed (the store is then failed: :class:`StoreFailed`)."""
 
     def __bool__(self) -> bool:
-        return bool(self.runs or self.events or self.updates or self.calls)
+        return bool(self.runs or self.events or self.updates or self.checkpoints or self.calls)
 
     def touched(self) -> set[str]:
         return {row.id for row in self.runs} | set(self.last_event) | set(self.updates)
@@ -215,6 +238,7 @@ class Store:
         self._inflight: _Batch | None = None
         self._wake = anyio.Event()
         self._closed = False
+        self._failure: StoreFailed | None = None
         self._stopped = anyio.Event()
         self._watchers: dict[str, anyio.Event] = {}
         self._before_commit: list[Callable[[], None]] = []
@@ -254,7 +278,13 @@ class Store:
                 self._inflight = batch
                 began = self._began = time.perf_counter()
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(self._commit, batch, limiter=self._write_limiter)
+                    try:
+                        await anyio.to_thread.run_sync(
+                            self._commit, batch, limiter=self._write_limiter
+                        )
+                    except Exception as exc:
+                        self._fail(batch, exc)
+                        raise
                 if self.on_commit is not None:
                     self.on_commit(time.perf_counter() - began)
                 self._inflight = None
@@ -280,6 +310,18 @@ class Store:
         self._closed = True
         self._wake.set()
 
+    def _fail(self, batch: _Batch, exc: Exception) -> None:
+        """``batch``'s commit raised ``exc``: wake everyone who waits for it or for the
+        next one (they get :class:`StoreFailed`, nobody waits forever) and take no more."""
+        failure = StoreFailed(f"{self.path}: a commit failed, nothing more is stored: {exc!r}")
+        failure.__cause__ = exc
+        self._failure = failure
+        self._inflight = None
+        for waiting in (batch, self._batch):
+            waiting.failure = failure
+            waiting.committed.set()
+        self.wake_all()
+
     def _commit(self, batch: _Batch) -> None:
         # Few statements, each writing many rows: the sqlite3 module takes the GIL back after
         # every step, and while the event loop is busy each take can wait out the
@@ -289,25 +331,16 @@ class Store:
         # connection's statement cache prepares each once instead of parsing a new text
         # (hundreds of placeholders) every commit.
         conn = self._writer
+        updates = batch.updates
         conn.execute("BEGIN IMMEDIATE")
         try:
+            # A run inserted by this commit is inserted with its queued changes (no UPDATE
+            # of the row just written).
             _execute_rows(
                 conn,
-                "INSERT INTO runs (cursor, id, trace_id, status, on_crash, request, request_hash, "
-                "idempotency_key, created_at, started_at) SELECT * FROM (VALUES ",
+                _INSERT_HEAD,
                 [
-                    (
-                        r.cursor,
-                        r.id,
-                        r.trace_id,
-                        r.status,
-                        r.on_crash,
-                        r.request,
-                        r.request_hash,
-                        r.idempotency_key,
-                        r.created_at,
-                        r.started_at,
-                    )
+                    _inserted(r, updates.get(r.id), batch.last_event.get(r.id, 0))
                     for r in batch.runs
                 ],
                 tail=") LIMIT ?",
@@ -318,31 +351,69 @@ class Store:
                 self._keyed(conn, batch.events),
                 tail=") LIMIT ?",
             )
+            inserted = {r.id for r in batch.runs} if batch.runs and updates else set()
             _execute_rows(
-                conn, _UPDATE_HEAD, _row_updates(batch.updates, batch.last_event), tail=_UPDATE_TAIL
+                conn,
+                _UPDATE_HEAD,
+                _row_updates(updates, batch.last_event, inserted),
+                tail=_UPDATE_TAIL,
+            )
+            _execute_rows(
+                conn,
+                "INSERT OR REPLACE INTO run_checkpoints (run, data) SELECT * FROM (VALUES ",
+                self._keyed_checkpoints(conn, batch.checkpoints, updates),
+                tail=") LIMIT ?",
             )
             for call in batch.calls:
                 call(conn)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # a failed COMMIT may have rolled back already
+                conn.execute("ROLLBACK")
             raise
+
+    def _cursor(self, conn: sqlite3.Connection, run_id: str) -> int | None:
+        """The cursor of ``run_id`` (looked up once for a run this process did not insert:
+        one recovered after a restart); ``None``: no such run."""
+        cursor = self._cursors.get(run_id)
+        if cursor is None:
+            found = conn.execute("SELECT cursor FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if found is None:
+                return None
+            cursor = self._cursors[run_id] = found[0]
+        return cursor
+
+    def _keyed_checkpoints(
+        self,
+        conn: sqlite3.Connection,
+        checkpoints: dict[str, bytes],
+        updates: dict[str, dict[str, Any]],
+    ) -> list[tuple[int, bytes]]:
+        """``checkpoints`` keyed by their run's cursor, but for the runs this commit ends
+        (an ended run is never resumed: its checkpoint would not be read)."""
+        keyed = []
+        for run_id, data in checkpoints.items():
+            columns = updates.get(run_id)
+            if columns is not None and columns.get("status") == "ended":
+                continue
+            cursor = self._cursor(conn, run_id)
+            if cursor is not None:
+                keyed.append((cursor, data))
+        return keyed
 
     def _keyed(
         self, conn: sqlite3.Connection, events: list[tuple[str, int, str, bytes]]
     ) -> list[tuple[int, int, str, bytes]]:
-        """``events`` keyed by their run's cursor (looked up once for a run this process did
-        not insert: one recovered after a restart). Events of a run with no row are not
+        """``events`` keyed by their run's cursor. Events of a run with no row are not
         stored: nothing could read them."""
         cursors = self._cursors
         keyed = []
         for run_id, seq, kind, data in events:
             cursor = cursors.get(run_id)
             if cursor is None:
-                found = conn.execute("SELECT cursor FROM runs WHERE id = ?", (run_id,)).fetchone()
-                if found is None:
+                cursor = self._cursor(conn, run_id)
+                if cursor is None:
                     continue
-                cursor = cursors[run_id] = found[0]
             keyed.append((cursor, seq, kind, data))
         return keyed
 
@@ -352,6 +423,8 @@ class Store:
         self._readers.clear()
 
     def _queued(self) -> _Batch:
+        if self._failure is not None:
+            raise self._failure
         if self._closed and self._stopped.is_set():
             raise RuntimeError("the store is closed")
         self._wake.set()
@@ -379,6 +452,11 @@ class Store:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         self._queued().updates.setdefault(run_id, {}).update(columns)
 
+    def save_checkpoint(self, run_id: str, data: bytes) -> None:
+        """Queue ``data`` as the newest checkpoint of ``run_id`` (it replaces the one before;
+        one that reaches a commit together with the run's end is not written)."""
+        self._queued().checkpoints[run_id] = data
+
     def execute(self, call: Callable[[sqlite3.Connection], None]) -> anyio.Event:
         """Queue ``call`` to run inside the next commit's transaction; the returned event is
         set once that commit is durable."""
@@ -387,12 +465,21 @@ class Store:
         return batch.committed
 
     async def flush(self) -> None:
-        """Wait until everything queued so far is committed (at once: no commit interval)."""
+        """Wait until everything queued so far is committed (at once: no commit interval).
+
+        :raises StoreFailed: a commit failed; what it held is not stored."""
         if self._batch:
             self._urgent.set()
-            await self._queued().committed.wait()
+            batch = self._queued()
         elif self._inflight is not None:
-            await self._inflight.committed.wait()
+            batch = self._inflight
+        elif self._failure is not None:
+            raise self._failure
+        else:
+            return
+        await batch.committed.wait()
+        if batch.failure is not None:
+            raise batch.failure
 
     async def wait_for_room(self) -> None:
         """Wait while too many events are queued (how a slow disk slows writers down)."""
@@ -502,10 +589,15 @@ class Store:
         return [StoredEvent(seq, kind, bytes(data)) for seq, kind, data in reversed(rows)]
 
     async def checkpoint(self, run_id: str) -> bytes | None:
+        """The newest committed checkpoint of ``run_id`` (``None``: it has none)."""
         rows = await self._read(
-            lambda c: c.execute("SELECT checkpoint FROM runs WHERE id = ?", (run_id,)).fetchall()
+            lambda c: c.execute(
+                "SELECT data FROM run_checkpoints "
+                "WHERE run = (SELECT cursor FROM runs WHERE id = ?)",
+                (run_id,),
+            ).fetchall()
         )
-        return bytes(rows[0][0]) if rows and rows[0][0] is not None else None
+        return bytes(rows[0][0]) if rows else None
 
     async def unfinished(self) -> list[RunRow]:
         """Runs that were queued or running when the store was last written, oldest first."""
@@ -535,9 +627,13 @@ _UPDATED: Final = (
     "cause",
     "result",
     "events_dropped",
-    "checkpoint",
 )
 """The columns :meth:`Store.update_run` sets, in the order of an update row's values."""
+_INSERT_HEAD: Final = (
+    "INSERT INTO runs (cursor, id, trace_id, status, on_crash, request, request_hash, "
+    "idempotency_key, created_at, started_at, ended_at, exit_reason, cause, result, "
+    "last_event, events_dropped) SELECT * FROM (VALUES "
+)
 _UPDATE_HEAD: Final = (
     "UPDATE runs SET "
     + ", ".join(
@@ -588,14 +684,41 @@ def _execute_rows(
         conn.execute(head + _values(width, size) + tail, values)
 
 
+def _inserted(row: RunRow, columns: dict[str, Any] | None, last_event: int) -> tuple[Any, ...]:
+    """``row`` as a row for :data:`_INSERT_HEAD`, with the changes ``columns`` queued for it
+    in the same commit and its last event in the batch."""
+    if columns:
+        row = msgspec.structs.replace(row, **columns)
+    return (
+        row.cursor,
+        row.id,
+        row.trace_id,
+        row.status,
+        row.on_crash,
+        row.request,
+        row.request_hash,
+        row.idempotency_key,
+        row.created_at,
+        row.started_at,
+        row.ended_at,
+        row.exit_reason,
+        row.cause,
+        row.result,
+        max(row.last_event, last_event),
+        row.events_dropped,
+    )
+
+
 def _row_updates(
-    updates: dict[str, dict[str, Any]], last_event: dict[str, int]
+    updates: dict[str, dict[str, Any]], last_event: dict[str, int], inserted: set[str]
 ) -> list[tuple[Any, ...]]:
     """The batch's row updates as rows for :data:`_UPDATE_HEAD`, each with the run's last
-    event in the batch. A run with events and no update keeps its row as it is (see
-    :data:`_LAST_EVENT`)."""
+    event in the batch; none for the runs in ``inserted`` (inserted with their changes). A
+    run with events and no update keeps its row as it is (see :data:`_LAST_EVENT`)."""
     rows = []
     for run_id, columns in updates.items():
+        if run_id in inserted:
+            continue
         mask = 0
         values = []
         for i, name in enumerate(_UPDATED):
@@ -609,19 +732,33 @@ def _row_updates(
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
-    """Move an earlier version's ``events`` table into ``run_events``; make the view."""
+    """Move what an earlier version wrote to where this one keeps it: an ``events`` table
+    into ``run_events``, checkpoints in ``runs`` rows into ``run_checkpoints``; make the
+    view."""
     found = conn.execute("SELECT type FROM sqlite_master WHERE name = 'events'").fetchone()
     if found is not None and found[0] == "table":
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _MIGRATE_EVENTS.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        _in_transaction(conn, [s for s in _MIGRATE_EVENTS.split(";") if s.strip()])
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    if "checkpoint" in columns:
+        # Dropping a column needs SQLite 3.35; before it, the column stays, emptied.
+        emptied = (
+            "ALTER TABLE runs DROP COLUMN checkpoint"
+            if sqlite3.sqlite_version_info >= (3, 35, 0)
+            else "UPDATE runs SET checkpoint = NULL WHERE checkpoint IS NOT NULL"
+        )
+        _in_transaction(conn, [_MIGRATE_CHECKPOINTS, emptied])
     conn.executescript(_EVENTS_VIEW)
+
+
+def _in_transaction(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _next_cursor(conn: sqlite3.Connection) -> int:
