@@ -13,7 +13,7 @@ answer), with the same number of concurrent runs:
   msgspec and sent by :class:`actors.llm.transport.ChatTransport` (headers made once per
   transport, its own HTTP/1.1 client and connection pool, the SDK's exceptions) on the caller's
   transports (:mod:`actors.llm.clients`: runs spread over a few connection pools),
-  the reply read by :func:`actors.llm.stream.read_chunks` into the caller's accumulator.
+  the reply read by :class:`actors.llm.stream.ChunkReader` into the caller's accumulator.
   What the HTTP stack alone costs on that path, without the caller and the runtime;
 * **runtime**: the loopfuse runs again with the in-process scripted model playing the same
   scenario (no HTTP): the runtime's own share of the loopfuse figure (run start, its
@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import aclosing, contextmanager
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import anyio
@@ -46,7 +46,7 @@ import openai
 from actors.llm.accumulator import ReplyAccumulator
 from actors.llm.clients import SHARDS, Clients, tls_context
 from actors.llm.settings import EndpointSettings
-from actors.llm.stream import read_chunks
+from actors.llm.stream import ChunkReader
 from bench.loops import Sample
 from bench.scripted_model import ScriptedModel, scenario_script
 from orchestrator.config import Config, ModelSettings, RuntimeSettings
@@ -227,13 +227,15 @@ async def _lean_turn(
     transport = clients.transport_for_run(run_id)
     response = await transport.post(_encode(body), run_id, stream=True)
     acc = ReplyAccumulator()
+    reader = ChunkReader(response)
     try:
-        async with aclosing(read_chunks(response)) as batches:
-            async for batch in batches:
-                for chunk in batch:
-                    acc.feed_chunk(chunk)
+        while (batch := await reader.next_batch()) is not None:
+            for chunk in batch:
+                acc.feed_chunk(chunk)
     finally:
-        await response.aclose()
+        await reader.aclose()
+        if not response.close_now():
+            await response.aclose()
     return acc
 
 

@@ -125,6 +125,40 @@ def test_content_length_bare_lf_and_http_1_0_framing() -> None:
     assert not chunked_then_length.keep_alive  # both framings: not reused
 
 
+def test_the_head_picks_out_framing_cookies_and_coding_as_it_parses() -> None:
+    crlf = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nSET-COOKIE: a=1\r\n"
+        b"Content-Encoding: gzip\r\nset-cookie: b=2\r\ncontent-encoding:  DEFLATE \r\n"
+        b"transfer-encoding: chunked\r\nContent-Length: 3\r\nConnection: Keep-Alive\r\n\r\n"
+    )
+    mixed = crlf.replace(b"\r\nset-cookie", b"\nset-cookie").replace(b"\r\n\r\n", b"\n\n")
+    for raw in (crlf, mixed):
+        head = parse_head(bytearray(raw))
+        assert head is not None
+        assert head.transfer_encodings == [b"gzip", b"chunked"]
+        assert head.content_lengths == [b"3"]
+        assert head.cookies == [b"a=1", b"b=2"]
+        assert head.content_encoding == b"deflate"  # the last one, lowered
+        assert head.get(b"set-cookie") == head.cookies
+        assert len(head.headers) == 8
+        assert isinstance(body_for(head), Chunked)
+        assert not head.keep_alive  # framed both ways: never reused
+
+
+def test_the_chunks_of_one_read_come_out_as_one_piece() -> None:
+    body = Chunked()
+    buffer = bytearray(b"3\r\nabc\r\n2;ext=1\r\nde\n4\r\nfg")
+    out: list[bytes] = []
+    body.feed(buffer, out)
+    assert (out, buffer, body.done) == ([b"abcdefg"], bytearray(), False)
+    buffer += b"hi\r"
+    body.feed(buffer, out)
+    assert (out[1:], buffer) == ([b"hi"], bytearray(b"\r"))  # the CRLF is not all there
+    buffer += b"\n0\r\n\r\nNEXT"
+    body.feed(buffer, out)
+    assert (len(out), body.done, buffer) == (2, True, bytearray(b"NEXT"))
+
+
 @pytest.mark.parametrize(
     "response",
     [
@@ -496,6 +530,30 @@ async def test_unsolicited_bytes_on_an_idle_connection_drop_it() -> None:
             assert (await exchange(pool))[1] == b"ok"
             await server.end.wait()  # the client closed the out-of-step connection
             await until(lambda: pool.connections == 0)
+        await pool.aclose()
+
+
+@pytest.mark.asyncio
+async def test_a_reply_of_the_own_client_is_read_and_closed_without_an_iterator() -> None:
+    endpoint = EndpointSettings(base_url="http://127.0.0.1:9/v1", api_key="k")
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+    async with raw_server(answering(chunked)) as server:
+        pool = pool_for(server.port)
+        with anyio.fail_after(WAIT):
+            response = await pool.request(REQUEST)
+            reply = Reply(ChatTransport(endpoint), response, "r", None, response.http_version)
+            read = reply.direct_reader()
+            assert read is not None
+            assert (await read(), await read()) == (b"abc", b"")
+            assert reply.close_now()  # read to its end: the connection is kept
+            assert (pool.connections, pool.idle) == (1, 1)
+            response = await pool.request(REQUEST)
+            reply = Reply(ChatTransport(endpoint), response, "r", None, response.http_version)
+            assert reply.close_now()  # unread: the connection is closed, at once
+            assert (pool.connections, pool.idle) == (0, 0)
+            await server.end.wait()
+            coded = Reply(ChatTransport(endpoint), response, "r", b"gzip", "HTTP/1.1")
+            assert coded.direct_reader() is None  # a coded body is read through its decoder
         await pool.aclose()
 
 

@@ -8,9 +8,10 @@ connection pool's errors where told; the caller itself is driven over real HTTP 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -29,7 +30,7 @@ from actors.llm.chunks import Chunk, decode_chunk, decode_completion, error_fram
 from actors.llm.errors import classify
 from actors.llm.settings import EndpointSettings
 from actors.llm.sse import SSEDecoder
-from actors.llm.stream import read_chunks
+from actors.llm.stream import ChunkReader, StreamTally, read_chunks
 from bus import Bus, ChatMessage, Message, ModelError, ModelReply, ModelRequest, ModelTextDelta
 from tests.loopback import open_loopback
 
@@ -366,6 +367,104 @@ async def test_transport_failures_mid_stream_come_out_as_the_sdk_raises_them(
     assert classify(exc, streaming=True).kind == (
         "timeout" if expected is openai.APITimeoutError else "stream"
     )
+
+
+class DirectResponse(Response):
+    """The same reads offered as the transport's own client offers a body: a coroutine
+    function (``Reply.direct_reader``) giving each read, ``b""`` at the end."""
+
+    def direct_reader(self) -> Callable[[], Awaitable[bytes]]:
+        items = iter([item for item in self._reads if item != b""])
+
+        async def read() -> bytes:
+            item = next(items, b"")
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+        return read
+
+
+class Closing(Response):
+    """A response whose body iterator records that it was closed."""
+
+    closed = False
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        async def reads() -> AsyncIterator[bytes]:
+            try:
+                for item in self._reads:
+                    assert isinstance(item, bytes)
+                    yield item
+            finally:
+                Closing.closed = True
+
+        return reads()
+
+
+Outcome = tuple[list[int], str, str | None, int, bool]
+
+
+async def outcome(response: Response) -> Outcome:
+    """Batch sizes, text, the failure (type and message), events and ``[DONE]`` of
+    ``response`` read by a :class:`ChunkReader`."""
+    acc = ReplyAccumulator()
+    sizes: list[int] = []
+    tally = StreamTally()
+    reader = ChunkReader(response, tally)
+    failure = None
+    with anyio.fail_after(WAIT):
+        try:
+            while (batch := await reader.next_batch()) is not None:
+                sizes.append(len(batch))
+                for chunk in batch:
+                    acc.feed_chunk(chunk)
+            assert await reader.next_batch() is None  # ended stays ended
+        except Exception as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            await reader.aclose()
+    return sizes, acc.text, failure, tally.events, tally.done
+
+
+READS: list[Reads] = [
+    [STREAM[:3], STREAM[3:40], STREAM[40:41], STREAM[41:170], STREAM[170:]],
+    [frame(text_chunk("a")) + frame(text_chunk("b")), frame(USAGE), b"data: [DONE]\n\n"],
+    [frame(text_chunk("a", "stop")) + b"data: [DONE]\n\n" + frame(text_chunk("b"))],
+    [b"data: [DONE]\n\n"],
+    [frame(text_chunk("a", "stop"))],
+    [b": keep-alive\n\n", b"", frame(text_chunk("a"))],
+    [],
+    [frame(text_chunk("a")) + frame({"error": {"message": "overloaded"}}), frame(USAGE)],
+    [frame({"error": {"message": "at once"}})],
+    [frame(text_chunk("a")) + b"data: {not json\n\n"],
+    [frame(text_chunk("a")), httpcore2.ReadError("reset")],
+    [httpcore2.ReadTimeout("slow")],
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("reads", READS)
+async def test_a_direct_reader_reads_exactly_as_the_body_iterator(reads: Reads) -> None:
+    through_iterator = await outcome(Response(reads))
+    assert await outcome(DirectResponse(reads)) == through_iterator
+    async with open_response(reads) as response, aclosing(read_chunks(response)) as batches:
+        sizes: list[int] = []
+        with contextlib.suppress(Exception):
+            async for batch in batches:
+                sizes.append(len(batch))
+    assert sizes == through_iterator[0]  # read_chunks is the same reader
+
+
+@pytest.mark.asyncio
+async def test_the_reader_closes_the_body_iterator_when_closed_early() -> None:
+    Closing.closed = False
+    reader = ChunkReader(Closing([frame(text_chunk("a")), frame(text_chunk("b"))]))
+    with anyio.fail_after(WAIT):
+        assert await reader.next_batch() is not None
+        await reader.aclose()
+    assert Closing.closed
+    assert await reader.next_batch() is None
 
 
 # --------------------------------------------------------------------------- the caller

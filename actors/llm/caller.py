@@ -24,7 +24,6 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import aclosing
 from typing import Any, Final, NamedTuple
 
 import anyio
@@ -38,7 +37,13 @@ from actors.llm.clients import Clients
 from actors.llm.errors import Failure, IncompleteStream, classify
 from actors.llm.retry import RetryPolicy
 from actors.llm.settings import EndpointSettings
-from actors.llm.stream import EmptyStream, StreamInterrupted, StreamTally, read_chunks, stream_end
+from actors.llm.stream import (
+    ChunkReader,
+    EmptyStream,
+    StreamInterrupted,
+    StreamTally,
+    stream_end,
+)
 from actors.llm.transport import RUN_ID_HEADER
 from actors.llm.wire import (
     CHARS_PER_TOKEN,
@@ -416,21 +421,25 @@ class LLMCaller:
             return
         call.streaming = True
         tally = StreamTally()
+        reader = ChunkReader(response, tally)
+        acc = call.acc
         try:
-            async with aclosing(read_chunks(response, tally)) as batches:
-                async for batch in batches:
-                    # One delta per network read: text is never held back (a server may send
-                    # only keep-alives for a while, and the loop detector needs the text).
-                    pieces = [call.acc.feed_chunk(chunk) for chunk in batch]
-                    if call.ttft is None and call.acc.has_output:
-                        call.ttft = anyio.current_time() - call.attempt_started
-                    text = "".join(pieces)
-                    if text:
-                        await self._bus.publish(self._delta(call, text))
+            while (batch := await reader.next_batch()) is not None:
+                # One delta per network read: text is never held back (a server may send
+                # only keep-alives for a while, and the loop detector needs the text).
+                text = "".join([acc.feed_chunk(chunk) for chunk in batch])
+                if call.ttft is None and acc.has_output:
+                    call.ttft = anyio.current_time() - call.attempt_started
+                if text:
+                    await self._bus.publish(self._delta(call, text))
         finally:
-            with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
-                await response.aclose()
-        if call.acc.finish_reason is None:
+            try:
+                await reader.aclose()
+            finally:
+                if not response.close_now():  # the own client's closes never wait
+                    with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
+                        await response.aclose()
+        if acc.finish_reason is None:
             raise stream_end(tally)
 
     # ---------------------------------------------------------------- messages

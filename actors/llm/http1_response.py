@@ -29,12 +29,24 @@ class Response:
     """Status, headers (as sent, in order) and HTTP version; the body from
     :meth:`aiter_stream` or :meth:`aread`; :meth:`aclose` when done with it."""
 
-    __slots__ = ("_body", "_connection", "_keep", "_pool", "headers", "http_version", "status")
+    __slots__ = (
+        "_body",
+        "_connection",
+        "_keep",
+        "_pool",
+        "content_encoding",
+        "cookies",
+        "headers",
+        "http_version",
+        "status",
+    )
 
     def __init__(self, pool: Pool, connection: Connection, head: Head) -> None:
         self.status = head.status
         self.headers = head.headers
         self.http_version = head.version
+        self.cookies = head.cookies  # every Set-Cookie value, in order
+        self.content_encoding = head.content_encoding  # the last one, lowered
         self._pool = pool
         self._body = body_for(head)  # first: it may turn keep-alive off
         self._keep = head.keep_alive
@@ -95,6 +107,10 @@ class Response:
 
     async def aclose(self) -> None:
         """Done with the response: a body not read to its end closes the connection."""
+        self.close()
+
+    def close(self) -> None:
+        """:meth:`aclose`, which never waits."""
         connection = self._connection
         if connection is not None:
             self._connection = None

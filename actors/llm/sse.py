@@ -36,10 +36,10 @@ class SSEDecoder:
             self._skip_lf = False
             if chunk[0] == 10:  # LF
                 chunk = chunk[1:]
-        if _CR in chunk:
+        if 13 in chunk:  # CR (an int: `bytes in bytes` first fails as an index, costly)
             self._skip_lf = chunk.endswith(_CR)
             chunk = chunk.replace(b"\r\n", _LF).replace(_CR, _LF)
-        if _LF not in chunk:
+        if 10 not in chunk:  # LF
             if chunk:
                 self._partial.append(chunk)
             return []

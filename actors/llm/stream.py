@@ -21,7 +21,7 @@ finish reason) or :class:`~actors.llm.errors.IncompleteStream` (the body just st
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Final, Protocol
 
 import anyio
@@ -37,6 +37,7 @@ from actors.llm.transport import CORE_ERRORS
 
 __all__ = [
     "DRAIN_SECONDS",
+    "ChunkReader",
     "EmptyStream",
     "StreamInterrupted",
     "StreamTally",
@@ -101,62 +102,136 @@ class StreamedResponse(Protocol):
     def aiter_bytes(self) -> AsyncIterator[bytes]: ...
 
 
+class ChunkReader:
+    """The chunks of a streamed response, batch by batch: :meth:`next_batch` until it
+    returns ``None``, then :meth:`aclose` (and close the response).
+
+    A batch holds the chunks of one network read that completed any (never empty). The
+    body is read through the coroutine function the response's ``direct_reader()`` gives,
+    if it has one that gives one (:meth:`~actors.llm.transport.Reply.direct_reader`: the
+    own HTTP/1.1 client, no content coding; no async generator per response), else through
+    ``aiter_bytes``. ``tally``, if given, counts what was read.
+    """
+
+    __slots__ = (
+        "_done",
+        "_ended",
+        "_failure",
+        "_iterator",
+        "_read",
+        "_response",
+        "_sse",
+        "_tally",
+    )
+
+    def __init__(self, response: StreamedResponse, tally: StreamTally | None = None) -> None:
+        self._response = response
+        self._tally = tally
+        self._sse = SSEDecoder()
+        direct = getattr(response, "direct_reader", None)
+        self._read: Callable[[], Awaitable[bytes]] | None = direct() if direct else None
+        self._iterator: AsyncIterator[bytes] | None = None
+        if self._read is None:
+            self._iterator = response.aiter_bytes()
+        self._failure: Exception | None = None  # raised at the next call (after a batch)
+        self._done = False  # [DONE] came: the next call finishes the body and ends
+        self._ended = False
+
+    async def next_batch(self) -> list[Chunk | Any] | None:
+        """The chunks of the next read that completed any; ``None`` at the end of the
+        stream (``[DONE]`` or the end of the body). Raises the SDK's exceptions (and
+        :class:`msgspec.DecodeError` for a payload that is not JSON) as the SDK's stream
+        would, after the batch of what came before the failure in the same read."""
+        if self._ended:
+            return None
+        failure = self._failure
+        if failure is not None:
+            self._ended = True
+            raise failure
+        try:
+            if self._done:
+                self._ended = True
+                if self._response.http_version == "HTTP/1.1":  # HTTP/2 closes the stream
+                    await self._drain()
+                return None
+            while True:
+                data = await self._next_read()
+                if data is None:
+                    self._ended = True
+                    return None
+                batch = self._decode(data)
+                if batch:  # what came before a failure or the end counts, in order
+                    return batch
+                if self._failure is not None or self._done:
+                    return await self.next_batch()
+        except CORE_ERRORS as exc:
+            self._ended = True
+            raise connection_error(exc, self._response.request) from exc
+
+    def _decode(self, data: bytes) -> list[Chunk | Any]:
+        """The chunks ``data`` completes, up to ``[DONE]`` or a failure (kept for the next
+        call)."""
+        batch: list[Chunk | Any] = []
+        for payload in self._sse.feed(data):
+            if payload.startswith(_DONE):
+                self._done = True
+                break
+            try:
+                chunk = decode_chunk(payload)
+            except msgspec.DecodeError as exc:
+                self._failure = exc
+                break
+            error = error_frame(chunk)
+            if error is not None:
+                request = self._response.request
+                self._failure = openai.APIError(error[0], request, body=error[1])
+                break
+            batch.append(chunk)
+        tally = self._tally
+        if tally is not None:
+            tally.events += len(batch)
+            tally.done = self._done
+        return batch
+
+    async def _next_read(self) -> bytes | None:
+        read = self._read
+        if read is not None:
+            return (await read()) or None
+        assert self._iterator is not None
+        return await anext(self._iterator, None)
+
+    async def _drain(self) -> None:
+        hand_over = getattr(self._response, "finish_in_background", None)
+        if hand_over is not None and hand_over():
+            return  # the connection reads the rest itself, no task waiting on it
+        with anyio.move_on_after(DRAIN_SECONDS):
+            try:
+                while await self._next_read() is not None:
+                    pass
+            except CORE_ERRORS:
+                pass  # the answer is complete: a failure after it is no failure of it
+
+    async def aclose(self) -> None:
+        """Done reading: close the body's iterator now, not when the garbage collector
+        finds it (the response itself is closed by its owner)."""
+        self._ended = True
+        iterator, self._iterator = self._iterator, None
+        close = getattr(iterator, "aclose", None)
+        if close is not None:
+            await close()
+
+
 async def read_chunks(
     response: StreamedResponse, tally: StreamTally | None = None
 ) -> AsyncGenerator[list[Chunk | Any], None]:
-    """The chunks of each network read that completed any (never an empty batch).
+    """The batches of a :class:`ChunkReader` as an async generator (never an empty batch).
 
     Close the generator (``contextlib.aclosing``) and the response when done with them.
     ``tally``, if given, counts what was read.
     """
-    sse = SSEDecoder()
-    reads = response.aiter_bytes()
+    reader = ChunkReader(response, tally)
     try:
-        async for data in reads:
-            batch: list[Chunk | Any] = []
-            failure: Exception | None = None
-            done = False
-            for payload in sse.feed(data):
-                if payload.startswith(_DONE):
-                    done = True
-                    break
-                try:
-                    chunk = decode_chunk(payload)
-                except msgspec.DecodeError as exc:
-                    failure = exc
-                    break
-                error = error_frame(chunk)
-                if error is not None:
-                    failure = openai.APIError(error[0], response.request, body=error[1])
-                    break
-                batch.append(chunk)
-            if batch:  # what came before a failure or the end counts, in order
-                if tally is not None:
-                    tally.events += len(batch)
-                yield batch
-            if failure is not None:
-                raise failure
-            if done:
-                if tally is not None:
-                    tally.done = True
-                if response.http_version == "HTTP/1.1":  # HTTP/2 just closes the stream
-                    await _drain(response, reads)
-                return
-    except CORE_ERRORS as exc:
-        raise connection_error(exc, response.request) from exc
+        while (batch := await reader.next_batch()) is not None:
+            yield batch
     finally:
-        close = getattr(reads, "aclose", None)
-        if close is not None:
-            await close()  # now, not when the garbage collector finds it
-
-
-async def _drain(response: StreamedResponse, reads: AsyncIterator[bytes]) -> None:
-    hand_over = getattr(response, "finish_in_background", None)
-    if hand_over is not None and hand_over():
-        return  # the connection reads the rest itself, no task waiting on it
-    with anyio.move_on_after(DRAIN_SECONDS):
-        try:
-            async for _ in reads:
-                pass
-        except CORE_ERRORS:
-            pass  # the answer is complete: a failure after it is no failure of it
+        await reader.aclose()

@@ -40,7 +40,7 @@ import ssl
 import time
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -321,7 +321,7 @@ class ChatTransport:
         try:
             if self._head_error is not None:
                 raise httpcore2.LocalProtocolError(self._head_error)
-            if tail.count(b"\n") != count or tail.count(b"\r") != count or b"\0" in tail:
+            if tail.count(b"\n") != count or tail.count(b"\r") != count or 0 in tail:
                 raise httpcore2.LocalProtocolError("a header value holds CR, LF or NUL")
         except httpcore2.LocalProtocolError as exc:
             raise connection_error(exc, self.error_request(run_id)) from exc
@@ -351,13 +351,18 @@ class ChatTransport:
         follow leads (its body read); any other status raised as the SDK's error."""
         status = response.status
         encoding = None
-        for name, value in response.headers:
-            lowered = name.lower()
-            if lowered in _UNUSUAL:
-                if lowered == _SET_COOKIE:
-                    self._keep_cookie(value)
-                else:
-                    encoding = value.strip().lower()
+        if isinstance(response, Http1Response):  # the parser picked them out
+            for value in response.cookies:
+                self._keep_cookie(value)
+            encoding = response.content_encoding
+        else:
+            for name, value in response.headers:
+                lowered = name.lower()
+                if lowered in _UNUSUAL:
+                    if lowered == _SET_COOKIE:
+                        self._keep_cookie(value)
+                    else:
+                        encoding = value.strip().lower()
         if 200 <= status < 300:
             reply = Reply(self, response, run_id, encoding, http_version)
             if not stream:  # read whole and closed: the connection is free again
@@ -497,6 +502,16 @@ class Reply:
         self.status_code = response.status
         self.http_version = http_version
 
+    def direct_reader(self) -> Callable[[], Awaitable[bytes]] | None:
+        """A coroutine function giving the next piece of the body (``b""`` at its end;
+        raises :data:`CORE_ERRORS` when the connection fails), if the body is read as it
+        arrives, without an iterator: the own HTTP/1.1 client and no content coding.
+        ``None`` otherwise (read :meth:`aiter_bytes`)."""
+        response = self._response
+        if self._encoding is None and isinstance(response, Http1Response):
+            return response.read_some
+        return None
+
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
         reads = self._response.aiter_stream()
@@ -531,6 +546,15 @@ class Reply:
     def own(self, pool: httpcore2.AsyncConnectionPool) -> None:
         """Close ``pool`` (the reply's own connection) with the reply."""
         self._pool = pool
+
+    def close_now(self) -> bool:
+        """Close the reply if that needs no waiting (the own client's connection is given
+        back or closed at once); false if :meth:`aclose` must be awaited instead."""
+        response = self._response
+        if self._pool is None and isinstance(response, Http1Response):
+            response.close()
+            return True
+        return False
 
     async def aclose(self) -> None:
         try:
