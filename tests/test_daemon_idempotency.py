@@ -14,6 +14,8 @@ import pytest
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.client import DaemonClient
+from orchestrator.daemon.schemas import RunRequest
+from orchestrator.daemon.store import RunRow
 from tests.daemon_support import daemon_config
 
 TOKEN = "tökén-ключ-✓"
@@ -82,6 +84,81 @@ async def test_concurrent_repeats_of_a_refused_request_are_each_refused(tmp_path
     assert {response.status_code for response in responses} == {422}
     assert {response.json()["error"]["key"] for response in responses} == {"config.max_turns"}
     assert runs == []
+
+
+@pytest.mark.asyncio
+async def test_a_repeat_whose_lookup_began_before_the_first_run_was_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first request looks its key up and finds nothing; its answer is held while a
+    repeat comes in and goes as far as it can: it is answered (its run committed, its claim
+    on the key released) or it waits for the first. The first must still not make a second
+    run with the key: a second row fails the store's commit (``idempotency_key`` is
+    unique), and every request waiting for that commit would wait forever."""
+    body = {"scenario": "completed", "idempotency_key": "held"}
+    async with (
+        open_daemon(daemon_config(tmp_path)) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+    ):
+        store, service = running.daemon.store, running.daemon.service
+        looked_up: list[str] = []
+        first_looked = anyio.Event()
+        release_first = anyio.Event()
+        find_key, insert_run, submit = store.find_key, store.insert_run, service.submit
+
+        async def held_find_key(key: str) -> RunRow | None:
+            looked_up.append(key)
+            row = await find_key(key)
+            if len(looked_up) == 1:
+                first_looked.set()
+                await release_first.wait()
+            return row
+
+        inserted: list[str | None] = []
+
+        def checked_insert_run(row: RunRow) -> None:
+            if row.idempotency_key in inserted:  # instead of the commit failing
+                raise AssertionError(f"a second run with key {row.idempotency_key!r}")
+            inserted.append(row.idempotency_key)
+            insert_run(row)
+
+        submitted: list[RunRequest] = []
+        repeat_submitted = anyio.Event()
+
+        async def counted_submit(request: RunRequest, **kwargs: Any) -> tuple[RunRow, bool]:
+            submitted.append(request)
+            if len(submitted) == 2:
+                repeat_submitted.set()  # seen once the repeat waits for something
+            return await submit(request, **kwargs)
+
+        monkeypatch.setattr(store, "find_key", held_find_key)
+        monkeypatch.setattr(store, "insert_run", checked_insert_run)
+        monkeypatch.setattr(service, "submit", counted_submit)
+        responses: dict[str, httpx.Response] = {}
+        repeat_answered = anyio.Event()
+
+        async def post(name: str) -> None:
+            responses[name] = await http.post("/v1/runs", json=body)
+            if name == "repeat":
+                repeat_answered.set()
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(post, "first")
+                await first_looked.wait()  # the store has no run with the key yet
+                tg.start_soon(post, "repeat")
+                await repeat_submitted.wait()
+                # The repeat has run up to its first wait: for its own lookup (then it
+                # gets its answer before the first gets its own), or for the first request.
+                if len(looked_up) == 2:
+                    await repeat_answered.wait()
+                release_first.set()
+        runs = (await http.get("/v1/runs")).json()["runs"]
+    assert sorted(response.status_code for response in responses.values()) == [200, 202], [
+        response.text for response in responses.values()
+    ]
+    assert {response.json()["id"] for response in responses.values()} == {runs[0]["id"]}
+    assert len(runs) == 1
 
 
 class LoseFirstAnswer(httpx.AsyncBaseTransport):

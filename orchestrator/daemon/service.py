@@ -74,14 +74,6 @@ class ServiceStatistics(NamedTuple):
     crash_aborted: int
 
 
-class _Claim:
-    """An idempotency key being submitted: later requests with it wait for ``done``."""
-
-    def __init__(self, digest: str) -> None:
-        self.digest = digest
-        self.done = anyio.Event()
-
-
 def _key_conflict() -> ApiError:
     return ApiError(
         409,
@@ -126,7 +118,8 @@ class RunService:
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
-        self._claims: dict[str, _Claim] = {}
+        self._claims: dict[str, anyio.Event] = {}
+        """Idempotency keys being submitted, each with the event set when its request is done."""
         self._live: dict[str, RunHandle] = {}
         self._accepted = 0
         self._rejected_full = 0
@@ -173,24 +166,21 @@ class RunService:
         key = request.idempotency_key
         if key is None:
             return await self._create(request, digest, None, traceparent), True
-        while True:
+        # The key is claimed before it is looked up: a lookup made while another request
+        # held it could read the store before that request's run was committed and return
+        # after its claim was gone, and a second row with the key would fail the commit.
+        while (claim := self._claims.get(key)) is not None:
+            await claim.wait()  # then its row is committed, or it was refused
+        claim = self._claims[key] = anyio.Event()
+        try:
             earlier = await self._earlier(key, digest)
             if earlier is not None:
                 return earlier, False
-            claim = self._claims.get(key)
-            if claim is None:
-                break
-            if claim.digest != digest:
-                raise _key_conflict()
-            await claim.done.wait()  # then its row is committed, or it was refused
-        claim = _Claim(digest)
-        self._claims[key] = claim
-        try:
             self._check_open()
             return await self._create(request, digest, key, traceparent), True
         finally:
             del self._claims[key]
-            claim.done.set()
+            claim.set()
 
     async def _create(
         self, request: RunRequest, digest: str, key: str | None, parent: TraceParent | None
