@@ -120,6 +120,52 @@ def test_any_split_into_reads_gives_the_same_events(cuts: list[int]) -> None:
     assert len(feed_all([STREAM])) == 5
 
 
+SSE_PIECES = st.sampled_from(
+    [
+        b"data: {}\n\n",
+        b'data: {"a": 1}\n\n',
+        b"data:  two spaces\n\n",
+        b"data: [DONE]\n\n",
+        b"data: crlf\r\n\r\n",
+        b"data: cr\r\r",
+        b"data:x\n\n",
+        b"data\n\n",
+        b": keep-alive\n\n",
+        b"event: m\ndata: y\n\n",
+        b"data: a\ndata: b\n\n",
+        b"id: 7\n",
+        b"\n",
+        b"data: open",
+    ]
+)
+
+
+@given(
+    st.lists(SSE_PIECES, max_size=12),
+    st.lists(st.integers(min_value=0, max_value=200), max_size=6),
+)
+def test_whole_event_reads_give_what_the_line_by_line_decoder_gives(
+    pieces: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(pieces)
+    bounds = [0, *sorted(min(cut, len(stream)) for cut in cuts), len(stream)]
+    reads = [stream[a:b] for a, b in itertools.pairwise(bounds)]
+    one_byte_reads = [stream[i : i + 1] for i in range(len(stream))]  # never a whole event
+    assert feed_all(reads) == feed_all([stream]) == feed_all(one_byte_reads)
+
+
+def test_a_read_of_whole_data_events_is_split_at_once() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b'data: {"a": 1}\n\ndata:  b\n\ndata: [DONE]\n\n') == [
+        b'{"a": 1}',
+        b" b",
+        b"[DONE]",
+    ]
+    assert decoder.feed(b"data: x\n\n: ping\n\n") == [b"x"]  # a comment: line by line
+    assert decoder.feed(b"data: y\n") == []
+    assert decoder.feed(b"\ndata: z\n\n") == [b"y", b"z"]  # an event left open first
+
+
 # --------------------------------------------------------------------------- chunk decoder
 
 

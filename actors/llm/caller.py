@@ -78,6 +78,10 @@ CLOSE_TIMEOUT_SECONDS: Final = 2.0
 _INCLUDE_USAGE: Final = {"include_usage": True}
 _TRACEPARENT: Final = b"traceparent"
 _encode = msgspec.json.Encoder().encode
+_clock = time.monotonic
+"""The event loop's clock (asyncio's ``loop.time()``; uvloop's to the millisecond), read
+without ``anyio.current_time()``'s look-up of the running backend, which on Python 3.11 costs
+a ``getpid`` system call each time (as :mod:`actors.deadlines` reads it)."""
 
 
 class LLMCallerStatistics(NamedTuple):
@@ -119,7 +123,7 @@ class _Call:
         self.cancel_reason: str | None = None
         self.acc = ReplyAccumulator()
         self.attempts = 0
-        self.started = anyio.current_time()
+        self.started = _clock()
         self.attempt_started = self.started
         self.ttft: float | None = None
         self.stream = True  # whether the next attempt streams
@@ -251,12 +255,12 @@ class LLMCaller:
             call.scope = scope
             if request.deadline_at is not None:
                 budget = min(budget, request.deadline_at - time.time())
-                deadline = scope.deadline = anyio.current_time() + budget
+                deadline = scope.deadline = _clock() + budget
             elif deadlines is not None:  # the same limit for every such call
                 deadline = deadlines.watch(scope, budget)
                 watched = True
             else:
-                deadline = scope.deadline = anyio.current_time() + budget
+                deadline = scope.deadline = _clock() + budget
             self._publish_final(call, await self._attempts(call, deadline))
         except Exception as exc:
             logger.exception("LLM call of run %s turn %d failed", request.run_id, request.turn)
@@ -303,7 +307,8 @@ class LLMCaller:
         call.stream = self._shapes(request.model).stream
         while True:
             call.attempts += 1
-            call.acc = ReplyAccumulator()
+            if call.attempts > 1:  # the first attempt fills the one made with the call
+                call.acc = ReplyAccumulator()
             try:
                 await self._attempt(call, params, max_tokens)
             except Exception as exc:
@@ -336,7 +341,7 @@ class LLMCaller:
                 cut = None
                 failures += 1
                 decision = self._policy.decide(
-                    failure, failures=failures, remaining=deadline - anyio.current_time()
+                    failure, failures=failures, remaining=deadline - _clock()
                 )
                 if not decision.retry:
                     if failure.retryable:
@@ -392,7 +397,7 @@ class LLMCaller:
         """
         assert self._clients is not None
         transport = self._clients.transport_for_run(call.request.run_id)
-        call.attempt_started = anyio.current_time()
+        call.attempt_started = _clock()
         call.streaming = False
         call.ttft = None
         body = dict(params)
@@ -413,7 +418,7 @@ class LLMCaller:
         )
         if not stream:
             text = call.acc.feed_completion(decode_completion(response.content))
-            call.ttft = anyio.current_time() - call.attempt_started
+            call.ttft = _clock() - call.attempt_started
             if text:
                 await self._bus.publish(self._delta(call, text))
             if call.acc.finish_reason is None:
@@ -429,7 +434,7 @@ class LLMCaller:
                 # only keep-alives for a while, and the loop detector needs the text).
                 text = "".join([acc.feed_chunk(chunk) for chunk in batch])
                 if call.ttft is None and acc.has_output:
-                    call.ttft = anyio.current_time() - call.attempt_started
+                    call.ttft = _clock() - call.attempt_started
                 if text:
                     await self._bus.publish(self._delta(call, text))
         finally:
@@ -466,7 +471,7 @@ class LLMCaller:
             finish_reason=None if aborted else acc.finish_reason,
             usage=_with_lost(usage, call.lost_tokens),
             attempts=call.attempts,
-            latency_seconds=anyio.current_time() - call.started,
+            latency_seconds=_clock() - call.started,
             ttft_seconds=call.ttft,
             aborted=aborted,
             invalid_tool_calls=assembled.invalid,

@@ -304,8 +304,7 @@ class Chunked(Body):
                     start, stop = spans[0]
                     out.append(bytes(buffer[start:stop]))
                 else:
-                    with memoryview(buffer) as view:
-                        out.append(b"".join([view[start:stop] for start, stop in spans]))
+                    out.append(b"".join([buffer[start:stop] for start, stop in spans]))
             del buffer[:pos]
 
 

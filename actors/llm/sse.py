@@ -18,6 +18,8 @@ __all__ = ["SSEDecoder"]
 
 _CR: Final = b"\r"
 _LF: Final = b"\n"
+_BLANK_LINE: Final = b"\n\n"
+_DATA_SPACE: Final = b"data: "
 
 
 class SSEDecoder:
@@ -39,6 +41,21 @@ class SSEDecoder:
         if 13 in chunk:  # CR (an int: `bytes in bytes` first fails as an index, costly)
             self._skip_lf = chunk.endswith(_CR)
             chunk = chunk.replace(b"\r\n", _LF).replace(_CR, _LF)
+        if not self._partial and not self._data and chunk.endswith(_BLANK_LINE):
+            # The usual read: whole events, each one "data: …" line. Anything else (a
+            # comment, another field, several lines) is read line by line below.
+            events = chunk.split(_BLANK_LINE)
+            events.pop()
+            payloads: list[bytes] = []
+            for event in events:
+                if event.startswith(_DATA_SPACE) and 10 not in event:
+                    payloads.append(event[6:])
+                elif event:
+                    return self._lines(chunk)
+            return payloads
+        return self._lines(chunk)
+
+    def _lines(self, chunk: bytes) -> list[bytes]:
         if 10 not in chunk:  # LF
             if chunk:
                 self._partial.append(chunk)
