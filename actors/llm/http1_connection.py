@@ -146,13 +146,22 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------- sending
 
-    async def send(self, data: bytes, timeout: float | None) -> None:
-        """Write ``data``; waits (at most ``timeout``) only while the socket's buffer is
-        full."""
+    def write(self, data: bytes) -> bool:
+        """Hand ``data`` to the socket; true if the socket's buffer is full and the caller
+        must wait for it to drain (:meth:`drained`) before the write counts as done."""
         transport = self.transport
         if transport is None or not self.usable:
             raise httpcore2.WriteError("the connection was closed")
         transport.write(data)
+        if self._drain is not None:
+            return True
+        if self.failure is not None:
+            raise httpcore2.WriteError(str(self.failure)) from self.failure
+        return False
+
+    async def drained(self, timeout: float | None) -> None:
+        """Until what was written has left for the socket (``WriteTimeout`` after
+        ``timeout`` seconds)."""
         drain = self._drain
         if drain is not None:
             try:

@@ -86,10 +86,13 @@ class Pool:
     async def request(self, data: bytes, *, fresh: bool = False) -> Response:
         """Send ``data`` (a whole request: head and body) and read the response's head;
         its body is read from the :class:`Response`, which returns the connection."""
-        connection = await (self._fresh() if fresh else self._acquire())
+        connection = None if fresh else self._reuse()
+        if connection is None:
+            connection = await (self._fresh() if fresh else self._acquire())
         timeouts = self.timeouts
         try:
-            await connection.send(data, timeouts.write)
+            if connection.write(data):  # the socket's buffer is full: wait for it to drain
+                await connection.drained(timeouts.write)
             head = await connection.read_head(timeouts.read)
         except BaseException:
             self.release(connection, reuse=False)
@@ -98,11 +101,10 @@ class Pool:
 
     # ------------------------------------------------------------------ connections
 
-    async def _acquire(self) -> Connection:
-        if self._closed:
-            raise httpcore2.ConnectError("the connection pool is closed")
+    def _reuse(self) -> Connection | None:
+        """The most recently used idle connection still usable, if any (without a wait)."""
         idle = self._idle
-        if idle:
+        if idle and not self._closed:
             expired = idle[-1].loop.time() - self.keepalive_expiry
             while idle:
                 connection = idle.pop()
@@ -110,6 +112,14 @@ class Pool:
                 if connection.usable and connection.idle_since > expired:
                     return connection
                 self._drop(connection)
+        return None
+
+    async def _acquire(self) -> Connection:
+        if self._closed:
+            raise httpcore2.ConnectError("the connection pool is closed")
+        connection = self._reuse()
+        if connection is not None:
+            return connection
         if self._counted < self.max_connections:
             self._counted += 1
             return await self._open_counted()
