@@ -36,6 +36,7 @@ __all__ = [
     "ContextAction",
     "ContextActionKind",
     "Fold",
+    "LogReader",
     "Message",
     "ModelCancel",
     "ModelError",
@@ -149,6 +150,10 @@ class TurnStarted(Message, frozen=True, kw_only=True):
     """The transcript's messages added since the previous checkpoint that carried them
     (its last ``prompt_messages`` − ``len(appended)`` messages are unchanged): how the
     context gatekeeper follows the prompt, counting each message once."""
+    already_sent: int = 0
+    """How many of ``appended``'s first messages the run's previous turn request carried
+    (the very messages: nudges injected after the previous checkpoint; set by the
+    conductor). A logged checkpoint (:func:`for_the_log`) leaves them out."""
 
 
 class TurnEnded(Message, frozen=True, kw_only=True):
@@ -196,22 +201,110 @@ class ModelRequest(Message, frozen=True, kw_only=True):
     unchanged: int = 0
     """How many leading messages are the very messages of the run's previous turn request
     (set by the conductor; 0 when unknown). Lets an event log keep only what is new."""
+    checkpointed: int = 0
+    """Set by the conductor when the prompt's first ``checkpointed`` messages are the very
+    messages the run's last ``TurnStarted`` or ``PromptRejected`` stood for (its
+    ``prompt_messages`` is ``checkpointed``, and its ``appended`` ends with the prompt's
+    messages ``unchanged`` to ``checkpointed``); 0 when not. Lets an event log keep each
+    message once."""
+    run_tools: bool = False
+    """``tools`` are the run's tools: its ``RunStarted.tool_specs`` (set by the conductor).
+    A logged request then carries none: read them there."""
     first_message: int = 0
     """Index in the prompt of ``messages[0]``. On the bus always 0 (the whole prompt); a
-    logged request (:func:`for_the_log`) carries the messages from ``unchanged`` on, so
-    its prompt is the previous logged prompt's first ``first_message`` messages followed
-    by ``messages``."""
+    logged request (:func:`for_the_log`) carries only what the log does not hold yet:
+    see :func:`for_the_log` for how its prompt is rebuilt (:class:`LogReader` does it)."""
 
 
 def for_the_log(msg: Message) -> Message:
-    """``msg`` as an event log stores it: a turn request without the messages the run's
-    previous request already carried (each request carries the whole prompt, so a log
-    that stored them all would grow with the square of the run's length)."""
-    if isinstance(msg, ModelRequest) and msg.unchanged > 0:
-        return msgspec.structs.replace(
-            msg, messages=msg.messages[msg.unchanged :], first_message=msg.unchanged
+    """``msg`` as an event log stores it. Each request carries the whole prompt and the
+    tools, so a log that stored them all would grow with the square of the run's length
+    and hold every tool schema once per request. A turn request is logged with:
+
+    * ``first_message`` = ``unchanged``: the previous logged turn request's prompt's first
+      ``first_message`` messages are the prompt's first messages;
+    * then, if ``checkpointed``, the last ``checkpointed - first_message`` messages of the
+      ``appended`` of the run's last ``TurnStarted`` or ``PromptRejected`` before it;
+    * then ``messages``: the prompt from index ``max(unchanged, checkpointed)`` on;
+    * ``tools`` empty if ``run_tools``: they are the run's last ``RunStarted.tool_specs``.
+
+    A ``TurnStarted`` or ``PromptRejected`` is logged without the ``already_sent`` first
+    messages of its ``appended``: they are the previous logged turn request's prompt's
+    messages from index ``prompt_messages - already_sent - len(appended)`` on. Any other
+    message is logged as it is."""
+    if not isinstance(msg, ModelRequest):
+        if isinstance(msg, TurnStarted | PromptRejected) and msg.already_sent:
+            return msgspec.structs.replace(msg, appended=msg.appended[msg.already_sent :])
+        return msg
+    start = msg.checkpointed if msg.checkpointed > msg.unchanged else msg.unchanged
+    if start == 0 and not (msg.run_tools and msg.tools):
+        return msg
+    return msgspec.structs.replace(
+        msg,
+        messages=msg.messages[start:] if start else msg.messages,
+        first_message=msg.unchanged,
+        tools=() if msg.run_tools else msg.tools,
+    )
+
+
+class LogReader:
+    """Reads one run's logged messages (:func:`for_the_log`), in the order they were
+    logged from its first event, and gives back each as it was on the bus: a logged
+    ``ModelRequest`` with its whole prompt and its tools again, a ``TurnStarted`` or
+    ``PromptRejected`` with its whole ``appended``, anything else as it is.
+
+    :raises ValueError: a message stands on one the log does not hold (the log did not
+        start at the run's first event, or was not written by :func:`for_the_log`)."""
+
+    __slots__ = ("_appended", "_checkpointed", "_prompt", "_tools")
+
+    def __init__(self) -> None:
+        self._tools: tuple[ToolSpec, ...] = ()
+        self._appended: tuple[ChatMessage, ...] = ()
+        self._checkpointed = 0
+        self._prompt: tuple[ChatMessage, ...] = ()  # the last turn request's
+
+    def read(self, msg: Message) -> Message:
+        """``msg``, the run's next logged message, as it was on the bus."""
+        if isinstance(msg, ModelRequest):
+            return self._request(msg)
+        if isinstance(msg, TurnStarted | PromptRejected):
+            if msg.already_sent:
+                start = msg.prompt_messages - msg.already_sent - len(msg.appended)
+                sent = self._prompt[start : start + msg.already_sent]
+                if start < 0 or len(sent) < msg.already_sent:
+                    raise ValueError(
+                        f"a {type(msg).__name__} of turn {msg.turn} stands on messages "
+                        "of a request the log does not hold"
+                    )
+                msg = msgspec.structs.replace(msg, appended=sent + msg.appended)
+            self._appended, self._checkpointed = msg.appended, msg.prompt_messages
+        elif isinstance(msg, RunStarted):
+            self._tools = msg.tool_specs
+        return msg
+
+    def _request(self, logged: ModelRequest) -> ModelRequest:
+        first, checkpointed = logged.first_message, logged.checkpointed
+        if len(self._prompt) < first:
+            raise ValueError(f"a ModelRequest of turn {logged.turn} has no previous prompt")
+        prompt = self._prompt[:first]
+        if checkpointed > first:
+            if checkpointed != self._checkpointed:
+                raise ValueError(
+                    f"a ModelRequest of turn {logged.turn} stands on a checkpoint of "
+                    f"{checkpointed} messages, the log's last has {self._checkpointed}"
+                )
+            prompt += self._appended[len(self._appended) - (checkpointed - first) :]
+        prompt += logged.messages
+        whole = msgspec.structs.replace(
+            logged,
+            messages=prompt,
+            tools=self._tools if logged.run_tools else logged.tools,
+            first_message=0,
         )
-    return msg
+        if logged.purpose == "turn":
+            self._prompt = prompt
+        return whole
 
 
 class ModelTextDelta(Message, frozen=True, kw_only=True):
@@ -380,12 +473,13 @@ class PromptRejected(Message, frozen=True, kw_only=True):
     caller's final ``ModelError(kind="context_length")``): the context gatekeeper answers
     with a :class:`ContextAction` (collapse, then compact) or a ``prompt_too_long`` stop,
     and the conductor sends the turn again. ``attempt`` counts this turn's refusals;
-    ``prompt_messages`` and ``appended`` are as in :class:`TurnStarted`."""
+    ``prompt_messages``, ``appended`` and ``already_sent`` are as in :class:`TurnStarted`."""
 
     turn: int
     attempt: int
     prompt_messages: int
     appended: tuple[ChatMessage, ...] = ()
+    already_sent: int = 0
     status: int | None = None
     message: str = ""
 

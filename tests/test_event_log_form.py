@@ -1,54 +1,113 @@
-"""Turn requests are logged without the messages the previous request carried, and the
-whole prompts can be rebuilt from the log, folds and summaries included."""
+"""Turn requests are logged without the messages the log already holds (the previous
+request's, the turn checkpoint's) and without the run's tools, and every request rebuilds
+exactly from the log (:class:`bus.LogReader`), folds, summaries and tool changes included.
+(Through the daemon over HTTP: ``tests/test_daemon_events_stored.py``.)"""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from bus import ChatMessage, Message, ModelRequest, for_the_log
+from bus import (
+    DECODER,
+    ENCODER,
+    ChatMessage,
+    LogReader,
+    Message,
+    ModelRequest,
+    RunStarted,
+    ToolSpec,
+    TurnStarted,
+    for_the_log,
+)
 from orchestrator.runtime import Runtime
 from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import shipped_scenarios
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}
+SPEC = ToolSpec(name="echo", description="Echo.", parameters='{"type": "object"}')
 
 
-def rebuilt_prompts(logged: list[ModelRequest]) -> list[tuple[ChatMessage, ...]]:
-    """Each turn request's prompt, from the logged forms alone."""
-    prompts: list[tuple[ChatMessage, ...]] = []
-    previous: tuple[ChatMessage, ...] = ()
-    for request in logged:
-        if request.purpose != "turn":
-            prompts.append(request.messages)  # a summary request: logged whole
-            continue
-        prompt = previous[: request.first_message] + request.messages
-        prompts.append(prompt)
-        previous = prompt
-    return prompts
-
-
-async def requests_of(name: str) -> list[ModelRequest]:
+async def events_of(name: str) -> list[Message]:
     async with Runtime() as runtime:
         handle = await start_scenario(runtime, SHIPPED[name])
         with anyio.fail_after(60):
             events: list[Message] = [event async for event in handle.events()]
             result = await handle.result()
     assert expectation_mismatches(SHIPPED[name], result) == []
-    return [event for event in events if isinstance(event, ModelRequest)]
+    return events
+
+
+async def requests_of(name: str) -> list[ModelRequest]:
+    return [event for event in await events_of(name) if isinstance(event, ModelRequest)]
+
+
+def logged(events: list[Message]) -> list[Message]:
+    """The events as a log stores and reads them back (JSON)."""
+    return [DECODER.decode(ENCODER.encode(for_the_log(event))) for event in events]
+
+
+def read_back(stored: list[Message]) -> list[Message]:
+    reader = LogReader()
+    return [reader.read(message) for message in stored]
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("name", ["dead_loop", "truncation", "prompt_too_long_recovers"])
-async def test_prompts_rebuild_exactly_from_the_logged_requests(name: str) -> None:
-    sent = await requests_of(name)
-    logged = [for_the_log(request) for request in sent]
-    assert all(isinstance(request, ModelRequest) for request in logged)
-    rebuilt = rebuilt_prompts([r for r in logged if isinstance(r, ModelRequest)])
-    assert rebuilt == [request.messages for request in sent]
-    assert sum(len(r.messages) for r in logged if isinstance(r, ModelRequest)) < sum(
-        len(request.messages) for request in sent
-    )
+@pytest.mark.parametrize(
+    "name",
+    [
+        "completed",
+        "dead_loop",
+        "truncation",
+        "prompt_too_long_recovers",  # a fold: the retry logs from the folded message on
+        "prompt_too_long",  # a summary request (no tools) between turn requests
+        "answer_on_stop",  # the last request has no tools
+        "llm_loop_check",  # the loop monitor's requests; nudges injected after the checkpoint
+        "huge_tool_result",  # a result cut after its checkpoint: logged in the request
+    ],
+)
+async def test_requests_rebuild_exactly_from_the_log(name: str) -> None:
+    events = await events_of(name)
+    sent = [event for event in events if isinstance(event, ModelRequest)]
+    stored = logged(events)
+    assert read_back(stored) == events  # every field: whole prompts, tools, checkpoints
+    requests = [event for event in stored if isinstance(event, ModelRequest)]
+    assert sum(len(r.messages) for r in requests) < sum(len(r.messages) for r in sent)
+
+
+@pytest.mark.asyncio
+async def test_the_tool_schemas_are_stored_once_per_run() -> None:
+    events = await events_of("dead_loop")
+    started = events[0]
+    assert isinstance(started, RunStarted)
+    assert started.tool_specs
+    requests = [event for event in events if isinstance(event, ModelRequest)]
+    assert len(requests) > 2
+    assert all(r.run_tools and r.tools is started.tool_specs for r in requests)
+    data = [ENCODER.encode(for_the_log(event)) for event in events]
+    for spec in started.tool_specs:
+        schema = ENCODER.encode(spec.parameters)  # as JSON text inside the JSON
+        assert sum(schema in one for one in data) == 1, spec.name
+    assert b'"tools":[]' in data[events.index(requests[-1])]
+
+
+@pytest.mark.asyncio
+async def test_each_prompt_message_is_stored_once() -> None:
+    events = await events_of("dead_loop")
+    last = [event for event in events if isinstance(event, ModelRequest)][-1]
+    data = [ENCODER.encode(for_the_log(event)) for event in events]
+    for message in last.messages:
+        assert sum(ENCODER.encode(message) in one for one in data) == 1, message
+
+
+@pytest.mark.asyncio
+async def test_a_request_without_the_run_tools_stores_what_it_had() -> None:
+    sent = await requests_of("answer_on_stop")
+    final = for_the_log(sent[-1])
+    assert isinstance(final, ModelRequest)
+    assert sent[0].tools
+    assert not sent[-1].tools
+    assert (final.run_tools, final.tools, final.messages) == (False, (), sent[-1].messages)
 
 
 @pytest.mark.asyncio
@@ -66,11 +125,31 @@ async def test_a_fold_makes_the_next_request_log_from_the_folded_message_on() ->
 
 def test_a_request_without_known_history_is_logged_whole() -> None:
     message = ChatMessage(role="user", content="task")
-    request = ModelRequest(run_id="r", turn=1, model="m", messages=(message,))
-    assert for_the_log(request) is request
+    request = ModelRequest(run_id="r", turn=1, model="m", messages=(message,), tools=(SPEC,))
+    assert for_the_log(request) is request  # nothing to leave out: its own tools, whole
     later = ModelRequest(
         run_id="r", turn=2, model="m", messages=(message, message, message), unchanged=2
     )
     logged = for_the_log(later)
     assert isinstance(logged, ModelRequest)
     assert (logged.first_message, len(logged.messages)) == (2, 1)
+
+
+def test_the_reader_refuses_a_request_whose_checkpoint_is_not_in_the_log() -> None:
+    message = ChatMessage(role="user", content="task")
+    request = ModelRequest(
+        run_id="r", turn=1, model="m", messages=(message,), checkpointed=1, run_tools=True
+    )
+    stored = for_the_log(request)
+    assert isinstance(stored, ModelRequest)
+    assert stored.messages == ()
+    with pytest.raises(ValueError, match="checkpoint of 1 messages"):
+        LogReader().read(stored)
+    reader = LogReader()
+    reader.read(
+        TurnStarted(run_id="r", turn=1, stage="agent", prompt_messages=1, appended=(message,))
+    )
+    assert reader.read(stored) == request
+    later = ModelRequest(run_id="r", turn=2, model="m", messages=(message, message), unchanged=1)
+    with pytest.raises(ValueError, match="no previous prompt"):
+        LogReader().read(for_the_log(later))

@@ -117,13 +117,15 @@ class Conductor:
         while True:
             run.turn += 1
             run.enter("PLAN", "turn started")
+            appended, already_sent = self._context.appended()
             await control.checkpoint(
                 TurnStarted(
                     run_id=run.run_id,
                     turn=run.turn,
                     stage=inputs.stage,
                     prompt_messages=len(run.transcript),
-                    appended=self._context.appended(),
+                    appended=appended,
+                    already_sent=already_sent,
                 )
             )
             if control.nudges:

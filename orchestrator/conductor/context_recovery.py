@@ -33,12 +33,18 @@ class ContextRecovery:
         self._seen = 0  # transcript messages the context gatekeeper was shown
         self._pending: ContextAction | None = None  # this turn's collapse or compaction
 
-    def appended(self) -> tuple[ChatMessage, ...]:
-        """The transcript's messages the context gatekeeper has not been shown yet."""
-        transcript = self._run.transcript
-        appended = tuple(transcript[self._seen :])
-        self._seen = len(transcript)
-        return appended
+    def appended(self) -> tuple[tuple[ChatMessage, ...], int]:
+        """The transcript's messages the context gatekeeper has not been shown yet, and
+        how many of the first of them the previous turn request carried (a checkpoint's
+        ``appended`` and ``already_sent``)."""
+        run = self._run
+        transcript = run.transcript
+        seen = self._seen
+        appended = tuple(transcript[seen:])
+        sent = min(run.sent_messages, run.rewritten_from) - seen
+        run.checkpoint_from = seen
+        self._seen = run.checkpointed = len(transcript)
+        return appended, sent if sent > 0 else 0
 
     def on_action(self, action: ContextAction) -> None:
         """The gatekeeper's answer, as it arrives: folds are applied at once."""
@@ -62,13 +68,15 @@ class ContextRecovery:
         what to do and do it, or end the run if nobody can make the prompt shorter."""
         run = self._run
         self._pending = None
+        appended, already_sent = self.appended()
         await control.checkpoint(
             PromptRejected(
                 run_id=run.run_id,
                 turn=run.turn,
                 attempt=attempt,
                 prompt_messages=len(run.transcript),
-                appended=self.appended(),
+                appended=appended,
+                already_sent=already_sent,
                 status=error.status,
                 message=error.message,
             )

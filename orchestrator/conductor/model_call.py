@@ -59,10 +59,14 @@ class ModelCall:
         self._tools = tools
 
     async def send(self) -> None:
-        """Publish the turn's request: the whole transcript, with the tools."""
+        """Publish the turn's request: the whole transcript, with the tools (the run's
+        own: ``RunStarted.tool_specs``), saying what of it an event log already holds."""
         run, settings = self._run, self._settings
         run.llm_requests += 1
         unchanged = min(run.sent_messages, run.rewritten_from)
+        checkpointed = run.checkpointed
+        if not run.checkpoint_from <= unchanged <= checkpointed:
+            checkpointed = 0
         run.sent_messages = run.rewritten_from = len(run.transcript)
         await self._bus.publish(
             ModelRequest(
@@ -75,6 +79,8 @@ class ModelCall:
                 escalated_max_tokens=settings.escalated_max_tokens,
                 deadline_at=run.deadline_at,
                 unchanged=unchanged,
+                checkpointed=checkpointed,
+                run_tools=True,
             )
         )
 

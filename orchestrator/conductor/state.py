@@ -22,6 +22,8 @@ class RunRecord:
 
     __slots__ = (
         "call_log",
+        "checkpoint_from",
+        "checkpointed",
         "continued",
         "deadline_at",
         "degraded",
@@ -75,6 +77,10 @@ class RunRecord:
         # (messages sent, then the lowest index rewritten in place since: folds, a summary).
         self.sent_messages = 0
         self.rewritten_from = 0
+        # The messages the last checkpoint's ``appended`` stood for: from this index to
+        # ``checkpointed`` (0: rewritten since, in place).
+        self.checkpoint_from = 0
+        self.checkpointed = 0
 
     def restore(self, point: RunCheckpoint) -> None:
         """Go on from ``point``: its transcript, and its counters for budgets and result."""
@@ -137,6 +143,7 @@ class RunRecord:
     def rewritten(self, index: int) -> None:
         """Messages from ``index`` on were changed in place (not appended)."""
         self.rewritten_from = min(self.rewritten_from, index)
+        self.checkpointed = 0
 
     def inject(self, nudges: list[Nudge]) -> None:
         """Append each nudge not injected before as a user message."""
