@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import cast
 
+import msgspec
 from openai._models import construct_type
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from actors.llm.accumulator import ReplyAccumulator, is_json
+from actors.llm.chunks import Chunk, _loose, decode_chunk
 from bus import ToolCall, Usage
 
 
@@ -285,3 +287,53 @@ def test_every_fragment_repeating_index_id_type_and_name_assembles_one_call() ->
         ToolCall(id="call__0_read_file_cmpl-1", name="read_file", arguments='{"path": "a.txt"}'),
     )
     assert out.invalid == ()
+
+
+def tool(index: int | None, id: str | None = None, name: str | None = None, args: str = ""):
+    entry: dict[str, object] = {"function": {"name": name, "arguments": args}}
+    if index is not None:
+        entry["index"] = index
+    if id is not None:
+        entry["id"] = id
+    return {"choices": [{"index": 0, "delta": {"tool_calls": [entry]}}]}
+
+
+STREAMS: list[list[dict[str, object]]] = [
+    [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]},
+        {"choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+        {"choices": [{"index": 1, "delta": {"content": "other choice"}}]},
+        {"choices": [{"delta": {"content": "lo", "refusal": "!"}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+    ],
+    [
+        tool(0, "a", "ls", '{"p'),
+        tool(0, args='": 1}'),
+        tool(None, "b", "cat", "{}"),
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 2, "id": "c"}]}}]},
+        {"choices": None, "usage": {"prompt_tokens": 5}},
+        {"choices": [{"index": None, "delta": None, "finish_reason": "tool_calls"}]},
+    ],
+]
+
+
+def test_a_typed_chunk_accumulates_as_the_lenient_view_and_the_sdks_model() -> None:
+    for stream in STREAMS:
+        results = []
+        for way in ("typed", "lenient", "sdk"):
+            acc = ReplyAccumulator()
+            returned = []
+            for data in stream:
+                raw = msgspec.json.encode(data)
+                if way == "typed":
+                    chunk: object = decode_chunk(raw)
+                    assert type(chunk) is Chunk
+                elif way == "lenient":
+                    chunk = _loose(msgspec.json.decode(raw))
+                else:
+                    chunk = parse(data)
+                returned.append(acc.feed_chunk(chunk))
+            results.append((returned, acc.text, acc.finish_reason, acc.usage, acc.assemble()))
+        assert results[0] == results[1] == results[2]
+        assert results[0][1] or results[0][4].tool_calls  # something was accumulated

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from actors.llm.chunks import Chunk
 from bus import ToolCall, Usage
 
 __all__ = ["Assembled", "ReplyAccumulator", "is_json"]
@@ -129,6 +130,8 @@ class ReplyAccumulator:
 
     def feed_chunk(self, chunk: Any) -> str:
         """Feed one ``chat.completion.chunk``; returns its new text (for a delta)."""
+        if type(chunk) is Chunk:
+            return self._feed_typed(chunk)
         self.chunks += 1
         usage = getattr(chunk, "usage", None)
         if usage is not None:
@@ -148,6 +151,35 @@ class ReplyAccumulator:
             reason = getattr(choice, "finish_reason", None)
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
+        self.add_text(new_text)
+        return new_text
+
+    def _feed_typed(self, chunk: Chunk) -> str:
+        """:meth:`feed_chunk` for a decoded :class:`~actors.llm.chunks.Chunk` (the usual
+        case): its fields have the types declared, so no look-up needs a default."""
+        self.chunks += 1
+        if chunk.usage is not None:
+            self.set_usage(chunk.usage)
+        new_text = ""
+        for choice in chunk.choices or ():
+            if choice.index:  # another choice (None counts as 0)
+                continue
+            delta = choice.delta
+            if delta is not None:
+                if delta.content:
+                    new_text += delta.content
+                if delta.refusal:
+                    new_text += delta.refusal
+                for call in delta.tool_calls or ():
+                    function = call.function
+                    self.add_tool_fragment(
+                        call.index,
+                        id=call.id,
+                        name=None if function is None else function.name,
+                        arguments=None if function is None else function.arguments,
+                    )
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
         self.add_text(new_text)
         return new_text
 
