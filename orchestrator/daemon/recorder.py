@@ -9,6 +9,10 @@ events; a slow SSE client slows nothing, since streams read what was committed.
 
 What is stored is the run's messages, less what would be stored twice:
 
+* **Each message is stored in its logged form** (:func:`bus.for_the_log`): a model
+  request without the prompt messages and tool schemas earlier events hold, a turn
+  checkpoint without the nudges the previous request carried (:class:`bus.LogReader`
+  rebuilds them).
 * **Streamed text is coalesced per commit.** A run's consecutive ``ModelTextDelta``
   messages of one turn are held back and stored as one ``ModelTextDelta`` (their texts
   joined) when the next commit takes the queued writes, or when the run's next message
