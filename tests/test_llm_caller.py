@@ -254,6 +254,16 @@ async def test_the_deadline_is_absolute_despite_keep_alives(tmp_path: Path) -> N
         (past,) = await ask(bus, request("stall", run_id="r2", deadline_at=time.time() - 1))
         assert isinstance(past, ModelError)
         assert past.kind == "deadline"
+        sooner = time.time() + 0.15  # sooner than the call deadline: a timer of its own
+        (soon,) = await ask(bus, request("stall", run_id="r4", deadline_at=sooner))
+        assert isinstance(soon, ModelError)
+        assert soon.kind == "deadline"
+        assert "0.3s" not in soon.message  # the run's budget, not the call deadline's
+        # A run's deadline later than the call deadline: the call deadline still cuts it.
+        (later,) = await ask(bus, request("stall", run_id="r5", deadline_at=time.time() + 60))
+        assert isinstance(later, ModelError)
+        assert (later.kind, later.final) == ("deadline", True)
+        assert "0.3s" in later.message
         # The pool worker that served them serves the next call whole (a fresh cancel scope).
         (reply,) = await ask(bus, request("quick", run_id="r3"))
         assert isinstance(reply, ModelReply)

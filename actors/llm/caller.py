@@ -253,10 +253,11 @@ class LLMCaller:
             if call.cancel_reason is not None:  # cancelled before it started
                 return
             call.scope = scope
-            if request.deadline_at is not None:
-                budget = min(budget, request.deadline_at - time.time())
+            left = budget if request.deadline_at is None else request.deadline_at - time.time()
+            if left < budget:  # the run ends before the call deadline would: a timer of its own
+                budget = left
                 deadline = scope.deadline = _clock() + budget
-            elif deadlines is not None:  # the same limit for every such call
+            elif deadlines is not None:  # the same limit for every such call: no timer each
                 deadline = deadlines.watch(scope, budget)
                 watched = True
             else:
