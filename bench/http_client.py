@@ -23,7 +23,10 @@ answer), with the same number of concurrent runs:
 ``python -m bench.http_client [--runs N] [--reps N] [--json]`` prints all four, the
 workloads alternating within each repetition, medians over the repetitions;
 ``--decode`` prints only what parsing one streamed answer costs, loopfuse's way beside the
-SDK's (:func:`decode_costs`, no network).
+SDK's (:func:`decode_costs`, no network). ``--steady loopfuse|runtime|lean [--batches N]
+[--runs K]`` runs one workload on one runtime with its connections kept (:func:`steady`: what
+a daemon pays per request once its connections are open; the repetitions above open theirs
+anew), for timing or for counting instructions under callgrind.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from orchestrator.runtime import Runtime
 from orchestrator.scenarios.runs import start_scenario
 from orchestrator.sim import find_scenario
 
-__all__ = ["HttpFigures", "decode_costs", "main", "measure_http", "simulator_process"]
+__all__ = ["HttpFigures", "decode_costs", "main", "measure_http", "simulator_process", "steady"]
 
 SCENARIO = "completed"
 _LIST_DIR = {
@@ -301,6 +304,64 @@ async def _lean(base_url: str, runs: int) -> Sample:
     return await _bare(runs, _lean_turn, Clients(EndpointSettings(base_url=base_url), SHARDS))
 
 
+async def steady(base_url: str, workload: str, batches: int, runs: int = 32) -> Sample:
+    """``batches`` batches of ``runs`` concurrent runs of ``workload`` (``loopfuse``,
+    ``runtime`` or ``lean``) on ONE runtime (or one ``Clients``), after a warm-up of two
+    batches: connections are kept from batch to batch, as a daemon keeps them, so nothing
+    but requests is measured (no connection set-up). Under callgrind, the instructions of
+    ``batches`` = B minus those of B = 3, divided by the requests of the difference, are
+    what one request costs (``--steady``)."""
+    scenario = find_scenario(SCENARIO)
+    if workload == "lean":
+        clients = Clients(EndpointSettings(base_url=base_url), SHARDS)
+        try:
+
+            async def lean_batch(batch: int) -> int:
+                counts: list[int] = []
+
+                async def one(run_id: str) -> None:
+                    counts.append(await _bare_run(clients, run_id, scenario.task, _lean_turn))
+
+                async with anyio.create_task_group() as tg:
+                    for i in range(runs):
+                        tg.start_soon(one, f"run-{batch}-{i}")
+                return sum(counts)
+
+            for warm_up in range(2):
+                await lean_batch(warm_up)
+            started = (time.process_time(), time.perf_counter())
+            requests = 0
+            for number in range(batches):
+                requests += await lean_batch(number + 2)
+        finally:
+            await clients.aclose()
+        cpu, wall = time.process_time() - started[0], time.perf_counter() - started[1]
+        return Sample(cpu, wall, requests)
+    if workload not in ("loopfuse", "runtime"):
+        raise ValueError(f"no steady workload {workload!r}")
+    config = Config(
+        model=ModelSettings(base_url=base_url),
+        runtime=RuntimeSettings(max_concurrent_runs=runs),
+    )
+    script = scenario_script([scenario])
+    scripted = workload == "runtime"
+    model_actor = (lambda bus: ScriptedModel(bus, script)) if scripted else None
+    async with Runtime(config, model_actor=model_actor) as runtime:
+
+        async def runtime_batch() -> int:
+            handles = [await start_scenario(runtime, scenario) for _ in range(runs)]
+            return sum([(await handle.result()).llm_requests for handle in handles])
+
+        for _ in range(2):
+            await runtime_batch()
+        started = (time.process_time(), time.perf_counter())
+        requests = 0
+        for _ in range(batches):
+            requests += await runtime_batch()
+        cpu, wall = time.process_time() - started[0], time.perf_counter() - started[1]
+    return Sample(cpu, wall, requests)
+
+
 WORKLOADS: dict[str, Callable[[str, int], Awaitable[Sample]]] = {
     "raw": _raw,
     "lean": _lean,
@@ -409,6 +470,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--decode", action="store_true", help="only the parsing of one sample stream, 3 ways"
     )
+    parser.add_argument(
+        "--steady",
+        choices=("loopfuse", "runtime", "lean"),
+        help="only this workload, connections kept: --batches batches of --runs runs",
+    )
+    parser.add_argument("--batches", type=int, default=20, help="with --steady (default 20)")
     return parser
 
 
@@ -418,6 +485,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.runs, args.reps) < 1:
         print("bench.http_client: counts must be positive", file=sys.stderr)
         return 2
+    if args.steady:
+        if args.batches < 1:
+            print("bench.http_client: counts must be positive", file=sys.stderr)
+            return 2
+        with simulator_process() as url:
+            sample = anyio.run(steady, url, args.steady, args.batches, args.runs)
+        print(
+            f"{args.steady}, connections kept, {args.batches} batches of {args.runs} runs: "
+            f"{sample.cpu_us_per_turn:,.0f} µs CPU per request ({sample.turns} requests)"
+        )
+        return 0
     if args.decode:
         costs = decode_costs()
         if args.json:
