@@ -107,7 +107,9 @@ async def test_a_request_without_the_run_tools_stores_what_it_had() -> None:
     assert isinstance(final, ModelRequest)
     assert sent[0].tools
     assert not sent[-1].tools
-    assert (final.run_tools, final.tools, final.messages) == (False, (), sent[-1].messages)
+    assert (final.run_tools, final.tools) == (False, ())
+    assert final.first_message == len(sent[-2].messages)  # only the new messages stored
+    assert final.messages == sent[-1].messages[final.first_message :]
 
 
 @pytest.mark.asyncio

@@ -91,6 +91,7 @@ class FinalAnswer:
                 messages=tuple(run.transcript),
                 max_tokens=settings.answer_max_tokens,
                 deadline_at=time.time() + settings.answer_deadline_seconds,
+                unchanged=min(run.sent_messages, run.rewritten_from),  # what a log holds
             )
         )
         cancelled = False
