@@ -289,7 +289,7 @@ class LogReader:
             raise ValueError(f"a ModelRequest of turn {logged.turn} has no previous prompt")
         prompt = self._prompt[:first]
         if checkpointed > first:
-            if checkpointed != self._checkpointed:
+            if checkpointed != self._checkpointed or checkpointed - first > len(self._appended):
                 raise ValueError(
                     f"a ModelRequest of turn {logged.turn} stands on a checkpoint of "
                     f"{checkpointed} messages, the log's last has {self._checkpointed}"

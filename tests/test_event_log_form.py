@@ -155,3 +155,8 @@ def test_the_reader_refuses_a_request_whose_checkpoint_is_not_in_the_log() -> No
     later = ModelRequest(run_id="r", turn=2, model="m", messages=(message, message), unchanged=1)
     with pytest.raises(ValueError, match="no previous prompt"):
         LogReader().read(for_the_log(later))
+    short = LogReader()  # a checkpoint that holds fewer messages than the request needs
+    short.read(TurnStarted(run_id="r", turn=1, stage="agent", prompt_messages=2))
+    two = ModelRequest(run_id="r", turn=1, model="m", messages=(message, message), checkpointed=2)
+    with pytest.raises(ValueError, match="checkpoint of 2 messages"):
+        short.read(for_the_log(two))
