@@ -20,7 +20,8 @@ from bus import (
     TurnStarted,
     for_the_log,
 )
-from orchestrator.runtime import Runtime
+from orchestrator.conductor import RunCheckpoint
+from orchestrator.runtime import Runtime, StartPoint
 from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import shipped_scenarios
 
@@ -40,6 +41,29 @@ async def events_of(name: str) -> list[Message]:
 
 async def requests_of(name: str) -> list[ModelRequest]:
     return [event for event in await events_of(name) if isinstance(event, ModelRequest)]
+
+
+class Journal:
+    """Keeps a run's checkpoints; starts a run from ``resume`` (as a restarted daemon does)."""
+
+    def __init__(self, resume: RunCheckpoint | None = None) -> None:
+        self.checkpoints: list[RunCheckpoint] = []
+        self._resume = resume
+
+    def start_point(self, run_id: str) -> StartPoint | None:
+        if self._resume is None:
+            return None
+        return StartPoint(trace_id=self._resume.trace_id, resume=self._resume)
+
+    def checkpoint(self, checkpoint: RunCheckpoint) -> None:
+        self.checkpoints.append(checkpoint)
+
+
+async def journaled_events(name: str, journal: Journal) -> list[Message]:
+    async with Runtime(journal=journal) as runtime:
+        handle = await start_scenario(runtime, SHIPPED[name], run_id="resumed-run")
+        with anyio.fail_after(60):
+            return [event async for event in handle.events()]
 
 
 def logged(events: list[Message]) -> list[Message]:
@@ -73,6 +97,23 @@ async def test_requests_rebuild_exactly_from_the_log(name: str) -> None:
     assert read_back(stored) == events  # every field: whole prompts, tools, checkpoints
     requests = [event for event in stored if isinstance(event, ModelRequest)]
     assert sum(len(r.messages) for r in requests) < sum(len(r.messages) for r in sent)
+
+
+@pytest.mark.asyncio
+async def test_a_resumed_run_rebuilds_from_the_log_it_goes_on() -> None:
+    whole = Journal()
+    first = await journaled_events("dead_loop", whole)
+    point = next(c for c in whole.checkpoints if c.turn == 2)
+    resumed = await journaled_events("dead_loop", Journal(resume=point))
+    started = resumed[0]
+    assert isinstance(started, RunStarted)
+    assert started.resumed_from_turn == 2
+    # The daemon's log of such a run: what it stored before the crash, then the rest.
+    crashed = first[: next(i for i, e in enumerate(first) if getattr(e, "turn", 0) == 3)]
+    assert read_back(logged(crashed + resumed)) == crashed + resumed
+    request = next(e for e in logged(resumed) if isinstance(e, ModelRequest))
+    assert (request.first_message, request.checkpointed) == (0, len(point.transcript))
+    assert read_back(logged(resumed)) == resumed  # and from its restart alone
 
 
 @pytest.mark.asyncio
