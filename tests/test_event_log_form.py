@@ -20,10 +20,10 @@ from bus import (
     TurnStarted,
     for_the_log,
 )
-from orchestrator.conductor import RunCheckpoint
-from orchestrator.runtime import Runtime, StartPoint
+from orchestrator.runtime import Runtime
 from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import shipped_scenarios
+from tests.test_resume_fuses import Journal
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}
 SPEC = ToolSpec(name="echo", description="Echo.", parameters='{"type": "object"}')
@@ -41,22 +41,6 @@ async def events_of(name: str) -> list[Message]:
 
 async def requests_of(name: str) -> list[ModelRequest]:
     return [event for event in await events_of(name) if isinstance(event, ModelRequest)]
-
-
-class Journal:
-    """Keeps a run's checkpoints; starts a run from ``resume`` (as a restarted daemon does)."""
-
-    def __init__(self, resume: RunCheckpoint | None = None) -> None:
-        self.checkpoints: list[RunCheckpoint] = []
-        self._resume = resume
-
-    def start_point(self, run_id: str) -> StartPoint | None:
-        if self._resume is None:
-            return None
-        return StartPoint(trace_id=self._resume.trace_id, resume=self._resume)
-
-    def checkpoint(self, checkpoint: RunCheckpoint) -> None:
-        self.checkpoints.append(checkpoint)
 
 
 async def journaled_events(name: str, journal: Journal) -> list[Message]:
