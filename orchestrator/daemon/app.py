@@ -139,6 +139,9 @@ class _Api:
         self._daemon = daemon
 
     async def submit(self, request: Request) -> Response:
+        """The route's Starlette handler, as :class:`RunApi` asks; in this app the guard
+        serves ``POST /v1/runs`` before routing (:meth:`submit_asgi`), and the route is
+        kept for the method list a 405 names."""
         body = await read_body(request, self._daemon.config.daemon.max_body_bytes)
         status, accepted = await self._accept(body, request.headers.getlist(TRACEPARENT))
         return json_response(accepted, status, Location=f"/v1/runs/{accepted.id}")
