@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from orchestrator.daemon import retention
+from orchestrator.daemon import store as store_module
 from orchestrator.daemon.client import DaemonClient
 from orchestrator.daemon.store import RunRow, Store, StoreFailed
 from tests.daemon_support import daemon_process, events_until, wait_ended
@@ -164,8 +165,9 @@ async def test_checkpoints_of_pruned_runs_go_with_them(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_a_failed_commit_wakes_whoever_waits_and_the_store_takes_no_more(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(store_module, "MAX_PENDING_EVENTS", 1)  # one queued event is "full"
     path = tmp_path / "s.db"
     store = Store(path)
     entered, release = threading.Event(), threading.Event()
@@ -186,6 +188,10 @@ async def test_a_failed_commit_wakes_whoever_waits_and_the_store_takes_no_more(
         with pytest.raises(StoreFailed, match="disk is full"):
             await store.flush()
 
+    async def room_expecting_failure() -> None:  # a writer held back by a full queue
+        with pytest.raises(StoreFailed, match="disk is full"):
+            await store.wait_for_room()
+
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(writer)
@@ -197,7 +203,9 @@ async def test_a_failed_commit_wakes_whoever_waits_and_the_store_takes_no_more(
                 waiters.start_soon(flush_expecting_failure)  # waits for the failing commit
                 await anyio.to_thread.run_sync(entered.wait, 10)
                 store.insert_run(row("next"))  # queued for the commit after it
+                store.append_event("next", 1, "RunStarted", b"{}")
                 waiters.start_soon(flush_expecting_failure)
+                waiters.start_soon(room_expecting_failure)
                 await anyio.wait_all_tasks_blocked()
                 release.set()
             with pytest.raises(StoreFailed):

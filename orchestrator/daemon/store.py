@@ -482,9 +482,14 @@ class Store:
             raise batch.failure
 
     async def wait_for_room(self) -> None:
-        """Wait while too many events are queued (how a slow disk slows writers down)."""
+        """Wait while too many events are queued (how a slow disk slows writers down).
+
+        :raises StoreFailed: a commit failed (the queue will never drain)."""
         while len(self._batch.events) >= MAX_PENDING_EVENTS:
-            await self._batch.committed.wait()
+            batch = self._batch
+            await batch.committed.wait()
+            if batch.failure is not None:
+                raise batch.failure
 
     def watch(self, run_id: str) -> anyio.Event:
         """An event set after the next commit that touches ``run_id``."""
