@@ -3,7 +3,8 @@
 Writes are queued by plain calls that never block the event loop (:meth:`Store.insert_run`,
 :meth:`Store.append_event`, :meth:`Store.update_run` …) and committed by one writer task
 (:meth:`Store.run`): each commit takes everything queued so far and writes it in one
-transaction in a worker thread, so a busy daemon pays one fsync per commit, not one per
+transaction on the store's own writer thread (:mod:`~orchestrator.daemon.writer_thread`,
+which alone uses the writer's connection), so a busy daemon pays one fsync per commit, not one per
 event. While a commit is in progress the next batch fills up by itself, and a new commit
 begins at most every :data:`COMMIT_INTERVAL_SECONDS` (5 ms). Whoever needs durability awaits
 :meth:`Store.flush` (the API does, before it answers 202), which starts the next commit
@@ -32,6 +33,7 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from orchestrator.daemon.tail import EventTail, StoredEvent
+from orchestrator.daemon.writer_thread import WriterThread
 
 __all__ = [
     "MAX_PENDING_EVENTS",
@@ -207,8 +209,10 @@ class _Batch:
         return {row.id for row in self.runs} | set(self.last_event) | set(self.updates)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+def _connect(path: Path, *, same_thread: bool = False) -> sqlite3.Connection:
+    """A connection to ``path``; ``same_thread``: usable only on this thread (the writer's:
+    the sqlite3 module raises if any other thread touches it)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=same_thread, timeout=30.0)
     conn.execute("PRAGMA busy_timeout = 30000")
     conn.execute("PRAGMA synchronous = FULL")
     return conn
@@ -222,18 +226,23 @@ class Store:
         self.memory = tail or EventTail(per_run=DEFAULT_TAIL_EVENTS, total_bytes=DEFAULT_TAIL_BYTES)
         """The newest committed events of each run, for the event streams."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = _connect(self.path)
-        mode = self._writer.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
-        self._writer.executescript(_SCHEMA)
-        _migrate(self._writer)
-        self._next_cursor = _next_cursor(self._writer)
+        setup = _connect(self.path)
+        try:
+            mode = setup.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
+            setup.executescript(_SCHEMA)
+            _migrate(setup)
+            self._next_cursor = _next_cursor(setup)
+        finally:
+            setup.close()
+        self._thread = WriterThread("loopfuse-store-writer")
+        self._writer: sqlite3.Connection | None = None
+        """The writer's connection, opened and used on :attr:`_thread` only."""
         self._cursors: dict[str, int] = {}
         """Run id → cursor (the events' key) of the runs being written."""
         self._readers: list[sqlite3.Connection] = []
         self._read_limiter = anyio.CapacityLimiter(READERS)
-        self._write_limiter = anyio.CapacityLimiter(1)
         self._batch = _Batch()
         self._inflight: _Batch | None = None
         self._wake = anyio.Event()
@@ -255,7 +264,17 @@ class Store:
     # ------------------------------------------------------------------ writer
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Commit queued writes until :meth:`close`, then commit the rest and close the file."""
+        """Commit queued writes until :meth:`close`, then commit the rest and close the file.
+
+        The writer thread lives as long as this call: started (and the writer's connection
+        opened on it) before the task counts as started, ended when it returns."""
+        self._thread.start()
+        try:
+            await self._thread.call(self._open_writer)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._thread.stop()
+            raise
         task_status.started()
         try:
             while True:
@@ -277,11 +296,9 @@ class Store:
                 batch, self._batch = self._batch, _Batch()
                 self._inflight = batch
                 began = self._began = time.perf_counter()
-                with anyio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True):  # a commit begun ends, and is recorded
                     try:
-                        await anyio.to_thread.run_sync(
-                            self._commit, batch, limiter=self._write_limiter
-                        )
+                        await self._thread.call(functools.partial(self._commit, batch))
                     except Exception as exc:
                         self._fail(batch, exc)
                         raise
@@ -303,7 +320,10 @@ class Store:
         finally:
             self._stopped.set()
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(self._close_connections)
+                try:
+                    await self._thread.call(self._close_connections)
+                finally:
+                    await self._thread.stop()
 
     def close(self) -> None:
         """Let the writer commit what is queued, then stop (:meth:`run` returns)."""
@@ -331,6 +351,7 @@ class Store:
         # connection's statement cache prepares each once instead of parsing a new text
         # (hundreds of placeholders) every commit.
         conn = self._writer
+        assert conn is not None, "the writer's connection is opened by Store.run"
         updates = batch.updates
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -417,8 +438,14 @@ class Store:
             keyed.append((cursor, seq, kind, data))
         return keyed
 
+    def _open_writer(self) -> None:
+        self._writer = _connect(self.path, same_thread=True)
+
     def _close_connections(self) -> None:
-        for conn in (self._writer, *self._readers):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        for conn in self._readers:
             conn.close()
         self._readers.clear()
 
@@ -480,6 +507,10 @@ class Store:
         await batch.committed.wait()
         if batch.failure is not None:
             raise batch.failure
+
+    def has_room(self) -> bool:
+        """Whether a writer may queue more events now (else await :meth:`wait_for_room`)."""
+        return len(self._batch.events) < MAX_PENDING_EVENTS
 
     async def wait_for_room(self) -> None:
         """Wait while too many events are queued (how a slow disk slows writers down).
