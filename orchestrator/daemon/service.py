@@ -18,19 +18,21 @@ import collections
 import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Final, NamedTuple
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from actors.workers import Workers
 from bus import ENCODER, ExitReason, RunFinished
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.config import Config
 from orchestrator.daemon.errors import ApiError
-from orchestrator.daemon.policy import admit
+from orchestrator.daemon.ids import new_id
+from orchestrator.daemon.policy import Admitted, admit
 from orchestrator.daemon.recorder import EventRecorder
 from orchestrator.daemon.recovery import (
     CHECKPOINT_DECODER,
@@ -112,7 +114,9 @@ class RunService:
         self._recorder = recorder
         self._journal = journal
         self._scenarios = dict(scenarios)
-        self._tg = task_group
+        # The tasks that see runs end, reused: a task started per run would cost more than
+        # the rest of its work. Parked ones end when the daemon cancels ``task_group``.
+        self._finishers = Workers(task_group)
         self.capacity = config.runtime.max_concurrent_runs + config.daemon.queue_size
         self.draining = False
         self._in_flight = 0
@@ -185,10 +189,11 @@ class RunService:
     async def _create(
         self, request: RunRequest, digest: str, key: str | None, parent: TraceParent | None
     ) -> RunRow:
-        on_crash = admit(request, self._config, self._scenarios).settings.on_crash
+        admitted = admit(request, self._config, self._scenarios)
+        on_crash = admitted.settings.on_crash
         self._check_room()
-        run_id = uuid.uuid4().hex
-        trace_id = parent.trace_id if parent is not None else uuid.uuid4().hex
+        run_id = new_id()
+        trace_id = parent.trace_id if parent is not None else new_id()
         row = RunRow(
             id=run_id,
             trace_id=trace_id,
@@ -200,7 +205,7 @@ class RunService:
             created_at=time.time(),
         )
         point = StartPoint(trace_id=trace_id, traceparent=parent.header() if parent else None)
-        finished = await self._launch(row, request, point)
+        finished = await self._launch(row, request, point, admitted)
         self._store.insert_run(row)  # queued before any of its events can be
         self._watch(row, finished, answered_by_simulator(self._config, request))
         with anyio.CancelScope(shield=True):  # a started run's row is committed, always
@@ -242,13 +247,20 @@ class RunService:
 
     # ------------------------------------------------------------------ running
 
-    async def _launch(self, row: RunRow, request: RunRequest, point: StartPoint) -> anyio.Event:
+    async def _launch(
+        self,
+        row: RunRow,
+        request: RunRequest,
+        point: StartPoint,
+        admitted: Admitted | None = None,
+    ) -> anyio.Event:
         """Start ``row``'s run now (it waits for a slot in the runtime); the returned event is
-        set once its last event is queued in the store."""
+        set once its last event is queued in the store. ``admitted``: ``request`` as the policy
+        let it through just now (a submission); without it, the policy checks it again."""
         self._journal.expect(row.id, point)
         recorded = self._recorder.track(row.id, last_seq=row.last_event, dropped=row.events_dropped)
         try:
-            handle = await self._start(row.id, request)
+            handle = await self._start(row.id, request, admitted)
         except ConfigError as exc:
             self._journal.forget(row.id)
             self._recorder.forget(row.id)
@@ -262,7 +274,9 @@ class RunService:
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         return recorded
 
-    async def _start(self, run_id: str, request: RunRequest) -> RunHandle:
+    async def _start(
+        self, run_id: str, request: RunRequest, admitted: Admitted | None
+    ) -> RunHandle:
         return await start_request(
             self._runtime,
             request,
@@ -270,10 +284,11 @@ class RunService:
             config=self._config,
             scenarios=self._scenarios,
             reports=self._store.path.parent / "reports",
+            admitted=admitted,
         )
 
     def _watch(self, row: RunRow, recorded: anyio.Event, simulated: bool) -> None:
-        self._tg.start_soon(self._finish, row, recorded, simulated, name=f"finish {row.id}")
+        self._finishers.submit(partial(self._finish, row, recorded, simulated))
 
     async def _finish(self, row: RunRow, recorded: anyio.Event, simulated: bool) -> None:
         result = await self._live[row.id].result()

@@ -3,7 +3,9 @@
 Shared by the single daemon and by fleet members, so both run a request the same way. The
 request passes the operator's policy again here (:func:`~orchestrator.daemon.policy.admit`):
 a stored request runs only as the policy of the daemon that starts it allows, with its
-folder resolved at that moment.
+folder resolved at that moment. A request admitted a moment before (the daemon's submit
+path, no await between) is started from that :class:`~orchestrator.daemon.policy.Admitted`
+instead of being checked twice.
 
 With no model configured (``model.base_url``), the embedded simulator answers a task or a
 pipeline too (:func:`answered_by_simulator`, decided once when the run starts): the daemon
@@ -21,7 +23,7 @@ from pathlib import Path
 import anyio
 
 from orchestrator.config import Config
-from orchestrator.daemon.policy import admit
+from orchestrator.daemon.policy import Admitted, admit
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.report import ReportOptions, simulated_models, start_report
 from orchestrator.result import SIMULATOR_NOTE
@@ -64,12 +66,17 @@ async def start_request(
     config: Config,
     scenarios: Mapping[str, Scenario],
     reports: Path,
+    admitted: Admitted | None = None,
 ) -> RunHandle:
-    """Start ``request`` as run ``run_id``.
+    """Start ``request`` as run ``run_id``. ``admitted`` is what :func:`admit` made of
+    ``request`` with ``config`` just before (no await between); without it (a stored
+    request started again), the request passes the policy here.
 
     :raises ApiError: 422, the request does not pass ``config``'s policy (any more).
     """
-    admitted = admit(request, config, scenarios)
+    if admitted is None:
+        admitted = admit(request, config, scenarios)
+    assert admitted.request is request
     if admitted.scenario is not None:
         return await start_scenario(runtime, admitted.scenario, run_id=run_id)
     if request.pipeline is not None:
