@@ -117,6 +117,7 @@ class RunService:
         # The tasks that see runs end, reused: a task started per run would cost more than
         # the rest of its work. Parked ones end when the daemon cancels ``task_group``.
         self._finishers = Workers(task_group)
+        self._reports = store.path.parent / "reports"
         self.capacity = config.runtime.max_concurrent_runs + config.daemon.queue_size
         self.draining = False
         self._in_flight = 0
@@ -163,13 +164,17 @@ class RunService:
             reused differently, 429 full, 503 draining.
         """
         self._check_open()
-        digest = hashlib.blake2b(
-            _ENCODER.encode(msgspec.structs.replace(request, idempotency_key=None)),
-            digest_size=16,
-        ).hexdigest()
+        encoded = _ENCODER.encode(request)
         key = request.idempotency_key
+        # The hash leaves the key out: a request without one is hashed as it is stored.
+        unkeyed = (
+            encoded
+            if key is None
+            else _ENCODER.encode(msgspec.structs.replace(request, idempotency_key=None))
+        )
+        digest = hashlib.blake2b(unkeyed, digest_size=16).hexdigest()
         if key is None:
-            return await self._create(request, digest, None, traceparent), True
+            return await self._create(request, encoded, digest, None, traceparent), True
         # The key is claimed before it is looked up: a lookup made while another request
         # held it could read the store before that request's run was committed and return
         # after its claim was gone, and a second row with the key would fail the commit.
@@ -181,13 +186,18 @@ class RunService:
             if earlier is not None:
                 return earlier, False
             self._check_open()
-            return await self._create(request, digest, key, traceparent), True
+            return await self._create(request, encoded, digest, key, traceparent), True
         finally:
             del self._claims[key]
             claim.set()
 
     async def _create(
-        self, request: RunRequest, digest: str, key: str | None, parent: TraceParent | None
+        self,
+        request: RunRequest,
+        encoded: bytes,
+        digest: str,
+        key: str | None,
+        parent: TraceParent | None,
     ) -> RunRow:
         admitted = admit(request, self._config, self._scenarios)
         on_crash = admitted.settings.on_crash
@@ -199,7 +209,7 @@ class RunService:
             trace_id=trace_id,
             status="queued",
             on_crash=on_crash,
-            request=_ENCODER.encode(request),
+            request=encoded,
             request_hash=digest,
             idempotency_key=key,
             created_at=time.time(),
@@ -283,7 +293,7 @@ class RunService:
             run_id=run_id,
             config=self._config,
             scenarios=self._scenarios,
-            reports=self._store.path.parent / "reports",
+            reports=self._reports,
             admitted=admitted,
         )
 
@@ -295,8 +305,10 @@ class RunService:
         if simulated:  # the embedded simulator answered a task or a pipeline: say so
             result = simulator_answered(result)
         # RunFinished is queued in the store before the row says "ended", so a row that
-        # says "ended" always has its stream's last event.
-        await recorded.wait()
+        # says "ended" always has its stream's last event. (anyio's wait on a set event
+        # would yield to the loop once more, for nothing.)
+        if not recorded.is_set():
+            await recorded.wait()
         self._end(row, result)
         self._release(row.id)
         _log(
@@ -315,7 +327,8 @@ class RunService:
             ended_at=time.time(),
             exit_reason=result.exit_reason.value,
             cause=result.cause,
-            result=_ENCODER.encode(result_summary(result)),
+            # The summary leaves the transcript out: it is not made into builtins first.
+            result=_ENCODER.encode(result_summary(msgspec.structs.replace(result, transcript=()))),
         )
         self._ended[result.exit_reason.value] += 1
 
