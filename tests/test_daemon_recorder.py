@@ -26,7 +26,7 @@ from bus import (
     Usage,
 )
 from orchestrator.daemon.recorder import EventRecorder
-from orchestrator.daemon.store import RunRow, Store
+from orchestrator.daemon.store import MAX_PENDING_EVENTS, RunRow, Store
 
 RUN = "run-1"
 
@@ -88,7 +88,9 @@ class Recording:
 
 
 @asynccontextmanager
-async def recording(tmp_path: Path, *, writing: bool = True) -> AsyncIterator[Recording]:
+async def recording(
+    tmp_path: Path, *, writing: bool = True, cap: int = 1000
+) -> AsyncIterator[Recording]:
     """A bus, a store and a recorder; with ``writing=False`` the store's writer starts only
     when the body ends (nothing commits meanwhile: every held text stays held)."""
     store = Store(tmp_path / "daemon.db")
@@ -104,7 +106,7 @@ async def recording(tmp_path: Path, *, writing: bool = True) -> AsyncIterator[Re
         )
     )
     bus = Bus()
-    recorder = EventRecorder(bus, store, cap=1000)
+    recorder = EventRecorder(bus, store, cap=cap)
     async with anyio.create_task_group() as tg:
         await tg.start(recorder.run)
         if writing:
@@ -203,3 +205,63 @@ async def test_a_progress_that_restates_the_turn_is_folded_and_others_are_kept(
         "turn 4 of at most 5",
     ]
     assert rec.recorder.statistics.folded_progress == 1
+
+
+@pytest.mark.asyncio
+async def test_past_the_cap_events_are_counted_and_the_run_finished_is_still_stored(
+    tmp_path: Path,
+) -> None:
+    async with recording(tmp_path, cap=2) as rec:
+        await rec.publish(turn(1), reply("One."), turn(2), reply("Two."), FINISHED)
+        stored = await rec.stored()
+        row = await rec.store.get_run(RUN)
+    assert kinds(stored) == ["TurnStarted", "ModelReply", "RunFinished"]
+    assert row is not None
+    assert row.events_dropped == 2
+
+
+@pytest.mark.asyncio
+async def test_a_full_store_holds_the_recorder_back_and_loses_no_event(tmp_path: Path) -> None:
+    """A store whose queue is full (nothing commits: its writer is not running yet) makes
+    the recorder wait after the event that filled it; once a commit makes room, it records
+    the rest of what its mailbox kept, in order."""
+    store = Store(tmp_path / "daemon.db")
+    for run_id in (RUN, "filler"):
+        store.insert_run(
+            RunRow(
+                id=run_id,
+                trace_id="t",
+                status="running",
+                on_crash="abort",
+                request=b"{}",
+                request_hash="h",
+                created_at=0.0,
+            )
+        )
+    for seq in range(1, MAX_PENDING_EVENTS):
+        store.append_event("filler", seq, "E", b"{}")
+    assert store.has_room()
+    bus = Bus()
+    recorder = EventRecorder(bus, store, cap=1000)
+    rec = Recording(bus, store, recorder)
+    async with anyio.create_task_group() as tg:
+        await tg.start(recorder.run)
+        await rec.publish(turn(1), reply("One."), turn(2), reply("Two."), FINISHED)
+        await anyio.wait_all_tasks_blocked()
+        # The first message filled the queue: the rest wait in the recorder's mailbox.
+        assert recorder.statistics.messages == 1
+        assert not store.has_room()
+        assert store.statistics().pending_events == MAX_PENDING_EVENTS
+        assert not rec.finished.is_set()
+        await tg.start(store.run)
+        stored = await rec.stored()
+        bus.close()
+        store.close()
+    assert kinds(stored) == [
+        "TurnStarted",
+        "ModelReply",
+        "TurnStarted",
+        "ModelReply",
+        "RunFinished",
+    ]
+    assert recorder.statistics.messages == 5

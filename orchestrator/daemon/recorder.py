@@ -33,7 +33,9 @@ text streamed since the previous commit, up to the last commit before the turn's
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
@@ -89,6 +91,8 @@ class EventRecorder:
         self._runs: dict[str, _Track] = {}
         self._holding: set[str] = set()
         self.statistics = RecorderStatistics()
+        self._handlers: dict[type[Message], Callable[[Any, _Track], None]] = {}
+        """Message type → how it is recorded (:meth:`_handler_for`, filled as types come)."""
         store.before_commit(self._release_all)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -108,44 +112,81 @@ class EventRecorder:
         self._runs.pop(run_id, None)
         self._holding.discard(run_id)
 
-    async def _record(self, msg: Message) -> None:
+    def _record(self, msg: Message) -> Awaitable[None] | None:
+        """Record ``msg``; the wait for room in the store when it is full, else ``None`` (the
+        subscription awaits only a result: no coroutine per message while the store keeps up)."""
         track = self._runs.get(msg.run_id)
         if track is None:
-            return
+            return None
         self.statistics.messages += 1
-        if isinstance(msg, ModelTextDelta):
-            self._hold(track, msg)
-            return
+        kind = type(msg)
+        handle = self._handlers.get(kind)
+        if handle is None:
+            handle = self._handlers[kind] = self._handler_for(kind)
+        handle(msg, track)
+        store = self._store
+        return None if store.has_room() else store.wait_for_room()
+
+    def _handler_for(self, kind: type[Message]) -> Callable[[Any, _Track], None]:
+        """How messages of ``kind`` are recorded (looked up once per type)."""
+        for base, handler in (
+            (ModelTextDelta, self._hold),
+            (ModelReply, self._reply),
+            (Progress, self._progress),
+            (TurnStarted, self._turn),
+            (RunStarted, self._started),
+            (RunFinished, self._finished),
+        ):
+            if issubclass(kind, base):
+                return handler
+        return self._plain
+
+    def _plain(self, msg: Message, track: _Track) -> None:
         if track.text is not None:
-            if (
-                isinstance(msg, ModelReply)
-                and msg.turn == track.text_turn
-                and msg.text.endswith("".join(track.text))
-            ):
+            self._release(msg.run_id, track)
+        self._append(msg.run_id, track, msg)
+
+    def _reply(self, msg: ModelReply, track: _Track) -> None:
+        if track.text is not None:
+            if msg.turn == track.text_turn and msg.text.endswith("".join(track.text)):
                 track.text = None
                 self._holding.discard(msg.run_id)
                 self.statistics.deltas_in_replies += 1
             else:
                 self._release(msg.run_id, track)
-        if isinstance(msg, Progress):
-            restated, track.turn = track.turn, None  # only the first progress after it
-            if _restates(msg, restated):
-                self.statistics.folded_progress += 1
-                return
-        finished = isinstance(msg, RunFinished)
-        self._append(msg.run_id, track, msg, finished=finished)
-        if isinstance(msg, TurnStarted):
-            track.turn = msg
-        elif isinstance(msg, RunStarted):
-            self._store.update_run(msg.run_id, status="running", started_at=msg.started_at)
-        elif finished:
-            self._store.update_run(msg.run_id, events_dropped=track.dropped)
-            del self._runs[msg.run_id]
-            track.finished.set()
-        await self._store.wait_for_room()
+        self._append(msg.run_id, track, msg)
 
-    def _append(self, run_id: str, track: _Track, msg: Message, *, finished: bool) -> None:
-        if track.seq < self._cap or finished:
+    def _progress(self, msg: Progress, track: _Track) -> None:
+        if track.text is not None:
+            self._release(msg.run_id, track)
+        restated, track.turn = track.turn, None  # only the first progress after it
+        if _restates(msg, restated):
+            self.statistics.folded_progress += 1
+            return
+        self._append(msg.run_id, track, msg)
+
+    def _turn(self, msg: TurnStarted, track: _Track) -> None:
+        self._plain(msg, track)
+        track.turn = msg
+
+    def _started(self, msg: RunStarted, track: _Track) -> None:
+        self._plain(msg, track)
+        self._store.update_run(msg.run_id, status="running", started_at=msg.started_at)
+
+    def _finished(self, msg: RunFinished, track: _Track) -> None:
+        run_id = msg.run_id
+        if track.text is not None:
+            self._release(run_id, track)
+        track.seq += 1  # past the cap too: a stream always ends
+        self._store.append_event(
+            run_id, track.seq, type(msg).__name__, ENCODER.encode(for_the_log(msg))
+        )
+        self._store.update_run(run_id, events_dropped=track.dropped)
+        del self._runs[run_id]
+        track.finished.set()
+
+    def _append(self, run_id: str, track: _Track, msg: Message) -> None:
+        if track.seq < self._cap:
             track.seq += 1
             self._store.append_event(
                 run_id, track.seq, type(msg).__name__, ENCODER.encode(for_the_log(msg))
@@ -153,7 +194,7 @@ class EventRecorder:
         else:
             track.dropped += 1
 
-    def _hold(self, track: _Track, msg: ModelTextDelta) -> None:
+    def _hold(self, msg: ModelTextDelta, track: _Track) -> None:
         if track.text is not None and track.text_turn == msg.turn:
             track.text.append(msg.text)
             self.statistics.coalesced_deltas += 1
@@ -172,7 +213,7 @@ class EventRecorder:
         track.text = None
         self._holding.discard(run_id)
         delta = ModelTextDelta(run_id=run_id, turn=track.text_turn, text=text)
-        self._append(run_id, track, delta, finished=False)
+        self._append(run_id, track, delta)
 
     def _release_all(self) -> None:
         """Before a commit: queue every held text (the store's hook)."""
