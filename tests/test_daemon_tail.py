@@ -85,6 +85,27 @@ def test_zero_keeps_nothing_and_forget_drops_a_run() -> None:
     assert tail.statistics() == (0, 0, 0, 3)
 
 
+def test_one_commit_of_interleaved_runs_counts_each_event_and_orders_runs_by_last_write() -> None:
+    per_event = 10 + EVENT_OVERHEAD_BYTES
+    tail = EventTail(per_run=2, total_bytes=2 * ENTRY_OVERHEAD_BYTES + 3 * per_event)
+    # a 1-2, b 1-2, a 3: a was written last; a keeps its newest two (per run)
+    tail.committed([], [*_events(2, "a"), *_events(2, "b"), *_events(1, "a", start=3)], {})
+    assert _seqs(tail.after("a", 1)) == [2, 3]
+    assert tail.after("a", 0) is None
+    # 4 events kept, room for 3: the oldest of b (written to least recently) goes
+    assert tail.after("b", 0) is None
+    assert _seqs(tail.after("b", 1)) == [2]
+    assert tail.statistics() == (2, 3, 2 * ENTRY_OVERHEAD_BYTES + 3 * per_event, 2)
+
+
+def test_an_event_that_does_not_follow_in_the_same_commit_starts_the_range_there() -> None:
+    tail = EventTail(per_run=10, total_bytes=1 << 20)
+    tail.committed(["r"], [*_events(3), *_events(2, start=7)], {})
+    assert tail.after("r", 5) is None
+    assert _seqs(tail.after("r", 6)) == [7, 8]
+    assert tail.statistics() == (1, 2, ENTRY_OVERHEAD_BYTES + 2 * (10 + EVENT_OVERHEAD_BYTES), 3)
+
+
 def test_the_bounds_are_operator_keys_with_ranges(tmp_path: Path) -> None:
     path = tmp_path / "loopfuse.toml"
     path.write_text("[daemon]\nmemory_tail_events = -1\n", encoding="utf-8")
