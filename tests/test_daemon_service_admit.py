@@ -6,8 +6,6 @@ today's policy allows."""
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
@@ -16,38 +14,33 @@ import msgspec
 import pytest
 
 from orchestrator.config import ClientOverrides, Config
-from orchestrator.daemon import open_daemon, policy, service, starting
+from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
-from orchestrator.daemon.policy import Admitted
+from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.policy import Admitted, Policy, admit
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.daemon.store import RunRow, Store
-from orchestrator.sim import Scenario
+from orchestrator.sim import shipped_scenarios
 from tests.daemon_support import daemon_config, wait_ended
 
 
 @pytest.fixture
-def admitted(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """How often the submit path (``service``) and the start (``starting``) ran the policy."""
-    calls: Counter[str] = Counter()
-    for module in (service, starting):
+def admitted(monkeypatch: pytest.MonkeyPatch) -> list[RunRequest]:
+    """The requests the policy checked (the submit path's and a start's checks alike)."""
+    checked: list[RunRequest] = []
+    check = Policy.admit
 
-        def counted(
-            request: RunRequest,
-            config: Config,
-            scenarios: Mapping[str, Scenario],
-            *,
-            name: str = module.__name__.rsplit(".", 1)[-1],
-        ) -> Admitted:
-            calls[name] += 1
-            return policy.admit(request, config, scenarios)
+    def counted(self: Policy, request: RunRequest) -> Admitted:
+        checked.append(request)
+        return check(self, request)
 
-        monkeypatch.setattr(module, "admit", counted)
-    return calls
+    monkeypatch.setattr(Policy, "admit", counted)
+    return checked
 
 
 @pytest.mark.asyncio
 async def test_a_submitted_run_passes_the_policy_once_and_runs(
-    tmp_path: Path, admitted: Counter[str]
+    tmp_path: Path, admitted: list[RunRequest]
 ) -> None:
     async with open_daemon(daemon_config(tmp_path)) as running, DaemonClient(running.url) as client:
         async with httpx.AsyncClient(base_url=running.url) as http:
@@ -58,12 +51,12 @@ async def test_a_submitted_run_passes_the_policy_once_and_runs(
         with anyio.fail_after(60):
             run = await wait_ended(client, response.json()["id"])
     assert run["exit_reason"] == "completed", run
-    assert admitted == {"service": 1}
+    assert [request.config for request in admitted] == [{"max_turns": 5}]
 
 
 @pytest.mark.asyncio
 async def test_a_refused_request_gets_its_422_and_starts_nothing(
-    tmp_path: Path, admitted: Counter[str]
+    tmp_path: Path, admitted: list[RunRequest]
 ) -> None:
     async with (
         open_daemon(daemon_config(tmp_path)) as running,
@@ -76,7 +69,7 @@ async def test_a_refused_request_gets_its_422_and_starts_nothing(
     assert refused.status_code == 422, refused.text
     assert refused.json()["error"]["key"] == "config.input_price_per_million"
     assert runs == []
-    assert admitted == {"service": 1}
+    assert len(admitted) == 1
 
 
 async def _store_queued(path: Path, run_id: str, request: RunRequest) -> None:
@@ -101,7 +94,7 @@ async def _store_queued(path: Path, run_id: str, request: RunRequest) -> None:
 
 @pytest.mark.asyncio
 async def test_a_stored_request_is_checked_against_today_s_policy_at_restart(
-    tmp_path: Path, admitted: Counter[str]
+    tmp_path: Path, admitted: list[RunRequest]
 ) -> None:
     """Stored when ``max_turns`` was allowed; today's operator allows no key: the restart
     refuses it by name (the run ends ``abort.crash``), and the daemon serves on."""
@@ -122,4 +115,37 @@ async def test_a_stored_request_is_checked_against_today_s_policy_at_restart(
     assert "its stored request was refused" in detail, detail
     assert "config.max_turns" in detail, detail
     assert health.status_code == 200
-    assert admitted == {"starting": 1}
+    assert admitted == [request]
+
+
+def test_a_policy_kept_for_many_requests_admits_as_a_fresh_check_does() -> None:
+    """The daemon keeps one :class:`Policy` (a scenario's settings worked out once): every
+    request gets what :func:`admit` gives it alone, in any order, refusals included."""
+    scenarios = {s.name: s for s in shipped_scenarios()}
+    config = msgspec.structs.replace(
+        Config(), budget=msgspec.structs.replace(Config().budget, max_turns=7)
+    )
+    requests = [
+        RunRequest(scenario="completed"),
+        RunRequest(scenario="completed", config={"max_turns": 3}),
+        RunRequest(scenario="completed", config={"max_turns": 500}),
+        RunRequest(task="Say hello."),
+        RunRequest(task="Say hello.", config={"max_tool_calls": 2}),
+        RunRequest(scenario="completed"),
+        RunRequest(task="Say hello."),
+    ]
+    kept = Policy(config, scenarios)
+    for request in requests * 2:
+        try:
+            fresh: Admitted | ApiError = admit(request, config, scenarios)
+        except ApiError as exc:
+            fresh = exc
+        if isinstance(fresh, ApiError):
+            with pytest.raises(ApiError) as refused:
+                kept.admit(request)
+            assert (refused.value.code, refused.value.key) == (fresh.code, fresh.key)
+        else:
+            assert kept.admit(request) == fresh
+    # The scenario's own limit, the operator's for a task: each its own settings.
+    assert kept.admit(requests[0]).settings.max_turns == scenarios["completed"].config["max_turns"]
+    assert kept.admit(requests[3]).settings.max_turns == 7

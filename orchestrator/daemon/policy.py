@@ -31,7 +31,7 @@ from orchestrator.daemon.schemas import RunRequest
 from orchestrator.errors import ConfigError
 from orchestrator.sim import Scenario
 
-__all__ = ["Admitted", "admit", "allowed_models", "resolve_folder"]
+__all__ = ["Admitted", "Policy", "admit", "allowed_models", "resolve_folder"]
 
 CEILINGED: Final = frozenset(ClientCeilings.__struct_fields__)
 """Numbers a request may lower but not raise above the operator's value or ceiling."""
@@ -62,25 +62,54 @@ def admit(request: RunRequest, config: Config, scenarios: Mapping[str, Scenario]
 
     :raises ApiError: 422 naming the offending key.
     """
-    _check_shape(request)
-    folder = resolve_folder(request.folder, config) if request.folder is not None else None
-    client = dict(request.config)
-    if request.pipeline is not None:
-        _check_keys(client, config.daemon.client_overrides, allowed=_PIPELINE_KEYS)
-        return Admitted(request, None, folder, _settings(config, client))
-    scenario = _scenario(request, scenarios) if request.scenario is not None else None
-    operator: dict[str, Any] = (
-        {"model": scenario.name, **scenario.config} if scenario is not None else {}
-    )
-    policy = config.daemon.client_overrides
-    _check_keys(client, policy)
-    base = _settings(config, operator)
-    settings = _settings(config, {**operator, **client}) if client else base
-    for key in client:
-        _check_value(key, settings, base, config, policy)
-    if scenario is not None and client:
-        scenario = _with_config(scenario, client)
-    return Admitted(request, scenario, folder, settings)
+    return Policy(config, scenarios).admit(request)
+
+
+class Policy:
+    """The operator's policy of one daemon, for many requests: :meth:`admit` is
+    :func:`admit`, with the settings a run gets before a request's ``config`` (the
+    operator's, under a scenario's own) worked out once per scenario, not per request."""
+
+    def __init__(self, config: Config, scenarios: Mapping[str, Scenario]) -> None:
+        self.config = config
+        self.scenarios = scenarios
+        self._bases: dict[str | None, tuple[Scenario | None, RunSettings]] = {}
+        """Per scenario name (``None``: a task), the scenario and its runs' settings."""
+
+    def admit(self, request: RunRequest) -> Admitted:
+        """Check ``request`` against the policy (see the module docstring).
+
+        :raises ApiError: 422 naming the offending key.
+        """
+        config = self.config
+        _check_shape(request)
+        folder = resolve_folder(request.folder, config) if request.folder is not None else None
+        client = dict(request.config)
+        if request.pipeline is not None:
+            _check_keys(client, config.daemon.client_overrides, allowed=_PIPELINE_KEYS)
+            return Admitted(request, None, folder, _settings(config, client))
+        scenario = _scenario(request, self.scenarios) if request.scenario is not None else None
+        operator: dict[str, Any] = (
+            {"model": scenario.name, **scenario.config} if scenario is not None else {}
+        )
+        policy = config.daemon.client_overrides
+        _check_keys(client, policy)
+        base = self._base(scenario, operator)
+        settings = _settings(config, {**operator, **client}) if client else base
+        for key in client:
+            _check_value(key, settings, base, config, policy)
+        if scenario is not None and client:
+            scenario = _with_config(scenario, client)
+        return Admitted(request, scenario, folder, settings)
+
+    def _base(self, scenario: Scenario | None, operator: Mapping[str, Any]) -> RunSettings:
+        name = scenario.name if scenario is not None else None
+        known = self._bases.get(name)
+        if known is not None and known[0] is scenario:
+            return known[1]
+        base = _settings(self.config, operator)
+        self._bases[name] = (scenario, base)
+        return base
 
 
 def _check_shape(request: RunRequest) -> None:

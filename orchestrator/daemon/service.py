@@ -32,7 +32,7 @@ from orchestrator.conductor import RunCheckpoint
 from orchestrator.config import Config
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.ids import new_id
-from orchestrator.daemon.policy import Admitted, admit
+from orchestrator.daemon.policy import Admitted, Policy
 from orchestrator.daemon.recorder import EventRecorder
 from orchestrator.daemon.recovery import (
     CHECKPOINT_DECODER,
@@ -114,6 +114,7 @@ class RunService:
         self._recorder = recorder
         self._journal = journal
         self._scenarios = dict(scenarios)
+        self._policy = Policy(config, self._scenarios)
         # The tasks that see runs end, reused: a task started per run would cost more than
         # the rest of its work. Parked ones end when the daemon cancels ``task_group``.
         self._finishers = Workers(task_group)
@@ -199,7 +200,7 @@ class RunService:
         key: str | None,
         parent: TraceParent | None,
     ) -> RunRow:
-        admitted = admit(request, self._config, self._scenarios)
+        admitted = self._policy.admit(request)
         on_crash = admitted.settings.on_crash
         self._check_room()
         run_id = new_id()
