@@ -287,12 +287,14 @@ class Store:
                     self._wake = anyio.Event()
                     continue
                 pause = self._began + COMMIT_INTERVAL_SECONDS - time.perf_counter()
-                if pause > 0 and not self._closed:  # let more writes join this commit
+                # Let more writes join this commit, unless someone waits for it (a 202).
+                if pause > 0 and not self._closed and not self._urgent.is_set():
                     with anyio.move_on_after(pause):
-                        await self._urgent.wait()  # unless someone waits for it (a 202)
+                        await self._urgent.wait()
                     for hook in self._before_commit:
                         hook()
-                self._urgent = anyio.Event()
+                if self._urgent.is_set():
+                    self._urgent = anyio.Event()
                 batch, self._batch = self._batch, _Batch()
                 self._inflight = batch
                 began = self._began = time.perf_counter()
