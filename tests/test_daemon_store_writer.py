@@ -190,3 +190,26 @@ async def test_a_cancelled_caller_is_released_and_the_call_still_runs() -> None:
         release.set()
         await thread.stop()
     assert not thread.is_alive()
+
+
+@pytest.mark.asyncio
+async def test_bytes_and_none_are_stored_as_blobs_and_nulls(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = Store(path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        store.insert_run(row("a"))
+        store.append_event("a", 1, "Progress", b'{"n":1}')
+        store.save_checkpoint("a", b"\x00\xffcp")
+        store.update_run("a", status="running", cause=None, result=b'{"r":1}')
+        await store.flush()
+        store.close()
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute(
+            "SELECT typeof(request), typeof(result), typeof(cause), typeof(started_at), result "
+            "FROM runs"
+        ).fetchall() == [("blob", "blob", "null", "null", b'{"r":1}')]
+        assert db.execute("SELECT typeof(data), data FROM run_events").fetchall() == [
+            ("blob", b'{"n":1}')
+        ]
+        assert db.execute("SELECT data FROM run_checkpoints").fetchall() == [(b"\x00\xffcp",)]
