@@ -217,11 +217,13 @@ class EventRecorder:
 
     def _release_all(self) -> None:
         """Before a commit: queue every held text (the store's hook)."""
-        for run_id in self._holding.copy():
+        if not self._holding:
+            return
+        holding, self._holding = self._holding, set()
+        for run_id in holding:
             track = self._runs.get(run_id)
             if track is not None and track.text is not None:
                 self._release(run_id, track)
-        self._holding.clear()
 
 
 def _restates(progress: Progress, turn: TurnStarted | None) -> bool:
