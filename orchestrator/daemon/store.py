@@ -252,6 +252,7 @@ class Store:
             setup.close()
         self._thread = WriterThread("loopfuse-store-writer")
         self._writer: sqlite3.Connection | None = None
+        self._writer_cursor: sqlite3.Cursor | None = None
         """The writer's connection, opened and used on :attr:`_thread` only."""
         self._cursors: dict[str, int] = {}
         """Run id → cursor (the events' key) of the runs being written."""
@@ -365,16 +366,18 @@ class Store:
         # hundred events take 50-450 ms under load; one statement per kind takes a few. Each
         # statement's text depends only on its size class (:func:`_execute_rows`), so the
         # connection's statement cache prepares each once instead of parsing a new text
-        # (hundreds of placeholders) every commit.
-        conn = self._writer
+        # (hundreds of placeholders) every commit. The statements go through one cursor
+        # (``Connection.execute`` makes a new one each time).
+        conn, cursor = self._writer, self._writer_cursor
         assert conn is not None, "the writer's connection is opened by Store.run"
+        assert cursor is not None
         updates = batch.updates
-        conn.execute("BEGIN IMMEDIATE")
+        cursor.execute("BEGIN IMMEDIATE")
         try:
             # A run inserted by this commit is inserted with its queued changes (no UPDATE
             # of the row just written).
             _execute_rows(
-                conn,
+                cursor,
                 _INSERT_HEAD,
                 [
                     _inserted(r, updates.get(r.id), batch.last_event.get(r.id, 0))
@@ -383,30 +386,30 @@ class Store:
                 tail=") LIMIT ?",
             )
             _execute_rows(
-                conn,
+                cursor,
                 "INSERT OR REPLACE INTO run_events (run, seq, type, data) SELECT * FROM (VALUES ",
                 self._keyed(conn, batch.events),
                 tail=") LIMIT ?",
             )
             inserted = {r.id for r in batch.runs} if batch.runs and updates else set()
             _execute_rows(
-                conn,
+                cursor,
                 _UPDATE_HEAD,
                 _row_updates(updates, batch.last_event, inserted),
                 tail=_UPDATE_TAIL,
             )
             _execute_rows(
-                conn,
+                cursor,
                 "INSERT OR REPLACE INTO run_checkpoints (run, data) SELECT * FROM (VALUES ",
                 self._keyed_checkpoints(conn, batch.checkpoints, updates),
                 tail=") LIMIT ?",
             )
             for call in batch.calls:
                 call(conn)
-            conn.execute("COMMIT")
+            cursor.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:  # a failed COMMIT may have rolled back already
-                conn.execute("ROLLBACK")
+                cursor.execute("ROLLBACK")
             raise
 
     def _cursor(self, conn: sqlite3.Connection, run_id: str) -> int | None:
@@ -456,11 +459,12 @@ class Store:
 
     def _open_writer(self) -> None:
         self._writer = _connect(self.path, same_thread=True)
+        self._writer_cursor = self._writer.cursor()
 
     def _close_connections(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            self._writer = None
+            self._writer = self._writer_cursor = None
         for conn in self._readers:
             conn.close()
         self._readers.clear()
@@ -703,9 +707,11 @@ _UPDATE_TAIL: Final = ") LIMIT ?) AS v WHERE runs.id = v.column1"
 
 
 @functools.lru_cache(maxsize=256)
-def _values(width: int, rows: int) -> str:
+def _statement(head: str, width: int, rows: int, tail: str) -> str:
+    """``head``, ``rows`` rows of ``width`` placeholders, ``tail``: the same string object
+    for the same size, so the statement cache's look-up hashes it once, not every commit."""
     row = "(" + ", ".join("?" * width) + ")"
-    return ", ".join([row] * rows)
+    return head + ", ".join([row] * rows) + tail
 
 
 def _size_class(rows: int, most: int) -> int:
@@ -714,7 +720,7 @@ def _size_class(rows: int, most: int) -> int:
 
 
 def _execute_rows(
-    conn: sqlite3.Connection, head: str, rows: Sequence[Sequence[Any]], *, tail: str
+    cursor: sqlite3.Cursor, head: str, rows: Sequence[Sequence[Any]], *, tail: str
 ) -> None:
     """``head (…), (…) … tail`` for ``rows``, ``tail`` ending in ``LIMIT ?``: in statements of
     a few sizes (powers of two, as the variable limit allows), each filled up with rows of
@@ -733,7 +739,7 @@ def _execute_rows(
         values = [value for row in chunk for value in row]
         values.extend([0] * (width * (size - len(chunk))))
         values.append(len(chunk))
-        conn.execute(head + _values(width, size) + tail, values)
+        cursor.execute(_statement(head, width, size, tail), values)
 
 
 def _inserted(row: RunRow, columns: dict[str, Any] | None, last_event: int) -> tuple[Any, ...]:
