@@ -213,3 +213,21 @@ async def test_bytes_and_none_are_stored_as_blobs_and_nulls(tmp_path: Path) -> N
             ("blob", b'{"n":1}')
         ]
         assert db.execute("SELECT data FROM run_checkpoints").fetchall() == [(b"\x00\xffcp",)]
+
+
+def replace_with_folder(path: Path) -> None:
+    for leftover in path.parent.iterdir():
+        leftover.unlink()
+    path.mkdir()
+
+
+@pytest.mark.asyncio
+async def test_a_writer_that_cannot_open_the_file_fails_to_start_and_leaves_no_thread(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    store = Store(path)  # made and set up, then the file is gone and a folder is in its place
+    replace_with_folder(path)
+    with anyio.fail_after(20), pytest.raises(sqlite3.OperationalError, match="unable to open"):
+        await store.run()
+    assert not [t for t in threading.enumerate() if t.name == "loopfuse-store-writer"]

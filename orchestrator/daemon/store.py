@@ -286,12 +286,7 @@ class Store:
         self._thread.start()
         try:
             await self._thread.call(self._open_writer)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._thread.stop()
-            raise
-        task_status.started()
-        try:
+            task_status.started()
             while True:
                 for hook in self._before_commit:
                     hook()
