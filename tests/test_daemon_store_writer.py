@@ -163,6 +163,8 @@ async def test_writer_thread_runs_calls_in_order_and_hands_back_errors() -> None
     finally:
         await thread.stop()
     assert not thread.is_alive()
+    with pytest.raises(RuntimeError, match="not running"):  # not a wait that never ends
+        await thread.call(lambda: 1)
 
 
 @pytest.mark.asyncio

@@ -35,6 +35,7 @@ class WriterThread:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
 
     @property
     def ident(self) -> int | None:
@@ -55,7 +56,7 @@ class WriterThread:
     async def call(self, function: Callable[[], T]) -> T:
         """``function()`` on the thread, after every call queued before it; its result (or
         exception) returned here."""
-        if self._loop is None:
+        if self._loop is None or self._stopping:
             raise RuntimeError(f"{self.name} is not running")
         future: asyncio.Future[T] = self._loop.create_future()
         self._calls.put((function, future))
@@ -64,8 +65,9 @@ class WriterThread:
     async def stop(self) -> None:
         """Let the calls queued so far finish, then end the thread and wait until it has."""
         thread, loop = self._thread, self._loop
-        if thread is None or loop is None or not thread.is_alive():
+        if thread is None or loop is None or self._stopping:
             return
+        self._stopping = True
         ended: asyncio.Future[None] = loop.create_future()
         self._calls.put((lambda: None, ended))
         self._calls.put(None)
