@@ -14,8 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import msgspec
+
 from orchestrator.config import Config, DaemonSettings, RuntimeSettings
 from orchestrator.daemon.client import DaemonClient
+from orchestrator.daemon.schemas import RunRequest
+from orchestrator.daemon.store import RunRow, Store
 
 SLOW = """
 description = "A slow model reading a file line by line: ends at max_turns."
@@ -56,6 +61,28 @@ def daemon_config(tmp_path: Path, *, concurrent: int = 8, **daemon: Any) -> Conf
         daemon=DaemonSettings(**settings),
         runtime=RuntimeSettings(max_concurrent_runs=concurrent),
     )
+
+
+async def store_queued(path: Path, run_id: str, request: RunRequest, *, on_crash: str) -> None:
+    """Commit ``request`` to the store at ``path`` as a queued run ``run_id`` (what a daemon
+    that stopped before starting it leaves), with the store's own writer."""
+    store = Store(path)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run)
+        store.insert_run(
+            RunRow(
+                id=run_id,
+                trace_id="a" * 32,
+                status="queued",
+                on_crash=on_crash,
+                request=json.dumps(msgspec.to_builtins(request)).encode(),
+                request_hash="h",
+                created_at=0.0,
+            )
+        )
+        await store.flush()
+        tg.cancel_scope.cancel()
+    store.close()
 
 
 async def events_until(

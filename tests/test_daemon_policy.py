@@ -6,7 +6,6 @@ asked for happens; what the operator allows works; the library keeps full contro
 
 from __future__ import annotations
 
-import json
 import typing
 from pathlib import Path
 from typing import Any
@@ -30,12 +29,11 @@ from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
 from orchestrator.daemon.policy import allowed_models
 from orchestrator.daemon.schemas import RunRequest
-from orchestrator.daemon.store import RunRow, Store
 from orchestrator.errors import ConfigError
 from orchestrator.runtime import Runtime
 from orchestrator.scenarios.runs import run_scenario
 from orchestrator.sim import find_scenario
-from tests.daemon_support import daemon_config, events_until, wait_ended
+from tests.daemon_support import daemon_config, events_until, store_queued, wait_ended
 
 EVERY_CLIENT_KEY: tuple[ClientKey, ...] = typing.get_args(ClientKey)
 
@@ -406,23 +404,7 @@ async def test_a_stored_request_runs_only_as_today_s_policy_allows(tmp_path: Pat
     daemon starts it after a restart: its hook never runs."""
     marker = tmp_path / "owned.txt"
     request = RunRequest(scenario="completed", config={"hooks": [hook(marker)]})
-    store = Store(tmp_path / "daemon.db")
-    async with anyio.create_task_group() as tg:
-        await tg.start(store.run)
-        store.insert_run(
-            RunRow(
-                id="stored-hostile",
-                trace_id="t" * 32,
-                status="queued",
-                on_crash="resume",
-                request=json.dumps(msgspec.to_builtins(request)).encode(),
-                request_hash="h",
-                created_at=0.0,
-            )
-        )
-        await store.flush()
-        tg.cancel_scope.cancel()
-    store.close()
+    await store_queued(tmp_path / "daemon.db", "stored-hostile", request, on_crash="resume")
     async with (
         open_daemon(config(tmp_path)) as running,
         httpx.AsyncClient(base_url=running.url) as http,

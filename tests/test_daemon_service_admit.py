@@ -5,7 +5,6 @@ today's policy allows."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import anyio
@@ -19,9 +18,8 @@ from orchestrator.daemon.client import DaemonClient
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.policy import Admitted, Policy, admit
 from orchestrator.daemon.schemas import RunRequest
-from orchestrator.daemon.store import RunRow, Store
 from orchestrator.sim import shipped_scenarios
-from tests.daemon_support import daemon_config, wait_ended
+from tests.daemon_support import daemon_config, store_queued, wait_ended
 
 
 @pytest.fixture
@@ -72,26 +70,6 @@ async def test_a_refused_request_gets_its_422_and_starts_nothing(
     assert len(admitted) == 1
 
 
-async def _store_queued(path: Path, run_id: str, request: RunRequest) -> None:
-    store = Store(path)
-    async with anyio.create_task_group() as tg:
-        await tg.start(store.run)
-        store.insert_run(
-            RunRow(
-                id=run_id,
-                trace_id="a" * 32,
-                status="queued",
-                on_crash="abort",
-                request=json.dumps(msgspec.to_builtins(request)).encode(),
-                request_hash="h",
-                created_at=0.0,
-            )
-        )
-        await store.flush()
-        tg.cancel_scope.cancel()
-    store.close()
-
-
 @pytest.mark.asyncio
 async def test_a_stored_request_is_checked_against_today_s_policy_at_restart(
     tmp_path: Path, admitted: list[RunRequest]
@@ -99,7 +77,7 @@ async def test_a_stored_request_is_checked_against_today_s_policy_at_restart(
     """Stored when ``max_turns`` was allowed; today's operator allows no key: the restart
     refuses it by name (the run ends ``abort.crash``), and the daemon serves on."""
     request = RunRequest(scenario="completed", config={"max_turns": 5})
-    await _store_queued(tmp_path / "daemon.db", "stored-before", request)
+    await store_queued(tmp_path / "daemon.db", "stored-before", request, on_crash="abort")
     strict = daemon_config(tmp_path)
     strict = msgspec.structs.replace(
         strict,
