@@ -179,6 +179,23 @@ async def test_300_runs_round_robin_on_three_daemons_each_end_once_as_expected(
 
 
 @pytest.mark.asyncio
+async def test_the_listing_is_every_run_the_bucket_holds(server: NatsServer) -> None:
+    """The fleet's listing takes the keys from the bucket's stream (not nats-py's key
+    watcher, which can end before the entries it holds: nats-io/nats.py#842): an empty
+    bucket lists nothing, every run just submitted is listed at once, a deleted entry not."""
+    async with fleet(settings_for(server), 1, pull=False) as (node,):
+        with anyio.fail_after(30):
+            assert await node.states() == []
+            submitted = [
+                (await node.submit(RunRequest(scenario="completed")))[0].run_id for _ in range(3)
+            ]
+            assert sorted(state.run_id for state in await node.states()) == sorted(submitted)
+            await node.buckets.state.delete(submitted[0])
+            listed = {state.run_id for state in await node.states()}
+    assert listed == set(submitted[1:])
+
+
+@pytest.mark.asyncio
 async def test_a_duplicate_submission_is_one_run(server: NatsServer) -> None:
     async with fleet(settings_for(server), 2) as nodes:
         with anyio.fail_after(30):

@@ -42,7 +42,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
-from nats.js.errors import KeyWrongLastSequenceError, NoKeysError, NotFoundError
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from bus import ExitReason, RunFinished, cause_hint
 from orchestrator.cluster.errors import ClusterError
@@ -299,20 +299,24 @@ class ClusterNode:
         """Every run the fleet knows (the ``runstate`` bucket), in no particular order.
 
         Reads each entry: fine for the runs a retention window keeps; a fleet with very many
-        runs should list from its own index instead.
+        runs should list from its own index instead. The keys are the subjects the bucket's
+        stream holds (``STREAM.INFO`` with a subject filter), not ``KeyValue.keys()``: its
+        watcher can send its end-of-history marker before the entries already delivered to
+        it (nats-io/nats.py#842, still in 2.16), and the listing of a bucket with runs comes
+        back empty.
         """
+        bucket = self.settings.state_bucket
+        prefix = f"$KV.{bucket}."
 
         async def keys() -> list[str]:
-            try:
-                return list(await self.buckets.state.keys())
-            except NoKeysError:  # an empty bucket is an answer, not an outage to retry
-                return []
+            info = await self.js.stream_info(f"KV_{bucket}", subjects_filter=prefix + ">")
+            return [subject[len(prefix) :] for subject in info.state.subjects or {}]
 
         states: list[RunState] = []
         for key in await retrying("keys", keys):
             try:
                 states.append((await self._entry(key))[0])
-            except ClusterError:  # pruned between the listing and the read
+            except ClusterError:  # deleted, or pruned between the listing and the read
                 continue
         return states
 
