@@ -196,6 +196,20 @@ async def test_the_listing_is_every_run_the_bucket_holds(server: NatsServer) -> 
 
 
 @pytest.mark.asyncio
+async def test_live_nodes_are_the_heartbeats_the_bucket_holds(server: NatsServer) -> None:
+    """The fleet gauge counts the nodes bucket's current entries (from its stream's subjects,
+    not nats-py's key watcher): a node's deleted heartbeat is not a live node."""
+    from orchestrator.cluster.metrics import fleet_snapshot
+
+    # Heartbeats every 200 s: none puts the deleted entry back while the test looks.
+    async with fleet(settings_for(server, node_ttl_seconds=600), 2, pull=False) as nodes:
+        with anyio.fail_after(30):
+            assert (await fleet_snapshot(nodes[0])).live_nodes == 2
+            await nodes[0].buckets.nodes.delete(nodes[1].name)
+            assert (await fleet_snapshot(nodes[0])).live_nodes == 1
+
+
+@pytest.mark.asyncio
 async def test_a_duplicate_submission_is_one_run(server: NatsServer) -> None:
     async with fleet(settings_for(server), 2) as nodes:
         with anyio.fail_after(30):

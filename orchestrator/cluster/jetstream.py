@@ -22,7 +22,7 @@ from nats.js.kv import KeyValue
 
 from orchestrator.cluster.settings import ClusterSettings
 
-__all__ = ["Buckets", "connect", "ensure_layout", "retrying"]
+__all__ = ["Buckets", "bucket_keys", "connect", "ensure_layout", "retrying"]
 
 logger = logging.getLogger("loopfuse.cluster")
 
@@ -99,6 +99,20 @@ async def ensure_layout(js: JetStreamContext, settings: ClusterSettings) -> Buck
             js, KeyValueConfig(bucket=settings.nodes_bucket, ttl=settings.node_ttl_seconds)
         ),
     )
+
+
+async def bucket_keys(js: JetStreamContext, bucket: str) -> list[str]:
+    """The keys key-value ``bucket`` holds, deleted ones too (a delete leaves a marker
+    entry): the subjects of its stream, from one ``STREAM.INFO`` with a subject filter (NATS
+    answers at most 100,000 subjects).
+
+    Not ``KeyValue.keys()``: its watcher can send its end-of-history marker before the
+    entries already delivered to it (nats-io/nats.py#842, still in 2.16), and a bucket that
+    holds keys then lists none.
+    """
+    prefix = f"$KV.{bucket}."
+    info = await js.stream_info(f"KV_{bucket}", subjects_filter=prefix + ">")
+    return [subject[len(prefix) :] for subject in info.state.subjects or {}]
 
 
 async def _stream(js: JetStreamContext, config: StreamConfig) -> None:

@@ -24,6 +24,7 @@ from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from orchestrator.cluster.jetstream import bucket_keys
 from orchestrator.cluster.node import CONSUMER, ClusterNode
 
 __all__ = ["FleetCollector", "FleetSnapshot", "NodeCollector", "fleet_snapshot"]
@@ -97,10 +98,15 @@ async def fleet_snapshot(node: ClusterNode) -> FleetSnapshot:
     except NotFoundError:  # no daemon has pulled yet: every stored submission waits
         depth = (await node.js.stream_info(settings.runs_stream)).state.messages
         unacknowledged = waiting = 0
-    try:
-        live = len([key for key in await node.buckets.nodes.keys() if key != LEASE_KEY])
-    except nats.js.errors.NoKeysError:
-        live = 0
+    live = 0
+    for key in await bucket_keys(node.js, settings.nodes_bucket):
+        if key == LEASE_KEY:
+            continue
+        try:
+            await node.buckets.nodes.get(key)
+        except NotFoundError:  # left the fleet (deleted) or expired since the listing
+            continue
+        live += 1
     return FleetSnapshot(
         queue_depth=depth,
         unacknowledged=unacknowledged,

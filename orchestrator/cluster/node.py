@@ -47,7 +47,13 @@ from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 from bus import ExitReason, RunFinished, cause_hint
 from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.events import ClusterEvent, last_event, run_events
-from orchestrator.cluster.jetstream import Buckets, connect, ensure_layout, retrying
+from orchestrator.cluster.jetstream import (
+    Buckets,
+    bucket_keys,
+    connect,
+    ensure_layout,
+    retrying,
+)
 from orchestrator.cluster.publisher import EventPublisher, KvJournal
 from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.cluster.state import STATE_DECODER, STATE_ENCODER, RunState
@@ -298,22 +304,13 @@ class ClusterNode:
     async def states(self) -> list[RunState]:
         """Every run the fleet knows (the ``runstate`` bucket), in no particular order.
 
-        Reads each entry: fine for the runs a retention window keeps; a fleet with very many
-        runs should list from its own index instead. The keys are the subjects the bucket's
-        stream holds (``STREAM.INFO`` with a subject filter), not ``KeyValue.keys()``: its
-        watcher can send its end-of-history marker before the entries already delivered to
-        it (nats-io/nats.py#842, still in 2.16), and the listing of a bucket with runs comes
-        back empty.
+        The keys are the bucket's stream's subjects (:func:`bucket_keys`); each entry is read:
+        fine for the runs a retention window keeps; a fleet with very many runs should list
+        from its own index instead.
         """
         bucket = self.settings.state_bucket
-        prefix = f"$KV.{bucket}."
-
-        async def keys() -> list[str]:
-            info = await self.js.stream_info(f"KV_{bucket}", subjects_filter=prefix + ">")
-            return [subject[len(prefix) :] for subject in info.state.subjects or {}]
-
         states: list[RunState] = []
-        for key in await retrying("keys", keys):
+        for key in await retrying("keys", lambda: bucket_keys(self.js, bucket)):
             try:
                 states.append((await self._entry(key))[0])
             except ClusterError:  # deleted, or pruned between the listing and the read
