@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import time
 
 import anyio
 import pytest
 
-from bench.daemon import group_samples, main, measure_daemon, report
+from bench.daemon import group_samples, main, measure_daemon, proc_cpu_seconds, report
 from bench.daemon_jetstream import measure_jetstream
 from tests.fleet_support import NEEDS_NATS_SERVER
+
+
+def test_a_process_cpu_is_read_to_below_a_clock_tick() -> None:
+    """The daemon's CPU is read from the process's CPU-time clock, the clock
+    ``time.process_time`` reads for this process, not in 10 ms ticks: four runs' CPU (a few
+    ms) once read as zero."""
+    before = time.process_time()
+    read = proc_cpu_seconds(os.getpid())
+    after = time.process_time()
+    assert before <= read <= after
+    assert read != round(read, 2)  # not a whole number of ticks
 
 
 def test_the_bench_runs_a_real_daemon_followed_and_against_a_separate_simulator() -> None:
