@@ -18,10 +18,13 @@ from pathlib import Path
 
 import anyio
 import msgspec
+import nats
 import pytest
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import ConsumerConfig, DeliverPolicy, KeyValueConfig
+from nats.js.errors import NotFoundError
 
 from orchestrator.cluster import ClusterError, ClusterNode, ClusterSettings
+from orchestrator.cluster.jetstream import bucket_keys
 from orchestrator.cluster.testing import NatsServer
 from orchestrator.config import Config
 from orchestrator.daemon.schemas import RunRequest
@@ -193,6 +196,32 @@ async def test_the_listing_is_every_run_the_bucket_holds(server: NatsServer) -> 
             await node.buckets.state.delete(submitted[0])
             listed = {state.run_id for state in await node.states()}
     assert listed == set(submitted[1:])
+
+
+@pytest.mark.asyncio
+async def test_a_bucket_past_one_answer_of_subjects_lists_every_key(server: NatsServer) -> None:
+    """NATS answers ``STREAM.INFO`` with at most 100,000 subjects; the listing pages on, so a
+    bucket holding more lists every key; a bucket that does not exist is an answer
+    (``NotFoundError``, not retried), not an empty list."""
+    count = 100_050
+    nc = await nats.connect(server.url)
+    try:
+        with anyio.fail_after(60):
+            js = nc.jetstream()
+            await js.create_key_value(KeyValueConfig(bucket="many", history=1))
+            for index in range(count - 1):  # core publishes: no ack round trip per key
+                await nc.publish(f"$KV.many.k{index}", b"")
+            # The stream stores one connection's messages in order: the last one's ack says
+            # every key before it is stored.
+            last = await js.publish(f"$KV.many.k{count - 1}", b"")
+            assert last.seq == count
+            keys = await bucket_keys(nc, "many")
+            with pytest.raises(NotFoundError):
+                await bucket_keys(nc, "absent")
+    finally:
+        await nc.close()
+    assert len(keys) == count
+    assert set(keys) == {f"k{index}" for index in range(count)}
 
 
 @pytest.mark.asyncio

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import anyio
+import msgspec
 import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -17,7 +18,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 
 from orchestrator.cluster.settings import ClusterSettings
@@ -32,6 +33,24 @@ RETRY_FIRST: Final = 0.05
 RETRY_MAX: Final = 1.0
 EVENTS_PER_RUN: Final = 100_000
 """Cap on one run's messages in the events stream (older ones go first)."""
+JS_API: Final = "$JS.API"
+"""JetStream's API subjects, as ``nc.jetstream()`` (no domain, no prefix) addresses them."""
+
+
+class _SubjectCounts(msgspec.Struct):
+    subjects: dict[str, int] | None = None
+
+
+class _StreamSubjects(msgspec.Struct):
+    """The part of a ``STREAM.INFO`` answer a key listing reads."""
+
+    state: _SubjectCounts = msgspec.field(default_factory=_SubjectCounts)
+    total: int = 0
+    error: dict[str, Any] | None = None
+
+
+_JSON: Final = msgspec.json.Encoder()
+_STREAM_SUBJECTS: Final = msgspec.json.Decoder(_StreamSubjects)
 
 
 class Buckets(NamedTuple):
@@ -101,18 +120,30 @@ async def ensure_layout(js: JetStreamContext, settings: ClusterSettings) -> Buck
     )
 
 
-async def bucket_keys(js: JetStreamContext, bucket: str) -> list[str]:
+async def bucket_keys(nc: Client, bucket: str) -> list[str]:
     """The keys key-value ``bucket`` holds, deleted ones too (a delete leaves a marker
-    entry): the subjects of its stream, from one ``STREAM.INFO`` with a subject filter (NATS
-    answers at most 100,000 subjects).
+    entry): the subjects of its stream, from ``STREAM.INFO`` with a subject filter, page by
+    page (NATS answers at most 100,000 subjects at a time and says how many match).
 
     Not ``KeyValue.keys()``: its watcher can send its end-of-history marker before the
     entries already delivered to it (nats-io/nats.py#842, still in 2.16), and a bucket that
-    holds keys then lists none.
+    holds keys then lists none. nats-py's ``stream_info`` cannot ask for a page past the
+    first, so the request is sent here.
     """
     prefix = f"$KV.{bucket}."
-    info = await js.stream_info(f"KV_{bucket}", subjects_filter=prefix + ">")
-    return [subject[len(prefix) :] for subject in info.state.subjects or {}]
+    keys: list[str] = []
+    while True:
+        request = {"subjects_filter": prefix + ">", "offset": len(keys)}
+        reply = await nc.request(
+            f"{JS_API}.STREAM.INFO.KV_{bucket}", _JSON.encode(request), timeout=5
+        )
+        page = _STREAM_SUBJECTS.decode(reply.data)
+        if page.error is not None:
+            APIError.from_error(page.error)  # raises NotFoundError, BadRequestError, …
+        subjects = page.state.subjects or {}
+        keys.extend(subject[len(prefix) :] for subject in subjects)
+        if not subjects or len(keys) >= page.total:
+            return keys
 
 
 async def _stream(js: JetStreamContext, config: StreamConfig) -> None:

@@ -99,7 +99,7 @@ async def fleet_snapshot(node: ClusterNode) -> FleetSnapshot:
         depth = (await node.js.stream_info(settings.runs_stream)).state.messages
         unacknowledged = waiting = 0
     live = 0
-    for key in await bucket_keys(node.js, settings.nodes_bucket):
+    for key in await bucket_keys(node.nc, settings.nodes_bucket):
         if key == LEASE_KEY:
             continue
         try:

@@ -157,6 +157,11 @@ class ClusterNode:
     # ------------------------------------------------------------------ lifetime
 
     @property
+    def nc(self) -> Client:
+        assert self._nc is not None, "the node is not running"
+        return self._nc
+
+    @property
     def js(self) -> JetStreamContext:
         assert self._js is not None, "the node is not running"
         return self._js
@@ -310,7 +315,7 @@ class ClusterNode:
         """
         bucket = self.settings.state_bucket
         states: list[RunState] = []
-        for key in await retrying("keys", lambda: bucket_keys(self.js, bucket)):
+        for key in await retrying("keys", lambda: bucket_keys(self.nc, bucket)):
             try:
                 states.append((await self._entry(key))[0])
             except ClusterError:  # deleted, or pruned between the listing and the read
