@@ -243,11 +243,10 @@ def proc_cpu_seconds(pid: int) -> float:
     return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
 
 
-def proc_cpu_split(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of process ``pid`` (all its threads)."""
+def proc_system_seconds(pid: int) -> float:
+    """System CPU seconds of process ``pid`` (all its threads), in clock ticks."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+    return int(stat[stat.rindex(")") + 2 :].split()[12]) / _TICKS
 
 
 def proc_context_switches(pid: int) -> int:
@@ -389,7 +388,7 @@ async def _drive(
                     if follow:
                         followers.start_soon(_follow, client, run_id)
 
-            (_, sys0), cpu0, wall0 = proc_cpu_split(pid), proc_cpu_seconds(pid), time.perf_counter()
+            sys0, cpu0, wall0 = proc_system_seconds(pid), proc_cpu_seconds(pid), time.perf_counter()
             start = wall0
             disk0 = proc_written_bytes(pid)
             switches0 = proc_context_switches(pid)
@@ -400,7 +399,7 @@ async def _drive(
             await _all_ended(client)
         wall = time.perf_counter() - wall0
         cpu = proc_cpu_seconds(pid) - cpu0
-        _, system = proc_cpu_split(pid)
+        system = proc_system_seconds(pid)
         disk = proc_written_bytes(pid) - disk0
         switches = proc_context_switches(pid) - switches0
     phase = Phase(len(bodies), wall, cpu, submit_ms=latencies, disk_bytes=disk)
