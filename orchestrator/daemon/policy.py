@@ -10,6 +10,10 @@ than the policy of the daemon that runs it:
 * ``config`` sets only the keys ``daemon.client_overrides.allowed`` lists: budgets up to the
   operator's value for the run (or ``daemon.client_overrides.ceilings``), a model the
   operator configured, a loop preset from ``loop_presets``, tools among the run's own;
+* and it is judged by its effect, on the run's effective settings, whichever key set a
+  value: every budget against its ceiling, and the effective loop config against the
+  operator's (:mod:`orchestrator.daemon.loop_floor`: detectors stay on, stop no later, no
+  exemption added, the model check's replies under the reply ceiling);
 * ``folder`` must resolve (symlinks followed) inside one of ``daemon.folder_roots``; with
   none configured, no request may name a folder.
 
@@ -25,8 +29,18 @@ from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from orchestrator.config import ClientCeilings, ClientOverrides, Config, RunSettings, run_settings
+from actors.loop import PRESETS, LoopConfig, check_config
+from actors.loop.presets import OFF
+from orchestrator.config import (
+    ClientCeilings,
+    ClientOverrides,
+    Config,
+    RunSettings,
+    merge_loop_overrides,
+    run_settings,
+)
 from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.loop_floor import loop_refusal
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.errors import ConfigError
 from orchestrator.sim import Scenario
@@ -98,6 +112,7 @@ class Policy:
         settings = _settings(config, {**operator, **client}) if client else base
         for key in client:
             _check_value(key, settings, base, config, policy)
+        _check_effect(settings, base, config, policy)
         if scenario is not None and client:
             scenario = _with_config(scenario, client)
         return Admitted(request, scenario, folder, settings)
@@ -223,6 +238,45 @@ def _check_value(
                 f"{', '.join(extra)} not among the run's tools ({', '.join(own)}); "
                 "a request may only leave tools out",
             )
+
+
+def _check_effect(
+    settings: RunSettings, base: RunSettings, config: Config, policy: ClientOverrides
+) -> None:
+    """Check what the request's ``config`` does to the run, whichever key did it: every
+    ceilinged number that differs from the operator's, and the effective loop config
+    against the operator's (the floor) when the request sets ``loop`` or ``loop_preset``."""
+    for key in CEILINGED:
+        if getattr(settings, key) != getattr(base, key):
+            _check_value(key, settings, base, config, policy)
+    if settings.loop == base.loop and settings.loop_preset == base.loop_preset:
+        return
+    preset = PRESETS.get(settings.loop_preset, OFF)
+    effective = _loop_config(preset, settings.loop, config)
+    floor = _loop_config(preset, base.loop, config)
+    ceiling = policy.ceilings.max_output_tokens
+    refused = loop_refusal(
+        effective, floor, reply_limit=ceiling if ceiling is not None else base.max_output_tokens
+    )
+    if refused is not None:
+        key, why = refused
+        raise _refuse(f"loop.{key}", why)
+
+
+def _loop_config(preset: LoopConfig, table: Mapping[str, Any], config: Config) -> LoopConfig:
+    """The loop config a run gets from ``preset`` and its ``loop`` table, as the runtime
+    builds it, checked (levels clamped) as the detector uses it."""
+    try:
+        merged = merge_loop_overrides(
+            preset,
+            table,
+            source="request",
+            result_patterns=config.loop.result_patterns,
+            llm_check_model=config.loop.llm_check_model,
+        )
+    except ConfigError as exc:
+        raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
+    return check_config(merged)
 
 
 def _number(value: float) -> str:
