@@ -141,8 +141,7 @@ def _section_refusal(
             )
     if name == "content" and effective.stop_at_offence != 1:
         return f"{name}.stop_at_offence", (
-            "a content detector a request switches on must stop the run at its first "
-            "offence (1)"
+            "a content detector a request switches on must stop the run at its first offence (1)"
         )
     if name == "llm_check" and reply_limit is not None and effective.max_tokens > reply_limit:
         return f"{name}.max_tokens", (
