@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import typing
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -30,7 +31,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from actors.loop import PRESETS, LoopConfig, LoopDetector
-from actors.loop.config import THRESHOLD_MAX
+from actors.loop.config import LEVELLED, THRESHOLD_MAX
 from actors.loop.presets import OFF
 from orchestrator.config import (
     BudgetSettings,
@@ -46,6 +47,7 @@ from orchestrator.config import (
     run_settings,
 )
 from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.loop_floor import STOP_FIELDS
 from orchestrator.daemon.policy import Policy
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.errors import ConfigError
@@ -381,6 +383,15 @@ def test_the_oracle_sees_each_back_door(client: dict[str, Any], breach: str) -> 
     """The check above is not vacuous: the back doors of issue #28 are breaches to it."""
     found = list(beyond_the_operator(DEFAULTS, {}, client))
     assert any(breach in line for line in found), found
+
+
+def test_the_docs_name_every_level_a_request_may_lower() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "security.md").read_text(encoding="utf-8")
+    section = text.split("### Loop detection by effect", 1)[1].split("\n## ", 1)[0]
+    for name, fields in STOP_FIELDS.items():
+        assert f"`{name}" in section or name in LEVELLED, name
+        for field in fields:
+            assert f"`{field}`" in section or f"{field}`" in section, (name, field)
 
 
 @pytest.mark.parametrize(
