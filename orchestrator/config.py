@@ -31,7 +31,14 @@ from actors.context import (
 )
 from actors.context.policy import RESERVE_MAX, WINDOW_MAX
 from actors.hooks import Hook
-from actors.llm.settings import TOOL_CHOICE_MODES, EndpointLimits, RequestOptions, ToolChoice
+from actors.llm.settings import (
+    TOOL_CHOICE_MODES,
+    EndpointLimits,
+    RequestOptions,
+    Seed,
+    Temperature,
+    ToolChoice,
+)
 from actors.loop import LoopConfig, LoopConfigError, ResultPattern, check_config
 from actors.loop.config import PATTERNS_MAX, compile_pattern
 from actors.tools.cache import DEFAULT_CACHE_SETTINGS
@@ -143,6 +150,10 @@ class ModelSettings(EndpointLimits, frozen=True, kw_only=True):
     reset_tool_choice: bool = True
     """Once the model has called a tool, send ``"auto"`` instead of a forcing choice
     (``"required"`` or a name), so a forced call cannot repeat forever."""
+    temperature: Temperature | None = None
+    """Sampling temperature sent with every request (unset: none is sent)."""
+    seed: Seed | None = None
+    """Sampling seed sent with every request, for servers that honour one (unset: none)."""
 
 
 class BudgetSettings(_Settings, frozen=True, kw_only=True):
@@ -655,6 +666,8 @@ def request_options(config: Config) -> tuple[RequestOptions, dict[str, RequestOp
         stream=model.stream,
         tool_choice=model.tool_choice,
         reset_tool_choice=model.reset_tool_choice,
+        temperature=model.temperature,
+        seed=model.seed,
     )
     own: dict[str, RequestOptions] = {}
     for name, caps in config.models.items():
@@ -666,6 +679,8 @@ def request_options(config: Config) -> tuple[RequestOptions, dict[str, RequestOp
             reset_tool_choice=default.reset_tool_choice
             if caps.reset_tool_choice is None
             else caps.reset_tool_choice,
+            temperature=default.temperature,
+            seed=default.seed,
         )
     return default, own
 

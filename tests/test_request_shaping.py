@@ -234,6 +234,19 @@ async def test_defaults_stream_with_usage_and_send_auto_beside_tools_only() -> N
     ]
     assert "tools" not in plain
     assert "tool_choice" not in plain
+    for body in recorder.bodies:  # no sampling settings: the server's own
+        assert "temperature" not in body
+        assert "seed" not in body
+
+
+@pytest.mark.asyncio
+async def test_temperature_and_seed_are_sent_with_every_request_when_set() -> None:
+    scen = scenario("sampled", READS_THEN_ANSWERS.format(server="openai"))
+    async with serving(scen) as (base_url, recorder):
+        result = await run(config(base_url, "sampled", temperature=0.0, seed=42), scen)
+    assert result.exit_reason is ExitReason.COMPLETED
+    assert len(recorder.bodies) == 2
+    assert all(b["temperature"] == 0.0 and b["seed"] == 42 for b in recorder.bodies)
 
 
 @pytest.mark.asyncio
@@ -329,6 +342,8 @@ def test_the_settings_load_with_their_defaults_and_per_model(tmp_path: Any) -> N
         ("[model]\nreset_tool_choice = 0\n", "model.reset_tool_choice"),
         ('[models."m"]\ntool_choice = ""\n', 'models."m".tool_choice'),
         ('[models."m"]\nstream = 2\n', 'models."m".stream'),
+        ("[model]\ntemperature = 2.5\n", "model.temperature"),
+        ("[model]\nseed = -1\n", "model.seed"),
     ],
 )
 def test_a_bad_value_names_its_key(tmp_path: Any, text: str, key: str) -> None:

@@ -22,6 +22,8 @@ __all__ = [
     "EndpointLimits",
     "EndpointSettings",
     "RequestOptions",
+    "Seed",
+    "Temperature",
     "ToolChoice",
     "endpoint_settings",
 ]
@@ -33,6 +35,10 @@ _DAY: Final = 86_400.0
 _Seconds = Annotated[float, msgspec.Meta(gt=0, le=_DAY)]
 _Grace = Annotated[float, msgspec.Meta(ge=0, le=_DAY)]
 _Attempts = Annotated[int, msgspec.Meta(ge=1, le=100)]
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
+"""``temperature`` as OpenAI's API bounds it (0 to 2)."""
+Seed = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+"""``seed``: a non-negative 64-bit integer."""
 
 TOOL_CHOICE_MODES: Final = ("auto", "none", "required")
 """The ``tool_choice`` values that are not a tool's name."""
@@ -53,6 +59,10 @@ class RequestOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     reset_tool_choice: bool = True
     """Once the model has called a tool, a forcing choice (``"required"`` or a name) is
     sent as ``"auto"``, so a forced call cannot repeat forever."""
+    temperature: Temperature | None = None
+    """Sampling temperature (``None``: send none, the server decides)."""
+    seed: Seed | None = None
+    """Sampling seed, for servers that honour one (``None``: send none)."""
 
 
 class EndpointLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -111,8 +121,10 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
     stream: bool = True
     tool_choice: ToolChoice = "auto"
     reset_tool_choice: bool = True
-    """``stream``, ``tool_choice``, ``reset_tool_choice``: as :class:`RequestOptions` says,
-    for every model that ``models`` does not name."""
+    temperature: Temperature | None = None
+    seed: Seed | None = None
+    """``stream`` … ``seed``: as :class:`RequestOptions` says, for every model that
+    ``models`` does not name."""
     models: dict[str, RequestOptions] = msgspec.field(default_factory=dict)
     """Model name -> its own request options (all three keys, resolved)."""
     extra_headers: dict[str, str] = msgspec.field(default_factory=dict)
@@ -145,6 +157,8 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
             stream=self.stream,
             tool_choice=self.tool_choice,
             reset_tool_choice=self.reset_tool_choice,
+            temperature=self.temperature,
+            seed=self.seed,
         )
 
     def __repr__(self) -> str:
@@ -187,6 +201,8 @@ def endpoint_settings(
         stream=options.stream,
         tool_choice=options.tool_choice,
         reset_tool_choice=options.reset_tool_choice,
+        temperature=options.temperature,
+        seed=options.seed,
         models=dict(models or {}),
         **values,
     )

@@ -174,10 +174,12 @@ class RequestShape:
     """What one model's settings add to its requests (:class:`RequestOptions`), worked
     out once: whether to stream, and the ``tool_choice`` sent beside tools."""
 
-    __slots__ = ("_choice", "_reset", "stream")
+    __slots__ = ("_choice", "_reset", "_sampling", "stream")
 
     def __init__(self, options: RequestOptions) -> None:
         self.stream = options.stream
+        sampling = {"temperature": options.temperature, "seed": options.seed}
+        self._sampling = {key: value for key, value in sampling.items() if value is not None}
         self._choice = tool_choice_value(options.tool_choice)
         forcing = options.tool_choice not in (_AUTO, "none")
         self._reset = forcing and options.reset_tool_choice
@@ -191,13 +193,15 @@ class RequestShape:
 
     def params(self, request: ModelRequest, tools: WireTools) -> dict[str, Any]:
         """The body fields every attempt of ``request`` shares: ``model``, ``messages``,
-        and beside its tools (if any) ``tools`` and ``tool_choice``.
+        ``temperature`` and ``seed`` where the settings set them, and beside its tools (if
+        any) ``tools`` and ``tool_choice``.
 
         :raises ToolSchemaError: a tool's schema is not a JSON object.
         """
         params: dict[str, Any] = {
             "model": request.model,
             "messages": wire_messages(request.messages),
+            **self._sampling,
         }
         if request.tools:
             params["tools"] = tools(request.tools)
@@ -216,6 +220,8 @@ class RequestShapes:
             stream=endpoint.stream,
             tool_choice=endpoint.tool_choice,
             reset_tool_choice=endpoint.reset_tool_choice,
+            temperature=endpoint.temperature,
+            seed=endpoint.seed,
         )
         self._default = RequestShape(own)
         self._models = {model: RequestShape(options) for model, options in endpoint.models.items()}
