@@ -959,6 +959,47 @@ def legit_work() -> list[Spec]:
             calls=110,
         )
     )
+    n = Noise("long_polled")
+    polled: list[dict[str, Any]] = []
+    for i in range(1, 101):
+        polled.append({"tool_calls": [_call("label_image", image=f"img_{i:03d}.png")]})
+        if i % 10 == 0:
+            polled.append({"tool_calls": [_call("labelling_status", batch="b7")]})
+    specs.append(
+        Spec(
+            name="long_labelling_with_polls",
+            kind="legit.long",
+            comment="A long run: 100 images labelled one by one, the batch's status polled after\n"
+            "every 10 (110 calls; the poll, one call made 10 times, reports progress each time:\n"
+            "issue #32 item 3, qwen's cap stopped a 112-call run at call 101).",
+            description="100 label_image calls and 10 progressing status polls: completes.",
+            task="Label every image of batch b7.",
+            tools=[
+                Tool(
+                    "label_image",
+                    "Label one image.",
+                    {"image": "string"},
+                    cases=[
+                        (
+                            {"image": f"img_{i:03d}.png"},
+                            [f"img_{i:03d}.png: {('cell', 'debris', 'empty')[i % 3]}"],
+                        )
+                        for i in range(1, 101)
+                    ],
+                ),
+                Tool(
+                    "labelling_status",
+                    "The status of a labelling batch.",
+                    {"batch": "string"},
+                    results=[
+                        f"batch b7: {10 * k} of 100 labelled (job {n.uuid()})" for k in range(1, 11)
+                    ],
+                ),
+            ],
+            steps=polled + [{"text": "All 100 images of b7 are labelled."}],
+            calls=110,
+        )
+    )
     big = "".join(f"{t},{(t * 7919) % 1000}\n" for t in range(1200))
     specs.append(
         Spec(
