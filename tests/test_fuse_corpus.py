@@ -13,12 +13,15 @@ Every run plays in process on one runtime (``play_corpus``), once per module.
 
 from __future__ import annotations
 
+import io
 from typing import Final, NamedTuple
 
 import anyio
+import msgspec
 import pytest
 
 from actors.loop import PRESETS
+from bench.waste import main as waste_main
 from orchestrator.scenarios.corpus import STOP_BY, CorpusRun, Outcome, corpus, play_corpus
 from orchestrator.scenarios.corpus.generate import main as generate_main
 
@@ -313,3 +316,43 @@ def test_the_tables_name_real_presets_kinds_and_runs() -> None:
 
 def test_the_shipped_files_are_what_the_generator_writes() -> None:
     assert generate_main(["--check"]) == 0
+
+
+def test_the_waste_bench_reports_the_corpus_per_preset() -> None:
+    table = io.StringIO()
+    argv = ["--corpus", "--preset", "strict", "--preset", "openclaw"]
+    assert waste_main([*argv, "identical_call", "paged_read_6"], out=table) == 0
+    lines = table.getvalue().splitlines()
+    strict = next(line.split() for line in lines if line.startswith("strict "))
+    # preset, legit, with verdicts, requests, tokens, stuck, stopped, by call 20, median / max
+    assert strict[1:3] == ["1", "0"]
+    assert strict[5:11] == ["1", "1", "1", "5", "/", "5"]
+    openclaw = next(line.split() for line in lines if line.startswith("openclaw "))
+    assert openclaw[5:11] == ["1", "1", "0", "31", "/", "31"]  # its breaker: call 31
+    assert next(line.split() for line in lines if line.startswith("identical_call"))[2:] == [
+        "5",
+        "31",
+    ]
+    assert next(line.split() for line in lines if line.startswith("paged_read_6"))[2:] == [
+        "ok",
+        "ok",
+    ]
+
+    as_json = io.StringIO()
+    assert waste_main([*argv, "--json", "identical_call"], out=as_json) == 0
+    rows = [msgspec.json.decode(line) for line in as_json.getvalue().splitlines()]
+    assert [(r["preset"], r["stop_calls"]) for r in rows] == [
+        ("strict", {"identical_call": 5}),
+        ("openclaw", {"identical_call": 31}),
+    ]
+
+
+def test_the_waste_bench_names_a_bad_corpus_run_or_preset(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert waste_main(["--corpus", "no_such_run"]) == 2
+    assert "no corpus run named no_such_run" in capsys.readouterr().err
+    assert waste_main(["--corpus", "--preset", "nope"]) == 2
+    assert "unknown preset(s) nope" in capsys.readouterr().err
+    assert waste_main(["--preset", "strict"]) == 2
+    assert "--preset needs --corpus" in capsys.readouterr().err
