@@ -14,6 +14,7 @@ Every run plays in process on one runtime (``play_corpus``), once per module.
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Final, NamedTuple
 
 import anyio
@@ -356,3 +357,14 @@ def test_the_waste_bench_names_a_bad_corpus_run_or_preset(
     assert "unknown preset(s) nope" in capsys.readouterr().err
     assert waste_main(["--preset", "strict"]) == 2
     assert "--preset needs --corpus" in capsys.readouterr().err
+
+
+def test_every_preset_difference_is_stated_in_the_docs() -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "loop-detection.md").read_text()
+    section = docs.split("## The acceptance corpus (issue #32)", 1)[1]
+    table = section.split("**Where a preset differs**", 1)[1].split("\n\n", 2)[1]
+    stated = set()
+    for row in table.splitlines()[2:]:
+        presets, kinds = (cell.strip() for cell in row.strip("|").split("|")[:2])
+        stated |= {(p.strip(), k.strip(" `")) for p in presets.split(",") for k in kinds.split(",")}
+    assert stated == set(DIFFERS)
