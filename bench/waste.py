@@ -3,6 +3,7 @@
 ::
 
     python -m bench.waste [--json] [--max-turns N] [--deadline SECONDS] [SCENARIO ...]
+    python -m bench.waste --corpus [--json] [--preset NAME ...] [RUN ...]
 
 Every scenario (default: :data:`DEFAULT_SCENARIOS`; a shipped name, ``NAME.LABEL`` for one
 run of a file with several, or a file) runs twice through the runtime and the embedded
@@ -19,6 +20,11 @@ endpoint reported them; the simulator counts request bytes / 4) until the run st
 the ratio off/on. A scenario that completes with its fuses on (a legitimate poll, a huge
 result cut to fit) shows what the fuses cost it: nothing, or, for a result cut to fit the
 window, the tokens saved. :func:`measure_waste` is the library entry point.
+
+``--corpus`` reports issue #32's acceptance corpus instead: every legitimate and stuck run
+under every preset (or the ``--preset`` ones; ``RUN`` names pick corpus runs), with the
+false positives, the stuck runs stopped and the call at which each was
+(:mod:`bench.waste_corpus`).
 """
 
 from __future__ import annotations
@@ -32,9 +38,12 @@ from typing import Any, Final, TextIO
 import anyio
 import msgspec
 
+from actors.loop import PRESETS
+from bench.waste_corpus import CorpusRow, format_corpus, measure_corpus
 from orchestrator.config import Config, RunSettings
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
+from orchestrator.scenarios.corpus import Outcome
 from orchestrator.scenarios.runs import run_scenario
 from orchestrator.sim import Scenario, find_scenario
 
@@ -231,7 +240,22 @@ def _parser() -> argparse.ArgumentParser:
         help=f"shipped scenario names (NAME.LABEL for one run of a file with several) or "
         f"files (default: {' '.join(DEFAULT_SCENARIOS)})",
     )
-    parser.add_argument("--json", action="store_true", help="one JSON object per scenario")
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object per scenario (--corpus: per preset)"
+    )
+    parser.add_argument(
+        "--corpus",
+        action="store_true",
+        help="report issue #32's acceptance corpus under every preset instead "
+        "(SCENARIO names then pick corpus runs)",
+    )
+    parser.add_argument(
+        "--preset",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --corpus: only this preset (repeatable; default: every preset)",
+    )
     parser.add_argument(
         "--max-turns", type=int, default=OFF_MAX_TURNS, help="turn cap of the fuses-off runs"
     )
@@ -251,6 +275,11 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if args.max_turns < 1 or args.deadline <= 0:
         print("bench.waste: --max-turns and --deadline must be positive", file=sys.stderr)
         return 2
+    if args.corpus:
+        return _corpus(args, out)
+    if args.preset:
+        print("bench.waste: --preset needs --corpus", file=sys.stderr)
+        return 2
     names = tuple(args.scenarios) or DEFAULT_SCENARIOS
 
     async def measure() -> list[Waste]:
@@ -263,6 +292,26 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             out.write(encoder.encode(row).decode() + "\n")
     else:
         format_table(rows, out)
+    return 0
+
+
+def _corpus(args: argparse.Namespace, out: TextIO) -> int:
+    presets = tuple(args.preset) or tuple(PRESETS)
+
+    async def measure() -> tuple[list[CorpusRow], list[Outcome]]:
+        return await measure_corpus(tuple(args.scenarios), presets)
+
+    try:
+        rows, outcomes = anyio.run(measure)
+    except ValueError as exc:
+        print(f"bench.waste: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        encoder = msgspec.json.Encoder()
+        for row in rows:
+            out.write(encoder.encode(row).decode() + "\n")
+    else:
+        format_corpus(rows, outcomes, out)
     return 0
 
 

@@ -16,6 +16,7 @@ MODULES = [
     "actors.tools",
     "actors.loop",
     "orchestrator.sim",
+    "orchestrator.scenarios.corpus",
     "orchestrator.daemon",
     "orchestrator.daemon.client",
     "orchestrator.metrics",
