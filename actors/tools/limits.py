@@ -35,7 +35,10 @@ class ToolLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     binary_probe_bytes: _Positive = 8192
     """A NUL byte in this many leading bytes makes a file binary."""
     max_scan_bytes: _Positive = 256 * 1024 * 1024
-    """``read_file`` gives up past this many bytes (a huge ``offset`` in a huge file)."""
+    """``read_file`` gives up past this many bytes read, whatever the lines' length (a huge
+    ``offset``, or the rest of a multi-GiB line to skip)."""
+    max_scan_seconds: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """``read_file`` gives up after reading for this long (a slow file system)."""
     image_max_bytes: _Positive = IMAGE_MAX_BYTES
     """``read_image`` refuses image files larger than this (bytes)."""
     figure_sandbox: FigureSandbox = "bubblewrap"
