@@ -42,6 +42,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from actors.tools.errors import ToolError
+from actors.tools.mcp.http_bounds import IDENTITY, bounded_responses
 from actors.tools.mcp.spec import McpServer, McpStartError
 from actors.tools.mcp.stdio import open_stdio_transport
 
@@ -66,6 +67,9 @@ HTTP_TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
 McpStatus = Literal["starting", "up", "restarting", "down", "closed"]
 UNAVAILABLE: Final = "mcp_unavailable"
 """The :class:`ToolError` kind of a call that could not reach its server."""
+_SSE_FAILED: Final = "SSE stream failed"
+"""How the SDK's streamable-HTTP transport begins the error it answers a request with when
+that request's event stream broke (``httpx2.SSEError``), not the connection."""
 PROTOCOL_ERROR: Final = "mcp_error"
 """The :class:`ToolError` kind of a call whose server broke the protocol."""
 
@@ -219,10 +223,16 @@ class McpConnection:
                     ) from None
             else:
                 client = await stack.enter_async_context(
-                    httpx2.AsyncClient(headers=self._headers(), timeout=HTTP_TIMEOUT)
+                    httpx2.AsyncClient(
+                        headers={**IDENTITY, **self._headers()},
+                        timeout=HTTP_TIMEOUT,
+                        event_hooks={"response": [bounded_responses(spec.max_message_bytes)]},
+                    )
                 )
                 read, write = await stack.enter_async_context(
-                    streamable_http_client(spec.url, http_client=client)
+                    streamable_http_client(
+                        spec.url, http_client=client, max_sse_event_size=spec.max_message_bytes
+                    )
                 )
             session = await stack.enter_async_context(
                 ClientSession(_WatchedStream(read, lost), write)
@@ -298,6 +308,12 @@ class McpConnection:
         try:
             return await session.call_tool(name, arguments)
         except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_SSE_FAILED):
+                # One response's event stream broke (an event over max_message_bytes, not
+                # SSE): that call failed, the session did not.
+                raise ToolError(
+                    PROTOCOL_ERROR, f"MCP server {self.spec.name!r}: {exc.message}"
+                ) from None
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 self._connection_lost(session)
                 if attempt.protocol_error:

@@ -98,8 +98,9 @@ class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """A session that ends sooner after its start (or breaks the protocol) counts as a
     failed start: the restarts in a row are counted on, not started again from zero."""
     max_message_bytes: Annotated[int, msgspec.Meta(ge=1024, le=MESSAGE_BYTES_MAX)] = 4 * 1024 * 1024
-    """stdio: the longest line (one JSON-RPC message: a tool list, a result) read from the
-    server; a longer one is a protocol error, found before more than this is read."""
+    """The largest message read from the server, refused before more than this is read:
+    a line on stdio (a tool list, a result; longer is a protocol error), a JSON body or a
+    server-sent event over HTTP (longer fails that call)."""
 
     def __post_init__(self) -> None:
         if self.transport == "stdio":
