@@ -74,6 +74,11 @@ for line in sys.stdin.buffer:
         if mode == "huge_list":
             head = b'{"jsonrpc": "2.0", "id": %d, "result": {"tools": [], "x": "' % id
             stream_huge(head, b'"}}\n', 64 << 20)
+        if mode == "endless_pages":  # 10 kB a page, and a next one always
+            padding = "x" * 10_000
+            page = [{"name": "echo", "description": padding, "inputSchema": {"type": "object"}}]
+            result(id, {"tools": page, "nextCursor": "more"})
+            continue
         result(id, {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]})
         if mode == "exit_after_start":
             sys.exit(0)
@@ -207,3 +212,16 @@ async def test_a_huge_tool_list_fails_the_start_while_it_is_read(tmp_path: Path)
         "than max_message_bytes (65536 bytes)"
     )
     assert most_written(log) < 8 << 20
+
+
+@pytest.mark.asyncio
+async def test_a_paginated_tool_list_is_bounded_in_all(tmp_path: Path) -> None:
+    # Each page fits max_message_bytes; before, 100 of them were read (1 MB here).
+    spec, _ = fake_server(tmp_path, "endless_pages", max_message_bytes=64 * 1024)
+    with anyio.fail_after(20), pytest.raises(McpStartError) as failed:
+        async with open_mcp_servers([spec]):
+            pass
+    assert failed.value.key == "max_message_bytes"
+    assert failed.value.reason == (
+        "its tool list is longer than max_message_bytes (65536 bytes) after 7 pages"
+    )

@@ -240,7 +240,7 @@ class McpConnection:
             try:
                 with anyio.fail_after(spec.start_timeout_seconds):
                     await session.initialize()
-                    tools = await _list_tools(session)
+                    tools = await _list_tools(session, spec)
             except TimeoutError:
                 raise McpStartError(
                     spec.name,
@@ -367,16 +367,30 @@ class McpConnection:
         return f"; its stderr ended with: {tail}" if tail else "; its stderr is empty"
 
 
-async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+async def _list_tools(session: ClientSession, spec: McpServer) -> list[mcp_types.Tool]:
+    """Every page of the server's tool list, at most :data:`LIST_PAGES_MAX` pages and
+    ``max_message_bytes`` in all (each page is bounded as it is read; their sum here).
+
+    :raises McpStartError: the pages add up to more than ``max_message_bytes``.
+    """
     listing = await session.list_tools()
     tools = list(listing.tools)
-    for _ in range(LIST_PAGES_MAX - 1):
+    size = len(listing.model_dump_json(by_alias=True, exclude_unset=True))
+    for page in range(2, LIST_PAGES_MAX + 1):
         if listing.next_cursor is None:
-            return tools
+            break
         listing = await session.list_tools(
             params=mcp_types.PaginatedRequestParams(cursor=listing.next_cursor)
         )
         tools.extend(listing.tools)
+        size += len(listing.model_dump_json(by_alias=True, exclude_unset=True))
+        if size > spec.max_message_bytes:
+            raise McpStartError(
+                spec.name,
+                "max_message_bytes",
+                f"its tool list is longer than max_message_bytes ({spec.max_message_bytes} "
+                f"bytes) after {page} pages",
+            )
     return tools
 
 
