@@ -214,6 +214,20 @@ def test_list_dir_is_bounded_with_a_note(tmp_path: Path) -> None:
     assert "7 more entries not shown (12 in all)" in lines[5]
 
 
+def test_list_dir_reads_a_huge_directory_only_up_to_its_bound(tmp_path: Path) -> None:
+    for i in range(30):
+        (tmp_path / f"f{i:02d}").write_text("")
+    lines = list_text(tmp_path, ".", ToolLimits(list_entries=5, list_scan_entries=12))
+    assert len(lines.splitlines()) == 6
+    shown = [line.split()[0] for line in lines.splitlines()[:5]]
+    assert shown == sorted(shown)
+    assert lines.splitlines()[5] == (
+        "[list_dir: the directory holds more than 12 entries; 5 of the first 12 read (in "
+        "the directory's own order) are shown, by name. List a subdirectory or read a file "
+        "by name.]"
+    )
+
+
 def test_list_dir_errors(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("x")
     with pytest.raises(ToolError, match="not a directory"):

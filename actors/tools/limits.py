@@ -32,6 +32,9 @@ class ToolLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """``read_file`` text cut (characters)."""
     list_entries: _Positive = 500
     """``list_dir`` shows at most this many entries."""
+    list_scan_entries: _Positive = 100_000
+    """``list_dir`` reads at most this many entries of a directory (a directory of millions
+    of empty files costs its owner little), and shows the first ``list_entries`` of them."""
     binary_probe_bytes: _Positive = 8192
     """A NUL byte in this many leading bytes makes a file binary."""
     max_scan_bytes: _Positive = 256 * 1024 * 1024
