@@ -2,7 +2,8 @@
 
 Run as ``python tests/mcp_fault_server.py`` (stdio) or with ``--http`` (streamable HTTP on
 127.0.0.1, on an ephemeral port it prints, alone on the first line of its output, once
-connections are accepted). tests/test_mcp_faults.py drives it through loopfuse.
+connections are accepted; ``--http-json`` answers with JSON bodies, not event streams).
+tests/test_mcp_faults.py drives it through loopfuse.
 
 Tools: ``echo`` (answers its text), ``hang`` (never answers), ``crash`` (the process exits
 during the call), ``huge`` (a result of ``chars`` characters), ``fail`` (an ``isError``
@@ -121,14 +122,15 @@ def header(name: str, ctx: Context) -> str:
     return f"{name}: {headers.get(name, '(absent)')}"
 
 
-async def serve_http() -> None:
-    """Serve streamable HTTP on a socket listening before its port is printed."""
+async def serve_http(json_response: bool = False) -> None:
+    """Serve streamable HTTP on a socket listening before its port is printed; answers as
+    JSON bodies rather than event streams with ``json_response``."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    app = server.streamable_http_app()
+    app = server.streamable_http_app(json_response=json_response)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
     sock.listen(128)  # connections queue from now on, before uvicorn accepts them
@@ -139,6 +141,8 @@ async def serve_http() -> None:
 def main(argv: list[str]) -> None:
     if argv == ["--http"]:
         anyio.run(serve_http)
+    elif argv == ["--http-json"]:
+        anyio.run(serve_http, True)
     else:
         server.run()
 

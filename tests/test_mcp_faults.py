@@ -262,10 +262,11 @@ async def test_a_pre_tool_hook_blocks_an_mcp_call_before_it_runs() -> None:
 
 
 @asynccontextmanager
-async def http_fault_server() -> AsyncIterator[str]:
-    """The fault server over streamable HTTP; its endpoint's URL."""
+async def http_fault_server(mode: str = "--http") -> AsyncIterator[str]:
+    """The fault server over streamable HTTP (``--http-json``: answering with JSON bodies);
+    its endpoint's URL."""
     async with await anyio.open_process(
-        [sys.executable, str(FAULT_SERVER), "--http"], stdout=subprocess.PIPE
+        [sys.executable, str(FAULT_SERVER), mode], stdout=subprocess.PIPE
     ) as process:
         assert process.stdout is not None
         line = b""
@@ -305,3 +306,33 @@ async def test_a_streamable_http_server_gets_its_header_from_the_environment(
     assert header == "authorization: Bearer test-token"
     assert hang == "faults__hang timed out after 1 s"
     assert echo == "echo: over http"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("mode", ["--http-json", "--http"])
+async def test_an_http_result_over_max_message_bytes_fails_the_call_while_it_is_read(
+    mode: str,
+) -> None:
+    # A JSON body was read whole by the SDK; an event is bounded by its max_sse_event_size,
+    # which loopfuse sets to the same max_message_bytes.
+    script = scripted(
+        then_answer(
+            '{ name = "faults__huge", arguments = { chars = 300000 } }',
+            '{ name = "faults__echo", arguments = { text = "still here" } }',
+        )
+    )
+    async with http_fault_server(mode) as url:
+        server = McpServer(name="faults", transport="http", url=url, max_message_bytes=100_000)
+        async with Runtime(mcp_config(server, tools=FAULT_TOOLS), scenarios=[script]) as rt:
+            result = await run_on(rt, script)
+            assert rt.mcp is not None
+            assert rt.mcp.connection("faults").restarts == 0  # one call failed, not the server
+    huge, echo = result.call_log
+    assert (huge.is_error, huge.error_kind) == (True, "mcp_error")
+    assert not echo.is_error
+    refused, answered = tool_answers(result)
+    if mode == "--http-json":
+        assert "a response longer than max_message_bytes (100000 bytes)" in refused
+    else:
+        assert "exceeded the 100000 byte limit" in refused
+    assert answered == "echo: still here"

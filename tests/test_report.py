@@ -84,6 +84,9 @@ def test_scan_is_bounded_and_stays_inside_the_folder(tmp_path: Path) -> None:
     scan = scan_folder(root)
     assert all("secret" not in f.path for f in scan.files)
     assert scan_folder(root, max_files=3).truncated == "files"
+    few = scan_folder(root, max_entries=2)  # entries read of one directory
+    assert few.truncated == "entries"
+    assert len(few.files) <= 2
     shallow = scan_folder(root, max_depth=1)
     assert shallow.truncated == "depth"
     assert "a/b/c/deep.txt" not in {f.path for f in shallow.files}

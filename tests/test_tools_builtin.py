@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -141,6 +142,52 @@ def test_a_huge_offset_stops_at_the_scan_cap(tmp_path: Path) -> None:
     )
 
 
+def _bytes_read_by_this_thread() -> int:
+    for line in Path("/proc/thread-self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/thread-self/io")
+
+
+def _one_line_sparse_file(root: Path) -> Path:
+    # 4 GiB of one line: text, then a hole (NUL bytes past the binary probe, no newline).
+    path = root / "one-line.txt"
+    path.write_bytes(b"a" * 10_000)
+    os.truncate(path, 4 << 30)
+    return path
+
+
+def test_a_multi_gib_line_is_cut_without_reading_it(tmp_path: Path) -> None:
+    _one_line_sparse_file(tmp_path)
+    before = _bytes_read_by_this_thread()
+    text = _read(tmp_path, "one-line.txt")
+    read = _bytes_read_by_this_thread() - before
+    assert text.startswith("a" * 7000)
+    assert "the line at offset 0 is longer than 7000 characters" in text
+    assert read < 1 << 20  # the head of the line, not the rest of its 4 GiB
+
+
+def test_skipping_a_multi_gib_line_stops_at_the_byte_cap(tmp_path: Path) -> None:
+    _one_line_sparse_file(tmp_path)
+    limits = ToolLimits(max_scan_bytes=8 << 20)
+    before = _bytes_read_by_this_thread()
+    with pytest.raises(ToolError) as info:
+        read_text(tmp_path, "one-line.txt", 1, None, limits)
+    read = _bytes_read_by_this_thread() - before
+    assert info.value.kind == "too_large"
+    assert f"stopped reading after {8 << 20} bytes" in info.value.message
+    assert read <= (8 << 20) + (1 << 20)
+
+
+def test_reading_stops_at_the_time_bound(tmp_path: Path) -> None:
+    _one_line_sparse_file(tmp_path)
+    limits = ToolLimits(max_scan_seconds=1e-9)  # over before the first line is asked for
+    with pytest.raises(ToolError) as info:
+        read_text(tmp_path, "one-line.txt", 1, None, limits)
+    assert info.value.kind == "too_large"
+    assert "stopped reading after 1e-09 s" in info.value.message
+
+
 # ---------------------------------------------------------------------------- list_dir
 
 
@@ -165,6 +212,20 @@ def test_list_dir_is_bounded_with_a_note(tmp_path: Path) -> None:
     lines = list_text(tmp_path, ".", ToolLimits(list_entries=5)).splitlines()
     assert lines[:5] == [f"f{i:02d}  (0 bytes)" for i in range(5)]
     assert "7 more entries not shown (12 in all)" in lines[5]
+
+
+def test_list_dir_reads_a_huge_directory_only_up_to_its_bound(tmp_path: Path) -> None:
+    for i in range(30):
+        (tmp_path / f"f{i:02d}").write_text("")
+    lines = list_text(tmp_path, ".", ToolLimits(list_entries=5, list_scan_entries=12))
+    assert len(lines.splitlines()) == 6
+    shown = [line.split()[0] for line in lines.splitlines()[:5]]
+    assert shown == sorted(shown)
+    assert lines.splitlines()[5] == (
+        "[list_dir: the directory holds more than 12 entries; 5 of the first 12 read (in "
+        "the directory's own order) are shown, by name. List a subdirectory or read a file "
+        "by name.]"
+    )
 
 
 def test_list_dir_errors(tmp_path: Path) -> None:

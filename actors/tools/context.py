@@ -20,9 +20,16 @@ class ToolContext:
     :param limits: read and listing limits.
     :param state: per-run scratch space for tools (scripted results count calls here);
         dropped with the run.
+    :param temporary: folders a tool made on the host for this run (``make_figure``'s
+        outputs): the tool executor removes them when the run finishes, or, for a stage run
+        of a pipeline (``PIPELINE.STAGE``), when the pipeline finishes.
+    :param finished: set when the run finished: a call still running then removes what it
+        makes itself.
     """
 
     run_id: str
     root: Path | None = None
     limits: ToolLimits = field(default_factory=ToolLimits)
     state: dict[str, Any] = field(default_factory=dict)
+    temporary: list[Path] = field(default_factory=list)
+    finished: bool = False

@@ -9,7 +9,10 @@ An observer (settling publishes never wait for it) of four messages:
 * ``ToolsCancel`` starts no more calls of that turn and cancels running ones after
   ``grace_seconds``; finished calls keep their result, the others are ``aborted`` with
   ``executed=False``.
-* ``RunFinished`` cancels what the run still has running, silently, and drops its state.
+* ``RunFinished`` cancels what the run still has running, silently, and drops its state;
+  the folders its tools made on the host (``ToolContext.temporary``) are removed then, or,
+  for a pipeline's stage run (``PIPELINE.STAGE``), when ``RunFinished`` of the pipeline
+  comes (its last stage uses what the earlier ones made), or when the executor stops.
 
 Idempotent tools' results are cached per run (``docs/truncation-and-cache.md``: what is
 stored, calls in flight shared, the ``loop.cache_hits`` stop). Errors are results, never
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -205,6 +209,14 @@ class _Batch:
                 slot.scope.deadline = min(slot.scope.deadline, deadline)
 
 
+def remove_folders(folders: list[Path]) -> None:
+    """Remove ``folders`` and what they hold, here and now (a few small files each:
+    ``make_figure`` passes back at most :data:`~actors.tools.sandbox.outputs.MAX_FILES`
+    per call); one that is gone already is fine."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class _Run:
     __slots__ = ("batches", "cache", "ctx", "enabled", "in_flight", "loop_stopped", "timeout")
 
@@ -242,6 +254,7 @@ class ToolExecutor:
         self._settings = settings or ToolExecutorSettings()
         self._clock = clock
         self._runs: dict[str, _Run] = {}
+        self._kept: dict[str, list[Path]] = {}  # pipeline run id -> its stages' folders
         self._tool_sets: dict[tuple[str, ...], frozenset[str]] = {}
         self._workers: Workers | None = None
         self._deadlines: Deadlines | None = None
@@ -268,7 +281,13 @@ class ToolExecutor:
         finally:
             self._workers = None
             self._deadlines = None
+            for run in self._runs.values():
+                run.ctx.finished = True
+                remove_folders(run.ctx.temporary)
+            for kept in self._kept.values():
+                remove_folders(kept)
             self._runs.clear()
+            self._kept.clear()
             self._bus.unsubscribe(sub)
 
     def statistics(self) -> ToolExecutorStatistics:
@@ -322,10 +341,18 @@ class ToolExecutor:
                     batch.cancel(msg.grace_seconds, msg.reason)
 
     def _run_finished(self, msg: RunFinished) -> None:
+        made = self._kept.pop(msg.run_id, [])
         if run := self._runs.pop(msg.run_id, None):
+            run.ctx.finished = True
             for batch in run.batches:
                 batch.silent = True
                 batch.cancel(0.0, "the run finished")
+            made += run.ctx.temporary
+        pipeline, dot, _ = msg.run_id.partition(".")
+        if dot and made:
+            self._kept.setdefault(pipeline, []).extend(made)
+        else:
+            remove_folders(made)
 
     def _execute(self, msg: ToolExecute) -> None:
         batch = _Batch(msg, self._settings.max_parallel_calls)

@@ -3,9 +3,11 @@
 Offered only when matplotlib is installed (the ``[figures]`` extra). The code is checked
 statically (a friendly early error), then run in a bubblewrap sandbox (see
 :mod:`actors.tools.sandbox`) that sees the run's folder read-only (``read_text`` /
-``data_path``) and saves with ``savefig(name)``; the files land in a per-run output
-folder. A refusal, a failure, or a machine where the sandbox cannot run (and the operator
-did not opt into ``tools.figure_sandbox = "unsafe-process"``) is a tool error saying why.
+``data_path``) and saves with ``savefig(name)``; the files land in an output folder of the
+call's own on the host, removed when the run finishes (a pipeline's stage run: when the
+pipeline does, after its report took copies), or at once if the run finished meanwhile.
+A refusal, a failure, or a machine where the sandbox cannot run (and the operator did not
+opt into ``tools.figure_sandbox = "unsafe-process"``) is a tool error saying why.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
+import shutil
 import tempfile
 from collections.abc import Container
 from pathlib import Path
@@ -53,10 +56,8 @@ async def make_figure(params: MakeFigure, ctx: ToolContext) -> str:
     """Check and run ``params.code``; return the figures it wrote."""
     if ctx.root is None:
         raise ToolError("invalid_arguments", "this run has no data folder to plot from")
-    out = ctx.state.get("figure_dir")
-    if not isinstance(out, Path):
-        out = Path(tempfile.mkdtemp(prefix=f"loopfuse-figures-{ctx.run_id[:12]}-"))
-        ctx.state["figure_dir"] = out
+    out = Path(tempfile.mkdtemp(prefix=f"loopfuse-figures-{ctx.run_id[:12]}-"))
+    ctx.temporary.append(out)
     run = functools.partial(run_sandboxed, sandbox=ctx.limits.figure_sandbox)
     try:
         result = await anyio.to_thread.run_sync(run, params.code, ctx.root, out)
@@ -64,6 +65,10 @@ async def make_figure(params: MakeFigure, ctx: ToolContext) -> str:
         raise ToolError("invalid_arguments", f"code refused by the sandbox: {refused}") from None
     except SandboxUnavailable as unavailable:
         raise ToolError("unavailable", str(unavailable)) from None
+    finally:
+        if ctx.finished:  # the executor removed the run's folders while this call ran
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(shutil.rmtree, out, True)
     if not result.ok:
         raise ToolError("failed", f"the code failed in the sandbox: {result.error}")
     if not result.outputs:

@@ -8,6 +8,7 @@ the rest.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 from pathlib import Path
@@ -47,7 +48,9 @@ def list_text(root: Path | None, path: str, limits: ToolLimits) -> str:
         fd = open_directory(folder, path)
         try:
             with os.scandir(fd) as scan:
-                entries = sorted(scan, key=lambda entry: entry.name)
+                read = list(itertools.islice(scan, limits.list_scan_entries + 1))
+            more = len(read) > limits.list_scan_entries
+            entries = sorted(read[: limits.list_scan_entries], key=lambda entry: entry.name)
             if not entries:
                 return "[list_dir: the directory is empty.]"
             shown = entries[: limits.list_entries]
@@ -57,7 +60,13 @@ def list_text(root: Path | None, path: str, limits: ToolLimits) -> str:
         finally:
             os.close(fd)
     left_out = len(entries) - len(lines)
-    if left_out:
+    if more:
+        lines.append(
+            f"[list_dir: the directory holds more than {limits.list_scan_entries} entries; "
+            f"{len(lines)} of the first {limits.list_scan_entries} read (in the directory's "
+            "own order) are shown, by name. List a subdirectory or read a file by name.]"
+        )
+    elif left_out:
         lines.append(
             f"[list_dir: {left_out} more entries not shown ({len(entries)} in all); "
             "list a subdirectory or read a file by name.]"

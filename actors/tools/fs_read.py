@@ -5,10 +5,16 @@ cut at whole lines before it passes ``read_chars`` (seed 000: 7000), and a note 
 says which ``offset`` reads on, so continuing never skips or repeats a line. A single line
 longer than the budget is shown cut, and reading continues with the next line. The file is
 streamed: only as much is read as the answer needs.
+
+Reading is bounded by bytes and time, whatever the lines' length: every read, skipping
+the rest of a long line included, counts against ``max_scan_bytes`` and
+``max_scan_seconds``, so a one-line multi-GiB file (a sparse file costs its owner nothing)
+holds a worker thread for at most that long.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated
@@ -53,7 +59,7 @@ def read_text(
 
     :raises ToolError: kind ``path`` (missing, outside, not a regular file), ``binary``
         (NUL bytes in the first ``binary_probe_bytes``) or ``too_large`` (``offset`` lies
-        beyond ``max_scan_bytes``).
+        beyond ``max_scan_bytes`` or ``max_scan_seconds`` of reading).
     """
     file, _ = open_regular_file(root, path)
     with file:
@@ -70,7 +76,7 @@ def _read_lines(
     file: IO[bytes], path: str, offset: int, limit: int | None, limits: ToolLimits
 ) -> str:
     budget = limits.read_chars
-    lines = _lines(file, keep=budget * 4 + 1, max_bytes=limits.max_scan_bytes, path=path)
+    lines = _lines(file, keep=budget * 4 + 1, limits=limits, path=path)
     for skipped in range(offset):
         if next(lines, None) is None:
             return f"[read_file: offset {offset} is past the end of the file ({skipped} lines).]"
@@ -112,18 +118,31 @@ def _read_lines(
     return body
 
 
-def _lines(file: IO[bytes], *, keep: int, max_bytes: int, path: str) -> Iterator[bytes]:
-    """Each line with its newline, at most ``keep`` bytes of it (the rest is skipped)."""
-    while True:
-        if file.tell() > max_bytes:
+def _lines(file: IO[bytes], *, keep: int, limits: ToolLimits, path: str) -> Iterator[bytes]:
+    """Each line with its newline, at most ``keep`` bytes of it. The rest of a longer line
+    is skipped only when the next line is asked for, and every read (the skipping too)
+    stops at ``max_scan_bytes`` read or ``max_scan_seconds`` spent.
+
+    :raises ToolError: kind ``too_large`` when a bound is reached.
+    """
+    max_bytes = limits.max_scan_bytes
+    deadline = time.monotonic() + limits.max_scan_seconds
+    read = 0
+
+    def readline(size: int) -> bytes:
+        nonlocal read
+        if read > max_bytes or time.monotonic() > deadline:
+            bound = f"{max_bytes} bytes" if read > max_bytes else f"{limits.max_scan_seconds:g} s"
             raise ToolError(
                 "too_large",
-                f"{path}: stopped reading after {max_bytes} bytes; use a smaller offset",
+                f"{path}: stopped reading after {bound}; use a smaller offset",
             )
-        line = file.readline(keep)
-        if not line:
-            return
-        if len(line) == keep and not line.endswith(b"\n"):
-            while (rest := file.readline(_CHUNK)) and not rest.endswith(b"\n"):
-                pass
+        line = file.readline(size)
+        read += len(line)
+        return line
+
+    while line := readline(keep):
         yield line
+        if len(line) == keep and not line.endswith(b"\n"):
+            while (rest := readline(_CHUNK)) and not rest.endswith(b"\n"):
+                pass

@@ -32,10 +32,16 @@ class ToolLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """``read_file`` text cut (characters)."""
     list_entries: _Positive = 500
     """``list_dir`` shows at most this many entries."""
+    list_scan_entries: _Positive = 100_000
+    """``list_dir`` reads at most this many entries of a directory (a directory of millions
+    of empty files costs its owner little), and shows the first ``list_entries`` of them."""
     binary_probe_bytes: _Positive = 8192
     """A NUL byte in this many leading bytes makes a file binary."""
     max_scan_bytes: _Positive = 256 * 1024 * 1024
-    """``read_file`` gives up past this many bytes (a huge ``offset`` in a huge file)."""
+    """``read_file`` gives up past this many bytes read, whatever the lines' length (a huge
+    ``offset``, or the rest of a multi-GiB line to skip)."""
+    max_scan_seconds: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    """``read_file`` gives up after reading for this long (a slow file system)."""
     image_max_bytes: _Positive = IMAGE_MAX_BYTES
     """``read_image`` refuses image files larger than this (bytes)."""
     figure_sandbox: FigureSandbox = "bubblewrap"

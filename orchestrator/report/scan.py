@@ -1,7 +1,8 @@
 """``scan``: a deterministic, bounded, path-guarded survey of a data folder (no model).
 
 Files are bucketed by extension into documents / images / data / other with counts and
-sizes. The walk is bounded by file count, depth and time, goes through directory
+sizes. The walk is bounded by file count, depth, entries read per directory and time (no
+file's content is read), goes through directory
 descriptors (as the path guard does: a directory swapped for a link mid-walk leads nowhere
 outside), follows a symbolic link only when it stays inside the folder, and skips hidden
 entries.
@@ -9,6 +10,7 @@ entries.
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import time
@@ -49,7 +51,8 @@ class FolderScan(msgspec.Struct, frozen=True, kw_only=True):
     root: str
     files: tuple[ScannedFile, ...]
     truncated: str | None = None
-    """Which bound stopped the walk (``files``, ``depth``, ``time``), or ``None``."""
+    """Which bound stopped the walk (``files``, ``depth``, ``entries``, ``time``), or
+    ``None``."""
 
     def count(self, bucket: Bucket) -> int:
         return sum(1 for f in self.files if f.bucket == bucket)
@@ -90,8 +93,10 @@ def scan_folder(
     max_files: int = 2_000,
     max_depth: int = 8,
     max_seconds: float = 5.0,
+    max_entries: int = 100_000,
 ) -> FolderScan:
-    """Scan ``root`` recursively within the bounds.
+    """Scan ``root`` recursively within the bounds (``max_entries``: entries read of one
+    directory; a directory of millions of empty files costs its owner little).
 
     The walk goes through directory descriptors (each subdirectory opened with
     ``O_NOFOLLOW`` beneath its parent's), so a directory swapped for a link while it runs
@@ -105,7 +110,7 @@ def scan_folder(
     except OSError:
         raise NotADirectoryError(f"report folder {str(root)!r} is not a directory") from None
     with folder:
-        walk = _Scan(folder, max_files, max_depth, time.monotonic() + max_seconds)
+        walk = _Scan(folder, max_files, max_depth, time.monotonic() + max_seconds, max_entries)
         try:
             with folder.entry(".") as top:
                 fd = top.open(_DIR_FLAGS)
@@ -122,11 +127,14 @@ def scan_folder(
 class _Scan:
     """One bounded walk: depth first, each directory's entries by name."""
 
-    def __init__(self, folder: Folder, max_files: int, max_depth: int, deadline: float) -> None:
+    def __init__(
+        self, folder: Folder, max_files: int, max_depth: int, deadline: float, max_entries: int
+    ) -> None:
         self.folder = folder
         self.max_files = max_files
         self.max_depth = max_depth
         self.deadline = deadline
+        self.max_entries = max_entries
         self.files: list[ScannedFile] = []
         self.truncated: str | None = None
 
@@ -134,9 +142,12 @@ class _Scan:
         """Directory ``fd`` (at ``prefix``, ``depth`` below the folder) and what it holds."""
         try:
             with os.scandir(fd) as scan:
-                entries = sorted(scan, key=lambda e: e.name)
+                read = list(itertools.islice(scan, self.max_entries + 1))
         except OSError:
             return
+        if len(read) > self.max_entries:
+            self.truncated = "entries"
+        entries = sorted(read[: self.max_entries], key=lambda e: e.name)
         subfolders: list[tuple[os.DirEntry[str], str]] = []
         for entry in entries:
             if entry.name.startswith("."):

@@ -8,12 +8,19 @@ listing to ``task_status.started``. A first start that fails raises
 
 While the session is up, :meth:`McpConnection.call_tool` sends calls over it from any task
 (the tool executor's). When the connection ends (the process exited, or a call found it
-closed), ``run`` closes what is left of it and starts the server again, after
-``restart_backoff_seconds`` (doubled after each failed start, at most
-:data:`BACKOFF_CAP_SECONDS`); calls made meanwhile wait for the new session within their own
-deadline. After ``max_restarts`` failed starts in a row the server is given up: every call
-then fails at once with the cause. Nobody waits forever: when ``run`` ends, waiting calls
-get an error.
+closed, or the server broke the protocol), ``run`` closes what is left of it and starts the
+server again, after ``restart_backoff_seconds`` (doubled after each restart in a row, at
+most :data:`BACKOFF_CAP_SECONDS`); calls made meanwhile wait for the new session within
+their own deadline. Restarts in a row are counted until a session stays up for
+``min_uptime_seconds`` without breaking the protocol: a server that exits right after each
+start is restarted ``max_restarts`` times, not forever. Then the server is given up: every
+call then fails at once with the cause. Nobody waits forever: when ``run`` ends, waiting
+calls get an error.
+
+A stdio server's output is read through :mod:`actors.tools.mcp.stdio`: a line over
+``max_message_bytes``, not UTF-8 or not JSON-RPC is a protocol error, logged, which ends
+the connection, so the calls in flight fail at once with that cause (kind ``mcp_error``),
+and the server is restarted under the same bound.
 """
 
 from __future__ import annotations
@@ -30,12 +37,14 @@ import anyio
 import httpx2
 import mcp_types
 from anyio.abc import TaskStatus
-from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp import ClientSession, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from actors.tools.errors import ToolError
+from actors.tools.mcp.http_bounds import IDENTITY, bounded_responses
 from actors.tools.mcp.spec import McpServer, McpStartError
+from actors.tools.mcp.stdio import open_stdio_transport
 
 __all__ = [
     "BACKOFF_CAP_SECONDS",
@@ -58,6 +67,20 @@ HTTP_TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
 McpStatus = Literal["starting", "up", "restarting", "down", "closed"]
 UNAVAILABLE: Final = "mcp_unavailable"
 """The :class:`ToolError` kind of a call that could not reach its server."""
+_SSE_FAILED: Final = "SSE stream failed"
+"""How the SDK's streamable-HTTP transport begins the error it answers a request with when
+that request's event stream broke (``httpx2.SSEError``), not the connection."""
+PROTOCOL_ERROR: Final = "mcp_error"
+"""The :class:`ToolError` kind of a call whose server broke the protocol."""
+
+
+class _Attempt:
+    """One start of the server: what broke the protocol in it ("" if nothing did)."""
+
+    __slots__ = ("protocol_error",)
+
+    def __init__(self) -> None:
+        self.protocol_error = ""
 
 
 class McpConnection:
@@ -75,12 +98,19 @@ class McpConnection:
         self._changed = anyio.Event()
         self._lost: anyio.Event | None = None
         self._errlog: IO[str] | None = None
+        self._attempt = _Attempt()
         self._cause = ""
         self.restarts = 0
         """Restarts that brought the server back."""
 
     @property
     def status(self) -> McpStatus:
+        return self._status
+
+    async def wait_changed(self) -> McpStatus:
+        """Wait for the next change of :attr:`status` (a restart goes through
+        ``restarting`` to ``up``); the status it changed to."""
+        await self._changed.wait()
         return self._status
 
     @property
@@ -97,7 +127,7 @@ class McpConnection:
         """
         spec = self.spec
         started = False
-        failures = 0
+        in_a_row = 0  # restarts since a session last stayed up for min_uptime_seconds
         try:
             while True:
                 lost = anyio.Event()
@@ -105,7 +135,7 @@ class McpConnection:
                 try:
                     async with self._open(lost) as (session, tools):
                         was_up = True
-                        failures = 0
+                        up_at = anyio.current_time()
                         if started:
                             self.restarts += 1
                             logger.info("MCP server %r: restarted", spec.name)
@@ -117,25 +147,36 @@ class McpConnection:
                         await lost.wait()
                         self._set("restarting")
                         self._cause = self._closed_cause()
+                        uptime = anyio.current_time() - up_at
+                        if uptime >= spec.min_uptime_seconds and not self._protocol_error:
+                            in_a_row = 0
                 except Exception as exc:  # through the SDK's task groups: maybe grouped
                     error = start_error(spec, exc)
                     if not started:
                         raise error from None
                     if not was_up:  # a failed restart (an error closing a lost one is not)
-                        failures += 1
                         self._cause = error.reason
-                if failures >= spec.max_restarts:
+                if in_a_row >= spec.max_restarts:
                     logger.error(
-                        "MCP server %r: given up after %d failed restart(s): %s",
+                        "MCP server %r: given up after %d restart(s) in a row, none of which "
+                        "stayed up for %g s: %s",
                         spec.name,
-                        failures,
+                        in_a_row,
+                        spec.min_uptime_seconds,
                         self._cause,
                     )
                     self._set("down")
                     await anyio.sleep_forever()
-                logger.warning("MCP server %r: restarting it: %s", spec.name, self._cause)
+                in_a_row += 1
+                logger.warning(
+                    "MCP server %r: restarting it (%d of at most %d in a row): %s",
+                    spec.name,
+                    in_a_row,
+                    spec.max_restarts,
+                    self._cause,
+                )
                 self._set("restarting")
-                backoff = spec.restart_backoff_seconds * 2**failures
+                backoff = spec.restart_backoff_seconds * 2 ** (in_a_row - 1)
                 await anyio.sleep(min(backoff, BACKOFF_CAP_SECONDS))
         finally:
             self._set("closed")
@@ -155,6 +196,9 @@ class McpConnection:
         """A started, initialized session and the server's tools; ``lost`` is set when the
         connection ends."""
         spec = self.spec
+        attempt = self._attempt = _Attempt()
+        read: Any  # the two transports' stream types (the SDK names their protocol privately)
+        write: Any
         async with AsyncExitStack() as stack:
             if spec.transport == "stdio":
                 errlog = stack.enter_context(
@@ -164,8 +208,14 @@ class McpConnection:
                 params = StdioServerParameters(
                     command=spec.command, args=list(spec.args), env=self._env(), cwd=spec.cwd
                 )
+                transport = open_stdio_transport(
+                    params,
+                    errlog,
+                    max_message_bytes=spec.max_message_bytes,
+                    on_protocol_error=lambda problem: self._broke_protocol(attempt, problem),
+                )
                 try:
-                    read, write = await stack.enter_async_context(stdio_client(params, errlog))
+                    read, write = await stack.enter_async_context(transport)
                 except OSError as exc:
                     why = exc.strerror or str(exc)
                     raise McpStartError(
@@ -173,10 +223,16 @@ class McpConnection:
                     ) from None
             else:
                 client = await stack.enter_async_context(
-                    httpx2.AsyncClient(headers=self._headers(), timeout=HTTP_TIMEOUT)
+                    httpx2.AsyncClient(
+                        headers={**IDENTITY, **self._headers()},
+                        timeout=HTTP_TIMEOUT,
+                        event_hooks={"response": [bounded_responses(spec.max_message_bytes)]},
+                    )
                 )
                 read, write = await stack.enter_async_context(
-                    streamable_http_client(spec.url, http_client=client)
+                    streamable_http_client(
+                        spec.url, http_client=client, max_sse_event_size=spec.max_message_bytes
+                    )
                 )
             session = await stack.enter_async_context(
                 ClientSession(_WatchedStream(read, lost), write)
@@ -184,7 +240,7 @@ class McpConnection:
             try:
                 with anyio.fail_after(spec.start_timeout_seconds):
                     await session.initialize()
-                    tools = await _list_tools(session)
+                    tools = await _list_tools(session, spec)
             except TimeoutError:
                 raise McpStartError(
                     spec.name,
@@ -199,6 +255,14 @@ class McpConnection:
                     why = f"{_mcp_error(exc)} during start-up{self._stderr_tail()}"
                 raise McpStartError(spec.name, "", why) from None
             yield session, tools
+
+    def _broke_protocol(self, attempt: _Attempt, problem: str) -> None:
+        attempt.protocol_error = problem
+        logger.error("MCP server %r broke the protocol: %s", self.spec.name, problem)
+
+    @property
+    def _protocol_error(self) -> str:
+        return self._attempt.protocol_error
 
     def _env(self) -> dict[str, str]:
         missing = [name for name in self.spec.pass_env if name not in self._environ]
@@ -240,11 +304,24 @@ class McpConnection:
                 )
             await self._changed.wait()
             session = self._session
+        attempt = self._attempt
         try:
             return await session.call_tool(name, arguments)
         except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_SSE_FAILED):
+                # One response's event stream broke (an event over max_message_bytes, not
+                # SSE): that call failed, the session did not.
+                raise ToolError(
+                    PROTOCOL_ERROR, f"MCP server {self.spec.name!r}: {exc.message}"
+                ) from None
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 self._connection_lost(session)
+                if attempt.protocol_error:
+                    raise ToolError(
+                        PROTOCOL_ERROR,
+                        f"MCP server {self.spec.name!r} broke the protocol "
+                        f"({attempt.protocol_error}); loopfuse is restarting it",
+                    ) from None
                 raise ToolError(
                     UNAVAILABLE,
                     f"MCP server {self.spec.name!r} went away during the call "
@@ -266,6 +343,8 @@ class McpConnection:
             self._lost.set()
 
     def _closed_cause(self) -> str:
+        if self._protocol_error:
+            return f"it broke the protocol: {self._protocol_error}"
         if self.spec.transport == "http":
             return "the connection to the server ended"
         return "the server process closed its output or exited" + self._stderr_tail()
@@ -288,16 +367,30 @@ class McpConnection:
         return f"; its stderr ended with: {tail}" if tail else "; its stderr is empty"
 
 
-async def _list_tools(session: ClientSession) -> list[mcp_types.Tool]:
+async def _list_tools(session: ClientSession, spec: McpServer) -> list[mcp_types.Tool]:
+    """Every page of the server's tool list, at most :data:`LIST_PAGES_MAX` pages and
+    ``max_message_bytes`` in all (each page is bounded as it is read; their sum here).
+
+    :raises McpStartError: the pages add up to more than ``max_message_bytes``.
+    """
     listing = await session.list_tools()
     tools = list(listing.tools)
-    for _ in range(LIST_PAGES_MAX - 1):
+    size = len(listing.model_dump_json(by_alias=True, exclude_unset=True))
+    for page in range(2, LIST_PAGES_MAX + 1):
         if listing.next_cursor is None:
-            return tools
+            break
         listing = await session.list_tools(
             params=mcp_types.PaginatedRequestParams(cursor=listing.next_cursor)
         )
         tools.extend(listing.tools)
+        size += len(listing.model_dump_json(by_alias=True, exclude_unset=True))
+        if size > spec.max_message_bytes:
+            raise McpStartError(
+                spec.name,
+                "max_message_bytes",
+                f"its tool list is longer than max_message_bytes ({spec.max_message_bytes} "
+                f"bytes) after {page} pages",
+            )
     return tools
 
 

@@ -28,6 +28,7 @@ tool names the model sees allow only ``[A-Za-z0-9_-]``, so no dot."""
 
 DAY: Final = 86_400.0
 RESTARTS_MAX: Final = 100
+MESSAGE_BYTES_MAX: Final = 1024 * 1024 * 1024
 
 McpTransport = Literal["stdio", "http"]
 
@@ -88,10 +89,18 @@ class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     start_timeout_seconds: _Seconds = 30.0
     """Starting the server, the MCP handshake and the tool listing must fit in this."""
     max_restarts: Annotated[int, msgspec.Meta(ge=0, le=RESTARTS_MAX)] = 3
-    """Failed starts in a row after the server died before it is given up (its tools then
-    answer with an error naming the cause until loopfuse restarts)."""
+    """Restarts in a row, none of which stayed up for ``min_uptime_seconds``, before the
+    server is given up (its tools then answer with an error naming the cause until
+    loopfuse restarts)."""
     restart_backoff_seconds: _Grace = 1.0
-    """Wait before a restart, doubled after each failed one (at most 30 s)."""
+    """Wait before a restart, doubled after each one in a row (at most 30 s)."""
+    min_uptime_seconds: _Grace = 60.0
+    """A session that ends sooner after its start (or breaks the protocol) counts as a
+    failed start: the restarts in a row are counted on, not started again from zero."""
+    max_message_bytes: Annotated[int, msgspec.Meta(ge=1024, le=MESSAGE_BYTES_MAX)] = 4 * 1024 * 1024
+    """The largest message read from the server, refused before more than this is read:
+    a line on stdio (a tool list, a result; longer is a protocol error), a JSON body or a
+    server-sent event over HTTP (longer fails that call)."""
 
     def __post_init__(self) -> None:
         if self.transport == "stdio":

@@ -6,9 +6,10 @@ further user namespaces inside, no capabilities, a new session, killed with its 
 no inherited environment; a read-only view of ``/usr``, the ``/lib*`` and ``/bin`` links,
 ``/etc/ld.so.cache`` and the Python installation (its prefixes and site folders, nothing
 else of the host);
-the run's folder read-only; size-limited tmpfs folders for ``/tmp`` and the output; a
-fresh ``/proc`` for the new pid namespace and a minimal ``/dev``; the root read-only; and
-the no-new-process seccomp filter.
+the run's folder read-only; size-limited tmpfs folders for ``/tmp`` and the output (the
+only writable places); a fresh ``/proc`` for the new pid namespace; a ``/dev`` of
+``null``, ``zero`` and ``urandom`` only, read-only like the rest of the root; and the
+seccomp filter (no new process, no shared memory outside the tmpfs).
 
 :func:`bubblewrap_problem` starts the same sandbox once with ``python -c pass`` and says
 why it failed (``None``: it works); a success is remembered for the process's lifetime.
@@ -32,6 +33,7 @@ from actors.tools.sandbox.seccomp import no_new_processes
 
 __all__ = [
     "DATA_DIR",
+    "DEVICES",
     "OUT_DIR",
     "SANDBOX_ENV",
     "bubblewrap_args",
@@ -57,6 +59,10 @@ SANDBOX_ENV: Final = {
 }
 """The whole environment of the sandboxed process (``HOME``/``MPLCONFIGDIR`` are moved
 into the scratch folder when no sandbox runs)."""
+
+DEVICES: Final = ("/dev/null", "/dev/zero", "/dev/urandom")
+"""The whole of the sandbox's ``/dev``: these nodes bound from the host, in a read-only
+folder of the sandbox's root (no ``/dev/shm``, no tmpfs)."""
 
 _SYSTEM_LINKS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
@@ -130,7 +136,10 @@ def bubblewrap_args(
     for root in python_roots():
         args += ["--ro-bind", root, root]
     args += ["--ro-bind", str(data_dir.resolve()), DATA_DIR]
-    args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
+    args += ["--proc", "/proc"]
+    for device in DEVICES:  # no --dev: its /dev and /dev/shm are unsized, writable tmpfs
+        args += ["--dev-bind", device, device]
+    args += ["--remount-ro", "/", "--chdir", "/tmp"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     return [*args, "--", *command]

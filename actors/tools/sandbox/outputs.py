@@ -15,10 +15,12 @@ import re
 from pathlib import Path
 from typing import BinaryIO, Final
 
-__all__ = ["OutputsUnreadable", "read_outputs", "save_outputs"]
+__all__ = ["MAX_FILES", "OutputsUnreadable", "read_outputs", "save_outputs"]
 
 HEADER: Final = b"loopfuse-figures 1\n"
 END: Final = b"end\n"
+MAX_FILES: Final = 32
+"""Files one call may pass back (the host writes, and later removes, each of them)."""
 NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _ENTRY: Final = re.compile(rb"([A-Za-z0-9][A-Za-z0-9._-]{0,99}) (0|[1-9][0-9]{0,11})\n")
 
@@ -49,6 +51,8 @@ def read_outputs(channel: BinaryIO, max_bytes: int) -> dict[str, bytes]:
             raise OutputsUnreadable(f"{name!r} is cut short")
         if name in files:
             raise OutputsUnreadable(f"{name!r} twice")
+        if len(files) == MAX_FILES:
+            raise OutputsUnreadable(f"more than {MAX_FILES} files")
         files[name] = data[start : start + size]
         at = start + size
     if at + len(END) != len(data):
