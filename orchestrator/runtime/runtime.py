@@ -70,7 +70,7 @@ from orchestrator.config import (
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
 from orchestrator.metrics.collectors import ToolCacheCollector
-from orchestrator.result import RunResult
+from orchestrator.result import RunResult, simulator_answered
 from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.folders import SharedFolders
 from orchestrator.runtime.heap import freeze_long_lived
@@ -384,6 +384,9 @@ class Runtime:
         self._workers: Workers | None = None  # the tasks runs and watchers run in, reused
         self._stack: AsyncExitStack | None = None
         self.base_url: str | None = None
+        self.simulator_answers = False
+        """No endpoint nor model actor: the embedded simulator answers every run, so a run
+        that plays no scenario ends marked ``simulated`` with a note (as the daemon's do)."""
         self.mcp: McpServers | None = None
         """The MCP servers of ``[mcp]`` while the runtime runs (``docs/mcp.md``)."""
         self.scenario_folders = SharedFolders()
@@ -404,6 +407,7 @@ class Runtime:
                 simulator = await stack.enter_async_context(open_simulator(served.values()))
                 self.base_url = simulator.base_url
                 simulated = tuple(served.values())
+                self.simulator_answers = True
             if self.config.tracing.enabled:
                 self.tracing = open_tracing(
                     self.config.tracing,
@@ -543,8 +547,14 @@ class Runtime:
         *,
         on_finished: Callable[[], object] | None = None,
         watch: Callable[[RunHandle], Awaitable[object]] | None = None,
+        scenario: bool = False,
     ) -> RunHandle:
         """Accept ``spec`` and return its handle at once; the run starts when a slot frees.
+
+        Without a model (:attr:`simulator_answers`) the result of a run that is not a
+        ``scenario``'s (:func:`~orchestrator.scenarios.runs.start_scenario` says so) is
+        marked ``simulated``, with a note: the simulator plays scripts, it read neither the
+        task nor the folder.
 
         ``on_finished`` is called once the run has ended (to release what it used).
         ``watch`` runs beside the run (e.g. to abort it on a condition) until it ends.
@@ -600,7 +610,8 @@ class Runtime:
         self.event_log.open_run(run_id)
         self._active += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        workers.submit(partial(self._run, handle, inputs, on_finished))
+        simulated = self.simulator_answers and not scenario
+        workers.submit(partial(self._run, handle, inputs, on_finished, simulated))
         if watch is not None:
             workers.submit(partial(self._watch, handle, watch))
         return handle
@@ -742,6 +753,7 @@ class Runtime:
         handle: RunHandle,
         inputs: RunInputs,
         on_finished: Callable[[], object] | None,
+        simulated: bool = False,
     ) -> None:
         try:
             await self._slots.acquire()
@@ -755,7 +767,8 @@ class Runtime:
                         inbox.deliver(handle._abort)
                     handle.status = "running"
                     conductor = Conductor(self.bus, inputs, inbox)
-                    handle._result = await conductor.run()
+                    result = await conductor.run()
+                    handle._result = simulator_answered(result) if simulated else result
             finally:
                 self._slots.release()
         finally:
