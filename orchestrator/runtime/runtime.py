@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry
 from actors.budget.monitor import BudgetMonitor
 from actors.context import ContextPolicy, apply_folds, compaction_prompt, summary_message
 from actors.context.gatekeeper import ContextGatekeeper
+from actors.context.policy import OUTPUT_SHARE
 from actors.context.server import ServerEndpoint
 from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
 from actors.llm.caller import LLMCaller
@@ -180,14 +181,24 @@ CONTEXT_FUNCTIONS: Final = ContextFunctions(
 """How every conductor carries out the context gatekeeper's answers."""
 
 
-def conductor_settings(settings: RunSettings) -> ConductorSettings:
-    """What the conductor reads of ``settings`` (budgets: 0 for none)."""
+def conductor_settings(
+    settings: RunSettings, policy: ContextPolicy | None = None
+) -> ConductorSettings:
+    """What the conductor reads of ``settings`` (budgets: 0 for none). The context
+    ``policy`` caps a reply's ``max_tokens`` at its output reservation and a final
+    answer's at a quarter of the window, so a small window's request asks for no more
+    than the room kept for it (``docs/context.md``)."""
+    reply = settings.max_output_tokens
+    answer = settings.answer_max_tokens
+    if policy is not None:
+        reply = min(reply, max(policy.output_reserve, 1)) if reply is not None else None
+        answer = min(answer, max(policy.window // OUTPUT_SHARE, 1))
     return ConductorSettings(
         model=settings.model,
         max_turns=settings.max_turns,
         max_tool_calls=settings.max_tool_calls,
         deadline_seconds=settings.deadline_seconds,
-        max_output_tokens=settings.max_output_tokens,
+        max_output_tokens=reply,
         escalated_max_tokens=settings.escalated_max_tokens,
         tool_timeout_seconds=settings.tool_timeout_seconds,
         abort_grace_seconds=settings.abort_grace_seconds,
@@ -195,7 +206,7 @@ def conductor_settings(settings: RunSettings) -> ConductorSettings:
         max_cache_hits=settings.max_cache_hits,
         cache_ttl_seconds=settings.cache_ttl_seconds,
         cache_max_entries=settings.cache_max_entries,
-        answer_max_tokens=settings.answer_max_tokens,
+        answer_max_tokens=answer,
         answer_deadline_seconds=settings.answer_deadline_seconds,
         on_stop=settings.on_stop,
         output_token_budget=settings.output_token_budget or 0,
@@ -647,17 +658,18 @@ class Runtime:
         folderless = tuple(
             t for t in tool_specs if not ((tool := self.tools.get(t.name)) and tool.needs_folder)
         )
+        policy = context_policy(self.config, settings)
         resolved = _Resolved(
             settings,
             loop_config,
-            context_policy(self.config, settings),
+            policy,
             tool_specs,
             frozenset(
                 name
                 for name in settings.tools
                 if (tool := self.tools.get(name)) and tool.finishes_stage
             ),
-            conductor_settings(settings),
+            conductor_settings(settings, policy),
             tool_specs if len(folderless) == len(tool_specs) else folderless,
         )
         if key is not None:
