@@ -447,6 +447,10 @@ class TracingSettings(_Settings, frozen=True, kw_only=True):
     export_delay_seconds: Annotated[float, msgspec.Meta(gt=0, le=3_600)] | None = None
     """The longest a finished span waits before its batch is sent; unset:
     ``OTEL_BSP_SCHEDULE_DELAY``, else 5 s."""
+    provider_name: Annotated[str, msgspec.Meta(max_length=64, pattern=r"^[a-z0-9_.]*$")] = ""
+    """``gen_ai.provider.name`` of the chat and run spans; empty: derived from
+    ``model.base_url`` (``api.openai.com``: ``openai``, ``api.deepseek.com``: ``deepseek`` …,
+    another host: ``openai_compatible``, no endpoint: ``loopfuse.simulator``)."""
 
 
 class McpSettings(_Settings, frozen=True, kw_only=True):

@@ -82,6 +82,7 @@ from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenario
 from orchestrator.sim.inprocess import InProcessModel
 from orchestrator.sim.tools import scripted_tool_from
 from orchestrator.tracing import parse_traceparent
+from orchestrator.tracing.gen_ai_provider import MODEL_ACTOR_PROVIDER, provider_of
 from orchestrator.tracing.wiring import open_tracing, require_tracing
 
 if TYPE_CHECKING:  # the otel extra; imported at run time only with tracing on
@@ -426,6 +427,9 @@ class Runtime:
                     self.metrics_registry,
                     stack,
                     base_url=self.base_url,
+                    provider=provider_of(self.config.model.base_url)
+                    if self._model_actor is None
+                    else MODEL_ACTOR_PROVIDER,
                     exporter=self._span_exporter,
                 )
             self.mcp = await stack.enter_async_context(open_mcp_tools(self.config, self.tools))
