@@ -152,3 +152,23 @@ def test_run_scenario_plays_on_the_simulator_whatever_model_says(
     config.write_text('[model]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "my-model"\n')
     assert main(["--config", str(config), "run", "--scenario", "completed"]) == 0
     assert "completed" in capsys.readouterr().out
+
+
+def test_the_readme_s_config_example_still_plays_scenarios(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#30 item 5: the README's config (a `[model]` on api.example.com) leaves scenarios on
+    the simulator."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    assert "base_url" in block.group(1)
+    config = tmp_path / "loopfuse.toml"
+    config.write_text(block.group(1))
+    assert main(["--config", str(config), "run", "--scenario", "max_turns"]) == 1
+    out = capsys.readouterr().out
+    assert "budget.max_turns" in out
