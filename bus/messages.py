@@ -359,6 +359,12 @@ class ModelReply(Message, frozen=True, kw_only=True):
     ttft_seconds: float | None = None
     aborted: bool = False
     invalid_tool_calls: tuple[str, ...] = ()
+    response_id: str = ""
+    """The completion's ``id`` as the server sent it (empty: none sent)."""
+    response_model: str = ""
+    """The model the server says answered (its ``model`` field; empty: none sent)."""
+    in_process: bool = False
+    """Answered in process by the embedded simulator's script: no server was contacted."""
 
 
 class ModelCancel(Message, frozen=True, kw_only=True):

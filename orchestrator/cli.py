@@ -254,7 +254,7 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
     follower = Follower()
     if args.scenario:
         scenario = find_scenario(args.scenario)
-        async with Runtime(config, scenarios=[scenario]) as runtime:
+        async with Runtime(on_simulator(config), scenarios=[scenario]) as runtime:
             handle = await start_scenario(runtime, scenario)
             result = await follower(handle)
         mismatches = expectation_mismatches(scenario, result)
@@ -288,6 +288,15 @@ async def _serve_fleet(config: Config, nats_url: str, host: str | None, port: in
 
     settings = cluster_settings(config, nats_url)
     return await serve_fleet_daemon(config, settings, host=host, port=port)
+
+
+def on_simulator(config: Config) -> Config:
+    """``config`` with the embedded simulator as its model: a scenario's model is its
+    script, so a scenario plays on the simulator whatever ``[model]`` names (docs/scenarios.md)."""
+    if config.model.base_url is None:
+        return config
+    model = msgspec.structs.replace(config.model, base_url=None)
+    return msgspec.structs.replace(config, model=model)
 
 
 class Follower:

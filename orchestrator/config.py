@@ -29,7 +29,13 @@ from actors.context import (
     warn_default_window,
     window_for,
 )
-from actors.context.policy import RESERVE_MAX, WINDOW_MAX
+from actors.context.policy import (
+    OUTPUT_SHARE,
+    RESERVE_MAX,
+    SAFETY_SHARE,
+    WINDOW_MAX,
+    scaled_reserve,
+)
 from actors.hooks import Hook
 from actors.llm.settings import (
     TOOL_CHOICE_MODES,
@@ -91,6 +97,10 @@ OnStop = Literal["keep", "answer"]
 # none lets a setting make per-call work unbounded (docs/security.md, "Bounded
 # configuration"; the table there is generated from these types).
 DAY: Final = 86_400.0
+MAX_OUTPUT_TOKENS: Final = 8_192
+"""``model.max_output_tokens``'s default: at most a quarter of a small window is asked for."""
+OUTPUT_RESERVE: Final = 4_096
+"""``context.output_reserve_tokens``'s default (without ``model.max_output_tokens``)."""
 TURNS_MAX: Final = 10_000
 TOOL_CALLS_MAX: Final = 100_000
 RUN_TOKENS_MAX: Final = 10**12
@@ -137,7 +147,7 @@ class ModelSettings(EndpointLimits, frozen=True, kw_only=True):
     base_url: str | None = None
     model: str = "completed"
     api_key_env: str = "OPENAI_API_KEY"
-    max_output_tokens: ReplyTokens | None = 8192
+    max_output_tokens: ReplyTokens | None = MAX_OUTPUT_TOKENS
     """``max_tokens`` of one request (``None``: send none, the server decides)."""
     escalated_max_tokens: ReplyTokens | None = 65536
     """A reply cut by ``max_output_tokens`` is retried once, silently, with this limit."""
@@ -276,7 +286,7 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     """Model-name prefix → context window in tokens (``"gpt-4o" = 128000``), consulted
     before the built-in table (``actors.context.MODEL_WINDOWS``)."""
     safety_buffer_tokens: Reserve = SAFETY_BUFFER
-    output_reserve_tokens: Reserve = 4_096
+    output_reserve_tokens: Reserve = OUTPUT_RESERVE
     """Reserved for the answer when ``model.max_output_tokens`` is not set (else that)."""
     collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = _POLICY.collapse_at
     """Fold old tool results once the estimate passes this share of the limit; 0: only
@@ -448,6 +458,10 @@ class TracingSettings(_Settings, frozen=True, kw_only=True):
     export_delay_seconds: Annotated[float, msgspec.Meta(gt=0, le=3_600)] | None = None
     """The longest a finished span waits before its batch is sent; unset:
     ``OTEL_BSP_SCHEDULE_DELAY``, else 5 s."""
+    provider_name: Annotated[str, msgspec.Meta(max_length=64, pattern=r"^[a-z0-9_.]*$")] = ""
+    """``gen_ai.provider.name`` of the chat and run spans; empty: derived from
+    ``model.base_url`` (``api.openai.com``: ``openai``, ``api.deepseek.com``: ``deepseek`` …,
+    another host: ``openai_compatible``, no endpoint: ``loopfuse.simulator``)."""
 
 
 class McpSettings(_Settings, frozen=True, kw_only=True):
@@ -746,7 +760,9 @@ _CONTEXT_KEYS: Final = {
 
 def context_policy(config: Config, settings: RunSettings) -> ContextPolicy:
     """The context limits of a run: its window (``context_window``, else by model name
-    from ``[context]``) and the room kept free of it.
+    from ``[context]``) and the room kept free of it: the safety buffer and the output
+    reservation; at their defaults each is capped at its share of the window
+    (:func:`~actors.context.policy.scaled_reserve`), values the operator set are kept.
 
     :raises ConfigError: they leave no room for a prompt, or a value is out of range.
     """
@@ -756,10 +772,19 @@ def context_policy(config: Config, settings: RunSettings) -> ContextPolicy:
     if configured is None and config.model.base_url and window_for(settings.model, default=0) == 0:
         warn_default_window(settings.model, window)  # once per model
     collapse_at = settings.context_collapse_at
+    safety_buffer = scaled_reserve(
+        settings.context_safety_buffer, default=SAFETY_BUFFER, window=window, share=SAFETY_SHARE
+    )
+    reserve, default = (
+        (settings.max_output_tokens, MAX_OUTPUT_TOKENS)
+        if settings.max_output_tokens
+        else (settings.context_output_reserve, OUTPUT_RESERVE)
+    )
+    output_reserve = scaled_reserve(reserve, default=default, window=window, share=OUTPUT_SHARE)
     policy = ContextPolicy(
         window=window,
-        safety_buffer=settings.context_safety_buffer,
-        output_reserve=settings.max_output_tokens or settings.context_output_reserve,
+        safety_buffer=safety_buffer,
+        output_reserve=output_reserve,
         collapse_at=collapse_at,
         collapse_to=min(context.collapse_to, collapse_at) if collapse_at else context.collapse_to,
         keep_recent_turns=settings.context_keep_turns,

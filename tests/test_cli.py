@@ -141,3 +141,34 @@ def test_a_real_demo_run_ends_with_every_reason_naming_cause_and_next_step(
         text = describe_ending(result)  # what `loopfuse run` prints
         assert f"ended with {reason.value} (cause {result.cause})" in text
         assert f"Next: {result.hint}" in text
+
+
+def test_run_scenario_plays_on_the_simulator_whatever_model_says(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#30 item 5: a `[model] base_url` (here a port nothing listens on) does not take a
+    scenario away from the embedded simulator."""
+    config = tmp_path / "model.toml"
+    config.write_text('[model]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "my-model"\n')
+    assert main(["--config", str(config), "run", "--scenario", "completed"]) == 0
+    assert "completed" in capsys.readouterr().out
+
+
+def test_the_readme_s_config_example_still_plays_scenarios(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """#30 item 5: the README's config (a `[model]` on api.example.com) leaves scenarios on
+    the simulator."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Configuration", 1)[1]
+    block = re.search(r"```toml\n(.*?)```", section, re.S)
+    assert block is not None
+    assert "base_url" in block.group(1)
+    config = tmp_path / "loopfuse.toml"
+    config.write_text(block.group(1))
+    assert main(["--config", str(config), "run", "--scenario", "max_turns"]) == 1
+    out = capsys.readouterr().out
+    assert "budget.max_turns" in out

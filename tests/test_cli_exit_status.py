@@ -58,7 +58,10 @@ def test_a_window_too_small_is_one_line_naming_the_config_files_keys(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "loopfuse.toml"
-    config.write_text("[context]\ndefault_window = 512\n[context.windows]\nm = 512\n")
+    # set by the operator, so kept as set (a default safety buffer would scale to 51)
+    config.write_text(
+        "[context]\nsafety_buffer_tokens = 600\ndefault_window = 512\n[context.windows]\nm = 512\n"
+    )
     status = main(
         ["--config", str(config), "run", "--base-url", UNREACHABLE, "--model", "m", "--task", "x"]
     )

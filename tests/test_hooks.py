@@ -379,6 +379,7 @@ async def test_block_deny_and_the_tools_filter(tmp_path: Path) -> None:
             verdict="block",
             source="hook.no_delete",
             message="Blocked by hook 'no_delete': raw data is protected",
+            cause="hook.no_delete",  # a block names its cause (#30 item 12)
         )
         await bus.publish_settled(propose("r", "write_file", n=3))
         (stop,) = answers_in(inboxes["r"])

@@ -45,12 +45,18 @@ TIMINGS = {
 TEMPORARY = re.compile(r"/\S*?loopfuse-[^/\s]+")
 """A temporary folder of a run (a pipeline's report is written to one)."""
 PER_RUN = {"run_id", "trace_id", "traceparent", "folder"}
+TRANSPORT = {"response_id", "in_process"}
+"""What says how a reply came: the server's completion id, or that none was contacted."""
 
 
 def _comparable(value: Any, folder: str = "") -> Any:
     """``value`` as plain data without per-run ids and timings, ``folder`` named alike."""
     if isinstance(value, dict):
-        return {k: _comparable(v, folder) for k, v in value.items() if k not in TIMINGS | PER_RUN}
+        return {
+            k: _comparable(v, folder)
+            for k, v in value.items()
+            if k not in TIMINGS | PER_RUN | TRANSPORT
+        }
     if isinstance(value, list | tuple):
         return [_comparable(v, folder) for v in value]
     if isinstance(value, str):

@@ -337,3 +337,22 @@ def test_a_typed_chunk_accumulates_as_the_lenient_view_and_the_sdks_model() -> N
             results.append((returned, acc.text, acc.finish_reason, acc.usage, acc.assemble()))
         assert results[0] == results[1] == results[2]
         assert results[0][1] or results[0][4].tool_calls  # something was accumulated
+
+
+def test_the_response_id_and_model_are_the_first_the_server_sent() -> None:
+    """#30 item 12: ``gen_ai.response.id``/``model`` of a chat span come from here."""
+    from actors.llm.chunks import decode_chunk, decode_completion
+
+    streamed = ReplyAccumulator()
+    streamed.feed_chunk(decode_chunk(b'{"id":"chatcmpl-1","model":"m-2026","choices":[]}'))
+    streamed.feed_chunk(decode_chunk(b'{"id":"other","model":"other","choices":[]}'))
+    assert (streamed.response_id, streamed.response_model) == ("chatcmpl-1", "m-2026")
+    odd = ReplyAccumulator()  # a chunk that does not fit the typed view: read leniently
+    odd.feed_chunk(decode_chunk(b'{"id":"x-1","model":"m","usage":{"prompt_tokens":"many"}}'))
+    assert (odd.response_id, odd.response_model) == ("x-1", "m")
+    whole = ReplyAccumulator()
+    whole.feed_completion(decode_completion(b'{"id":"c-9","model":"m","choices":[]}'))
+    assert (whole.response_id, whole.response_model) == ("c-9", "m")
+    none = ReplyAccumulator()
+    none.feed_chunk(decode_chunk(b'{"choices":[]}'))
+    assert (none.response_id, none.response_model) == ("", "")

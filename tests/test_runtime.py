@@ -281,3 +281,29 @@ async def test_library_api_in_a_dozen_lines(tmp_path: Any) -> None:
     assert "ModelReply" in kinds
     assert kinds[-1] == "RunFinished"
     assert any(isinstance(e, ModelReply) for e in runtime.event_log.events(result.run_id))
+
+
+@pytest.mark.asyncio
+async def test_a_library_run_the_simulator_answers_is_marked_simulated(tmp_path: Any) -> None:
+    """#30 item 3: with no model, the library says the simulator answered (as the daemon
+    does); a scenario run, which the simulator is meant to play, is not marked."""
+    from orchestrator.result import SIMULATOR_NOTE
+    from orchestrator.scenarios.runs import run_scenario
+    from orchestrator.sim import find_scenario
+
+    async with Runtime() as runtime:
+        task = await runtime.run(RunSpec(task="Summarise the notes", folder=str(tmp_path)))
+        played = await run_scenario(runtime, find_scenario("completed"))
+    assert task.simulated is True
+    assert task.note == SIMULATOR_NOTE
+    assert played.simulated is False
+    assert played.note == ""
+
+
+@pytest.mark.asyncio
+async def test_a_run_with_a_model_actor_is_not_marked_simulated() -> None:
+    from bench.scripted_model import ScriptedModel, echo_script
+
+    async with Runtime(model_actor=lambda bus: ScriptedModel(bus, echo_script(1))) as runtime:
+        result = await runtime.run(RunSpec(task="x"))
+    assert result.simulated is False

@@ -116,8 +116,12 @@ async def test_a_loop_run_as_spans_of_the_genai_conventions() -> None:
     assert chat["gen_ai.operation.name"] == "chat"
     assert chat["gen_ai.request.model"] == "dead_loop"
     assert chat["gen_ai.response.finish_reasons"] == ("tool_calls",)
-    assert chat["server.address"] == "127.0.0.1"
-    assert isinstance(chat["server.port"], int)
+    # played in process: no server was contacted, and the provider is the simulator
+    assert "server.address" not in chat
+    assert "server.port" not in chat
+    assert chat["gen_ai.provider.name"] == "loopfuse.simulator"
+    assert attributes["gen_ai.provider.name"] == "loopfuse.simulator"
+    assert chat["gen_ai.response.model"] == "dead_loop"
     assert sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats) == (  # type: ignore[index,misc]
         result.usage.prompt_tokens
     )
@@ -412,3 +416,120 @@ def test_tracing_without_the_extra_is_a_config_error(monkeypatch: pytest.MonkeyP
         Runtime(traced())
     assert caught.value.key == "tracing.enabled"
     assert "loopfuse[otel]" in caught.value.reason
+
+
+# ------------------------------------------------------------------ #30 item 12
+
+
+WIRED = """
+task = "Look at the folder."
+wire = true
+[folder]
+"a.txt" = "x"
+[[steps]]
+tool_calls = [{ name = "list_dir", arguments = { path = "." } }]
+[[steps]]
+text = "One file."
+[expect]
+exit_reason = "completed"
+"""
+
+
+@pytest.mark.asyncio
+async def test_a_chat_span_names_the_server_the_response_id_and_model() -> None:
+    from orchestrator.sim import parse_scenario
+
+    scenario = parse_scenario(WIRED, source="wired.toml", name="wired")
+    exporter = InMemorySpanExporter()
+    with anyio.fail_after(WAIT):
+        async with Runtime(traced(), scenarios=[scenario], span_exporter=exporter) as rt:
+            result = await (await start_scenario(rt, scenario)).result()
+    chats = by_name(list(exporter.get_finished_spans()), "chat ")
+    assert len(chats) == result.llm_requests == 2
+    ids = set()
+    for chat in chats:
+        attributes = dict(chat.attributes or {})
+        assert attributes["server.address"] == "127.0.0.1"  # over HTTP: it was contacted
+        assert isinstance(attributes["server.port"], int)
+        assert attributes["gen_ai.response.model"] == "wired"
+        assert str(attributes["gen_ai.response.id"]).startswith("chatcmpl-")
+        ids.add(attributes["gen_ai.response.id"])
+    assert len(ids) == 2
+
+
+def test_the_provider_name_comes_from_the_endpoint() -> None:
+    from orchestrator.tracing.gen_ai_provider import provider_of
+
+    assert provider_of(None) == "loopfuse.simulator"
+    assert provider_of("https://api.openai.com/v1") == "openai"
+    assert provider_of("https://api.deepseek.com/v1") == "deepseek"
+    assert provider_of("https://lab.openai.azure.com/openai/v1") == "azure.ai.openai"
+    assert provider_of("http://127.0.0.1:8080/v1") == "openai_compatible"
+
+
+@pytest.mark.asyncio
+async def test_the_operator_names_the_provider() -> None:
+    _, spans = await run_scenario("completed", traced(provider_name="vllm"))
+    named = [s for s in spans if not s.name.startswith("execute_tool ")]  # no provider there
+    assert {(s.attributes or {}).get("gen_ai.provider.name") for s in named} == {"vllm"}
+    with pytest.raises(ConfigError):
+        load_config_text('[tracing]\nprovider_name = "Not A Name"\n')
+
+
+def load_config_text(text: str) -> Config:
+    import tempfile
+
+    from orchestrator.config import load_config
+
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as file:
+        file.write(text)
+    return load_config(file.name, environ={})
+
+
+@pytest.mark.asyncio
+async def test_a_pipeline_s_stage_runs_are_children_of_its_workflow_span() -> None:
+    result, spans = await run_scenario("report", traced())
+    (workflow,) = by_name(spans, "invoke_workflow ")
+    stages = by_name(spans, "invoke_agent ")
+    assert len(stages) >= 3  # explore, draft, reflect (finalize is code)
+    assert workflow.parent is None
+    assert (workflow.attributes or {})["loopfuse.run_id"] == result.run_id
+    assert (workflow.attributes or {})["loopfuse.exit_reason"] == result.exit_reason.value
+    assert f"{workflow.context.trace_id:032x}" == result.trace_id
+    for stage in stages:
+        assert stage.parent is not None
+        assert stage.parent.span_id == workflow.context.span_id
+    assert [s for s in spans if s.parent is None] == [workflow]
+
+
+@pytest.mark.asyncio
+async def test_a_hook_s_block_names_its_cause() -> None:
+    _, spans = await run_scenario("hook_blocks", traced())
+    (run,) = by_name(spans, "invoke_agent ")
+    verdicts = [dict(e.attributes or {}) for e in run.events if e.name == "loopfuse.verdict"]
+    hooks = [v for v in verdicts if str(v["loopfuse.source"]).startswith("hook.")]
+    assert hooks
+    for verdict in hooks:
+        assert verdict["loopfuse.cause"] == verdict["loopfuse.source"]  # hook.<name>
+
+
+@pytest.mark.asyncio
+async def test_every_gen_ai_attribute_is_a_name_of_the_conventions() -> None:
+    """loopfuse's own attributes live under ``loopfuse.*``: ``gen_ai.*`` is the
+    conventions' namespace (the installed opentelemetry-semantic-conventions' names)."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
+
+    known = {
+        value
+        for name, value in vars(gen_ai_attributes).items()
+        if name.startswith("GEN_AI_") and isinstance(value, str)
+    }
+    seen: set[str] = set()
+    for name in ("dead_loop", "report", "hook_blocks"):
+        _, spans = await run_scenario(name, traced(capture_content=True))
+        for span in spans:
+            seen |= set(span.attributes or {})
+            seen |= {key for event in span.events for key in (event.attributes or {})}
+    ours = {key for key in seen if key.startswith("gen_ai.")}
+    assert ours - known == set()
+    assert {key.split(".")[0] for key in seen} <= {"gen_ai", "loopfuse", "server", "error", "http"}

@@ -6,10 +6,23 @@ from typing import Final
 
 import msgspec
 
-__all__ = ["RESERVE_MAX", "SAFETY_BUFFER", "WINDOW_MAX", "ContextPolicy", "policy_problems"]
+__all__ = [
+    "OUTPUT_SHARE",
+    "RESERVE_MAX",
+    "SAFETY_BUFFER",
+    "SAFETY_SHARE",
+    "WINDOW_MAX",
+    "ContextPolicy",
+    "policy_problems",
+    "scaled_reserve",
+]
 
 SAFETY_BUFFER: Final = 3_000
 """Tokens kept free below the window for estimation error (Claude Code's figure)."""
+SAFETY_SHARE: Final = 10
+"""The safety buffer is at most one tenth of the window (``window // 10``)."""
+OUTPUT_SHARE: Final = 4
+"""The output reservation (and the ``max_tokens`` sent) is at most a quarter of the window."""
 WINDOW_MAX: Final = 10_000_000
 """The largest context window a run may be given (tokens); the largest models' are ~1M."""
 RESERVE_MAX: Final = 1_000_000
@@ -55,6 +68,17 @@ class ContextPolicy(msgspec.Struct, frozen=True, kw_only=True):
     def limit(self) -> int:
         """The largest prompt estimate that may be sent."""
         return self.window - self.safety_buffer - self.output_reserve
+
+
+def scaled_reserve(value: int, *, default: int, window: int, share: int) -> int:
+    """What a ``window`` keeps free for a reserve set to ``value``: a default value is
+    capped at its share of the window (``window // share``); any other value was chosen
+    by the operator and is kept as set (a reserve too large for the window is refused).
+
+    With the defaults (a safety buffer of 3,000, share 10; an output reservation of 8,192,
+    share 4), a window of 32,768 or more keeps the defaults, and a 2,048-token window keeps
+    204 + 512 free: it runs with no context settings (``docs/context.md``)."""
+    return min(value, window // share) if value == default else value
 
 
 def policy_problems(policy: ContextPolicy) -> list[tuple[str, str]]:

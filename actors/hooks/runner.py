@@ -183,6 +183,7 @@ class HookRunner:
                 verdict="block",
                 source=f"hook.{worst.hook}",
                 message=worst.block_message(),
+                cause=f"hook.{worst.hook}",
             )
         )
 

@@ -85,6 +85,10 @@ class ReplyAccumulator:
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
         self.chunks = 0
+        self.response_id = ""
+        """The completion's ``id`` (the first one sent; empty: none)."""
+        self.response_model = ""
+        """The ``model`` the server says answered (the first one sent; empty: none)."""
 
     # ---------------------------------------------------------------- feeding
 
@@ -133,6 +137,7 @@ class ReplyAccumulator:
         if type(chunk) is Chunk:
             return self._feed_typed(chunk)
         self.chunks += 1
+        self._identify(getattr(chunk, "id", None), getattr(chunk, "model", None))
         usage = getattr(chunk, "usage", None)
         if usage is not None:
             self.set_usage(usage)
@@ -158,6 +163,8 @@ class ReplyAccumulator:
         """:meth:`feed_chunk` for a decoded :class:`~actors.llm.chunks.Chunk` (the usual
         case): its fields have the types declared, so no look-up needs a default."""
         self.chunks += 1
+        if not self.response_id or not self.response_model:
+            self._identify(chunk.id, chunk.model)
         if chunk.usage is not None:
             self.set_usage(chunk.usage)
         new_text = ""
@@ -185,6 +192,7 @@ class ReplyAccumulator:
 
     def feed_completion(self, completion: Any) -> str:
         """Feed a whole (non-streamed) ``chat.completion``; returns its text."""
+        self._identify(getattr(completion, "id", None), getattr(completion, "model", None))
         usage = getattr(completion, "usage", None)
         if usage is not None:
             self.set_usage(usage)
@@ -208,6 +216,13 @@ class ReplyAccumulator:
                 self.finish_reason = reason
             break
         return self.text
+
+    def _identify(self, id: object, model: object) -> None:
+        """Keep the first ``id`` and ``model`` the server sent (strings only)."""
+        if not self.response_id and isinstance(id, str):
+            self.response_id = id
+        if not self.response_model and isinstance(model, str):
+            self.response_model = model
 
     def _feed_call(self, call: Any) -> None:
         index = getattr(call, "index", None)

@@ -476,6 +476,8 @@ class LLMCaller:
             ttft_seconds=call.ttft,
             aborted=aborted,
             invalid_tool_calls=assembled.invalid,
+            response_id=acc.response_id,
+            response_model=acc.response_model,
         )
 
     def _error(self, call: _Call, failure: Failure, *, final: bool) -> ModelError:

@@ -1,7 +1,7 @@
 """Chat-completions JSON → light objects for the accumulator, decoded by msgspec.
 
 Only the fields the :class:`~actors.llm.accumulator.ReplyAccumulator` reads are declared;
-unknown ones (``id``, ``logprobs``, ``obfuscation``, ``reasoning_content``, …) are skipped
+unknown ones (``logprobs``, ``obfuscation``, ``reasoning_content``, …) are skipped
 by the decoder without building anything. A payload whose declared fields have unexpected
 types (``"usage": {"prompt_tokens": "many"}``, ``"choices": null`` is fine) is still read,
 through a lenient attribute view of the plain JSON, so odd servers are tolerated exactly as
@@ -57,6 +57,8 @@ class UsageFields(msgspec.Struct, frozen=True, gc=False):
 class Chunk(msgspec.Struct, frozen=True, gc=False):
     """One ``chat.completion.chunk`` (or an error frame: ``error`` set)."""
 
+    id: str | None = None
+    model: str | None = None
     choices: tuple[ChunkChoice, ...] | None = None
     usage: UsageFields | None = None
     error: Any = None
@@ -77,6 +79,8 @@ class CompletionChoice(msgspec.Struct, frozen=True, gc=False):
 class Completion(msgspec.Struct, frozen=True, gc=False):
     """One whole ``chat.completion`` (non-streamed)."""
 
+    id: str | None = None
+    model: str | None = None
     choices: tuple[CompletionChoice, ...] | None = None
     usage: UsageFields | None = None
 

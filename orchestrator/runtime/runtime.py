@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry
 from actors.budget.monitor import BudgetMonitor
 from actors.context import ContextPolicy, apply_folds, compaction_prompt, summary_message
 from actors.context.gatekeeper import ContextGatekeeper
+from actors.context.policy import OUTPUT_SHARE
 from actors.context.server import ServerEndpoint
 from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
 from actors.llm.caller import LLMCaller
@@ -70,7 +71,7 @@ from orchestrator.config import (
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
 from orchestrator.metrics.collectors import ToolCacheCollector
-from orchestrator.result import RunResult
+from orchestrator.result import RunResult, simulator_answered
 from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.folders import SharedFolders
 from orchestrator.runtime.heap import freeze_long_lived
@@ -81,6 +82,7 @@ from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenario
 from orchestrator.sim.inprocess import InProcessModel
 from orchestrator.sim.tools import scripted_tool_from
 from orchestrator.tracing import parse_traceparent
+from orchestrator.tracing.gen_ai_provider import MODEL_ACTOR_PROVIDER, provider_of
 from orchestrator.tracing.wiring import open_tracing, require_tracing
 
 if TYPE_CHECKING:  # the otel extra; imported at run time only with tracing on
@@ -180,14 +182,24 @@ CONTEXT_FUNCTIONS: Final = ContextFunctions(
 """How every conductor carries out the context gatekeeper's answers."""
 
 
-def conductor_settings(settings: RunSettings) -> ConductorSettings:
-    """What the conductor reads of ``settings`` (budgets: 0 for none)."""
+def conductor_settings(
+    settings: RunSettings, policy: ContextPolicy | None = None
+) -> ConductorSettings:
+    """What the conductor reads of ``settings`` (budgets: 0 for none). The context
+    ``policy`` caps a reply's ``max_tokens`` at its output reservation and a final
+    answer's at a quarter of the window, so a small window's request asks for no more
+    than the room kept for it (``docs/context.md``)."""
+    reply = settings.max_output_tokens
+    answer = settings.answer_max_tokens
+    if policy is not None:
+        reply = min(reply, max(policy.output_reserve, 1)) if reply is not None else None
+        answer = min(answer, max(policy.window // OUTPUT_SHARE, 1))
     return ConductorSettings(
         model=settings.model,
         max_turns=settings.max_turns,
         max_tool_calls=settings.max_tool_calls,
         deadline_seconds=settings.deadline_seconds,
-        max_output_tokens=settings.max_output_tokens,
+        max_output_tokens=reply,
         escalated_max_tokens=settings.escalated_max_tokens,
         tool_timeout_seconds=settings.tool_timeout_seconds,
         abort_grace_seconds=settings.abort_grace_seconds,
@@ -195,7 +207,7 @@ def conductor_settings(settings: RunSettings) -> ConductorSettings:
         max_cache_hits=settings.max_cache_hits,
         cache_ttl_seconds=settings.cache_ttl_seconds,
         cache_max_entries=settings.cache_max_entries,
-        answer_max_tokens=settings.answer_max_tokens,
+        answer_max_tokens=answer,
         answer_deadline_seconds=settings.answer_deadline_seconds,
         on_stop=settings.on_stop,
         output_token_budget=settings.output_token_budget or 0,
@@ -384,6 +396,9 @@ class Runtime:
         self._workers: Workers | None = None  # the tasks runs and watchers run in, reused
         self._stack: AsyncExitStack | None = None
         self.base_url: str | None = None
+        self.simulator_answers = False
+        """No endpoint nor model actor: the embedded simulator answers every run, so a run
+        that plays no scenario ends marked ``simulated`` with a note (as the daemon's do)."""
         self.mcp: McpServers | None = None
         """The MCP servers of ``[mcp]`` while the runtime runs (``docs/mcp.md``)."""
         self.scenario_folders = SharedFolders()
@@ -404,6 +419,7 @@ class Runtime:
                 simulator = await stack.enter_async_context(open_simulator(served.values()))
                 self.base_url = simulator.base_url
                 simulated = tuple(served.values())
+                self.simulator_answers = True
             if self.config.tracing.enabled:
                 self.tracing = open_tracing(
                     self.config.tracing,
@@ -411,6 +427,9 @@ class Runtime:
                     self.metrics_registry,
                     stack,
                     base_url=self.base_url,
+                    provider=provider_of(self.config.model.base_url)
+                    if self._model_actor is None
+                    else MODEL_ACTOR_PROVIDER,
                     exporter=self._span_exporter,
                 )
             self.mcp = await stack.enter_async_context(open_mcp_tools(self.config, self.tools))
@@ -543,8 +562,14 @@ class Runtime:
         *,
         on_finished: Callable[[], object] | None = None,
         watch: Callable[[RunHandle], Awaitable[object]] | None = None,
+        scenario: bool = False,
     ) -> RunHandle:
         """Accept ``spec`` and return its handle at once; the run starts when a slot frees.
+
+        Without a model (:attr:`simulator_answers`) the result of a run that is not a
+        ``scenario``'s (:func:`~orchestrator.scenarios.runs.start_scenario` says so) is
+        marked ``simulated``, with a note: the simulator plays scripts, it read neither the
+        task nor the folder.
 
         ``on_finished`` is called once the run has ended (to release what it used).
         ``watch`` runs beside the run (e.g. to abort it on a condition) until it ends.
@@ -600,7 +625,8 @@ class Runtime:
         self.event_log.open_run(run_id)
         self._active += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        workers.submit(partial(self._run, handle, inputs, on_finished))
+        simulated = self.simulator_answers and not scenario
+        workers.submit(partial(self._run, handle, inputs, on_finished, simulated))
         if watch is not None:
             workers.submit(partial(self._watch, handle, watch))
         return handle
@@ -636,17 +662,18 @@ class Runtime:
         folderless = tuple(
             t for t in tool_specs if not ((tool := self.tools.get(t.name)) and tool.needs_folder)
         )
+        policy = context_policy(self.config, settings)
         resolved = _Resolved(
             settings,
             loop_config,
-            context_policy(self.config, settings),
+            policy,
             tool_specs,
             frozenset(
                 name
                 for name in settings.tools
                 if (tool := self.tools.get(name)) and tool.finishes_stage
             ),
-            conductor_settings(settings),
+            conductor_settings(settings, policy),
             tool_specs if len(folderless) == len(tool_specs) else folderless,
         )
         if key is not None:
@@ -742,6 +769,7 @@ class Runtime:
         handle: RunHandle,
         inputs: RunInputs,
         on_finished: Callable[[], object] | None,
+        simulated: bool = False,
     ) -> None:
         try:
             await self._slots.acquire()
@@ -755,7 +783,8 @@ class Runtime:
                         inbox.deliver(handle._abort)
                     handle.status = "running"
                     conductor = Conductor(self.bus, inputs, inbox)
-                    handle._result = await conductor.run()
+                    result = await conductor.run()
+                    handle._result = simulator_answered(result) if simulated else result
             finally:
                 self._slots.release()
         finally:

@@ -69,6 +69,7 @@ async def start_scenario(
             run_id=run_id,
         ),
         watch=_abort_when(scenario.abort) if scenario.abort is not None else None,
+        scenario=True,
     )
 
 

@@ -275,6 +275,8 @@ class InProcessModel:
                 latency_seconds=elapsed,
                 ttft_seconds=elapsed if text or reply.calls else None,
                 invalid_tool_calls=assembled.invalid,
+                response_model=request.model,
+                in_process=True,
             )
         )
         return out, step.latency
@@ -307,6 +309,7 @@ class _Waiting:
             latency_seconds=anyio.current_time() - self.started,
             ttft_seconds=None,
             aborted=True,
+            in_process=True,
         )
 
 

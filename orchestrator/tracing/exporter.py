@@ -8,6 +8,10 @@ following the GenAI semantic conventions.
     ├── execute_tool <tool>         ToolExecute … ToolResult    aborts)
     └── …
 
+    invoke_workflow loopfuse        a pipeline: its first stage run's start … its RunFinished
+    ├── invoke_agent loopfuse       a stage run (``RUN.STAGE``), as above
+    └── …
+
 The run span's trace id is the run's ``trace_id``; a run started with a ``traceparent``
 (``RunStarted.traceparent``) is a child of the caller's span. The LLM caller asks
 :meth:`TraceExporter.traceparent` for the header that names a request's chat span.
@@ -74,8 +78,6 @@ logger = logging.getLogger("loopfuse.tracing")
 SUBSCRIBER: Final = "trace_exporter"
 AGENT_NAME: Final = "loopfuse"
 """``gen_ai.agent.name`` of every run span (``invoke_agent loopfuse``)."""
-PROVIDER: Final = "openai"
-"""``gen_ai.provider.name``: loopfuse speaks the OpenAI chat-completions API."""
 MAX_TRACKED_RUNS: Final = 100_000
 """Runs whose spans the exporter keeps open at most; the oldest is ended beyond that."""
 
@@ -111,7 +113,8 @@ class TraceExporter:
     :param capture_content: put prompts, replies, tool arguments and results, nudge texts
         and stop details on the spans (off: only names, ids, counts and causes).
     :param base_url: the model endpoint (``server.address`` and ``server.port`` of chat
-        spans).
+        spans whose reply came from it; not of those the simulator answered in process).
+    :param provider: ``gen_ai.provider.name`` (:mod:`orchestrator.tracing.gen_ai_provider`).
     :param max_runs: runs tracked at most (:data:`MAX_TRACKED_RUNS`).
     """
 
@@ -122,6 +125,7 @@ class TraceExporter:
         *,
         capture_content: bool = False,
         base_url: str | None = None,
+        provider: str = "openai",
         max_runs: int = MAX_TRACKED_RUNS,
     ) -> None:
         self._bus = bus
@@ -130,6 +134,8 @@ class TraceExporter:
         self._ids = pipeline.ids
         self._content = capture_content
         self._server = _server(base_url)
+        self._provider = provider
+        self._workflows: dict[str, _Run] = {}  # pipeline run id → its workflow span
         self._max_runs = max_runs
         self._runs: dict[str, _Run] = {}
         self._errors = 0
@@ -162,9 +168,10 @@ class TraceExporter:
         finally:
             self._bus.unsubscribe(sub)
             now = self._now()
-            for run in self._runs.values():
+            for run in (*self._runs.values(), *self._workflows.values()):
                 self._close(run, now)
             self._runs.clear()
+            self._workflows.clear()
 
     def statistics(self) -> TraceStatistics:
         counts = self._pipeline.processor.counts()
@@ -212,7 +219,10 @@ class TraceExporter:
         if earlier is not None:
             self._close(earlier, now)
         parent = parse_traceparent(msg.traceparent) if msg.traceparent else None
-        if parent is not None and parent.trace_id == msg.trace_id:
+        workflow = self._workflow_of(msg, now)
+        if workflow is not None:  # a pipeline's stage run: a child of the pipeline's span
+            context = workflow.context
+        elif parent is not None and parent.trace_id == msg.trace_id:
             caller = SpanContext(
                 int(parent.trace_id, 16),
                 int(parent.span_id, 16),
@@ -226,7 +236,7 @@ class TraceExporter:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": AGENT_NAME,
-            "gen_ai.provider.name": PROVIDER,
+            "gen_ai.provider.name": self._provider,
             "gen_ai.request.model": msg.model,
             "gen_ai.conversation.id": msg.run_id,
             "loopfuse.run_id": msg.run_id,
@@ -259,8 +269,34 @@ class TraceExporter:
         while len(runs) > self._max_runs:
             self._close(runs.pop(next(iter(runs))), now)
 
+    def _workflow_of(self, msg: RunStarted, now: int) -> _Run | None:
+        """The span of the pipeline ``msg`` is a stage run of (``RUN.STAGE``), started at its
+        first stage run; ``None`` for a run of its own."""
+        pipeline, dot, rest = msg.run_id.partition(".")
+        if not dot or not rest.startswith(msg.stage):
+            return None
+        workflow = self._workflows.get(pipeline)
+        if workflow is None:
+            self._ids.next_trace_id = _trace_id(msg.trace_id)
+            span = self._tracer.start_span(
+                f"invoke_workflow {AGENT_NAME}",
+                context=Context(),
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    "gen_ai.operation.name": "invoke_workflow",
+                    "gen_ai.provider.name": self._provider,
+                    "loopfuse.run_id": pipeline,
+                },
+                start_time=now,
+            )
+            workflow = _Run(span, set_span_in_context(span, Context()), {}, {})
+            self._workflows[pipeline] = workflow
+            while len(self._workflows) > self._max_runs:
+                self._close(self._workflows.pop(next(iter(self._workflows))), now)
+        return workflow
+
     def _run_finished(self, msg: RunFinished) -> None:
-        run = self._runs.pop(msg.run_id, None)
+        run = self._runs.pop(msg.run_id, None) or self._workflows.pop(msg.run_id, None)
         if run is None:
             return
         now = self._now()
@@ -299,10 +335,9 @@ class TraceExporter:
         now = self._now()
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": PROVIDER,
+            "gen_ai.provider.name": self._provider,
             "gen_ai.request.model": msg.model,
             "loopfuse.turn": msg.turn,
-            **self._server,
         }
         if msg.max_tokens is not None:
             attributes["gen_ai.request.max_tokens"] = msg.max_tokens
@@ -340,6 +375,7 @@ class TraceExporter:
         span.add_event("loopfuse.model_error", event, timestamp=now)
         if msg.final:
             del run.chats[msg.turn]
+            span.set_attributes(self._server)  # a failed request: the endpoint was asked
             span.set_attribute("error.type", msg.kind)
             span.set_attribute("loopfuse.attempts", msg.attempt)
             span.set_status(Status(StatusCode.ERROR, msg.kind))
@@ -358,6 +394,12 @@ class TraceExporter:
             "loopfuse.attempts": msg.attempts,
             "loopfuse.tool_calls": len(msg.tool_calls),
         }
+        if not msg.in_process:  # answered by the endpoint, not by a script in process
+            attributes.update(self._server)
+        if msg.response_id:
+            attributes["gen_ai.response.id"] = msg.response_id
+        if msg.response_model:
+            attributes["gen_ai.response.model"] = msg.response_model
         if msg.finish_reason is not None:
             attributes["gen_ai.response.finish_reasons"] = (msg.finish_reason,)
         if msg.ttft_seconds is not None:

@@ -50,6 +50,7 @@ def open_tracing(
     stack: AsyncExitStack,
     *,
     base_url: str | None,
+    provider: str,
     exporter: SpanExporter | None = None,
 ) -> TraceExporter:
     """The trace exporter of a runtime's ``bus`` (start its ``run`` in the task group),
@@ -65,7 +66,11 @@ def open_tracing(
     pipeline = open_pipeline(settings, exporter)
     stack.push_async_callback(_shut_down, pipeline.provider)
     tracer = TraceExporter(
-        bus, pipeline, capture_content=settings.capture_content, base_url=base_url
+        bus,
+        pipeline,
+        capture_content=settings.capture_content,
+        base_url=base_url,
+        provider=settings.provider_name or provider,
     )
     registry.register(TraceCollector(tracer.statistics))
     return tracer
