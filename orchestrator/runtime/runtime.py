@@ -93,7 +93,15 @@ if TYPE_CHECKING:  # the otel extra; imported at run time only with tracing on
 if TYPE_CHECKING:  # the mcp extra; imported at run time only with [mcp] servers
     from actors.tools.mcp.servers import McpServers
 
-__all__ = ["ModelActor", "RunHandle", "RunJournal", "RunSpec", "Runtime", "StartPoint"]
+__all__ = [
+    "FOLDER_SYSTEM_PROMPT",
+    "ModelActor",
+    "RunHandle",
+    "RunJournal",
+    "RunSpec",
+    "Runtime",
+    "StartPoint",
+]
 
 logger = logging.getLogger("loopfuse.runtime")
 
@@ -102,6 +110,16 @@ KEEP_FINISHED_RUNS: Final = 1_000
 """Finished runs whose events and result a runtime keeps for late readers."""
 
 SHUTDOWN_GRACE_SECONDS: Final = 30.0
+
+FOLDER_SYSTEM_PROMPT: Final = (
+    "You work on the files of one folder through the tools you are offered. Paths are "
+    'relative to that folder; "." is the folder itself. Call the tools to find what the '
+    "task needs, then answer without calling a tool."
+)
+"""The system message of a run over a folder that brings none of its own. Some servers
+show a model its tools only inside a system message (llama-cpp-python's
+``chatml-function-calling`` format drops every tool definition from a prompt without one:
+a real model then invents paths), and a model told nothing does not know where it is."""
 
 RunStatus = Literal["queued", "running", "finished"]
 
@@ -571,6 +589,10 @@ class Runtime:
         marked ``simulated``, with a note: the simulator plays scripts, it read neither the
         task nor the folder.
 
+        A run over a folder with tools and no ``spec.system`` (``None``; ``""`` sends none)
+        starts with :data:`FOLDER_SYSTEM_PROMPT`, except a scenario's (its model is a
+        script).
+
         ``on_finished`` is called once the run has ended (to release what it used).
         ``watch`` runs beside the run (e.g. to abort it on a condition) until it ends.
 
@@ -586,6 +608,9 @@ class Runtime:
         tool_specs = resolved.tool_specs if folder else resolved.folderless_specs
         if tool_specs is not resolved.tool_specs:  # folder tools left out: a forced one too?
             check_tool_choice(self.config, settings.model, tuple(t.name for t in tool_specs))
+        system = spec.system
+        if system is None and folder and tool_specs and not scenario:
+            system = FOLDER_SYSTEM_PROMPT
         run_id = spec.run_id or uuid.uuid4().hex
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
@@ -604,7 +629,7 @@ class Runtime:
             if self._journal is not None
             else None,
             task=spec.task,
-            system=spec.system,
+            system=system,
             history=spec.history,
             stage=spec.stage,
             plan=spec.plan,
