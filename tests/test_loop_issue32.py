@@ -181,3 +181,46 @@ def test_error_streak_levels_are_configurable_and_clamped() -> None:
     )
     detector = LoopDetector(config)
     assert detector.config.error_streak.break_at == 3
+
+
+# ------------------------------------------------------------------ a real run
+
+
+SENSORS = """
+task = "Read the six sensor files."
+[config]
+max_turns = 30
+loop_preset = "PRESET"
+[folder]
+"sensor_1.csv" = "t,v"
+"readme.txt" = "six sensors"
+[[steps]]
+tool_calls = [{ name = "read_file", arguments = { path = "data/sensor_{n}.csv" } }]
+repeat = true
+[expect]
+exit_reason = "hook_stopped"
+cause = "loop.error_streak"
+"""
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("name", PRESET_NAMES)
+async def test_a_run_inventing_paths_is_told_the_real_listing_then_stopped(name: str) -> None:
+    import anyio
+
+    from orchestrator.runtime import Runtime
+    from orchestrator.scenarios.runs import run_scenario
+    from orchestrator.sim import parse_scenario
+
+    scenario = parse_scenario(SENSORS.replace("PRESET", name), source="<sensors>", name="s")
+    async with Runtime(scenarios=[scenario]) as runtime:
+        with anyio.fail_after(60):
+            result = await run_scenario(runtime, scenario)
+    assert (result.exit_reason, result.cause) == ("hook_stopped", "loop.error_streak")
+    assert result.tool_calls <= 8
+    told = [
+        m.content for m in result.transcript if m.role == "user" and "failed" in (m.content or "")
+    ]
+    assert told, "the model was not told what went wrong"
+    if name != "gemini":  # gemini's strike text carries the detail, not the listing
+        assert any("readme.txt, sensor_1.csv" in (text or "") for text in told)
