@@ -45,6 +45,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "ModelTextDelta",
+    "Notice",
     "Nudge",
     "Progress",
     "ProgressStatus",
@@ -553,6 +554,16 @@ class ActorFailed(Message, frozen=True, kw_only=True):
     error: str
 
 
+class Notice(Message, frozen=True, kw_only=True):
+    """Something a person should know about a run that neither stops nor nudges it (a
+    threshold clamped, a loop check's answer ignored): recorded in the run's events.
+    ``kind`` names what it is about (``loop.config``, ``loop.llm_check``)."""
+
+    kind: str
+    text: str
+    source: str
+
+
 BusMessage = (
     RunStarted
     | RunEnding
@@ -575,6 +586,7 @@ BusMessage = (
     | StopSignal
     | AbortRequested
     | ActorFailed
+    | Notice
     | PromptRejected
     | ContextAction
 )
@@ -601,6 +613,7 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     StopSignal,
     AbortRequested,
     ActorFailed,
+    Notice,
     PromptRejected,
     ContextAction,
 )

@@ -480,6 +480,13 @@ class LoopDetector:
         run's task and its recent history entries (oldest first)."""
         return check_messages(task, history)
 
+    @staticmethod
+    def llm_check_readable(text: str) -> bool:
+        """Whether ``text`` is a verdict (a JSON object with a confidence in [0, 1]). An
+        answer that is not should be asked for once more, then ignored
+        (:meth:`llm_check_answer` with ``None``)."""
+        return parse_answer(text) is not None
+
     def llm_check_answer(self, text: str | None) -> Decision:
         """Judge the checking model's answer (``None``: the check failed, which is no
         loop). A loop nudges with gemini-cli's recovery text; loop number

@@ -42,6 +42,7 @@ from bus import (
     ModelReply,
     ModelRequest,
     ModelTextDelta,
+    Notice,
     Nudge,
     RunFinished,
     RunStarted,
@@ -90,6 +91,9 @@ class _Check:
     task: str
     model: str
     history: deque[str]
+    request: ModelRequest | None = None
+    """The check in flight (asked again once when its answer is not a verdict)."""
+    retried: bool = False
 
 
 @dataclass(slots=True)
@@ -297,21 +301,42 @@ class LoopMonitor:
             ChatMessage(role="system" if role == "system" else "user", content=content)
             for role, content in detector.llm_check_messages(check.task, tuple(check.history))
         )
-        self._bus.publish_nowait(
-            ModelRequest(
-                run_id=msg.run_id,
-                turn=-msg.turn,  # not a turn of the run: the conductor leaves it alone
-                model=check.model,
-                messages=messages,
-                max_tokens=detector.config.llm_check.max_tokens,
-                purpose="loop_check",
-            )
+        check.request = ModelRequest(
+            run_id=msg.run_id,
+            turn=-msg.turn,  # not a turn of the run: the conductor leaves it alone
+            model=check.model,
+            messages=messages,
+            max_tokens=detector.config.llm_check.max_tokens,
+            purpose="loop_check",
         )
+        check.retried = False
+        self._bus.publish_nowait(check.request)
 
     def _check_answered(self, run_id: str, text: str | None) -> None:
         state = self._runs.get(run_id)
         if state is None or state.stopped:
             return
+        check = state.check
+        if text is not None and check is not None and not state.detector.llm_check_readable(text):
+            # not a verdict (no JSON, a confidence outside [0, 1]): ask once more, then
+            # ignore this check (as an error: no loop, the interval kept) and say so
+            if not check.retried and check.request is not None:
+                check.retried = True
+                self._bus.publish_nowait(check.request)
+                return
+            self._bus.publish_nowait(
+                Notice(
+                    run_id=run_id,
+                    kind="loop.llm_check",
+                    text=(
+                        "The loop check's answer was not a verdict twice (a JSON object "
+                        "with unproductive_state_confidence from 0 to 1); this check is "
+                        f"ignored. Its answer: {text[:200]!r}"
+                    ),
+                    source=self._name,
+                )
+            )
+            text = None
         decision = state.detector.llm_check_answer(text)
         if decision.level == "break":
             self._stop(state, run_id, decision)
