@@ -834,12 +834,14 @@ def merge_loop_overrides(
     source: str = "run",
     result_patterns: tuple[ResultPattern, ...] = (),
     llm_check_model: str = "",
+    notes: list[str] | None = None,
 ) -> LoopConfig:
     """``base`` (a loop preset) with a run's ``loop`` table on top: tables merge key by key
     (``ping_pong = {break_at = 30}`` keeps the preset's other ping-pong keys), anything else
     replaces (``poll_tools = [...]`` replaces the preset's list). ``result_patterns`` (the
     operator's ``[loop] result_patterns``) and ``llm_check_model`` are set last; a run's
-    table may not set them.
+    table may not set them. With ``notes``, each threshold clamped is said there (a
+    sentence naming it and the value used) as well as logged.
 
     :raises ConfigError: a key is unknown or a value is bad, as the loop package checks
         them; the key is named ``config.loop.<key>``.
@@ -863,7 +865,7 @@ def merge_loop_overrides(
         llm = msgspec.structs.replace(base.llm_check, model=llm_check_model)
         base = msgspec.structs.replace(base, llm_check=llm)
     if not overrides:
-        return check_config(base) if result_patterns or llm_check_model else base
+        return check_config(base, notes=notes) if result_patterns or llm_check_model else base
     data = _merged(msgspec.to_builtins(base), overrides)
     try:
         config = msgspec.convert(data, LoopConfig)
@@ -872,7 +874,7 @@ def merge_loop_overrides(
             str(exc), prefix="config.loop", source=source, kind=LoopConfig
         ) from None
     try:
-        return check_config(config)
+        return check_config(config, notes=notes)
     except LoopConfigError as exc:
         key, _, reason = str(exc).partition(": ")
         raise ConfigError(f"config.loop.{key}", reason or str(exc), source=source) from None

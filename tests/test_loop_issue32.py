@@ -224,3 +224,29 @@ async def test_a_run_inventing_paths_is_told_the_real_listing_then_stopped(name:
     assert told, "the model was not told what went wrong"
     if name != "gemini":  # gemini's strike text carries the detail, not the listing
         assert any("readme.txt, sensor_1.csv" in (text or "") for text in told)
+
+
+@pytest.mark.asyncio
+async def test_a_clamped_threshold_is_said_in_the_result_and_an_event() -> None:
+    import anyio
+
+    from bus import Notice
+    from orchestrator.runtime import Runtime
+    from orchestrator.scenarios.runs import run_scenario
+    from orchestrator.sim import shipped_scenarios
+
+    dead_loop = next(s for s in shipped_scenarios() if s.name == "dead_loop")
+    loop = {"generic_repeat": {"warn_at": 3, "break_at": 2}}  # runs as break_at = 4
+    config = {**dict(dead_loop.config), "loop": loop}
+    scenario = msgspec.structs.replace(dead_loop, config=config)
+    async with Runtime(scenarios=[scenario]) as runtime:
+        with anyio.fail_after(60):
+            result = await run_scenario(runtime, scenario)
+        events = runtime.event_log.events(result.run_id)
+    said = (
+        "loop config generic_repeat.break_at = 2 is not above generic_repeat.warn_at (3): using 4"
+    )
+    assert result.notes == (said,)
+    assert [(e.kind, e.text) for e in events if isinstance(e, Notice)] == [("loop.config", said)]
+    assert result.cause == "loop.generic_repeat"
+    assert result.llm_requests == 4  # stopped before the 4th call, as break_at = 4 says

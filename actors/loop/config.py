@@ -47,7 +47,6 @@ __all__ = [
     "ToolStagnationConfig",
     "UnknownToolConfig",
     "check_config",
-    "clamp_notes",
     "compile_pattern",
     "load_config",
 ]
@@ -488,15 +487,6 @@ def _all_clamped(config: LoopConfig, notes: list[str] | None) -> dict[str, Any]:
     return replaced
 
 
-def clamp_notes(config: LoopConfig) -> tuple[str, ...]:
-    """What :func:`check_config` clamps in ``config``, one sentence per threshold
-    (``loop config ping_pong.break_at = 5 is not above ping_pong.block_at (20): using
-    21``); empty when nothing is. Raises as :func:`check_config` on a non-positive level."""
-    notes: list[str] = []
-    _all_clamped(config, notes)
-    return tuple(notes)
-
-
 def compile_pattern(key: str, pattern: str) -> re.Pattern[str]:
     """``pattern`` compiled, or a :class:`LoopConfigError` naming ``key``."""
     try:
@@ -505,14 +495,18 @@ def compile_pattern(key: str, pattern: str) -> re.Pattern[str]:
         raise LoopConfigError(f"{key}: not a regular expression ({exc})") from None
 
 
-def check_config(config: LoopConfig) -> LoopConfig:
+def check_config(config: LoopConfig, *, notes: list[str] | None = None) -> LoopConfig:
     """``config`` if every value is in range, with levels that do not increase clamped as
     OpenClaw does (``block_at`` ≤ ``warn_at`` becomes ``warn_at`` + 1, with a warning
-    logged); else raise :class:`LoopConfigError`."""
+    logged, or with ``notes``: a sentence per clamped threshold appended to it); else raise
+    :class:`LoopConfigError`."""
     _positive("history_size", config.history_size)
     _positive("warning_bucket", config.warning_bucket)
     _positive("refusal_limit", config.refusal_limit)
-    replaced = _all_clamped(config, None)
+    start = len(notes) if notes is not None else 0
+    replaced = _all_clamped(config, notes)
+    for note in notes[start:] if notes is not None else ():
+        logger.warning("%s", note)  # still on stderr too
     cycle = config.cycle
     _positive("cycle.min_period", cycle.min_period)
     if cycle.max_period < cycle.min_period:
