@@ -282,9 +282,9 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     """Reported prompt tokens below this share of the estimate are flagged as a silent
     truncation (an event, not a stop)."""
     tool_result_share: Annotated[float, msgspec.Meta(ge=0, le=1)] = _POLICY.tool_result_share
-    """A tool result the model has not answered yet may take at most this share of the room
-    the system prompt, task and tool schemas leave under the limit; a larger one is cut
-    with a note on how to read the rest (0: never cut)."""
+    """The tool results of one turn the model has not answered yet may take together at most
+    this share of the room the system prompt, task and tool schemas leave under the limit;
+    past it they are cut to fit, each with a note on how to read the rest (0: never cut)."""
 
 
 OnCrash = Literal["resume", "abort"]
