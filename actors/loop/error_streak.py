@@ -64,6 +64,8 @@ class ErrorStreak:
         return level
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
+        if self._streak < self._lowest:
+            return None  # the common case: the last call did not fail
         level = self._level()
         if level == "none":
             return None

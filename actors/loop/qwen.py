@@ -27,6 +27,8 @@ __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_o
 
 _SEGMENTS: Final = re.compile(r"&&|\|\||[;&|\n]")
 _GIT: Final = re.compile(r"^git(?:\s+(?:-C\s+\S+|--no-pager))*\s+(status|diff|ls-files)\b", re.I)
+_KINDS_MAX: Final = 1024
+"""Tool names whose read-likeness is remembered per config."""
 _REVISION: Final = re.compile(r"^(?:HEAD|@)(?:[~^]\d*)*$|^[0-9a-f]{7,40}$|^\S+\.{2,3}\S+$", re.I)
 
 
@@ -81,9 +83,7 @@ class ToolStagnation:
     ``progress_resets``, a call whose result changed since its previous one restarts the
     streak (qwen-code's reset for stateful read tools)."""
 
-    __slots__ = ("_config", "_last", "_levels", "_streak", "watches_results")
-
-    records = True
+    __slots__ = ("_config", "_last", "_levels", "_streak", "records", "watches_results")
 
     def __init__(self, config: ToolStagnationConfig) -> None:
         self._config = config
@@ -91,6 +91,7 @@ class ToolStagnation:
         self._last = ""
         self._streak = 0
         self.watches_results = config.progress_resets
+        self.records = not config.progress_resets  # else counted from results
 
     def fresh(self) -> ToolStagnation:
         return ToolStagnation(self._config)
@@ -193,10 +194,10 @@ class ReadLoop:
 
     __slots__ = (
         "_config",
+        "_count",
         "_ids",
+        "_kinds",
         "_levels",
-        "_names",
-        "_prefixes",
         "_reads",
         "_seen_other",
         "watches_results",
@@ -204,32 +205,43 @@ class ReadLoop:
 
     records = True
 
-    def __init__(self, config: ReadLoopConfig) -> None:
+    def __init__(self, config: ReadLoopConfig, kinds: dict[str, bool] | None = None) -> None:
         self._config = config
         self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
-        self._names = frozenset(config.read_tools)
-        self._prefixes = config.read_prefixes
+        # whether a tool name is read-like, shared by the runs of one config (bounded)
+        self._kinds: dict[str, bool] = {} if kinds is None else kinds
         self._reads: list[bool] = []
+        self._count = 0  # True entries of _reads
         self._ids: list[str] = []  # with count_no_progress: the window's call ids
         self._seen_other = not config.cold_start
         self.watches_results = config.count_no_progress
 
     def fresh(self) -> ReadLoop:
-        return ReadLoop(self._config)
+        return ReadLoop(self._config, self._kinds)
 
     def _is_read(self, tool: str) -> bool:
-        return tool in self._names or tool.startswith(self._prefixes)
+        read = self._kinds.get(tool)
+        if read is None:
+            cfg = self._config
+            read = tool in cfg.read_tools or tool.startswith(cfg.read_prefixes)
+            if len(self._kinds) < _KINDS_MAX:
+                self._kinds[tool] = read
+        return read
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         read = self._is_read(call.tool)
         if not (self._seen_other or not read):
             return None
-        recent = self._reads[-(self._config.window - 1) :] if self._config.window > 1 else []
-        count = sum(recent) + read
+        reads = self._reads
+        # the last window - 1 calls, and the proposed one
+        count = self._count + read
+        if reads and len(reads) >= self._config.window and reads[0]:
+            count -= 1
         level = self._levels.level(count)
         if level == "none":
             return None
-        what = f"{count} of your last {len(recent) + 1} calls only read"
+        seen = min(len(reads), self._config.window - 1) + 1
+        what = f"{count} of your last {seen} calls only read"
         return Hit("read_loop", level, count, "read-loop", _text(level, what, count))
 
     def record(self, call: CallRecord) -> None:
@@ -243,8 +255,9 @@ class ReadLoop:
             ids.append(call.call_id if read else "")
         else:
             reads.append(read)
+            self._count += read
         if len(reads) > self._config.window:
-            del reads[0]
+            self._count -= reads.pop(0)
             if ids:
                 del ids[0]
 
@@ -254,7 +267,9 @@ class ReadLoop:
         ids = self._ids
         for index in range(len(ids) - 1, -1, -1):
             if ids[index] == call.call_id:
-                self._reads[index] = True
+                if not self._reads[index]:
+                    self._reads[index] = True
+                    self._count += 1
                 return
 
     def on_refused(self, call: CallRecord) -> None:
@@ -266,6 +281,7 @@ class ReadLoop:
     def restore(self, state: dict[str, object]) -> None:
         reads, ids = state.get("reads"), state.get("ids")
         self._reads = [bool(r) for r in reads] if isinstance(reads, list) else []
+        self._count = sum(self._reads)
         self._ids = [str(i) for i in ids] if isinstance(ids, list) else []
         if self.watches_results and len(self._ids) != len(self._reads):
             self._ids = [""] * len(self._reads)
@@ -277,9 +293,7 @@ class CallCap:
     With ``count_no_progress`` both count only calls whose result is known and made no
     progress."""
 
-    __slots__ = ("_config", "_counts", "_max_repeat", "_total", "watches_results")
-
-    records = True
+    __slots__ = ("_config", "_counts", "_max_repeat", "_total", "records", "watches_results")
 
     def __init__(self, config: CallCapConfig) -> None:
         self._config = config
@@ -287,6 +301,7 @@ class CallCap:
         self._max_repeat = 0
         self._total = 0
         self.watches_results = config.count_no_progress
+        self.records = not config.count_no_progress  # else counted from results
 
     @property
     def _what(self) -> str:

@@ -100,6 +100,8 @@ class UnknownTool:
         return level
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
+        if self._count < self._lowest and (not self._live or self._total < self._storm_lowest):
+            return None  # the common case: nothing to look at
         storm = self._storm()
         count = self._count
         if count >= self._lowest and call.tool == self._tool:
