@@ -30,6 +30,12 @@
   consecutive calls of one tool (a call whose result changed restarts it), 8 read-like calls
   in the last 15 (after a non-read call), the per-run cap (past 100 calls with a call made
   6 times, or past 1000), content chanting (qwen's thresholds, no distinct-periods rule).
+* Every preset above also has issue #32's fuses: an error streak (failing calls in a row,
+  any tool and arguments: a nudge quoting the errors after 3, a stop after 6; under gemini
+  one strike after 5), unknown-tool storms (the run's unknown-tool results of any name: the
+  same counts) and the end of refusals (``refusal_limit``: after 10 in a row the next one
+  stops the run). Under ``QWEN`` a call whose result made progress (new in the run, or
+  changed for that call, and not an error) is counted by none of its stagnation rules.
 * ``OFF``: every detector disabled (``loop_preset = "off"``): fuses off, for comparisons.
   It is not in ``PRESETS``, which holds the presets that detect something.
 
