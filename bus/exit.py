@@ -126,6 +126,10 @@ CAUSES: Final[dict[str, str]] = {
         "The model kept calling a tool this run does not offer; add it to the run's tools or "
         "name the tools it has in the task."
     ),
+    "loop.error_streak": (
+        "The model's tool calls kept failing, each one different; read the errors in the "
+        "detail, then name the real paths or names in the task, or fix the tool."
+    ),
     "loop.progress_ceiling": (
         "One call was repeated very often, its result changing each time; make the tool wait "
         "for the change (or report less often), or raise the ceiling in the run's loop config."

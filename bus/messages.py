@@ -45,6 +45,7 @@ __all__ = [
     "ModelReply",
     "ModelRequest",
     "ModelTextDelta",
+    "Notice",
     "Nudge",
     "Progress",
     "ProgressStatus",
@@ -559,6 +560,16 @@ class ActorFailed(Message, frozen=True, kw_only=True):
     error: str
 
 
+class Notice(Message, frozen=True, kw_only=True):
+    """Something a person should know about a run that neither stops nor nudges it (a
+    threshold clamped, a loop check's answer ignored): recorded in the run's events.
+    ``kind`` names what it is about (``loop.config``, ``loop.llm_check``)."""
+
+    kind: str
+    text: str
+    source: str
+
+
 BusMessage = (
     RunStarted
     | RunEnding
@@ -581,6 +592,7 @@ BusMessage = (
     | StopSignal
     | AbortRequested
     | ActorFailed
+    | Notice
     | PromptRejected
     | ContextAction
 )
@@ -607,6 +619,7 @@ MESSAGE_TYPES: tuple[type[Message], ...] = (
     StopSignal,
     AbortRequested,
     ActorFailed,
+    Notice,
     PromptRejected,
     ContextAction,
 )

@@ -303,9 +303,9 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     """Reported prompt tokens below this share of the estimate are flagged as a silent
     truncation (an event, not a stop)."""
     tool_result_share: Annotated[float, msgspec.Meta(ge=0, le=1)] = _POLICY.tool_result_share
-    """A tool result the model has not answered yet may take at most this share of the room
-    the system prompt, task and tool schemas leave under the limit; a larger one is cut
-    with a note on how to read the rest (0: never cut)."""
+    """The tool results of one turn the model has not answered yet may take together at most
+    this share of the room the system prompt, task and tool schemas leave under the limit;
+    past it they are cut to fit, each with a note on how to read the rest (0: never cut)."""
 
 
 OnCrash = Literal["resume", "abort"]
@@ -874,12 +874,14 @@ def merge_loop_overrides(
     source: str = "run",
     result_patterns: tuple[ResultPattern, ...] = (),
     llm_check_model: str = "",
+    notes: list[str] | None = None,
 ) -> LoopConfig:
     """``base`` (a loop preset) with a run's ``loop`` table on top: tables merge key by key
     (``ping_pong = {break_at = 30}`` keeps the preset's other ping-pong keys), anything else
     replaces (``poll_tools = [...]`` replaces the preset's list). ``result_patterns`` (the
     operator's ``[loop] result_patterns``) and ``llm_check_model`` are set last; a run's
-    table may not set them.
+    table may not set them. With ``notes``, each threshold clamped is said there (a
+    sentence naming it and the value used) as well as logged.
 
     :raises ConfigError: a key is unknown or a value is bad, as the loop package checks
         them; the key is named ``config.loop.<key>``.
@@ -903,7 +905,7 @@ def merge_loop_overrides(
         llm = msgspec.structs.replace(base.llm_check, model=llm_check_model)
         base = msgspec.structs.replace(base, llm_check=llm)
     if not overrides:
-        return check_config(base) if result_patterns or llm_check_model else base
+        return check_config(base, notes=notes) if result_patterns or llm_check_model else base
     data = _merged(msgspec.to_builtins(base), overrides)
     try:
         config = msgspec.convert(data, LoopConfig)
@@ -912,7 +914,7 @@ def merge_loop_overrides(
             str(exc), prefix="config.loop", source=source, kind=LoopConfig
         ) from None
     try:
-        return check_config(config)
+        return check_config(config, notes=notes)
     except LoopConfigError as exc:
         key, _, reason = str(exc).partition(": ")
         raise ConfigError(f"config.loop.{key}", reason or str(exc), source=source) from None

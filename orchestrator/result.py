@@ -85,6 +85,10 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     note: str = ""
     """What a person should know about the result beside its ending (with ``simulated``:
     :data:`SIMULATOR_NOTE`)."""
+    notes: tuple[str, ...] = ()
+    """What the run's settings became beside what was asked: each loop threshold clamped,
+    and to what (``loop config ping_pong.break_at = 5 is not above ping_pong.block_at (20):
+    using 21``); each is also a ``Notice(kind="loop.config")`` event of the run."""
 
 
 SIMULATOR_NOTE: Final = (

@@ -19,6 +19,7 @@ from bus import (
     ModelReply,
     ModelRequest,
     ModelTextDelta,
+    Notice,
     Nudge,
     Outcome,
     Progress,
@@ -178,6 +179,7 @@ def examples(run_id: str = "run-1") -> list[Message]:
         ),
         AbortRequested(run_id=run_id, source="api", detail="user"),
         ActorFailed(run_id=run_id, actor="x", error="boom"),
+        Notice(run_id=run_id, kind="loop.config", text="clamped", source="runtime"),
         PromptRejected(
             run_id=run_id,
             turn=3,

@@ -181,6 +181,8 @@ LOOP_SCENARIOS = {
     "content": CONTENT_SCENARIO.name,
     "no_new_information": "dead_loop",
     "unknown_tool": "dead_loop",
+    "error_streak": "dead_loop",
+    "refusal_limit": "ping_pong",
     "tool_stagnation": "dead_loop",
     "shell_stagnation": "dead_loop",
     "read_loop": "dead_loop",

@@ -152,13 +152,29 @@ loop_preset = "qwen"
 [[tools]]
 name = "search"
 parameters = { query = "string" }
-results = ["hit number {n}: a different page about yeast growth"]
+results = ["no results for that query"]
 [[steps]]
 tool_calls = [{ name = "search", arguments = { query = "yeast {n}" } }]
 repeat = true
 [expect]
 exit_reason = "hook_stopped"
 cause = "loop.tool_stagnation"
+""",
+    ),
+    "loop.error_streak": _inline(
+        "hint_error_streak",  # a small model reading files at paths it invents (#32)
+        """
+task = "Read the six sensor files."
+[config]
+max_turns = 30
+[folder]
+"sensor_1.csv" = "t,v\\n0,1\\n"
+[[steps]]
+tool_calls = [{ name = "read_file", arguments = { path = "data/sensor_{n}.csv" } }]
+repeat = true
+[expect]
+exit_reason = "hook_stopped"
+cause = "loop.error_streak"
 """,
     ),
     "loop.read_loop": _inline(
@@ -168,19 +184,18 @@ task = "Read."
 [config]
 max_turns = 40
 loop_preset = "qwen"
-[folder]
-"a.txt" = "1\\n2\\n3\\n4\\n5\\n6\\n7\\n8\\n9\\n10\\n"
 [[tools]]
 name = "write_note"
 parameters = { text = "string" }
 results = ["saved"]
+[[tools]]
+name = "read_notes"
+parameters = { page = "integer" }
+results = ["the same three notes: yeast, sugar, water"]
 [[steps]]
 tool_calls = [{ name = "write_note", arguments = { text = "start" } }]
 [[steps]]
-tool_calls = [
-  { name = "read_file", arguments = { path = "a.txt", offset = "{n}", limit = 1 } },
-  { name = "list_dir", arguments = { path = "." } },
-]
+tool_calls = [{ name = "read_notes", arguments = { page = "{n}" } }]
 repeat = true
 [expect]
 exit_reason = "hook_stopped"

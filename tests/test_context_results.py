@@ -216,6 +216,66 @@ async def test_several_results_of_one_reply_each_fit_their_share() -> None:
     assert after <= POLICY.limit
 
 
+async def _one_reply(run: Run, sizes: list[int]) -> list[Message]:
+    await run.start()
+    await run.turn_started()
+    await run.send()
+    calls = tuple(
+        ToolCall(id=f"c{i}", name="read_file", arguments=f'{{"path": "{i}.csv"}}')
+        for i in range(len(sizes))
+    )
+    run.transcript.append(ChatMessage(role="assistant", content="", tool_calls=calls))
+    for call, size in zip(calls, sizes, strict=True):
+        run.transcript.append(
+            ChatMessage(role="tool", tool_call_id=call.id, content=big_text(size))
+        )
+    return await run.turn_started()
+
+
+@pytest.mark.asyncio
+async def test_the_share_is_for_the_turn_s_results_together() -> None:
+    # issue #32: three results, each within the share (8,000 of ~10,700 tokens), together
+    # over the limit: they ended the run blocking_limit; now they are cut to fit the share
+    async with keeper(POLICY) as (bus, gatekeeper):
+        with bus.open_inbox("r") as inbox:
+            run = Run(bus, inbox)
+            answers = await _one_reply(run, [8_000, 8_000, 8_000])
+            after = gatekeeper.estimate("r")
+    assert [a.kind if isinstance(a, ContextAction) else "stop" for a in answers] == ["collapse"]
+    [cut] = answers
+    assert isinstance(cut, ContextAction)
+    assert len(cut.folds) == 3
+    assert "of 3 results together" in cut.detail
+    assert after is not None
+    assert after <= POLICY.limit
+    contents = [run.transcript[fold.index].content or "" for fold in cut.folds]
+    assert all(CUT_MARKER in c and "call read_file again with offset=" in c for c in contents)
+    # shared evenly: each keeps about a third of the share (half of the room)
+    assert sum(len(c) for c in contents) < 0.5 * POLICY.limit * 1.05
+
+
+@pytest.mark.asyncio
+async def test_a_small_result_keeps_all_of_it_and_the_large_one_takes_the_rest() -> None:
+    async with keeper(POLICY) as (bus, _):
+        with bus.open_inbox("r") as inbox:
+            run = Run(bus, inbox)
+            answers = await _one_reply(run, [2_000, 30_000])
+    [cut] = answers
+    assert isinstance(cut, ContextAction)
+    [fold] = cut.folds  # the small one is whole
+    assert CUT_MARKER in (run.transcript[fold.index].content or "")
+    assert run.transcript[-2].content == big_text(2_000)
+
+
+@pytest.mark.asyncio
+async def test_results_within_the_share_together_are_left_whole() -> None:
+    async with keeper(POLICY) as (bus, _):
+        with bus.open_inbox("r") as inbox:
+            run = Run(bus, inbox)
+            assert await _one_reply(run, [3_000, 3_000, 3_000]) == []
+    assert [m.content for m in run.transcript[-3:]] == [big_text(3_000)] * 3
+
+
 @pytest.mark.asyncio
 async def test_an_uncalibrated_bound_over_the_limit_lets_the_first_request_out_only() -> None:
     # 4,000 characters of prose: a bound of ~4,000 tokens, a typical estimate of ~800.

@@ -223,7 +223,10 @@ def test_results_are_kept_only_when_an_enabled_detector_reads_them() -> None:
     assert LoopDetector(STRICT).reads_results  # result-aware since issue #19
     assert LoopDetector(GEMINI).reads_results  # result-aware repeats (deliberate)
     gemini_cycles = msgspec.structs.replace(
-        GEMINI, generic_repeat=msgspec.structs.replace(GEMINI.generic_repeat, enabled=False)
+        GEMINI,
+        generic_repeat=msgspec.structs.replace(GEMINI.generic_repeat, enabled=False),
+        unknown_tool=msgspec.structs.replace(GEMINI.unknown_tool, enabled=False),
+        error_streak=msgspec.structs.replace(GEMINI.error_streak, enabled=False),
     )
     assert not LoopDetector(gemini_cycles).reads_results  # its cycles ignore results
     assert LoopDetector(OPENCLAW).reads_results

@@ -19,6 +19,7 @@ from bus import (
     ModelError,
     ModelReply,
     ModelRequest,
+    Notice,
     Nudge,
     RunStarted,
     StopSignal,
@@ -97,7 +98,12 @@ def test_off_by_default_in_every_preset() -> None:
     [
         (answer(0.93), 0.93),
         ("```json\n" + answer(0.5) + "\n```", 0.5),
-        ("Sure. " + answer(2.0) + " Done.", 1.0),  # clamped
+        ("Sure. " + answer(0.2) + " Done.", 0.2),
+        (answer(1.0), 1.0),
+        (answer(0.0), 0.0),
+        (answer(2.0), None),  # out of range: malformed, never certainty (#32)
+        (answer(5), None),  # "5" meaning 5 %
+        (answer(-0.1), None),
         ('{"unproductive_state_confidence": 0.3}', 0.3),
         ("no json here", None),
         ('{"unproductive_state_confidence": "high"}', None),
@@ -227,3 +233,72 @@ async def test_a_run_stops_at_the_second_loop_and_counts_the_checks_tokens() -> 
     # two checks (turns 3 and 5) at 1,000 + 30 tokens each, beside the turns' own 15 each
     assert result.usage.prompt_tokens - 10 * result.turns == 2 * CHECK_USAGE.prompt_tokens
     assert result.usage.completion_tokens - 5 * result.turns == 2 * CHECK_USAGE.completion_tokens
+
+
+# ------------------------------------------------------------------ issue #32
+
+
+def js_math_round(value: float) -> int:
+    """The rule as upstream states it: gemini-cli rounds with JavaScript's Math.round,
+    which rounds .5 up (towards +infinity), where Python's round() rounds to even."""
+    whole = int(value // 1)
+    return whole + 1 if value - whole >= 0.5 else whole
+
+
+@pytest.mark.parametrize(
+    ("confidence", "interval"),
+    [(0.25, 13), (0.05, 15), (0.75, 8), (0.0, 15), (1.0, 5), (0.5, 10)],
+)
+def test_the_interval_rounds_half_up_as_upstream(confidence: float, interval: int) -> None:
+    # round(12.5) == 12 and round(14.5) == 14 in Python: upstream's interval is 13 and 15
+    assert js_math_round(5 + 10 * (1 - confidence)) == interval
+    detector = LoopDetector(with_check(first_turn=30))
+    assert detector.llm_check_due(30)
+    assert detector.llm_check_answer(answer(confidence)).level in ("none", "critical")
+    if confidence < 0.9:
+        assert not detector.llm_check_due(30 + interval - 1)
+        assert detector.llm_check_due(30 + interval)
+
+
+@pytest.mark.parametrize("confidence", [k / 100 for k in range(90)])
+def test_every_interval_matches_upstream_s_rounding(confidence: float) -> None:
+    detector = LoopDetector(with_check(first_turn=1))
+    assert detector.llm_check_due(1)
+    detector.llm_check_answer(answer(confidence))
+    expected = js_math_round(5 + 10 * (1 - confidence))
+    assert not detector.llm_check_due(expected)
+    assert detector.llm_check_due(1 + expected)
+
+
+def test_a_confidence_out_of_range_never_stops_a_healthy_run() -> None:
+    # a checker answering 5 (meaning 5 %) was read as 1.00 and stopped the run
+    detector = LoopDetector(with_check(first_turn=1, interval=1, min_interval=1, max_interval=1))
+    for turn in range(1, 10):
+        assert detector.llm_check_due(turn)
+        assert not LoopDetector.llm_check_readable(answer(5))
+        assert detector.llm_check_answer(answer(5)).level == "none"
+
+
+def test_the_monitor_asks_again_once_then_ignores_the_check_with_a_notice() -> None:
+    published = Published()
+    config = with_check(first_turn=2, interval=1, min_interval=1, max_interval=1)
+    monitor = LoopMonitor(published.bus, config)
+    handlers = monitor.handlers()
+    feed(handlers, RunStarted(run_id="r", trace_id="t", task="Count.", model="big"))
+    call = ToolCall(id="c1", name="count", arguments="{}")
+    feed(handlers, ModelReply(run_id="r", turn=2, text="", tool_calls=(call,)))
+    feed(handlers, ModelReply(run_id="r", turn=-2, text=answer(5)))  # malformed: asked again
+    requests = [m for m in published.messages if isinstance(m, ModelRequest)]
+    assert len(requests) == 2
+    assert requests[1] == requests[0]
+    feed(handlers, ModelReply(run_id="r", turn=-2, text=answer(7)))  # again: ignored
+    notices = [m for m in published.messages if isinstance(m, Notice)]
+    assert [n.kind for n in notices] == ["loop.llm_check"]
+    assert "ignored" in notices[0].text
+    assert not [m for m in published.messages if isinstance(m, (Nudge, StopSignal))]
+    # the next check comes as scheduled, and a retry that answers is read as usual
+    feed(handlers, ModelReply(run_id="r", turn=3, text="", tool_calls=(call,)))
+    feed(handlers, ModelReply(run_id="r", turn=-3, text="not json"))
+    feed(handlers, ModelReply(run_id="r", turn=-3, text=answer(0.97)))
+    assert [m.kind for m in published.messages if isinstance(m, Nudge)] == ["loop.llm_check"]
+    assert len([m for m in published.messages if isinstance(m, Notice)]) == 1

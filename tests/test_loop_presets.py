@@ -6,12 +6,14 @@ import json
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import msgspec
 import pytest
 
 from actors.loop import (
     GEMINI,
     GEMINI_RECOVERY_TEXT,
     OPENCLAW,
+    OPENCLAW_CURRENT,
     PRESETS,
     STRICT,
     STRICT_NUDGE_TEXT,
@@ -31,6 +33,11 @@ def same(_: int, __: Call) -> str:
 
 def changing(n: int, _: Call) -> str:
     return f"result {n}"
+
+
+def changing_for(poll: Call) -> Result:
+    """``poll`` always answers the same; every other call something new."""
+    return lambda n, call: "same result" if call == poll else f"result {n}"
 
 
 class Event(NamedTuple):
@@ -121,12 +128,39 @@ def test_openclaw_generic_repeat_never_blocks_when_results_change() -> None:
 
 
 def test_openclaw_poll_keeps_refusing_and_refused_calls_are_not_recorded() -> None:
-    events, detector = drive(OPENCLAW, [POLL] * 40, same)
+    upstream = msgspec.structs.replace(OPENCLAW, refusal_limit=None)  # OpenClaw as shipped
+    events, detector = drive(upstream, [POLL] * 40, same)
     assert [e.n for e in events if e.level == "critical"] == list(range(21, 41))
     # the streak stays at 20: refusals are not recorded, so the breaker is never reached
     assert {e.detector for e in events if e.level == "critical"} == {"poll_no_progress"}
     assert first(events, "break") is None
     assert detector.propose(*POLL).count == 20
+
+
+@pytest.mark.parametrize(
+    ("preset", "call", "detector"),
+    [
+        (OPENCLAW, POLL, "poll_no_progress"),
+        (OPENCLAW_CURRENT, POLL, "poll_no_progress"),
+        (OPENCLAW_CURRENT, A, "generic_repeat"),
+    ],
+    ids=["openclaw-poll", "openclaw-current-poll", "openclaw-current-repeat"],
+)
+def test_every_refusal_has_an_end(preset: LoopConfig, call: Call, detector: str) -> None:
+    # issue #32: openclaw-current refused a stuck poll from call 21 and never stopped it;
+    # after 10 refusals in a row the next one stops the run, with the refusing detector's
+    # cause (call 31: where OpenClaw's global breaker would have fired)
+    events, _ = drive(preset, [call] * 60, same)
+    assert [e.n for e in events if e.level == "critical"] == list(range(21, 31))
+    assert first(events, "break") == Event(31, "break", detector, False)
+
+
+def test_a_call_that_runs_ends_the_refusals_in_a_row() -> None:
+    # refused 5 times, then a call that runs: never 11 refusals in a row
+    calls = [POLL] * 20 + ([POLL] * 5 + [A, B]) * 5
+    events, _ = drive(OPENCLAW, calls, changing_for(POLL))
+    assert first(events, "critical") is not None
+    assert first(events, "break") is None
 
 
 def test_openclaw_poll_progress_resets_the_streak() -> None:

@@ -88,6 +88,24 @@ def first(seen: list[Seen], level: str) -> Seen | None:
     return next((s for s in seen if s.level == level), None)
 
 
+def upstream(config: LoopConfig) -> LoopConfig:
+    """``config`` without issue #32's fuses (unknown-tool storms, error streaks, the end of
+    refusals, qwen's progress): the rules upstream states, for the differential tests."""
+    replace = msgspec.structs.replace
+    return replace(
+        config,
+        refusal_limit=None,
+        unknown_tool=replace(
+            config.unknown_tool, storm_warn_at=None, storm_block_at=None, storm_break_at=None
+        ),
+        error_streak=replace(config.error_streak, enabled=False),
+        tool_stagnation=replace(config.tool_stagnation, progress_resets=False),
+        shell_stagnation=replace(config.shell_stagnation, progress_resets=False),
+        read_loop=replace(config.read_loop, count_no_progress=False),
+        call_cap=replace(config.call_cap, count_no_progress=False),
+    )
+
+
 # --------------------------------------------------------------------------- normalisation
 
 
@@ -333,7 +351,8 @@ def test_one_output_under_many_calls_always_stops(commands: int, length: int) ->
 
 def test_openclaw_current_refuses_the_eleventh_attempt_of_a_missing_tool() -> None:
     n = 14
-    seen = play(OPENCLAW_CURRENT, [UNKNOWN] * n, ["unknown tool 'nope'"] * n, unknown=[True] * n)
+    config = upstream(OPENCLAW_CURRENT)
+    seen = play(config, [UNKNOWN] * n, ["unknown tool 'nope'"] * n, unknown=[True] * n)
     assert first(seen, "critical") == Seen(11, "critical", "unknown_tool")
     # the same call with the same (error) result is also a generic repeat; unknown-tool is first
     assert {s.detector for s in seen if s.level == "critical"} == {"unknown_tool"}
@@ -350,8 +369,11 @@ def test_a_known_tool_result_ends_the_unknown_tool_streak() -> None:
     calls = [UNKNOWN, UNKNOWN, READ, UNKNOWN, UNKNOWN, READ] * 2
     unknown = [c is UNKNOWN for c in calls]
     results = [f"r{n}" for n in range(len(calls))]
-    seen = play(STRICT, calls, results, unknown=unknown)
+    seen = play(upstream(STRICT), calls, results, unknown=unknown)
     assert not [s for s in seen if s.detector == "unknown_tool"]
+    # but the run's unknown-tool results add up (issue #32): the 6th stops the next call
+    seen = play(STRICT, calls, results, unknown=unknown)
+    assert first(seen, "break") == Seen(9, "break", "unknown_tool")
 
 
 # --------------------------------------------------------------------------- OpenClaw current
@@ -393,13 +415,15 @@ def test_qwen_stops_the_fifth_consecutive_identical_call() -> None:
 
 
 def test_qwen_a_changed_result_restarts_one_tool_s_streak() -> None:
-    # qwen-code's stateful-read reset of action stagnation, for every tool in the preset
+    # qwen-code's stateful-read reset of action stagnation, for every tool in the preset;
+    # a call counts once its result shows no progress (r0 and r1 are new at calls 1-2)
     calls = [("grep", json.dumps({"q": n % 2})) for n in range(12)]
     results = [f"r{n % 2}" for n in range(6)] + ["changed 0", "changed 1"] + ["r0", "r1"] * 2
     assert play(QWEN, calls, results) == []
     assert play(QWEN, calls, [f"r{n % 2}" for n in range(12)]) == [
-        Seen(8, "break", "tool_stagnation")
+        Seen(10, "break", "tool_stagnation")
     ]
+    assert play(QWEN, calls, ["one result"] * 12) == [Seen(8, "break", "tool_stagnation")]
 
 
 def test_qwen_stateful_read_tool_whose_results_change_is_not_a_loop() -> None:
@@ -420,8 +444,10 @@ def test_qwen_git_overview_commands_stop_at_the_eighth_even_when_their_text_vari
         "git status && git diff",
         "git diff a1b2c3d..HEAD",
     ]
-    seen = play(QWEN, [shell(c) for c in commands], [f"out {n}" for n in range(8)])
+    seen = play(QWEN, [shell(c) for c in commands], [GIT_OUTPUT] * 8)
     assert seen == [Seen(8, "break", "shell_stagnation")]
+    # each printing something new is progress (issue #32): not stagnation
+    assert play(QWEN, [shell(c) for c in commands], [f"out {n}" for n in range(8)]) == []
 
 
 @pytest.mark.parametrize(
@@ -445,8 +471,10 @@ def test_qwen_any_other_call_ends_the_shell_streak() -> None:
 
 def test_qwen_one_tool_eight_times_in_a_row_with_varying_arguments() -> None:
     calls = [("grep", json.dumps({"q": n})) for n in range(10)]
-    seen = play(QWEN, calls, [f"r{n}" for n in range(10)])
+    seen = play(QWEN, calls, ["no match"] * 10)
     assert seen == [Seen(8, "break", "tool_stagnation")]
+    # a wandering search, each query finding something new, is progress (issue #32)
+    assert play(QWEN, calls, [f"r{n}" for n in range(10)]) == []
 
 
 def test_qwen_read_loop_waits_for_a_non_read_call() -> None:
@@ -458,18 +486,39 @@ def test_qwen_read_loop_waits_for_a_non_read_call() -> None:
     ]
     assert play(QWEN, reads, [f"r{n}" for n in range(14)]) == []  # cold start: exploring
     calls = [("write_file", "{}"), *reads]
-    seen = play(QWEN, calls, [f"r{n}" for n in range(len(calls))])
+    seen = play(QWEN, calls, ["the same text"] * len(calls))
     assert seen == [Seen(9, "break", "read_loop")]  # the 8th read after the write
+    # reads that each bring something new are progress, not a loop (issue #32)
+    assert play(QWEN, calls, [f"r{n}" for n in range(len(calls))]) == []
+
+
+def test_qwen_thirty_distinct_reads_and_a_paginated_read_are_not_stagnation() -> None:
+    # issue #32: qwen stopped these legitimate runs at the 8th call
+    files = [("read_file", json.dumps({"path": f"src/m{n}.py"})) for n in range(30)]
+    calls = [("write_file", "{}"), *files]
+    assert play(QWEN, calls, [f"contents {n}" for n in range(len(calls))]) == []
+    pages = [("read_file", json.dumps({"path": "big.log", "offset": 100 * n})) for n in range(40)]
+    assert play(QWEN, pages, [f"lines {100 * n}-{100 * n + 99}" for n in range(40)]) == []
+    # the same reads each failing, or each returning one text, are stopped
+    seen = play(QWEN, calls, ["No such file"] * len(calls))
+    assert first(seen, "break") is not None
+    assert first(seen, "break").n <= 9  # type: ignore[union-attr]
 
 
 def test_qwen_call_cap_is_adaptive() -> None:
     tools = ["a", "b", "c", "d", "e", "f", "g"]  # no tool twice in a row, no read-like names
     diverse = [(tools[n % 7], json.dumps({"n": n})) for n in range(1100)]
-    seen = play(QWEN, diverse, [f"r{n}" for n in range(1100)])
+    seen = play(QWEN, diverse, ["one output"] * 1100)
     assert seen == [Seen(1001, "break", "call_cap")]
     stuck = [(tools[n % 7], "{}") for n in range(300)]  # each call made every 7th time
-    seen = play(QWEN, stuck, [f"r{n}" for n in range(300)])
+    seen = play(QWEN, stuck, ["one output"] * 300)
     assert seen == [Seen(101, "break", "call_cap")]  # past 100, a call made >= 6 times
+    # issue #32: the cap counts calls without progress, so calls that each bring something
+    # new run on (a 112-call run polling a changing status 10 times stopped at call 101)
+    assert play(QWEN, diverse, [f"r{n}" for n in range(1100)]) == []
+    legit = [*diverse[:102], *[("a", '{"status": 1}')] * 10]
+    legit = [legit[n] for n in (*range(0, 112, 2), *range(1, 112, 2))]
+    assert play(QWEN, legit, [f"r{n}" for n in range(112)]) == []
 
 
 # --------------------------------------------------------------------------- every preset
@@ -614,7 +663,7 @@ OC_CALLS = [READ, STATUS, ("command_status", '{"id": 7}'), UNKNOWN]
     )
 )
 def test_openclaw_current_matches_upstream_rules(runs: list[tuple[int, int, int]]) -> None:
-    detector = LoopDetector(OPENCLAW_CURRENT)
+    detector = LoopDetector(upstream(OPENCLAW_CURRENT))
     history: list[_OcRecord] = []
     results = ["same output", "other output"]
     for index, result, repeat in runs:
@@ -671,10 +720,15 @@ QWEN_CALLS = [READ, ("grep", '{"q": 1}'), ("grep", '{"q": 2}'), shell("git statu
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, len(QWEN_CALLS) - 1), min_size=1, max_size=60))
 def test_qwen_matches_upstream_rules(indexes: list[int]) -> None:
-    # each call always returns the same result (as a deterministic tool does), so the
-    # preset's result awareness (a deliberate difference) changes nothing
+    # every call returns one result (a tool that tells nothing new), so the preset's
+    # result awareness (a deliberate difference: a result that is new in the run or changed
+    # for its call is progress) changes nothing; with a result per call, only the rules
+    # upstream states
     calls = [QWEN_CALLS[i] for i in indexes]
-    seen = play(QWEN, calls, [f"result of {tool} {args}" for tool, args in calls])
+    seen = play(QWEN, calls, ["one output for every call"] * len(calls))
+    stop = first(seen, "break")
+    assert (stop.n if stop else None) == _qwen_halts(calls)
+    seen = play(upstream(QWEN), calls, [f"result of {tool} {args}" for tool, args in calls])
     stop = first(seen, "break")
     assert (stop.n if stop else None) == _qwen_halts(calls)
 
@@ -775,7 +829,7 @@ def test_generic_repeat_config_defaults_ignore_results() -> None:
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("preset", "cause", "turns"),
-    [("qwen", "loop.tool_stagnation", 8), ("openclaw-current", "budget.max_turns", 12)],
+    [("qwen", "budget.max_turns", 12), ("openclaw-current", "budget.max_turns", 12)],
 )
 async def test_the_new_presets_are_accepted_by_a_run(preset: str, cause: str, turns: int) -> None:
     from actors.tools import default_registry

@@ -191,13 +191,18 @@ def test_a_recorded_refusal_counts_as_no_progress_so_the_breaker_is_reachable() 
     assert levels[0] == (11, "warning", "poll_no_progress")
     assert [n for n, level, _ in levels if level == "critical"] == list(range(21, 31))
     assert levels[-1] == (31, "break", "global_breaker")
-    # without recorded refusals (OpenClaw as shipped) the 31st is refused, never stopped
-    plain = LoopDetector(msgspec.structs.replace(config, record_blocked=False))
+    # without recorded refusals (OpenClaw as shipped, no refusal limit) the 31st is
+    # refused, never stopped; with the refusal limit (every preset, #32) it stops the run
+    plain = LoopDetector(msgspec.structs.replace(config, record_blocked=False, refusal_limit=None))
+    limited = LoopDetector(msgspec.structs.replace(config, record_blocked=False))
     for _ in range(30):
-        decision = plain.propose("job_status", '{"job": "7"}')
-        if decision.level in ("none", "warning"):
-            plain.record_result(decision.call_id, "running")
+        for detector in (plain, limited):
+            decision = detector.propose("job_status", '{"job": "7"}')
+            if decision.level in ("none", "warning"):
+                detector.record_result(decision.call_id, "running")
     assert plain.propose("job_status", '{"job": "7"}').level == "critical"
+    stop = limited.propose("job_status", '{"job": "7"}')
+    assert (stop.level, stop.cause) == ("break", "loop.poll_no_progress")
 
 
 def test_a_recorded_refusal_keeps_a_ping_pong_tail_growing() -> None:

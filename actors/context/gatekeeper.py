@@ -13,11 +13,13 @@ It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
   tokens calibrate the model's ratio, or far below the estimate are flagged
   (``ContextAction(silent_truncation)``).
 
-Before that ``TurnStarted`` check, a tool result the model has not answered yet that is
-larger than ``tool_result_share`` of the room the run's fixed prompt (system prompt, task,
-tool schemas) leaves is cut to that, with a note on how to read the rest (a ``collapse``
-whose fold keeps the result's head), so no single result makes the next request
-``blocking_limit``. Each run's first check says how its tokens are counted
+Before that ``TurnStarted`` check, the tool results the model has not answered yet may
+take together at most ``tool_result_share`` of the room the run's fixed prompt (system
+prompt, task, tool schemas) leaves: past it, they are cut to fit (the share divided
+evenly, a small result keeping what it needs), each with a note on how to read the rest (a
+``collapse`` whose fold keeps the result's head), so no turn's results make the next
+request ``blocking_limit`` (issue #32: the share was per result, so three results each
+within it ended a run). Each run's first check says how its tokens are counted
 (``ContextAction(counting)``, again when that changes). With an operator's endpoint
 (``server``), each model's first run asks the server once, in a task of the gatekeeper's
 own, for its window and its tokenizer's count of a sample (:mod:`actors.context.server`).
@@ -413,38 +415,50 @@ class ContextGatekeeper:
         )
 
     def _cut_results(self, run: _Run, msg: TurnStarted) -> None:
-        """Cut each new tool result larger than its share of the room left (see the module)."""
+        """Cut the turn's new tool results so that together they take at most their share
+        of the room left (see the module): the room is shared out evenly, a result smaller
+        than its part keeps all of it and leaves the rest to the others."""
         appended = msg.appended
         first = msg.prompt_messages - len(appended)
         share = run.policy.tool_result_share
-        folds: list[Fold] = []
-        before = allowed = 0
+        found: list[tuple[int, ChatMessage]] = []
+        chars = 0
         for offset, message in enumerate(appended):
             content = message.content
             if message.role != "tool" or not content or message.tool_call_id is None:
                 continue
-            if len(content) <= run.cut_chars:
+            found.append((first + offset, message))
+            chars += len(content)
+        if not found:
+            return
+        # each message's framing counted as RESULT_FRAMING characters: more than it costs
+        if chars + (len(found) - 1) * RESULT_FRAMING <= run.cut_chars:
+            return  # cannot be over the share together whatever calibration says
+        room = run.limit - self._tokens(run, *run.base)
+        if room <= 0:
+            return  # the task alone fills the window: the check says so
+        allowed = max(math.floor(share * room), 1)
+        entries = run.ledger.entries
+        owns = [
+            self._tokens(run, entries[index].estimate.tokens, entries[index].estimate.bound)
+            for index, _ in found
+        ]
+        if sum(owns) <= allowed:
+            return
+        parts = _shared_out(owns, allowed, [len(m.content or "") <= NOTE_CHARS for _, m in found])
+        folds: list[Fold] = []
+        before = self._prompt(run)
+        for (index, message), own, part in zip(found, owns, parts, strict=True):
+            if own <= part or len(message.content or "") <= NOTE_CHARS:
                 continue
-            index = first + offset
-            entry = run.ledger.entries[index]
-            own = self._tokens(run, entry.estimate.tokens, entry.estimate.bound)
-            if not allowed:  # the room the run's fixed prompt leaves, calibrated as of now
-                room = run.limit - self._tokens(run, *run.base)
-                if room <= 0:
-                    return  # the task alone fills the window: the check says so
-                allowed = max(math.floor(share * room), 1)
-            if own <= allowed or len(content) <= NOTE_CHARS:
-                continue
-            if not folds:
-                before = self._prompt(run)
-            fold = self._cut_fold(run, index, message, appended, own, allowed)
+            fold = self._cut_fold(run, index, message, appended, own, part)
             run.ledger.fold(fold, final=False)
             folds.append(fold)
         if folds:
             after = self._prompt(run)
             self._collapses += 1
-            entries = run.ledger.entries
             tools = ", ".join(sorted({entries[fold.index].tool or "tool" for fold in folds}))
+            together = f" of {len(found)} results" if len(found) > 1 else ""
             self._publish(
                 ContextAction(
                     run_id=run.run_id,
@@ -456,9 +470,9 @@ class ContextGatekeeper:
                     folds=tuple(folds),
                     detail=(
                         f"Cut the result of {tools} ({len(folds)} result(s)) to "
-                        f"{allowed:,} tokens, {share:.0%} of the room the system prompt, "
-                        f"task and tool schemas leave under the limit: {before:,} → "
-                        f"{after:,} tokens (estimate)."
+                        f"{allowed:,} tokens{together} together, {share:.0%} of the room "
+                        "the system prompt, task and tool schemas leave under the limit: "
+                        f"{before:,} → {after:,} tokens (estimate)."
                     ),
                 )
             )
@@ -765,6 +779,22 @@ MAX_EXACT_PER_CHAR: Final = 4
 """The most tokens an OpenAI vocabulary makes of one character (its UTF-8 bytes)."""
 RESULT_FRAMING: Final = 256
 """Tokens a tool message adds besides its content, at most (framing and call id)."""
+
+
+def _shared_out(owns: Sequence[int], allowed: int, fixed: Sequence[bool]) -> list[int]:
+    """Each result's part of ``allowed`` tokens: results that cannot be cut (``fixed``)
+    keep theirs, then the rest is shared evenly, a result smaller than its part keeping
+    only what it needs (water-filling); at least 1 token each."""
+    parts = [own if keep else 0 for own, keep in zip(owns, fixed, strict=True)]
+    left = allowed - sum(parts)
+    waiting = sorted(
+        (own, i) for i, (own, keep) in enumerate(zip(owns, fixed, strict=True)) if not keep
+    )
+    for position, (own, i) in enumerate(waiting):
+        even = max(left // (len(waiting) - position), 1)
+        parts[i] = min(own, even)
+        left -= parts[i]
+    return parts
 
 
 def _cut_chars(run: _Run) -> int:

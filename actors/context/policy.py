@@ -57,9 +57,10 @@ class ContextPolicy(msgspec.Struct, frozen=True, kw_only=True):
     silent_truncation_ratio: float = 0.5
     """Reported prompt tokens below this share of the estimate are flagged."""
     tool_result_share: float = 0.5
-    """A tool result the model has not answered yet may take at most this share of the
-    room the run's fixed prompt (system prompt, task, tool schemas) leaves under the
-    limit; a larger one is cut, with a note saying how to read the rest (0: never cut)."""
+    """The tool results of one turn the model has not answered yet may take together at
+    most this share of the room the run's fixed prompt (system prompt, task, tool schemas)
+    leaves under the limit; past it they are cut to fit, each with a note saying how to
+    read the rest (0: never cut)."""
     window_configured: bool = False
     """The window was set by the operator (``[context.windows]``, a run's
     ``context_window``): a window the server reports does not replace it."""

@@ -30,6 +30,7 @@ __all__ = [
     "CallCapConfig",
     "ContentConfig",
     "CycleConfig",
+    "ErrorStreakConfig",
     "GenericRepeatConfig",
     "GlobalBreakerConfig",
     "LlmCheckConfig",
@@ -226,12 +227,35 @@ class UnknownToolConfig(_Config, frozen=True, kw_only=True):
 
     The count is the streak of the proposed tool's latest consecutive unknown-tool results
     (the proposed call not counted), refusals by this detector included.
+
+    ``storm_*``: the same levels for unknown-tool results of the run, any name (a model
+    rotating invented names never repeats one). They apply while the latest result was an
+    unknown-tool answer (a model that went back to real tools is not stopped for its
+    earlier mistakes; its next unknown tool is counted with them).
     """
 
     enabled: bool = False
     warn_at: Threshold | None = None
     block_at: Threshold | None = 10
     break_at: Threshold | None = None
+    storm_warn_at: Threshold | None = None
+    storm_block_at: Threshold | None = None
+    storm_break_at: Threshold | None = None
+
+
+class ErrorStreakConfig(_Config, frozen=True, kw_only=True):
+    """Detector 14: consecutive failing tool calls, any tool, any arguments.
+
+    The count is the streak of the latest results that were errors (an unknown tool
+    included; any result that is not an error ends it), the proposed call not counted. The
+    warning nudges once per streak with the errors the model got; a refusal is given once
+    per count (the next one needs another failure), so the model can try again.
+    """
+
+    enabled: bool = False
+    warn_at: Threshold | None = 3
+    block_at: Threshold | None = None
+    break_at: Threshold | None = 6
 
 
 class ToolStagnationConfig(_Config, frozen=True, kw_only=True):
@@ -243,9 +267,10 @@ class ToolStagnationConfig(_Config, frozen=True, kw_only=True):
     block_at: Threshold | None = None
     break_at: Threshold | None = 8
     progress_resets: bool = False
-    """A result that differs from the same call's previous (normalised) result restarts the
-    streak at 1: a poll reporting progress is not stagnation (qwen-code does this for its
-    stateful read tools; the ``qwen`` preset for every tool)."""
+    """Count only calls without progress (``actors.loop.progress``: a result that is new
+    in the run, or differs from the same call's previous one, and is not an error): such a
+    call restarts the streak, and a call is counted once its result is known. qwen-code
+    restarts it for its stateful read tools; the ``qwen`` preset for every call."""
 
 
 class ShellStagnationConfig(_Config, frozen=True, kw_only=True):
@@ -260,6 +285,9 @@ class ShellStagnationConfig(_Config, frozen=True, kw_only=True):
     warn_at: Threshold | None = None
     block_at: Threshold | None = None
     break_at: Threshold | None = 8
+    progress_resets: bool = False
+    """As ``tool_stagnation.progress_resets``: an overview command whose output made
+    progress restarts the streak."""
 
 
 class ReadLoopConfig(_Config, frozen=True, kw_only=True):
@@ -273,6 +301,9 @@ class ReadLoopConfig(_Config, frozen=True, kw_only=True):
     read_tools: Names = ("read_file", "read_many_files", "list_directory", "zoom_image")
     read_prefixes: Names = ("read_", "list_")
     cold_start: bool = True
+    count_no_progress: bool = False
+    """Count only reads whose result is known and made no progress
+    (``actors.loop.progress``): reading 30 different files is not a loop."""
     warn_at: Threshold | None = None
     block_at: Threshold | None = None
     break_at: Threshold | None = 8
@@ -289,6 +320,10 @@ class CallCapConfig(_Config, frozen=True, kw_only=True):
     soft_cap: Threshold | None = 100
     stuck_repeats: Threshold = 6
     hard_cap: Threshold | None = 1000
+    count_no_progress: bool = False
+    """Count only calls whose result is known and made no progress
+    (``actors.loop.progress``), for the caps and for ``stuck_repeats``: a long run of
+    calls that each bring something new is not stopped."""
 
 
 class LlmCheckConfig(_Config, frozen=True, kw_only=True):
@@ -360,12 +395,18 @@ class LoopConfig(_Config, frozen=True, kw_only=True):
     content: ContentConfig = ContentConfig()
     no_new_information: NoNewInformationConfig = NoNewInformationConfig()
     unknown_tool: UnknownToolConfig = UnknownToolConfig()
+    error_streak: ErrorStreakConfig = ErrorStreakConfig()
     tool_stagnation: ToolStagnationConfig = ToolStagnationConfig()
     shell_stagnation: ShellStagnationConfig = ShellStagnationConfig()
     read_loop: ReadLoopConfig = ReadLoopConfig()
     call_cap: CallCapConfig = CallCapConfig()
     llm_check: LlmCheckConfig = LlmCheckConfig()
     strikes: StrikesConfig | None = None
+    refusal_limit: Threshold | None = 10
+    """After this many refusals in a row (calls not run because of a ``critical``
+    finding, no call run in between), the next call that would be refused stops the run
+    instead, with the refusing detector's cause: no config burns a budget on refusals.
+    ``None``: refuse forever (upstream OpenClaw)."""
     normalise_results: bool = True
     """Volatile parts of a result (ids, pids, UUIDs, digests, timestamps, durations, temp
     paths) are replaced before it is fingerprinted (``actors.loop.normalise``)."""
@@ -393,6 +434,7 @@ LEVELLED: Final = (
     "cycle",
     "no_new_information",
     "unknown_tool",
+    "error_streak",
     "tool_stagnation",
     "shell_stagnation",
     "read_loop",
@@ -401,11 +443,15 @@ LEVELLED: Final = (
 
 _LEVELS: Final = ("warn_at", "block_at", "break_at")
 _PROGRESS_LEVELS: Final = ("progress_warn_at", "progress_block_at", "progress_break_at")
+_STORM_LEVELS: Final = ("storm_warn_at", "storm_block_at", "storm_break_at")
 
 
-def _clamped(prefix: str, section: Any, names: tuple[str, ...]) -> dict[str, int]:
+def _clamped(
+    prefix: str, section: Any, names: tuple[str, ...], notes: list[str] | None = None
+) -> dict[str, int]:
     """OpenClaw's normalisation of thresholds: a level not above the one before it becomes
-    that level + 1 (with a warning), instead of being refused."""
+    that level + 1 (with a warning, or a note appended to ``notes``), instead of being
+    refused."""
     changes: dict[str, int] = {}
     low_name, low = "", 0
     for name in names:
@@ -414,13 +460,31 @@ def _clamped(prefix: str, section: Any, names: tuple[str, ...]) -> dict[str, int
         if value is None:
             continue
         if low and value <= low:
-            logger.warning(
-                "loop config %s.%s = %d is not above %s.%s (%d): using %d",
-                prefix, name, value, prefix, low_name, low, low + 1,
-            )  # fmt: skip
+            note = (
+                f"loop config {prefix}.{name} = {value} is not above {prefix}.{low_name} "
+                f"({low}): using {low + 1}"
+            )
+            if notes is None:
+                logger.warning("%s", note)
+            else:
+                notes.append(note)
             value = changes[name] = low + 1
         low_name, low = name, value
     return changes
+
+
+def _all_clamped(config: LoopConfig, notes: list[str] | None) -> dict[str, Any]:
+    replaced: dict[str, Any] = {}
+    for name in LEVELLED:
+        section = getattr(config, name)
+        changes = _clamped(name, section, _LEVELS, notes)
+        if name == "generic_repeat":
+            changes.update(_clamped(name, section, _PROGRESS_LEVELS, notes))
+        elif name == "unknown_tool":
+            changes.update(_clamped(name, section, _STORM_LEVELS, notes))
+        if changes:
+            replaced[name] = msgspec.structs.replace(section, **changes)
+    return replaced
 
 
 def compile_pattern(key: str, pattern: str) -> re.Pattern[str]:
@@ -431,20 +495,18 @@ def compile_pattern(key: str, pattern: str) -> re.Pattern[str]:
         raise LoopConfigError(f"{key}: not a regular expression ({exc})") from None
 
 
-def check_config(config: LoopConfig) -> LoopConfig:
+def check_config(config: LoopConfig, *, notes: list[str] | None = None) -> LoopConfig:
     """``config`` if every value is in range, with levels that do not increase clamped as
     OpenClaw does (``block_at`` ≤ ``warn_at`` becomes ``warn_at`` + 1, with a warning
-    logged); else raise :class:`LoopConfigError`."""
+    logged, or with ``notes``: a sentence per clamped threshold appended to it); else raise
+    :class:`LoopConfigError`."""
     _positive("history_size", config.history_size)
     _positive("warning_bucket", config.warning_bucket)
-    replaced: dict[str, Any] = {}
-    for name in LEVELLED:
-        section = getattr(config, name)
-        changes = _clamped(name, section, _LEVELS)
-        if name == "generic_repeat":
-            changes.update(_clamped(name, section, _PROGRESS_LEVELS))
-        if changes:
-            replaced[name] = msgspec.structs.replace(section, **changes)
+    _positive("refusal_limit", config.refusal_limit)
+    start = len(notes) if notes is not None else 0
+    replaced = _all_clamped(config, notes)
+    for note in notes[start:] if notes is not None else ():
+        logger.warning("%s", note)  # still on stderr too
     cycle = config.cycle
     _positive("cycle.min_period", cycle.min_period)
     if cycle.max_period < cycle.min_period:

@@ -28,6 +28,7 @@ from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.loop.config import LoopConfig, check_config
 from actors.loop.content import ContentLoop
 from actors.loop.cycle import Cycle
+from actors.loop.error_streak import ERROR_CHARS, ErrorStreak
 from actors.loop.generic import GenericRepeat
 from actors.loop.global_breaker import GlobalBreaker
 from actors.loop.history import EMPTY_WINDOW, CallRecord, ToolDetector, Window
@@ -37,9 +38,10 @@ from actors.loop.normalise import Normaliser
 from actors.loop.ping_pong import PingPong
 from actors.loop.poll import PollNoProgress
 from actors.loop.presets import GEMINI_RECOVERY_TEXT, STRICT
+from actors.loop.progress import ProgressTracker
 from actors.loop.qwen import CallCap, ReadLoop, ShellStagnation, ToolStagnation, is_git_overview
 from actors.loop.snapshot import LoopSnapshot, decode_snapshot, encode_snapshot
-from actors.loop.unknown_tool import UnknownTool
+from actors.loop.unknown_tool import STORM_KEY, UnknownTool
 from actors.loop.verdicts import Decision, Hit
 
 __all__ = ["MAX_PENDING", "MAX_WARNING_KEYS", "LoopDetector"]
@@ -54,6 +56,10 @@ _MAX_PLANS: Final = 64
 """Configs whose plan is kept (the presets and recent per-run configs)."""
 
 _NONE: Final = Decision()
+_SELF_LIMITED: Final = frozenset({"error-streak"})
+"""Warning keys whose detector gives the warning once per streak itself (no buckets)."""
+_ONCE_PER_RUN: Final = frozenset({STORM_KEY})
+"""Warning keys nudged once per run whatever the preset's buckets."""
 _decode_args = msgspec.json.Decoder().decode
 
 
@@ -65,11 +71,13 @@ class _Plan:
     __slots__ = (
         "config",
         "detectors",
+        "error_text",
         "exempt",
         "last_results",
         "min_chars",
         "normaliser",
         "polls",
+        "progress",
         "recorders",
         "results",
         "shared",
@@ -90,6 +98,7 @@ class _Plan:
         shell = config.shell_stagnation
         candidates: tuple[tuple[bool, ToolDetector], ...] = (
             (config.unknown_tool.enabled, UnknownTool(config.unknown_tool)),
+            (config.error_streak.enabled, ErrorStreak(config.error_streak)),
             (breaker.enabled, GlobalBreaker(breaker)),
             (poll.enabled, PollNoProgress(poll)),
             (ping_pong.enabled, PingPong(ping_pong)),
@@ -116,6 +125,15 @@ class _Plan:
         self.min_chars = config.no_new_information.min_result_chars
         self.shell_tools = frozenset(shell.tools) if shell.enabled else frozenset()
         self.shell_argument = shell.argument
+        # whether results are judged for progress (qwen's stagnation rules), and error
+        # texts kept (the error streak quotes them)
+        self.progress = (
+            (config.tool_stagnation.enabled and config.tool_stagnation.progress_resets)
+            or (shell.enabled and shell.progress_resets)
+            or (config.read_loop.enabled and config.read_loop.count_no_progress)
+            or (config.call_cap.enabled and config.call_cap.count_no_progress)
+        )
+        self.error_text = config.error_streak.enabled
         # a call's previous result: the total breaker's evidence, a recorded refusal's result
         total = breaker.enabled and breaker.mode == "total"
         self.last_results = total or (self.results and config.record_blocked)
@@ -168,7 +186,9 @@ class LoopDetector:
         "_nudged",
         "_pending",
         "_plan",
+        "_progress",
         "_recorders",
+        "_refusals",
         "_seq",
         "_strikes",
         "_watchers",
@@ -201,6 +221,8 @@ class LoopDetector:
         self._nudged: set[tuple[str, ...]] | None = None
         self._seq = 0
         self._llm: LlmCheck | None = None
+        self._progress = ProgressTracker() if plan.progress else None
+        self._refusals = 0
 
     # ------------------------------------------------------------------ tool calls
 
@@ -231,23 +253,44 @@ class LoopDetector:
         window = self._window
         chosen: Hit | None = None
         by: ToolDetector | None = None
+        streak: ErrorStreak | None = None  # the error streak, when it found something too
         for detector in self._detectors:  # the first break, else the first finding
             hit = detector.check(call, window)
             if hit is not None:
+                if isinstance(detector, ErrorStreak):
+                    streak = detector
                 if hit.level == "break":
                     chosen, by = hit, detector
                     break
                 if chosen is None:
                     chosen, by = hit, detector
         if chosen is None:
+            self._refusals = 0
             self._record(call)
             return Decision(call_id=call_id)
         decision = self._decide(chosen, tool, arguments_json)
+        if decision.level == "critical":
+            limit = self.config.refusal_limit
+            if limit is not None and self._refusals >= limit:
+                return Decision(
+                    level="break",
+                    detector=decision.detector,
+                    count=self._refusals + 1,
+                    message=(
+                        f"Stopped: {self._refusals} calls in a row were refused and the "
+                        f"model went on. The last refusal: {decision.message}"
+                    ),
+                    call_id=call_id,
+                )
+            self._refusals += 1
         if decision.level in ("none", "warning"):
+            self._refusals = 0
             self._record(call)
         else:
             if decision.level == "critical" and by is not None:
                 by.on_refused(call)
+                if streak is not None and streak is not by:
+                    streak.on_refused(call)  # this refusal answers its failures too
             if self.config.record_blocked:
                 self._record(call)
                 self._record_refusal(call)
@@ -287,6 +330,11 @@ class LoopDetector:
             call.result = fingerprint_result(text, is_error=is_error)
         call.unknown = unknown_tool
         call.informative = len(result_text) >= plan.min_chars
+        error = call.error = is_error or unknown_tool
+        if error and plan.error_text:
+            call.error_text = result_text[:ERROR_CHARS]
+        if self._progress is not None and not call.refused:
+            call.progress = self._progress.judge(call.fingerprint, call.result, is_error=error)
         previous: str | None = None
         if self._last_results is not None:
             previous = self._last_results.get(call.fingerprint)
@@ -302,6 +350,7 @@ class LoopDetector:
             return  # no enabled detector looks at results
         previous = self._last_results.get(call.fingerprint)
         if previous is not None:
+            call.refused = True
             self.record_result(call.call_id, result_fingerprint=previous)
 
     def _is_inspection(self, arguments_json: str) -> bool:
@@ -345,7 +394,12 @@ class LoopDetector:
             return Decision(
                 level=hit.level, detector=hit.detector, count=hit.count, message=hit.message
             )
-        allowed = self._bucket_allows(hit) and self._first_nudge(hit)
+        if hit.key in _SELF_LIMITED:
+            allowed = True
+        elif hit.key in _ONCE_PER_RUN:
+            allowed = self._first_nudge(hit, always=True)
+        else:
+            allowed = self._bucket_allows(hit) and self._first_nudge(hit)
         return Decision(
             level="warning",
             detector=hit.detector,
@@ -394,10 +448,10 @@ class LoopDetector:
             del buckets[next(iter(buckets))]
         return True
 
-    def _first_nudge(self, hit: Hit) -> bool:
+    def _first_nudge(self, hit: Hit, *, always: bool = False) -> bool:
         if self.config.nudge_once_per_kind:
             key: tuple[str, ...] = (hit.detector,)
-        elif self.config.warning_bucket is None:
+        elif self.config.warning_bucket is None or always:
             key = (hit.detector, hit.key)
         else:
             return True  # the bucket already rate-limits this warning
@@ -425,6 +479,13 @@ class LoopDetector:
         """What the checking model is asked: ``(role, content)`` messages built from the
         run's task and its recent history entries (oldest first)."""
         return check_messages(task, history)
+
+    @staticmethod
+    def llm_check_readable(text: str) -> bool:
+        """Whether ``text`` is a verdict (a JSON object with a confidence in [0, 1]). An
+        answer that is not should be asked for once more, then ignored
+        (:meth:`llm_check_answer` with ``None``)."""
+        return parse_answer(text) is not None
 
     def llm_check_answer(self, text: str | None) -> Decision:
         """Judge the checking model's answer (``None``: the check failed, which is no
@@ -472,6 +533,8 @@ class LoopDetector:
                 buckets=dict(self._buckets) if self._buckets is not None else None,
                 nudged=[list(key) for key in self._nudged] if self._nudged is not None else None,
                 strikes=self._strikes,
+                refusals=self._refusals,
+                progress=self._progress.state() if self._progress is not None else None,
                 content_offences=self._content_offences,
                 llm=(
                     [self._llm.next_turn, self._llm.interval, self._llm.offences]
@@ -511,6 +574,9 @@ class LoopDetector:
         self._buckets = dict(snap.buckets) if snap.buckets is not None else None
         self._nudged = {tuple(key) for key in snap.nudged} if snap.nudged is not None else None
         self._strikes = snap.strikes
+        self._refusals = snap.refusals
+        if self._progress is not None and snap.progress is not None:
+            self._progress.restore(snap.progress)
         self._content_offences = snap.content_offences
         if snap.llm is not None and len(snap.llm) == 3:
             llm = self._llm = LlmCheck(self.config.llm_check)

@@ -26,6 +26,14 @@ class CallRecord(msgspec.Struct, gc=False):
     """Its result said the tool does not exist (``unknown_tool``)."""
     informative: bool = True
     """Its result is long enough to count as information (``no_new_information``)."""
+    error: bool = False
+    """Its result was an error (a failed call, an unknown tool): ``error_streak``."""
+    error_text: str = ""
+    """The start of that error's text (only while an error streak is watched)."""
+    progress: bool = False
+    """Its result made progress (``actors.loop.progress``; only when a detector asks)."""
+    refused: bool = False
+    """A refused call recorded with the call's last result (``record_blocked``)."""
 
 
 class Window:

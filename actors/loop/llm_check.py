@@ -8,10 +8,16 @@ starts with :data:`SYSTEM_PREFIX`, then the task and the run's recent history);
 gemini-cli's schema; a fenced ```json block is accepted). The prompt is loopfuse's own
 wording of the same rules: a loop needs both a repeated pattern and no net progress, and
 batches, incremental edits, sequential reads and retries with a change are not loops.
+
+An answer whose confidence is outside [0, 1] (a checker answering ``5`` for 5 %) is not a
+verdict: it is never read as certainty. The caller asks once more and then ignores the
+check (``actors.loop.monitor`` says so in a ``Notice``). The interval is rounded half up,
+as upstream's ``Math.round`` (:func:`round_half_up`), not to even.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple
@@ -27,6 +33,7 @@ __all__ = [
     "Verdict",
     "check_messages",
     "parse_answer",
+    "round_half_up",
 ]
 
 SYSTEM_PREFIX: Final = "You decide whether an AI agent is stuck in an unproductive loop."
@@ -68,8 +75,16 @@ class _Answer(msgspec.Struct):
 _decode = msgspec.json.Decoder(_Answer).decode
 
 
+def round_half_up(value: float) -> int:
+    """``value`` rounded to the nearest integer, halves up (JavaScript's ``Math.round``,
+    which gemini-cli's interval uses; Python's ``round`` rounds halves to even)."""
+    return math.floor(value + 0.5)
+
+
 def parse_answer(text: str) -> Verdict | None:
-    """The checker's verdict in ``text``, or ``None`` when it is not one (no loop)."""
+    """The checker's verdict in ``text``, or ``None`` when it is not one: no JSON object
+    with a numeric confidence, or a confidence outside [0, 1] (a malformed answer, never
+    read as certainty)."""
     candidates = [text.strip()]
     fenced = _FENCE.search(text)
     if fenced is not None:
@@ -83,8 +98,8 @@ def parse_answer(text: str) -> Verdict | None:
         except msgspec.DecodeError:
             continue
         confidence = answer.unproductive_state_confidence
-        if confidence == confidence:  # not NaN
-            return Verdict(min(max(confidence, 0.0), 1.0), answer.unproductive_state_analysis)
+        if 0.0 <= confidence <= 1.0:  # NaN and out-of-range values are not verdicts
+            return Verdict(confidence, answer.unproductive_state_analysis)
     return None
 
 
@@ -135,6 +150,6 @@ class LlmCheck:
             self.offences += 1
         elif verdict is not None:  # errors keep the interval (as gemini-cli)
             span = cfg.max_interval - cfg.min_interval
-            self.interval = round(cfg.min_interval + span * (1.0 - verdict.confidence))
+            self.interval = round_half_up(cfg.min_interval + span * (1.0 - verdict.confidence))
         self.next_turn = self.asked + self.interval
         return looping

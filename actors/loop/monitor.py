@@ -9,6 +9,10 @@ It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
 * streamed text that loops → ``ModelCancel(reason="loop.content")`` and a ``Nudge`` the
   first time, ``StopSignal(hook_stopped, loop.content)`` (and ``ModelCancel``) when it stops.
 
+An error streak's nudge quotes the failures; when they are path errors and the run has a
+folder, the folder's real listing (its top level, at most :data:`LISTING_MAX` names) is
+added, so a model inventing paths reads the ones that exist.
+
 A run's state is made at its first proposed call or streamed delta (a run parked at its
 first model request costs nothing), with its config (:meth:`LoopMonitor.override`, else the
 monitor's), and forgotten at ``RunStarted`` and ``RunFinished``. Content tracking restarts
@@ -18,6 +22,7 @@ with each model response and at each tool call.
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +42,7 @@ from bus import (
     ModelReply,
     ModelRequest,
     ModelTextDelta,
+    Notice,
     Nudge,
     RunFinished,
     RunStarted,
@@ -47,9 +53,33 @@ from bus import (
     Verdict,
 )
 
-__all__ = ["SOURCE", "LoopMonitor"]
+__all__ = ["LISTING_MAX", "SOURCE", "LoopMonitor", "folder_listing"]
 
 SOURCE: Final = "loop_monitor"
+
+LISTING_MAX: Final = 50
+"""Names of a folder's listing added to an error streak's nudge."""
+
+_PATH_ERRORS: Final = ("does not exist", "no such file", "not found", "is not a directory")
+"""Words of an error that says a path is wrong."""
+
+
+def folder_listing(folder: str, limit: int = LISTING_MAX) -> str:
+    """The top level of ``folder`` as the model reads it (directories end with ``/``,
+    sorted, at most ``limit`` names); empty when it cannot be read. Names only: nothing
+    is followed or opened but the folder itself."""
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(
+                entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "")
+                for entry in entries
+            )
+    except OSError:
+        return ""
+    shown = ", ".join(names[:limit]) or "(empty)"
+    more = f" (and {len(names) - limit} more)" if len(names) > limit else ""
+    return f"The folder's files (top level): {shown}{more}."
+
 
 logger = logging.getLogger("loopfuse.loop")
 
@@ -61,6 +91,9 @@ class _Check:
     task: str
     model: str
     history: deque[str]
+    request: ModelRequest | None = None
+    """The check in flight (asked again once when its answer is not a verdict)."""
+    retried: bool = False
 
 
 @dataclass(slots=True)
@@ -91,6 +124,8 @@ class LoopMonitor:
         self._name = name
         self._overrides: dict[str, LoopConfig] = {}
         self._restored: dict[str, bytes] = {}
+        self._folders: dict[str, str] = {}
+        """A run's folder, while its error streak may need its listing."""
         self._started: dict[str, RunStarted] = {}
         """The start of a run whose config asks for the model-based check, while its state
         is made."""
@@ -206,7 +241,10 @@ class LoopMonitor:
 
     def _run_started(self, msg: RunStarted) -> None:
         self._runs.pop(msg.run_id, None)
-        if self._config_of(msg.run_id, keep=True).llm_check.enabled:
+        config = self._config_of(msg.run_id, keep=True)
+        if msg.folder and config.error_streak.enabled:
+            self._folders[msg.run_id] = msg.folder
+        if config.llm_check.enabled:
             # the check reads every reply: the run's state is made now, with its task
             self._started[msg.run_id] = msg
             self._new_run(msg.run_id)
@@ -216,6 +254,7 @@ class LoopMonitor:
         self._overrides.pop(msg.run_id, None)
         self._restored.pop(msg.run_id, None)
         self._started.pop(msg.run_id, None)
+        self._folders.pop(msg.run_id, None)
 
     # ------------------------------------------------------------------ internals
 
@@ -262,21 +301,42 @@ class LoopMonitor:
             ChatMessage(role="system" if role == "system" else "user", content=content)
             for role, content in detector.llm_check_messages(check.task, tuple(check.history))
         )
-        self._bus.publish_nowait(
-            ModelRequest(
-                run_id=msg.run_id,
-                turn=-msg.turn,  # not a turn of the run: the conductor leaves it alone
-                model=check.model,
-                messages=messages,
-                max_tokens=detector.config.llm_check.max_tokens,
-                purpose="loop_check",
-            )
+        check.request = ModelRequest(
+            run_id=msg.run_id,
+            turn=-msg.turn,  # not a turn of the run: the conductor leaves it alone
+            model=check.model,
+            messages=messages,
+            max_tokens=detector.config.llm_check.max_tokens,
+            purpose="loop_check",
         )
+        check.retried = False
+        self._bus.publish_nowait(check.request)
 
     def _check_answered(self, run_id: str, text: str | None) -> None:
         state = self._runs.get(run_id)
         if state is None or state.stopped:
             return
+        check = state.check
+        if text is not None and check is not None and not state.detector.llm_check_readable(text):
+            # not a verdict (no JSON, a confidence outside [0, 1]): ask once more, then
+            # ignore this check (as an error: no loop, the interval kept) and say so
+            if not check.retried and check.request is not None:
+                check.retried = True
+                self._bus.publish_nowait(check.request)
+                return
+            self._bus.publish_nowait(
+                Notice(
+                    run_id=run_id,
+                    kind="loop.llm_check",
+                    text=(
+                        "The loop check's answer was not a verdict twice (a JSON object "
+                        "with unproductive_state_confidence from 0 to 1); this check is "
+                        f"ignored. Its answer: {text[:200]!r}"
+                    ),
+                    source=self._name,
+                )
+            )
+            text = None
         decision = state.detector.llm_check_answer(text)
         if decision.level == "break":
             self._stop(state, run_id, decision)
@@ -326,9 +386,21 @@ class LoopMonitor:
 
     def _nudge(self, run_id: str, decision: Decision) -> None:
         if decision.nudge is not None and decision.cause is not None:
+            text = decision.nudge
+            if decision.detector == "error_streak":
+                text = self._with_listing(run_id, text)
             self._bus.publish_nowait(
-                Nudge(run_id=run_id, kind=decision.cause, text=decision.nudge, source=self._name)
+                Nudge(run_id=run_id, kind=decision.cause, text=text, source=self._name)
             )
+
+    def _with_listing(self, run_id: str, text: str) -> str:
+        """``text`` with the run's folder listing after path errors."""
+        folder = self._folders.get(run_id)
+        lowered = text.lower()
+        if folder is None or not any(words in lowered for words in _PATH_ERRORS):
+            return text
+        listing = folder_listing(folder)
+        return f"{text}\n{listing}" if listing else text
 
     def _stop(self, state: _Run, run_id: str, decision: Decision) -> None:
         state.stopped = True

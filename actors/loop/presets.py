@@ -30,6 +30,12 @@
   consecutive calls of one tool (a call whose result changed restarts it), 8 read-like calls
   in the last 15 (after a non-read call), the per-run cap (past 100 calls with a call made
   6 times, or past 1000), content chanting (qwen's thresholds, no distinct-periods rule).
+* Every preset above also has issue #32's fuses: an error streak (failing calls in a row,
+  any tool and arguments: a nudge quoting the errors after 3, a stop after 6; under gemini
+  one strike after 5), unknown-tool storms (the run's unknown-tool results of any name: the
+  same counts) and the end of refusals (``refusal_limit``: after 10 in a row the next one
+  stops the run). Under ``QWEN`` a call whose result made progress (new in the run, or
+  changed for that call, and not an error) is counted by none of its stagnation rules.
 * ``OFF``: every detector disabled (``loop_preset = "off"``): fuses off, for comparisons.
   It is not in ``PRESETS``, which holds the presets that detect something.
 
@@ -44,6 +50,7 @@ from actors.loop.config import (
     CallCapConfig,
     ContentConfig,
     CycleConfig,
+    ErrorStreakConfig,
     GenericRepeatConfig,
     GlobalBreakerConfig,
     LoopConfig,
@@ -86,6 +93,16 @@ _OFF_POLL: Final = PollConfig(enabled=False)
 _OFF_PING_PONG: Final = PingPongConfig(enabled=False)
 _OFF_GLOBAL: Final = GlobalBreakerConfig(enabled=False)
 
+# Issue #32's fuses, in every preset. Failing calls in a row: the nudge after 3 quotes the
+# errors, the 7th call after 6 failures is not run. A real 135M model made 9–13 failing
+# read_file calls in a row on invented paths (never recovering after the 3rd), while a run
+# that recovers does so after one or two failures; 6 leaves a model that read the nudge
+# three more tries. Unknown-tool results of any name (a model rotating invented names):
+# nudge at 3, stop at 6, the same counts, so a storm is told as such (`loop.unknown_tool`).
+_ERROR_STREAK: Final = ErrorStreakConfig(enabled=True, warn_at=3, break_at=6)
+_STORM_WARN: Final = 3
+_STORM_BREAK: Final = 6
+
 STRICT: Final = LoopConfig(
     name="strict",
     exempt_tools=("finish_exploration",),
@@ -107,7 +124,15 @@ STRICT: Final = LoopConfig(
     ping_pong=_OFF_PING_PONG,
     global_breaker=_OFF_GLOBAL,
     no_new_information=NoNewInformationConfig(enabled=True, warn_at=5, break_at=10),
-    unknown_tool=UnknownToolConfig(enabled=True, warn_at=2, block_at=None, break_at=4),
+    unknown_tool=UnknownToolConfig(
+        enabled=True,
+        warn_at=2,
+        block_at=None,
+        break_at=4,
+        storm_warn_at=_STORM_WARN,
+        storm_break_at=_STORM_BREAK,
+    ),
+    error_streak=_ERROR_STREAK,
 )
 
 OPENCLAW: Final = LoopConfig(
@@ -119,6 +144,10 @@ OPENCLAW: Final = LoopConfig(
     poll_no_progress=PollConfig(warn_at=10, block_at=20),
     ping_pong=PingPongConfig(warn_at=10, block_at=20),
     global_breaker=GlobalBreakerConfig(mode="streak", break_at=30),
+    unknown_tool=UnknownToolConfig(
+        enabled=True, block_at=None, storm_warn_at=_STORM_WARN, storm_break_at=_STORM_BREAK
+    ),
+    error_streak=_ERROR_STREAK,
 )
 
 GEMINI: Final = LoopConfig(
@@ -140,6 +169,9 @@ GEMINI: Final = LoopConfig(
     cycle=CycleConfig(enabled=True, min_period=2, max_period=5, window=25, block_at=5),
     content=ContentConfig(enabled=True),
     strikes=StrikesConfig(stop_at=2, text=GEMINI_RECOVERY_TEXT),
+    # every finding is a strike: one level, refused (strike 1) after 5 failures in a row
+    unknown_tool=UnknownToolConfig(enabled=True, block_at=None, storm_block_at=5),
+    error_streak=ErrorStreakConfig(enabled=True, warn_at=None, block_at=5, break_at=None),
 )
 
 _OPENCLAW_POLLS: Final = OPENCLAW.poll_tools
@@ -155,7 +187,10 @@ OPENCLAW_CURRENT: Final = LoopConfig(
     poll_no_progress=PollConfig(warn_at=10, block_at=20),
     ping_pong=PingPongConfig(warn_at=10, block_at=20),
     global_breaker=GlobalBreakerConfig(mode="streak", break_at=30),
-    unknown_tool=UnknownToolConfig(enabled=True, block_at=10),
+    unknown_tool=UnknownToolConfig(
+        enabled=True, block_at=10, storm_warn_at=_STORM_WARN, storm_break_at=_STORM_BREAK
+    ),
+    error_streak=_ERROR_STREAK,
 )
 
 QWEN: Final = LoopConfig(
@@ -175,10 +210,17 @@ QWEN: Final = LoopConfig(
     poll_no_progress=_OFF_POLL,
     ping_pong=_OFF_PING_PONG,
     global_breaker=_OFF_GLOBAL,
+    # deliberate: a call whose result made progress is not counted by any stagnation rule
     tool_stagnation=ToolStagnationConfig(enabled=True, break_at=8, progress_resets=True),
-    shell_stagnation=ShellStagnationConfig(enabled=True, break_at=8),
-    read_loop=ReadLoopConfig(enabled=True, break_at=8),
-    call_cap=CallCapConfig(enabled=True, soft_cap=100, stuck_repeats=6, hard_cap=1000),
+    shell_stagnation=ShellStagnationConfig(enabled=True, break_at=8, progress_resets=True),
+    read_loop=ReadLoopConfig(enabled=True, break_at=8, count_no_progress=True),
+    call_cap=CallCapConfig(
+        enabled=True, soft_cap=100, stuck_repeats=6, hard_cap=1000, count_no_progress=True
+    ),
+    unknown_tool=UnknownToolConfig(
+        enabled=True, block_at=None, storm_warn_at=_STORM_WARN, storm_break_at=_STORM_BREAK
+    ),
+    error_streak=_ERROR_STREAK,
     content=ContentConfig(
         enabled=True,
         max_history=1000,

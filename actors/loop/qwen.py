@@ -1,6 +1,12 @@
 """qwen-code's heuristics as detectors 9–12: tool stagnation, shell stagnation, read loops
 and the per-run call cap. Each counts the proposed call (qwen-code tracks a call before it
 checks it), so a threshold of 8 fires on the 8th call.
+
+With their progress options (the ``qwen`` preset) each counts only calls without progress
+(``actors.loop.progress``: a result new in the run, or changed for the same call, is
+progress; an error never is), once their result is known: a changed result is progress for
+every rule, as it is for the consecutive rule, so a paginated read, 30 different files read
+or a wandering search is not stagnation (issue #32).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_o
 
 _SEGMENTS: Final = re.compile(r"&&|\|\||[;&|\n]")
 _GIT: Final = re.compile(r"^git(?:\s+(?:-C\s+\S+|--no-pager))*\s+(status|diff|ls-files)\b", re.I)
+_KINDS_MAX: Final = 1024
+"""Tool names whose read-likeness is remembered per config."""
 _REVISION: Final = re.compile(r"^(?:HEAD|@)(?:[~^]\d*)*$|^[0-9a-f]{7,40}$|^\S+\.{2,3}\S+$", re.I)
 
 
@@ -75,17 +83,15 @@ class ToolStagnation:
     ``progress_resets``, a call whose result changed since its previous one restarts the
     streak (qwen-code's reset for stateful read tools)."""
 
-    __slots__ = ("_config", "_last", "_levels", "_results", "_streak", "watches_results")
-
-    records = True
+    __slots__ = ("_config", "_last", "_levels", "_streak", "records", "watches_results")
 
     def __init__(self, config: ToolStagnationConfig) -> None:
         self._config = config
         self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._last = ""
         self._streak = 0
-        self._results: dict[str, str] = {}  # a call's last result, with progress_resets
         self.watches_results = config.progress_resets
+        self.records = not config.progress_resets  # else counted from results
 
     def fresh(self) -> ToolStagnation:
         return ToolStagnation(self._config)
@@ -101,48 +107,49 @@ class ToolStagnation:
         )
 
     def record(self, call: CallRecord) -> None:
+        if self.watches_results:
+            return  # counted when its result shows no progress
         if call.tool == self._last:
             self._streak += 1
         else:
             self._last, self._streak = call.tool, 1
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
-        result = call.result
-        if result is None:
+        if call.result is None or call.refused:
             return
-        before = self._results.get(call.fingerprint)
-        self._results[call.fingerprint] = result
-        if before is not None and before != result and call.tool == self._last:
-            self._streak = 1
+        if call.progress:
+            if call.tool == self._last:
+                self._streak = 0
+        elif call.tool == self._last:
+            self._streak += 1
+        else:
+            self._last, self._streak = call.tool, 1
 
     def on_refused(self, call: CallRecord) -> None:
         return None
 
     def state(self) -> dict[str, object]:
-        return {"last": self._last, "streak": self._streak, "results": dict(self._results)}
+        return {"last": self._last, "streak": self._streak}
 
     def restore(self, state: dict[str, object]) -> None:
         last, streak = state.get("last"), state.get("streak")
         self._last = last if isinstance(last, str) else ""
         self._streak = streak if isinstance(streak, int) else 0
-        results = state.get("results")
-        self._results = (
-            {str(k): str(v) for k, v in results.items()} if isinstance(results, dict) else {}
-        )
 
 
 class ShellStagnation:
-    """Consecutive git-overview shell commands (``CallRecord.inspection``)."""
+    """Consecutive git-overview shell commands (``CallRecord.inspection``); with
+    ``progress_resets`` an overview counts once its output shows no progress."""
 
-    __slots__ = ("_config", "_levels", "_streak")
+    __slots__ = ("_config", "_levels", "_streak", "watches_results")
 
     records = True
-    watches_results = False
 
     def __init__(self, config: ShellStagnationConfig) -> None:
         self._config = config
         self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._streak = 0
+        self.watches_results = config.progress_resets
 
     def fresh(self) -> ShellStagnation:
         return ShellStagnation(self._config)
@@ -160,10 +167,14 @@ class ShellStagnation:
         )
 
     def record(self, call: CallRecord) -> None:
-        self._streak = self._streak + 1 if call.inspection else 0
+        if not call.inspection:
+            self._streak = 0
+        elif not self.watches_results:
+            self._streak += 1
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
-        return None
+        if call.inspection and call.result is not None and not call.refused:
+            self._streak = 0 if call.progress else self._streak + 1
 
     def on_refused(self, call: CallRecord) -> None:
         return None
@@ -177,37 +188,60 @@ class ShellStagnation:
 
 
 class ReadLoop:
-    """Read-like calls among the last ``window`` calls, after a non-read call was seen."""
+    """Read-like calls among the last ``window`` calls, after a non-read call was seen.
+    With ``count_no_progress`` a read counts once its result is known and made no
+    progress (each call of the window is kept as its id and whether it counts)."""
 
-    __slots__ = ("_config", "_levels", "_names", "_prefixes", "_reads", "_seen_other")
+    __slots__ = (
+        "_config",
+        "_count",
+        "_ids",
+        "_kinds",
+        "_levels",
+        "_reads",
+        "_seen_other",
+        "watches_results",
+    )
 
     records = True
-    watches_results = False
 
-    def __init__(self, config: ReadLoopConfig) -> None:
+    def __init__(self, config: ReadLoopConfig, kinds: dict[str, bool] | None = None) -> None:
         self._config = config
         self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
-        self._names = frozenset(config.read_tools)
-        self._prefixes = config.read_prefixes
+        # whether a tool name is read-like, shared by the runs of one config (bounded)
+        self._kinds: dict[str, bool] = {} if kinds is None else kinds
         self._reads: list[bool] = []
+        self._count = 0  # True entries of _reads
+        self._ids: list[str] = []  # with count_no_progress: the window's call ids
         self._seen_other = not config.cold_start
+        self.watches_results = config.count_no_progress
 
     def fresh(self) -> ReadLoop:
-        return ReadLoop(self._config)
+        return ReadLoop(self._config, self._kinds)
 
     def _is_read(self, tool: str) -> bool:
-        return tool in self._names or tool.startswith(self._prefixes)
+        read = self._kinds.get(tool)
+        if read is None:
+            cfg = self._config
+            read = tool in cfg.read_tools or tool.startswith(cfg.read_prefixes)
+            if len(self._kinds) < _KINDS_MAX:
+                self._kinds[tool] = read
+        return read
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         read = self._is_read(call.tool)
         if not (self._seen_other or not read):
             return None
-        recent = self._reads[-(self._config.window - 1) :] if self._config.window > 1 else []
-        count = sum(recent) + read
+        reads = self._reads
+        # the last window - 1 calls, and the proposed one
+        count = self._count + read
+        if reads and len(reads) >= self._config.window and reads[0]:
+            count -= 1
         level = self._levels.level(count)
         if level == "none":
             return None
-        what = f"{count} of your last {len(recent) + 1} calls only read"
+        seen = min(len(reads), self._config.window - 1) + 1
+        what = f"{count} of your last {seen} calls only read"
         return Hit("read_loop", level, count, "read-loop", _text(level, what, count))
 
     def record(self, call: CallRecord) -> None:
@@ -215,38 +249,63 @@ class ReadLoop:
         if not read:
             self._seen_other = True
         reads = self._reads
-        reads.append(read)
+        ids = self._ids
+        if self.watches_results:
+            reads.append(False)  # counted when its result shows no progress
+            ids.append(call.call_id if read else "")
+        else:
+            reads.append(read)
+            self._count += read
         if len(reads) > self._config.window:
-            del reads[0]
+            self._count -= reads.pop(0)
+            if ids:
+                del ids[0]
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
-        return None
+        if call.progress or call.result is None or call.refused:
+            return
+        ids = self._ids
+        for index in range(len(ids) - 1, -1, -1):
+            if ids[index] == call.call_id:
+                if not self._reads[index]:
+                    self._reads[index] = True
+                    self._count += 1
+                return
 
     def on_refused(self, call: CallRecord) -> None:
         return None
 
     def state(self) -> dict[str, object]:
-        return {"reads": list(self._reads), "seen_other": self._seen_other}
+        return {"reads": list(self._reads), "ids": list(self._ids), "seen_other": self._seen_other}
 
     def restore(self, state: dict[str, object]) -> None:
-        reads = state.get("reads")
+        reads, ids = state.get("reads"), state.get("ids")
         self._reads = [bool(r) for r in reads] if isinstance(reads, list) else []
+        self._count = sum(self._reads)
+        self._ids = [str(i) for i in ids] if isinstance(ids, list) else []
+        if self.watches_results and len(self._ids) != len(self._reads):
+            self._ids = [""] * len(self._reads)
         self._seen_other = state.get("seen_other") is True or not self._config.cold_start
 
 
 class CallCap:
-    """Calls of the run and the most any one call was repeated (qwen-code's adaptive cap)."""
+    """Calls of the run and the most any one call was repeated (qwen-code's adaptive cap).
+    With ``count_no_progress`` both count only calls whose result is known and made no
+    progress."""
 
-    __slots__ = ("_config", "_counts", "_max_repeat", "_total")
-
-    records = True
-    watches_results = False
+    __slots__ = ("_config", "_counts", "_max_repeat", "_total", "records", "watches_results")
 
     def __init__(self, config: CallCapConfig) -> None:
         self._config = config
         self._counts: dict[str, int] = {}
         self._max_repeat = 0
         self._total = 0
+        self.watches_results = config.count_no_progress
+        self.records = not config.count_no_progress  # else counted from results
+
+    @property
+    def _what(self) -> str:
+        return "without progress" if self.watches_results else "made"
 
     def fresh(self) -> CallCap:
         return CallCap(self._config)
@@ -271,10 +330,14 @@ class CallCap:
             "break",
             total,
             "call-cap",
-            f"Stopped: {total} tool calls in this run, {why}.",
+            f"Stopped: {total} tool calls {self._what} in this run, {why}.",
         )
 
     def record(self, call: CallRecord) -> None:
+        if not self.watches_results:
+            self._count(call)
+
+    def _count(self, call: CallRecord) -> None:
         self._total += 1
         counts = self._counts
         count = counts[call.fingerprint] = counts.get(call.fingerprint, 0) + 1
@@ -282,7 +345,8 @@ class CallCap:
             self._max_repeat = count
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
-        return None
+        if not call.progress and call.result is not None and not call.refused:
+            self._count(call)
 
     def on_refused(self, call: CallRecord) -> None:
         return None

@@ -32,6 +32,10 @@ class LoopSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     buckets: dict[str, int] | None = None
     nudged: list[list[str]] | None = None
     strikes: int = 0
+    refusals: int = 0
+    """Refusals in a row (``refusal_limit``)."""
+    progress: dict[str, Any] | None = None
+    """The results seen (``actors.loop.progress``), when a detector asks for progress."""
     content_offences: int = 0
     llm: list[int] | None = None
     """The model-based check's next turn, interval and loops found (``None``: never due)."""

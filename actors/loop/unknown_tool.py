@@ -5,15 +5,26 @@ that were "unknown tool" answers for the proposed tool's name (any other result 
 the proposed call is not counted, so with 10 the 11th attempt is refused. A refusal by
 this detector extends the streak (upstream does not record it), so a ``break_at`` above
 ``block_at`` is reachable.
+
+A model can dodge that count by inventing a new name each time, so the ``storm_*`` levels
+count the run's unknown-tool results of any name, while the latest result was one
+(issue #32); a storm refusal is given once per count.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 from actors.loop.config import UnknownToolConfig
 from actors.loop.history import CallRecord, Window
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
-__all__ = ["UnknownTool"]
+__all__ = ["STORM_KEY", "UnknownTool"]
+
+STORM_KEY: Final = "unknown-tool:*"
+"""The warning key of the run-wide count (its warning is given once per run)."""
+
+_RANK: Final[dict[Level, int]] = {"none": 0, "warning": 1, "critical": 2, "break": 3}
 
 
 def _message(level: Level, tool: str, count: int) -> str:
@@ -30,10 +41,35 @@ def _message(level: Level, tool: str, count: int) -> str:
     return f"Stopped: the model attempted the unavailable tool {tool} {count} times."
 
 
-class UnknownTool:
-    """Keeps the tool name of the current unknown-tool streak and its length."""
+def _storm_message(level: Level, count: int) -> str:
+    if level == "warning":
+        return (
+            f"WARNING: {count} of your tool calls named tools that do not exist. Use only "
+            "the tools you were given (their names are in your tool list), or answer "
+            "without tools."
+        )
+    if level == "critical":
+        return (
+            f"CRITICAL: {count} of your tool calls named tools that do not exist. This call "
+            "was not run: use only the tools you were given, or answer without them."
+        )
+    return f"Stopped: the model called {count} tools that do not exist."
 
-    __slots__ = ("_config", "_count", "_lowest", "_tool")
+
+class UnknownTool:
+    """Keeps the tool name of the current unknown-tool streak and its length, and the
+    run's unknown-tool results of any name (``storm_*``)."""
+
+    __slots__ = (
+        "_config",
+        "_count",
+        "_live",
+        "_lowest",
+        "_refused_at",
+        "_storm_lowest",
+        "_tool",
+        "_total",
+    )
 
     records = False
     watches_results = True
@@ -42,35 +78,61 @@ class UnknownTool:
         self._config = config
         levels = (config.warn_at, config.block_at, config.break_at)
         self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        storm = (config.storm_warn_at, config.storm_block_at, config.storm_break_at)
+        self._storm_lowest = lowest_count(*storm) if config.enabled else NEVER
         self._tool = ""
         self._count = 0
+        self._total = 0  # unknown-tool results of the run, any name
+        self._live = False  # the latest result was an unknown-tool answer
+        self._refused_at = 0  # the storm count a storm refusal was given at
 
     def fresh(self) -> UnknownTool:
         return UnknownTool(self._config)
 
-    def check(self, call: CallRecord, window: Window) -> Hit | None:
-        count = self._count
-        if count < self._lowest or call.tool != self._tool:
-            return None
+    def _storm(self) -> Level:
+        total = self._total
+        if not self._live or total < self._storm_lowest:
+            return "none"
         cfg = self._config
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
-        if level == "none":
+        level = level_for(total, cfg.storm_warn_at, cfg.storm_block_at, cfg.storm_break_at)
+        if level == "critical" and total == self._refused_at:
+            return "none"  # refused at this count already: the next one needs a new failure
+        return level
+
+    def check(self, call: CallRecord, window: Window) -> Hit | None:
+        if self._count < self._lowest and (not self._live or self._total < self._storm_lowest):
+            return None  # the common case: nothing to look at
+        storm = self._storm()
+        count = self._count
+        if count >= self._lowest and call.tool == self._tool:
+            cfg = self._config
+            level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+            if level != "none" and _RANK[level] >= _RANK[storm]:
+                return Hit(
+                    "unknown_tool",
+                    level,
+                    count,
+                    f"unknown-tool:{call.tool}",
+                    _message(level, call.tool, count),
+                )
+        if storm == "none":
             return None
         return Hit(
-            "unknown_tool",
-            level,
-            count,
-            f"unknown-tool:{call.tool}",
-            _message(level, call.tool, count),
+            "unknown_tool", storm, self._total, STORM_KEY, _storm_message(storm, self._total)
         )
 
     def record(self, call: CallRecord) -> None:
         return None
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
+        if call.refused:
+            return
+        self._live = call.unknown
         if not call.unknown:
             self._tool, self._count = "", 0
-        elif call.tool == self._tool:
+            return
+        self._total += 1
+        if call.tool == self._tool:
             self._count += 1
         else:
             self._tool, self._count = call.tool, 1
@@ -78,11 +140,23 @@ class UnknownTool:
     def on_refused(self, call: CallRecord) -> None:
         if call.tool == self._tool:
             self._count += 1
+        if self._storm() == "critical":
+            self._refused_at = self._total
 
     def state(self) -> dict[str, object]:
-        return {"tool": self._tool, "count": self._count}
+        return {
+            "tool": self._tool,
+            "count": self._count,
+            "total": self._total,
+            "live": self._live,
+            "refused_at": self._refused_at,
+        }
 
     def restore(self, state: dict[str, object]) -> None:
         tool, count = state.get("tool"), state.get("count")
         self._tool = tool if isinstance(tool, str) else ""
         self._count = count if isinstance(count, int) else 0
+        total, refused = state.get("total"), state.get("refused_at")
+        self._total = total if isinstance(total, int) else 0
+        self._refused_at = refused if isinstance(refused, int) else 0
+        self._live = state.get("live") is True

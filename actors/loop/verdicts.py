@@ -33,6 +33,7 @@ Detector = Literal[
     "content",
     "no_new_information",
     "unknown_tool",
+    "error_streak",
     "tool_stagnation",
     "shell_stagnation",
     "read_loop",

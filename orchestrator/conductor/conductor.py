@@ -31,6 +31,7 @@ from bus import (
     Inbox,
     ModelReplied,
     ModelReply,
+    Notice,
     RunEnding,
     RunStarted,
     StopSignal,
@@ -61,6 +62,7 @@ class Conductor:
         self._in = inputs
         settings = inputs.settings
         self._run = run = RunRecord(inputs.run_id, inputs.trace_id, settings.deadline_seconds)
+        run.notes = inputs.notes
         if inputs.resume is not None:
             run.restore(inputs.resume)
         self._context = ContextRecovery(run, inputs.context)
@@ -82,6 +84,10 @@ class Conductor:
         stop: StopSignal
         try:
             await bus.publish(self._started())
+            for note in self._in.notes:
+                await bus.publish(
+                    Notice(run_id=run.run_id, kind="loop.config", text=note, source="conductor")
+                )
             await self._loop()
         except Stopped as stopped:
             stop = stopped.stop

@@ -131,3 +131,7 @@ class RunInputs:
     traceparent: str = ""
     """The caller's span this run continues (W3C ``traceparent``; its trace id is
     ``trace_id``), passed on in ``RunStarted``; empty: none."""
+    notes: tuple[str, ...] = ()
+    """What the run's settings became beside what was asked (a loop threshold clamped):
+    published as ``Notice(kind="loop.config")`` after ``RunStarted`` and kept in the
+    result's ``notes``."""

@@ -30,6 +30,7 @@ class RunRecord:
         "incomplete",
         "injected",
         "llm_requests",
+        "notes",
         "nudges",
         "output",
         "pieces",
@@ -52,6 +53,7 @@ class RunRecord:
     def __init__(self, run_id: str, trace_id: str, deadline_seconds: float) -> None:
         self.run_id = run_id
         self.trace_id = trace_id
+        self.notes: tuple[str, ...] = ()
         self.started = time.monotonic()
         self.deadline_at = time.time() + deadline_seconds
         self.transcript: list[ChatMessage] = []
@@ -194,4 +196,5 @@ class RunRecord:
             trace=self.trace_entries(),
             call_log=tuple(self.call_log),
             transcript=tuple(self.transcript),
+            notes=self.notes,
         )

@@ -40,6 +40,7 @@ from bus import (
     ModelReply,
     ModelRequest,
     ModelTextDelta,
+    Notice,
     Nudge,
     Progress,
     PromptRejected,
@@ -96,6 +97,7 @@ COUNTED_ONLY: Final[tuple[type[Message], ...]] = (
     ToolsCancel,
     AbortRequested,
     ActorFailed,
+    Notice,
     PromptRejected,  # the refusal is counted as ModelError(context_length)
 )
 """Message types only counted (``loopfuse_bus_messages_total``); every other type has a

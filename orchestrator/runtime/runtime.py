@@ -192,6 +192,8 @@ class _Resolved(NamedTuple):
     conductor: ConductorSettings
     folderless_specs: tuple[ToolSpec, ...]
     """``tool_specs`` but those that need a folder: what a run without one is offered."""
+    loop_notes: tuple[str, ...] = ()
+    """The loop thresholds clamped, a sentence each (the result's ``notes``)."""
 
 
 CONTEXT_FUNCTIONS: Final = ContextFunctions(
@@ -638,6 +640,7 @@ class Runtime:
             context=CONTEXT_FUNCTIONS,
             tool_specs=tool_specs,
             finishing_tools=resolved.finishing_tools,
+            notes=resolved.loop_notes,
         )
         self._loop_configs[run_id] = loop_config
         if inputs.resume is not None:  # the fuses go on where they were
@@ -672,11 +675,13 @@ class Runtime:
         if found is not None:
             return found
         settings = run_settings(self.config, overrides)
+        loop_notes: list[str] = []
         loop_config = merge_loop_overrides(
             PRESETS.get(settings.loop_preset, OFF),
             settings.loop,
             result_patterns=self.config.loop.result_patterns,
             llm_check_model=self.config.loop.llm_check_model,
+            notes=loop_notes,
         )
         unknown = [name for name in settings.tools if self.tools.get(name) is None]
         if unknown:
@@ -700,6 +705,7 @@ class Runtime:
             ),
             conductor_settings(settings, policy),
             tool_specs if len(folderless) == len(tool_specs) else folderless,
+            tuple(loop_notes),
         )
         if key is not None:
             if len(self._resolved) >= RESOLVED_CACHE_SIZE:
