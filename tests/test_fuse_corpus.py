@@ -97,15 +97,11 @@ DIFFERS: Final[dict[tuple[str, str], Differs]] = {
 
 ITEM1: Final = "#32 item 1: the normaliser erases the progress value (id/epoch rules)"
 ITEM2: Final = "#32 item 2: the normaliser misses this volatile kind"
-ITEM3: Final = "#32 item 3: qwen's tool stagnation does not take a changed result for progress"
-ITEM4: Final = "#32 item 4: unknown-tool failures are counted per name (gemini, qwen: not at all)"
 ITEM5: Final = "#32 item 5: the preset refuses the call (from the 21st) but never stops the run"
 ITEM5_PING_PONG: Final = (
     "#32 item 5: OpenClaw's ping-pong refuses every 20th call of a stuck A,B rotation and never "
     "stops it (refusals are not recorded, so its break is unreachable)"
 )
-ITEM25: Final = f"{ITEM2}; {ITEM5}"
-ITEM9: Final = "#32 item 9: no error-streak fuse"
 
 XFAIL: Final[dict[tuple[str, str], str]] = {
     ("poll_bytes_ten_digits", "gemini"): ITEM1,
@@ -159,73 +155,18 @@ XFAIL: Final[dict[tuple[str, str], str]] = {
     ("volatile_ulid", "openclaw"): ITEM2,
     ("volatile_ulid", "qwen"): ITEM2,
     ("volatile_ulid", "strict"): ITEM2,
-    ("volatile_base64_nonce", "openclaw-current"): ITEM25,
-    ("volatile_elapsed_mmss", "openclaw-current"): ITEM25,
-    ("volatile_etag", "openclaw-current"): ITEM25,
-    ("volatile_float_epoch", "openclaw-current"): ITEM25,
-    ("volatile_k8s_pod", "openclaw-current"): ITEM25,
-    ("volatile_mixed", "openclaw-current"): ITEM25,
-    ("volatile_request_id", "openclaw-current"): ITEM25,
-    ("volatile_ulid", "openclaw-current"): ITEM25,
-    ("batch_fetch", "qwen"): ITEM3,
-    ("listing_then_reads", "qwen"): ITEM3,
-    ("long_items_110", "qwen"): ITEM3,
-    ("long_labelling_with_polls", "qwen"): ITEM3,
-    ("long_paged_read_120", "qwen"): ITEM3,
-    ("paged_api", "qwen"): ITEM3,
-    ("paged_cursor", "qwen"): ITEM3,
-    ("paged_read_15", "qwen"): ITEM3,
-    ("recover_bad_arguments", "qwen"): ITEM3,
-    ("shell_session", "qwen"): ITEM3,
-    ("thirty_file_reads", "qwen"): ITEM3,
-    ("wandering_search", "qwen"): ITEM3,
-    ("unknown_tools_new_name_each_call", "gemini"): ITEM4,
-    ("unknown_tools_new_name_each_call", "openclaw"): ITEM4,
-    ("unknown_tools_new_name_each_call", "openclaw-current"): ITEM4,
-    ("unknown_tools_new_name_each_call", "qwen"): ITEM4,
-    ("unknown_tools_new_name_each_call", "strict"): ITEM4,
-    ("unknown_tools_rotating_names", "gemini"): ITEM4,
-    ("unknown_tools_rotating_names", "openclaw"): ITEM4,
-    ("unknown_tools_rotating_names", "openclaw-current"): ITEM4,
-    ("unknown_tools_rotating_names", "qwen"): ITEM4,
-    ("unknown_tools_rotating_names", "strict"): ITEM4,
-    ("unknown_tools_two_names", "openclaw"): ITEM4,
-    ("unknown_tools_two_names", "openclaw-current"): ITEM4,
-    ("unknown_tools_two_names", "qwen"): ITEM4,
-    ("identical_call", "openclaw-current"): ITEM5,
-    ("identical_key_order", "openclaw-current"): ITEM5,
-    ("identical_pair_per_reply", "openclaw-current"): ITEM5,
+    ("volatile_base64_nonce", "openclaw-current"): ITEM2,
+    ("volatile_elapsed_mmss", "openclaw-current"): ITEM2,
+    ("volatile_etag", "openclaw-current"): ITEM2,
+    ("volatile_float_epoch", "openclaw-current"): ITEM2,
+    ("volatile_k8s_pod", "openclaw-current"): ITEM2,
+    ("volatile_mixed", "openclaw-current"): ITEM2,
+    ("volatile_request_id", "openclaw-current"): ITEM2,
+    ("volatile_ulid", "openclaw-current"): ITEM2,
     ("rotation_2_one_output", "openclaw"): ITEM5_PING_PONG,
     ("rotation_2_one_output", "openclaw-current"): ITEM5_PING_PONG,
     ("rotation_2_own_results", "openclaw"): ITEM5_PING_PONG,
     ("rotation_2_own_results", "openclaw-current"): ITEM5_PING_PONG,
-    ("volatile_duration", "openclaw-current"): ITEM5,
-    ("volatile_git_sha", "openclaw-current"): ITEM5,
-    ("volatile_int_epoch", "openclaw-current"): ITEM5,
-    ("volatile_iso_time", "openclaw-current"): ITEM5,
-    ("volatile_memory_address", "openclaw-current"): ITEM5,
-    ("volatile_pid", "openclaw-current"): ITEM5,
-    ("volatile_rfc2822", "openclaw-current"): ITEM5,
-    ("volatile_sha256", "openclaw-current"): ITEM5,
-    ("volatile_tmp_path", "openclaw-current"): ITEM5,
-    ("volatile_trace_id", "openclaw-current"): ITEM5,
-    ("volatile_uuid", "openclaw-current"): ITEM5,
-    ("error_streak_http", "gemini"): ITEM9,
-    ("error_streak_http", "openclaw"): ITEM9,
-    ("error_streak_http", "openclaw-current"): ITEM9,
-    ("error_streak_http", "strict"): ITEM9,
-    ("error_streak_invented_paths", "gemini"): ITEM9,
-    ("error_streak_invented_paths", "openclaw"): ITEM9,
-    ("error_streak_invented_paths", "openclaw-current"): ITEM9,
-    ("error_streak_mixed_tools", "gemini"): ITEM9,
-    ("error_streak_mixed_tools", "openclaw"): ITEM9,
-    ("error_streak_mixed_tools", "openclaw-current"): ITEM9,
-    ("error_streak_mixed_tools", "qwen"): ITEM9,
-    ("error_streak_mixed_tools", "strict"): ITEM9,
-    ("error_streak_rotating_fields", "gemini"): ITEM9,
-    ("error_streak_rotating_fields", "openclaw"): ITEM9,
-    ("error_streak_rotating_fields", "openclaw-current"): ITEM9,
-    ("error_streak_rotating_fields", "strict"): ITEM9,
 }
 """The cases today's code fails, with the fix each waits for; delete entries as fixes land."""
 
