@@ -10,6 +10,7 @@ not skip.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -26,7 +27,7 @@ from bench.real_model import (
 
 
 @pytest.fixture(scope="session")
-def real_server(tmp_path_factory: pytest.TempPathFactory) -> RealServer:
+def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
     python = llama_python()
     if not Path(python).is_file():
         pytest.fail(f"no llama-cpp-python server at {python}: run scripts/realmodel", pytrace=False)
@@ -35,7 +36,7 @@ def real_server(tmp_path_factory: pytest.TempPathFactory) -> RealServer:
     except FileNotFoundError as missing:
         pytest.fail(str(missing), pytrace=False)
     with open_real_server(tmp_path_factory.mktemp("realmodel")) as server:
-        yield server  # type: ignore[misc]
+        yield server
 
 
 @pytest.fixture(scope="session")

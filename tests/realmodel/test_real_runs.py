@@ -100,7 +100,7 @@ def test_a_task_bigger_than_the_window_ends_blocking_limit_and_sends_nothing(
 ) -> None:
     task = "Summarise this text: " + "the ledger lists another routine transfer. " * 600
 
-    async def play() -> tuple[object, tuple[int, ...]]:
+    async def play() -> tuple[RunResult, tuple[int, ...]]:
         async with open_recorder(real_server) as (base_url, recorder):
             config = real_config(base_url, real_server.model_id)
             async with Runtime(config) as runtime:
@@ -125,7 +125,7 @@ def test_a_window_the_server_refuses_ends_prompt_too_long_not_an_outage(
 
     task = "Summarise this text: " + "the ledger lists another routine transfer. " * 400
 
-    async def play() -> tuple[object, tuple[int, ...]]:
+    async def play() -> tuple[RunResult, tuple[int, ...]]:
         async with open_recorder(real_server) as (base_url, recorder):
             config = real_config(base_url, real_server.model_id)
             config = msgspec.structs.replace(
