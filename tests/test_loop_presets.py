@@ -330,3 +330,30 @@ def test_off_detects_nothing() -> None:
     assert levels == {"none"}
     assert OFF.name == "off"
     assert OFF not in PRESETS.values()  # PRESETS holds the presets that detect something
+
+
+@pytest.mark.parametrize("preset", [OPENCLAW, OPENCLAW_CURRENT], ids=lambda p: p.name)
+def test_a_refused_ping_pong_goes_on_counting_and_ends(preset: LoopConfig) -> None:
+    # issue #32: the refused call is not recorded, so upstream's alternation restarts after
+    # each refusal: a stuck A,B rotation was refused every 20th call and never stopped. The
+    # refused call now counts toward the ping-pong (its partner is refused next), so the
+    # refusals come in a row and the end of refusals stops the run
+    events, _ = drive(preset, [A, B] * 50, same)
+    assert [e.n for e in events if e.level == "critical"] == list(range(20, 30))
+    assert {e.detector for e in events if e.level == "critical"} == {"ping_pong"}
+    assert first(events, "break") == Event(30, "break", "ping_pong", False)
+
+
+def test_without_an_end_of_refusals_ping_pong_refuses_every_20th_call_as_upstream() -> None:
+    upstream = msgspec.structs.replace(OPENCLAW, refusal_limit=None)  # OpenClaw as shipped
+    events, _ = drive(upstream, [A, B] * 50, same)
+    assert [e.n for e in events if e.level == "critical"] == [20, 40, 60, 80, 100]
+    assert first(events, "break") is None
+
+
+def test_a_refused_ping_pong_restarts_when_another_call_runs() -> None:
+    # after the refusal the model runs something else: the alternation starts afresh
+    calls = [A, B] * 10 + [C] + [A, B] * 5
+    events, _ = drive(OPENCLAW, calls, same)
+    assert [e.n for e in events if e.level == "critical"] == [20]
+    assert first(events, "break") is None

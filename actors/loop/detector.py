@@ -101,7 +101,14 @@ class _Plan:
             (config.error_streak.enabled, ErrorStreak(config.error_streak)),
             (breaker.enabled, GlobalBreaker(breaker)),
             (poll.enabled, PollNoProgress(poll)),
-            (ping_pong.enabled, PingPong(ping_pong)),
+            (
+                ping_pong.enabled,
+                PingPong(
+                    ping_pong,
+                    # a refusal not recorded still counts (the end of refusals can end it)
+                    continue_refused=not config.record_blocked and config.refusal_limit is not None,
+                ),
+            ),
             (generic.enabled, GenericRepeat(generic)),
             (config.cycle.enabled, Cycle(config.cycle)),
             (config.no_new_information.enabled, NoNewInformation(config.no_new_information)),
