@@ -357,3 +357,18 @@ def test_a_refused_ping_pong_restarts_when_another_call_runs() -> None:
     events, _ = drive(OPENCLAW, calls, same)
     assert [e.n for e in events if e.level == "critical"] == [20]
     assert first(events, "break") is None
+
+
+def test_a_refused_ping_pong_survives_a_snapshot() -> None:
+    straight, _ = drive(OPENCLAW, [A, B] * 20, same)
+    detector = LoopDetector(OPENCLAW)
+    for n, call in enumerate([A, B] * 11, 1):  # refused at 20, 21 and 22
+        decision = detector.propose(*call)
+        if decision.level in ("none", "warning"):
+            detector.record_result(decision.call_id, "same result")
+        assert (decision.level == "critical") == (n >= 20)
+    resumed = LoopDetector(OPENCLAW)
+    resumed.restore(detector.snapshot())
+    levels = [resumed.propose(*call).level for call in [A, B] * 4][:8]
+    assert levels == ["critical"] * 7 + ["break"]  # calls 23-29 refused, 30 stopped
+    assert first(straight, "break") == Event(30, "break", "ping_pong", False)

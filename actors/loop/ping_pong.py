@@ -81,7 +81,7 @@ def _message(level: Level, count: int) -> str:
 class _Refused(NamedTuple):
     fingerprint: str  # the refused call
     paired: str  # the call it alternated with
-    count: int  # its count in the alternation
+    length: int  # its count in the alternation
     newest: str  # the call id of the window's newest call when it was refused
 
 
@@ -118,7 +118,7 @@ class PingPong:
             return None
         if call.fingerprint != refused.paired:
             return None
-        return Alternation(refused.count + 1, refused.fingerprint, True)
+        return Alternation(refused.length + 1, refused.fingerprint, True)
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
@@ -166,8 +166,8 @@ class PingPong:
         self._found = None
         self._refused = None
         if isinstance(saved, list) and len(saved) == 4:
-            fingerprint, paired, count, newest = saved
-            if isinstance(count, int) and all(
+            fingerprint, paired, length, newest = saved
+            if isinstance(length, int) and all(
                 isinstance(v, str) for v in (fingerprint, paired, newest)
             ):
-                self._refused = _Refused(fingerprint, paired, count, newest)
+                self._refused = _Refused(fingerprint, paired, length, newest)
