@@ -14,7 +14,8 @@
   from the 21st; ping-pong warns at the 10th alternating call and is refused at the 20th
   when both sides' results are unchanged; the global breaker fires at the 31st identical
   call with identical results. Warnings are given at counts 10, 20, 30 of a key only;
-  refused calls are not recorded.
+  refused calls are not recorded (a refused ping-pong call still counts toward its
+  alternation, so its refusals come in a row and the end of refusals stops it: call 30).
 * ``GEMINI``: gemini-cli's loop detection: 5 identical consecutive calls with identical
   results (result-aware, unlike upstream: a repeat whose result changed is progress, capped
   at the 50th consecutive call), cycles of period 2..5 repeated 5 times in the last 25 calls
