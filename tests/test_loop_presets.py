@@ -372,3 +372,28 @@ def test_a_refused_ping_pong_survives_a_snapshot() -> None:
     levels = [resumed.propose(*call).level for call in [A, B] * 4][:8]
     assert levels == ["critical"] * 7 + ["break"]  # calls 23-29 refused, 30 stopped
     assert first(straight, "break") == Event(30, "break", "ping_pong", False)
+
+
+@pytest.mark.parametrize("preset", [OPENCLAW, OPENCLAW_CURRENT], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "pattern", [[POLL, C], [A, B] * 10 + [C]], ids=["poll-then-other", "ping-pong-then-other"]
+)
+def test_refusals_between_calls_without_progress_have_an_end(
+    preset: LoopConfig, pattern: list[Call]
+) -> None:
+    # issue #32: a refusal, then a call that runs but changes nothing, then a refusal…
+    # never came in a row, so the run was refused without end (400 calls: 20 refusals).
+    # Only progress ends refusals now: the 11th refusal without progress stops the run
+    events, _ = drive(preset, pattern * 400, same)
+    stop = first(events, "break")
+    assert stop is not None
+    assert stop.n <= 240
+    assert stop.detector in ("poll_no_progress", "ping_pong")
+    assert sum(e.level == "critical" for e in events) == 10
+
+
+def test_progress_between_refusals_ends_them() -> None:
+    # the same refusals, but the call between them returns something new each time
+    events, _ = drive(OPENCLAW, [POLL] * 20 + ([POLL] * 3 + [C]) * 50, changing_for(POLL))
+    assert sum(e.level == "critical" for e in events) > 10
+    assert first(events, "break") is None
