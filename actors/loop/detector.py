@@ -288,7 +288,7 @@ class LoopDetector:
                     detector=decision.detector,
                     count=self._refusals + 1,
                     message=(
-                        f"Stopped: {self._refusals} calls in a row were refused and the "
+                        f"Stopped: {self._refusals} calls were refused without progress and the "
                         f"model went on. The last refusal: {decision.message}"
                     ),
                     call_id=call_id,

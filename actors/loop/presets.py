@@ -34,9 +34,10 @@
 * Every preset above also has issue #32's fuses: an error streak (failing calls in a row,
   any tool and arguments: a nudge quoting the errors after 3, a stop after 6; under gemini
   one strike after 5), unknown-tool storms (the run's unknown-tool results of any name: the
-  same counts) and the end of refusals (``refusal_limit``: after 10 in a row the next one
-  stops the run). Under ``QWEN`` a call whose result made progress (new in the run, or
-  changed for that call, and not an error) is counted by none of its stagnation rules.
+  same counts) and the end of refusals (``refusal_limit``: after 10 without progress in
+  between, the next one stops the run). Under ``QWEN`` a call whose result made progress
+  (new in the run, or changed for that call, and not an error) is counted by none of its
+  stagnation rules.
 * ``OFF``: every detector disabled (``loop_preset = "off"``): fuses off, for comparisons.
   It is not in ``PRESETS``, which holds the presets that detect something.
 
