@@ -98,10 +98,6 @@ DIFFERS: Final[dict[tuple[str, str], Differs]] = {
 ITEM1: Final = "#32 item 1: the normaliser erases the progress value (id/epoch rules)"
 ITEM2: Final = "#32 item 2: the normaliser misses this volatile kind"
 ITEM5: Final = "#32 item 5: the preset refuses the call (from the 21st) but never stops the run"
-ITEM5_PING_PONG: Final = (
-    "#32 item 5: OpenClaw's ping-pong refuses every 20th call of a stuck A,B rotation and never "
-    "stops it (refusals are not recorded, so its break is unreachable)"
-)
 
 XFAIL: Final[dict[tuple[str, str], str]] = {
     ("poll_bytes_ten_digits", "gemini"): ITEM1,
@@ -163,10 +159,6 @@ XFAIL: Final[dict[tuple[str, str], str]] = {
     ("volatile_mixed", "openclaw-current"): ITEM2,
     ("volatile_request_id", "openclaw-current"): ITEM2,
     ("volatile_ulid", "openclaw-current"): ITEM2,
-    ("rotation_2_one_output", "openclaw"): ITEM5_PING_PONG,
-    ("rotation_2_one_output", "openclaw-current"): ITEM5_PING_PONG,
-    ("rotation_2_own_results", "openclaw"): ITEM5_PING_PONG,
-    ("rotation_2_own_results", "openclaw-current"): ITEM5_PING_PONG,
 }
 """The cases today's code fails, with the fix each waits for; delete entries as fixes land."""
 

@@ -403,9 +403,10 @@ class LoopConfig(_Config, frozen=True, kw_only=True):
     llm_check: LlmCheckConfig = LlmCheckConfig()
     strikes: StrikesConfig | None = None
     refusal_limit: Threshold | None = 10
-    """After this many refusals in a row (calls not run because of a ``critical``
-    finding, no call run in between), the next call that would be refused stops the run
-    instead, with the refusing detector's cause: no config burns a budget on refusals.
+    """After this many refusals (calls not run because of a ``critical`` finding) without
+    progress in between (a call run whose result is new: ``actors.loop.progress``), the
+    next call that would be refused stops the run instead, with the refusing detector's
+    cause: no config burns a budget on refusals.
     ``None``: refuse forever (upstream OpenClaw)."""
     normalise_results: bool = True
     """Volatile parts of a result (ids, pids, UUIDs, digests, timestamps, durations, temp
