@@ -1,0 +1,202 @@
+"""Issue #28 item 2: text built to make a backtracking regex engine stall, sent through
+runs of a real ``loopfuse serve``, never freezes the daemon: ``/healthz`` answers in under
+50 ms throughout (the issue's figure; the only timed assertion, as the issue asks).
+
+The text reaches every pattern that reads tool results and model text: the result
+normaliser (a scripted tool's results, a 100,000-character file-like result), the
+unknown-tool answer that echoes the model's invented tool name, and an operator
+``result_patterns`` entry. Before the fix, one such result held the event loop for
+3.4 s (``/healthz`` answered in seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from orchestrator.daemon.client import DaemonClient
+from tests.daemon_support import daemon_process, wait_ended
+from tests.loopback import open_loopback
+
+HEALTH_BOUND = 0.050
+"""Seconds: the issue's bound for ``/healthz`` while the hostile runs go on."""
+
+RUNS = 4
+"""Hostile runs submitted at once."""
+
+_LONG = 7_990
+"""Characters of each crafted run (a result is normalised in its first and last 4,000
+characters: the old patterns' worst case fits in them)."""
+
+ADVERSARIAL = (
+    "id" + " " * _LONG + "!",  # \s*[:=#]?\s* after an id-like key: quadratic
+    "1." * (_LONG // 2) + "x",  # [\d.]* before a duration unit that never comes
+    "pid:" * (_LONG // 4),
+    ".1" * (_LONG // 2),
+    "7" * _LONG + "g",  # a digit run without a terminator
+    "a1" * (_LONG // 2) + "g",  # a hex run without a boundary
+    " " * _LONG + "x",
+    "a" * 24,  # the operator's pattern below: exponential under a backtracking engine
+)
+
+INVENTED = ("id" + " " * 100_000 + "!", *ADVERSARIAL)
+"""Tool names a model makes up: the executor's "unknown tool" answer echoes each."""
+
+FILE = "0x7f3a id=a1b2c3d4e5 2026-12-05T08:00:00Z 1.2.3.4.5.6.7.8.9 request_id: " * 1_500
+"""A big file-like result (about 100,000 characters, cut by the executor's cap)."""
+
+
+def _scenario(tmp_path: Path) -> str:
+    results = ", ".join(f"{{ text = {json.dumps(text)} }}" for text in (*ADVERSARIAL, FILE))
+    lines = [
+        'description = "Results and tool names crafted against backtracking regexes."',
+        'task = "Fetch everything."',
+        "",
+        "[config]",
+        "max_turns = 12",
+        'loop_preset = "strict"',
+        "",
+        "[[tools]]",
+        'name = "fetch"',
+        'description = "Fetch one page."',
+        'parameters = { page = "integer" }',
+        f"results = [{results}]",
+        "",
+        "[[steps]]",
+        'tool_calls = [{ name = "fetch", arguments = { page = "{n}" } }]',
+        "repeat = true",
+        "",
+        "[expect]",
+        'exit_reason = "max_turns"',
+    ]
+    path = tmp_path / "hostile_text.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "loopfuse.toml"
+    path.write_text(
+        f"[daemon]\nstore_path = {json.dumps(str(tmp_path / 'daemon.db'))}\n"
+        f"scenarios = {json.dumps([_scenario(tmp_path)])}\n\n"
+        "[loop]\n"
+        # an operator pattern that would backtrack exponentially under Python's engine
+        'result_patterns = [{ pattern = "(a|a)*b", replacement = "<ab>" }]\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.asyncio
+async def test_crafted_text_never_stalls_the_daemon(tmp_path: Path) -> None:
+    worst = 0.0
+    answers = 0
+    with daemon_process(_config(tmp_path), tmp_path / "daemon.log") as (_, url):
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=30) as http,
+            DaemonClient(url) as client,
+        ):
+            ids = [(await client.submit({"scenario": "hostile_text"}))["id"] for _ in range(RUNS)]
+            ended: list[dict[str, object]] = []
+
+            async def follow(run_id: str) -> None:
+                ended.append(await wait_ended(client, run_id))
+
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as tg:
+                    for run_id in ids:
+                        tg.start_soon(follow, run_id)
+                    while len(ended) < RUNS:
+                        start = time.perf_counter()
+                        response = await http.get("/healthz")
+                        took = time.perf_counter() - start
+                        assert response.status_code == 200
+                        worst = max(worst, took)
+                        answers += 1
+    assert answers >= 10
+    # every run got its crafted results (none failed before the tool calls were answered)
+    assert all(run["status"] == "ended" for run in ended)
+    assert [run["cause"] for run in ended] == ["budget.max_turns"] * RUNS, ended
+    assert worst < HEALTH_BOUND, f"/healthz took {worst * 1000:.1f} ms"
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
+
+
+def _inventing_model() -> Starlette:
+    """An OpenAI-compatible endpoint whose every reply calls the tools of
+    :data:`INVENTED` (no run has them)."""
+
+    async def completions(request: Request) -> Response:
+        calls = [
+            {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": "{}"}}
+            for n, name in enumerate(INVENTED)
+        ]
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
+        return JSONResponse(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "inventor",
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+            }
+        )
+
+    return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+
+
+@pytest.mark.asyncio
+async def test_invented_tool_names_never_stall_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    worst = 0.0
+    answers = 0
+    async with open_loopback(_inventing_model()) as base_url:
+        config = tmp_path / "loopfuse.toml"
+        config.write_text(
+            f"[daemon]\nstore_path = {json.dumps(str(tmp_path / 'daemon.db'))}\n\n"
+            f"[model]\nbase_url = {json.dumps(base_url)}\nmodel = \"inventor\"\n"
+            "stream = false\n\n"
+            "[budget]\nmax_turns = 3\n",
+            encoding="utf-8",
+        )
+        with daemon_process(config, tmp_path / "daemon.log") as (_, url):
+            async with (
+                httpx.AsyncClient(base_url=url, timeout=30) as http,
+                DaemonClient(url) as client,
+            ):
+                ids = [(await client.submit({"task": "Fetch."}))["id"] for _ in range(RUNS)]
+                ended: list[dict[str, object]] = []
+
+                async def follow(run_id: str) -> None:
+                    ended.append(await wait_ended(client, run_id))
+
+                with anyio.fail_after(120):
+                    async with anyio.create_task_group() as tg:
+                        for run_id in ids:
+                            tg.start_soon(follow, run_id)
+                        while len(ended) < RUNS:
+                            start = time.perf_counter()
+                            response = await http.get("/healthz")
+                            took = time.perf_counter() - start
+                            assert response.status_code == 200
+                            worst = max(worst, took)
+                            answers += 1
+    assert answers >= 10
+    for run in ended:  # every invented call was answered "unknown tool" (echoing its name)
+        result = run["result"]
+        assert isinstance(result, dict)
+        kinds = {(call["tool"], call["error_kind"]) for call in result["call_log"]}
+        assert kinds == {(name, "unknown_tool") for name in INVENTED}, run["cause"]
+    assert worst < HEALTH_BOUND, f"/healthz took {worst * 1000:.1f} ms"
+    assert "Traceback" not in (tmp_path / "daemon.log").read_text()
