@@ -12,13 +12,12 @@ unknown-tool answer that echoes the model's invented tool name, and an operator
 from __future__ import annotations
 
 import json
-import threading
-import time
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -32,7 +31,7 @@ from tests.loopback import open_loopback
 HEALTH_BOUND = 0.050
 """Seconds: the issue's bound for ``/healthz`` while the hostile runs go on."""
 
-RUNS = 4
+RUNS = 2
 """Hostile runs submitted at once."""
 
 _LONG = 7_990
@@ -50,50 +49,68 @@ ADVERSARIAL = (
     "a" * 24,  # the operator's pattern below: exponential under a backtracking engine
 )
 
-INVENTED = ("id" + " " * 100_000 + "!", *ADVERSARIAL)
+INVENTED = ADVERSARIAL
 """Tool names a model makes up: the executor's "unknown tool" answer echoes each."""
 
-FILE = "0x7f3a id=a1b2c3d4e5 2026-12-05T08:00:00Z 1.2.3.4.5.6.7.8.9 request_id: " * 1_500
-"""A big file-like result (about 100,000 characters, cut by the executor's cap)."""
+FILE = "0x7f3a id=a1b2c3d4e5 2026-12-05T08:00:00Z 1.2.3.4.5.6.7.8.9 request_id: " * 400
+"""A big file-like result (about 30,000 characters, every token of it a volatile one).
+(Larger results are a cost of the context gatekeeper's token estimate, not of a regular
+expression: 100,000 characters of this hold the event loop about 20 ms per turn there.)"""
+
+
+_WATCH = """
+import sys, time, httpx
+worst, answers, failures = 0.0, 0, 0
+with httpx.Client(base_url=sys.argv[1], timeout=30) as http:
+    print("ready", flush=True)
+    while not sys.stdin.closed:
+        start = time.perf_counter()
+        status = http.get("/healthz").status_code
+        worst = max(worst, time.perf_counter() - start)
+        answers += 1
+        failures += status != 200
+        if select.select([sys.stdin], [], [], 0)[0]:
+            break
+print(worst, answers, failures, flush=True)
+""".replace("import sys,", "import select, sys,")
 
 
 class HealthWatch:
-    """``GET /healthz`` over and over from a thread of its own (a plain client: what this
-    test process does on its event loop meanwhile, such as parsing the runs' large events,
-    cannot delay it) until :meth:`stop`; keeps the slowest answer's seconds."""
+    """``GET /healthz`` over and over from a process of its own (what this test process
+    does meanwhile, such as parsing the runs' large events, cannot delay it) until the
+    block ends; keeps the slowest answer's seconds."""
 
     def __init__(self, url: str) -> None:
         self._url = url
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._watch, daemon=True)
         self.worst = 0.0
         self.answers = 0
-        self.failures: list[str] = []
-
-    def _watch(self) -> None:
-        with httpx.Client(base_url=self._url, timeout=30) as http:
-            while not self._done.is_set():
-                start = time.perf_counter()
-                response = http.get("/healthz")
-                took = time.perf_counter() - start
-                if response.status_code != 200:
-                    self.failures.append(f"{response.status_code}: {response.text}")
-                self.worst = max(self.worst, took)
-                self.answers += 1
+        self.failures = 0
 
     def __enter__(self) -> HealthWatch:
-        self._thread.start()
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", _WATCH, self._url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        assert self._process.stdout.readline() == "ready\n"
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join(timeout=60)
+        out, _ = self._process.communicate(input="stop\n", timeout=60)
+        worst, answers, failures = out.split()
+        self.worst, self.answers, self.failures = float(worst), int(answers), int(failures)
 
 
 async def _run_all(url: str, request: dict[str, object]) -> tuple[HealthWatch, list[Any]]:
     """Submit :data:`RUNS` runs of ``request`` at once and follow each to its end, while a
-    :class:`HealthWatch` times ``/healthz``."""
+    :class:`HealthWatch` times ``/healthz``; returns the watch and the ended runs."""
     async with DaemonClient(url) as client:
+        # one run first, unwatched: the daemon's first-use work (lazy imports, caches) is
+        # not what is measured
+        with anyio.fail_after(120):
+            await wait_ended(client, (await client.submit(request))["id"])
         with HealthWatch(url) as watch:
             ids = [(await client.submit(request))["id"] for _ in range(RUNS)]
             ended: list[Any] = []
@@ -105,7 +122,7 @@ async def _run_all(url: str, request: dict[str, object]) -> tuple[HealthWatch, l
                 async with anyio.create_task_group() as tg:
                     for run_id in ids:
                         tg.start_soon(follow, run_id)
-    assert watch.failures == []
+    assert watch.failures == 0
     assert watch.answers >= 10
     return watch, ended
 
@@ -198,7 +215,7 @@ async def test_invented_tool_names_never_stall_the_daemon(
             f"[daemon]\nstore_path = {json.dumps(str(tmp_path / 'daemon.db'))}\n\n"
             f'[model]\nbase_url = {json.dumps(base_url)}\nmodel = "inventor"\n'
             "stream = false\n\n"
-            "[budget]\nmax_turns = 3\n",
+            "[budget]\nmax_turns = 2\n",
             encoding="utf-8",
         )
         with daemon_process(config, tmp_path / "daemon.log") as (_, url):
