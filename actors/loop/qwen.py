@@ -5,8 +5,9 @@ checks it), so a threshold of 8 fires on the 8th call.
 
 from __future__ import annotations
 
-import re
 from typing import Final
+
+import re2
 
 from actors.loop.config import (
     CallCapConfig,
@@ -19,9 +20,10 @@ from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_overview"]
 
-_SEGMENTS: Final = re.compile(r"&&|\|\||[;&|\n]")
-_GIT: Final = re.compile(r"^git(?:\s+(?:-C\s+\S+|--no-pager))*\s+(status|diff|ls-files)\b", re.I)
-_REVISION: Final = re.compile(r"^(?:HEAD|@)(?:[~^]\d*)*$|^[0-9a-f]{7,40}$|^\S+\.{2,3}\S+$", re.I)
+# RE2 (linear time): the commands are the model's
+_SEGMENTS: Final = re2.compile(r"&&|\|\||[;&|\n]")
+_GIT: Final = re2.compile(r"(?i)^git(?:\s+(?:-C\s+\S+|--no-pager))*\s+(status|diff|ls-files)\b")
+_REVISION: Final = re2.compile(r"(?i)^(?:HEAD|@)(?:[~^]\d*)*$|^[0-9a-f]{7,40}$|^\S+\.{2,3}\S+$")
 
 
 def _overview_diff(args: str) -> bool:
