@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.config import Config
 from orchestrator.daemon import sse
+from orchestrator.daemon.browsers import HostCheck, add_cors, content_type_refusal
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
     EXCEPTION_HANDLERS,
@@ -75,44 +76,58 @@ def _version() -> str:
 
 
 class _Guard:
-    """ASGI middleware: bearer tokens, and :class:`ApiError` as a JSON response. It also
-    serves ``POST /v1/runs`` itself (:meth:`_Api.submit_asgi`): every run comes through
-    there, and Starlette's routing and request objects cost more than the route's own work
-    (routes, methods and errors stay as Starlette's: this path is exactly that route's)."""
+    """ASGI middleware: the ``Host`` header (:mod:`.browsers`), bearer tokens, a POST's
+    content type, and :class:`ApiError` as a JSON response. It also serves ``POST /v1/runs``
+    itself (:meth:`_Api.submit_asgi`): every run comes through there, and Starlette's
+    routing and request objects cost more than the route's own work (routes, methods and
+    errors stay as Starlette's: this path is exactly that route's)."""
 
-    def __init__(self, app: ASGIApp, daemon: Daemon, api: _Api) -> None:
+    def __init__(self, app: ASGIApp, daemon: Daemon, api: _Api, hosts: HostCheck) -> None:
         self._app = app
         self._daemon = daemon
         self._api = api
+        self._hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self._daemon.auth.needs_token(scope["path"]):
-            authorization = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    authorization = value.decode("latin-1")
-            if not self._daemon.auth.accepts(authorization):
-                response = error_response(
-                    ApiError(
-                        401,
-                        "unauthorized",
-                        "a valid bearer token is required (Authorization: Bearer <token>)",
-                        headers={"WWW-Authenticate": "Bearer"},
-                    )
-                )
-                await response(scope, receive, send)
-                return
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
         try:
-            if (
-                scope["type"] == "http"
-                and scope["path"] == SUBMIT_PATH
-                and scope["method"] == "POST"
-            ):
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send)
+            elif scope["path"] == SUBMIT_PATH and scope["method"] == "POST":
                 await self._api.submit_asgi(scope, receive, send)
             else:
                 await self._app(scope, receive, send)
         except ApiError as exc:  # raised before a response started
             await error_response(exc)(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> ApiError | None:
+        """Why the request is refused before any route sees it, if it is."""
+        hosts: list[bytes] = []
+        authorization = content_type = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                hosts.append(value)
+            elif name == b"authorization":
+                authorization = value
+            elif name == b"content-type":
+                content_type = value
+        host_refusal = self._hosts.refusal(hosts)
+        if host_refusal is not None:
+            return host_refusal
+        auth = self._daemon.auth
+        if auth.needs_token(scope["path"]) and not auth.accepts(authorization):
+            return ApiError(
+                401,
+                "unauthorized",
+                "a valid bearer token is required (Authorization: Bearer <token>)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if scope["method"] == "POST":
+            return content_type_refusal(content_type, required=scope["path"] == SUBMIT_PATH)
+        return None
 
 
 def create_app(config: Config, *, daemon: Daemon | None = None) -> Starlette:
@@ -127,7 +142,8 @@ def create_app(config: Config, *, daemon: Daemon | None = None) -> Starlette:
 
     routes = run_routes(api, Route("/v1/openapi.json", api.openapi, methods=["GET"]))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(_Guard, daemon=daemon, api=api)
+    app.add_middleware(_Guard, daemon=daemon, api=api, hosts=HostCheck.from_config(config))
+    add_cors(app, config.daemon.cors_origins)
     app.state.daemon = daemon
     return app
 
