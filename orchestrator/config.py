@@ -374,6 +374,9 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     max_task_chars: Annotated[int, msgspec.Meta(ge=1, le=100_000_000)] = 200_000
     """The longest ``task``, ``system``, ``pipeline.goal``, ``folder`` or ``scenario`` a
     request may carry, in characters (longer: 422). Library and CLI runs have no such limit."""
+    max_folder_chars: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 4096
+    """The longest ``folder`` a request may name, in characters (longer: 422, before any
+    path is resolved)."""
     event_cap: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 20_000
     memory_tail_events: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 512
     """Committed events per run kept in memory for event streams (the newest; 0: none, every

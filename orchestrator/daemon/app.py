@@ -51,7 +51,6 @@ from orchestrator.daemon.schemas import (
     REQUEST_DECODER,
     Health,
     RunAccepted,
-    RunPage,
     RunRequest,
     RunView,
 )
@@ -65,6 +64,10 @@ __all__ = ["create_app"]
 _ENCODER: Final = msgspec.json.Encoder()
 _RESULT: Final = msgspec.json.Decoder(dict[str, Any])
 SUBMIT_PATH: Final = "/v1/runs"
+LIST_PREVIEW_CHARS: Final = 200
+"""A listed run's ``task``, ``system``, ``folder``, ``scenario`` and ``pipeline.goal`` are cut
+to this many characters, and its ``config`` left out (``GET /v1/runs/{id}`` has them)."""
+_PAGE_FRAME: Final = len(b'{"runs":[],"next_cursor":"9223372036854775807"}')
 _TRACEPARENT: Final = TRACEPARENT.lower().encode("latin-1")
 
 
@@ -181,7 +184,10 @@ class _Api:
     async def _accept(self, body: bytes, parents: list[str]) -> tuple[int, RunAccepted]:
         """Submit the run ``body`` asks for: 202 and the new run, or 200 and the earlier
         run with the same idempotency key."""
-        run_request = decode_request(body, max_text_chars=self._daemon.config.daemon.max_task_chars)
+        limits = self._daemon.config.daemon
+        run_request = decode_request(
+            body, max_text_chars=limits.max_task_chars, max_folder_chars=limits.max_folder_chars
+        )
         # The caller's span (W3C Trace Context, the ``parents`` headers); absent, repeated or
         # malformed: ignored, as the specification asks (the run starts a trace of its own).
         parent = parse_traceparent(parents[0]) if len(parents) == 1 else None
@@ -194,17 +200,29 @@ class _Api:
         return 200, msgspec.structs.replace(accepted, status=status)
 
     async def list_runs(self, request: Request) -> Response:
+        """A page of run summaries (``RunPage``), cut before it passes
+        ``daemon.max_page_bytes`` (always at least one run)."""
         status, exit_reason, limit, before = list_query(request)
+        config = self._daemon.config
         rows = await self._daemon.store.list_runs(
-            status=status, exit_reason=exit_reason, before=before, limit=limit + 1
+            status=status,
+            exit_reason=exit_reason,
+            before=before,
+            limit=limit + 1,
+            preview_chars=LIST_PREVIEW_CHARS,
         )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        page = RunPage(
-            runs=[_view(row, self._daemon.config, with_result=False) for row in rows],
-            next_cursor=str(rows[-1].cursor) if more and rows else None,
-        )
-        return json_response(page)
+        budget = config.daemon.max_page_bytes - _PAGE_FRAME
+        runs: list[bytes] = []
+        for row in rows[:limit]:
+            encoded = _ENCODER.encode(_view(row, config, with_result=False))
+            budget -= len(encoded) + 1
+            if runs and budget < 0:
+                break
+            runs.append(encoded)
+        more = len(rows) > len(runs)
+        cursor = _ENCODER.encode(str(rows[len(runs) - 1].cursor) if more else None)
+        body = b'{"runs":[' + b",".join(runs) + b'],"next_cursor":' + cursor + b"}"
+        return Response(body, media_type="application/json")
 
     async def get_run(self, request: Request) -> Response:
         return json_response(_view(await self._row(request), self._daemon.config))
