@@ -9,9 +9,11 @@
     GET  /healthz                 alive                        GET /readyz          ready
 
 Every refusal is JSON, ``{"error": {"code", "message", "key"?}}``, with the status that fits:
-400 bad JSON, a body nested too deep or a bad query/header, 401 no/wrong token, 404 unknown
-run or path, 405 wrong method, 409 conflict, 413 body too large, 422 unknown field / wrong
-type / bad value / text too long, 429 full, 503 draining (limits: :mod:`.limits`).
+400 bad JSON, a body nested too deep, a bad query/header or a foreign ``Host``, 401 no/wrong
+token, 404 unknown run or path, 405 wrong method, 409 conflict, 413 body too large, 415 a POST
+body not JSON, 422 unknown field / wrong type / bad value / text too long, 429 full, 503
+draining (limits: :mod:`.limits`, browsers: :mod:`.browsers`; what a connection may hold
+before any of this: :mod:`.connections`).
 """
 
 from __future__ import annotations
