@@ -7,6 +7,7 @@ event it expects (the server's answer, the connection closed) inside ``fail_afte
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -280,3 +281,28 @@ def test_each_limit_is_a_config_key_and_a_bad_value_names_it() -> None:
             load_config(environ={f"LOOPFUSE_DAEMON__{key}": bad})
         assert f"daemon.{key.lower()}" in str(caught.value)
     assert os.environ.get("LOOPFUSE_DAEMON__MAX_HEADERS") is None
+
+
+def test_the_uvicorn_protocol_parts_the_limits_build_on_are_there() -> None:
+    """``orchestrator/daemon/connections.py`` subclasses uvicorn's httptools protocol,
+    which uvicorn does not document as an API: the methods it overrides (with their
+    parameters) and the attributes it reads are pinned here, so an upgrade that changes
+    one fails this test rather than a daemon."""
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    overridden = {
+        "connection_made": ["self", "transport"],
+        "connection_lost": ["self", "exc"],
+        "data_received": ["self", "data"],
+        "on_message_begin": ["self"],
+        "on_header": ["self", "name", "value"],
+        "on_headers_complete": ["self"],
+        "on_message_complete": ["self"],
+        "send_400_response": ["self", "msg"],
+    }
+    for name, parameters in overridden.items():
+        assert list(inspect.signature(getattr(HttpToolsProtocol, name)).parameters) == parameters
+    init = inspect.getsource(HttpToolsProtocol.__init__)
+    for attribute in ("self.loop", "self.connections", "self.transport", "self.cycle"):
+        assert f"{attribute} =" in init or f"{attribute}: " in init, attribute
+    assert "self.client" in inspect.getsource(HttpToolsProtocol.connection_made)

@@ -141,10 +141,6 @@ class _LimitedHttpTools(HttpToolsProtocol):
             if not self._reading_head:
                 super().data_received(data)
                 return
-            if self._head_timer is None:  # a later request's first byte
-                self._head_timer = self.loop.call_later(
-                    self.limits.header_timeout, self._head_timed_out
-                )
             piece, data = data[: self._head_room], data[self._head_room :]
             self._head_room -= len(piece)
             super().data_received(piece)
@@ -155,7 +151,13 @@ class _LimitedHttpTools(HttpToolsProtocol):
                 return
 
     def on_message_begin(self) -> None:
+        """A request's first byte: its head's clock starts (the first request's started
+        with the connection), also for one pipelined behind another."""
         self._header_lines = 0
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(
+                self.limits.header_timeout, self._head_timed_out
+            )
         super().on_message_begin()
 
     def on_header(self, name: bytes, value: bytes) -> None:
