@@ -16,7 +16,12 @@ import pytest
 
 from orchestrator.daemon.store import RunRow, Store
 from tests.daemon_support import JSON, daemon_process
-from tests.test_daemon_connection_limits import RSS_SLACK_MIB, rss_mib
+from tests.test_daemon_connection_limits import (
+    HEALTHZ_SECONDS,
+    RSS_SLACK_MIB,
+    healthz_watched,
+    rss_mib,
+)
 
 WAIT = 60.0
 RUNS = 60
@@ -93,9 +98,10 @@ async def test_a_listing_is_paged_by_bytes_and_holds_summaries(tmp_path: Path) -
             whole = (await http.get(f"/v1/runs/{ids[0]}")).json()
             assert len(whole["request"]["task"]) == TASK_CHARS + len(f"{RUNS - 1} ")
 
-            async with anyio.create_task_group() as tg:
+            async with healthz_watched(url) as healthz_times, anyio.create_task_group() as tg:
                 for _ in range(5):
                     tg.start_soon(http.get, "/v1/runs?limit=500")
+            assert max(healthz_times) < HEALTHZ_SECONDS, sorted(healthz_times)[-3:]
             assert rss_mib(process.pid) - start < RSS_SLACK_MIB
 
 
@@ -107,16 +113,18 @@ async def test_a_long_folder_is_refused_before_any_path_work(tmp_path: Path) -> 
     folder = str(root) + "/a" * 95_000  # ~190,000 characters, under daemon.max_task_chars
     with daemon_process(config, tmp_path / "daemon.log") as (_, url):
         async with httpx.AsyncClient(base_url=url, timeout=WAIT, headers=JSON) as http:
-            with anyio.fail_after(WAIT):
-                async with anyio.create_task_group() as tg:
-                    answers: list[httpx.Response] = []
+            answers: list[httpx.Response] = []
 
-                    async def probe() -> None:
-                        body = {"task": "read it", "folder": folder}
-                        answers.append(await http.post("/v1/runs", json=body))
+            async def probe() -> None:
+                body = {"task": "read it", "folder": folder}
+                answers.append(await http.post("/v1/runs", json=body))
 
-                    for _ in range(5):
-                        tg.start_soon(probe)
+            async with healthz_watched(url) as healthz_times:
+                with anyio.fail_after(WAIT):
+                    async with anyio.create_task_group() as tg:
+                        for _ in range(5):
+                            tg.start_soon(probe)
+            assert max(healthz_times) < HEALTHZ_SECONDS, sorted(healthz_times)[-3:]
             for answer in answers:
                 assert answer.status_code == 422, answer.text
                 error = answer.json()["error"]
