@@ -416,9 +416,8 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     max_connections_per_client: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 256
     """Open connections from one client address; past it a new one gets 503."""
     allowed_hosts: tuple[Annotated[str, msgspec.Meta(pattern=_HOST_NAME)], ...] = ()
-    """Names a request's ``Host`` header may carry besides the loopback ones (``localhost``,
-    ``127.0.0.1``, ``[::1]``, any port) and ``host`` when it names one interface; ``"*"``:
-    any (no DNS-rebinding defence). Other names, or none: 400."""
+    """Names a request's ``Host`` header may carry besides ``localhost``, IP addresses and
+    ``host`` (any port); ``"*"``: any (no DNS-rebinding defence). Other names, or none: 400."""
     cors_origins: tuple[Annotated[str, msgspec.Meta(pattern=r"^(\*|https?://[^/\s]+)$")], ...] = ()
     """Origins (``https://dash.example``) a browser page may call the API from; none (the
     default): no CORS headers, so browsers keep other sites' pages out."""

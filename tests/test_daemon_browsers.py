@@ -53,7 +53,8 @@ async def test_cross_site_posts_and_foreign_hosts_are_refused(tmp_path: Path) ->
                     "/v1/runs", json={"scenario": "completed"}, headers={"Host": host}
                 )
                 _error(refused, 400, "bad_host")
-            for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "LOCALHOST"):
+            served = (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "LOCALHOST")
+            for host in (*served, "10.1.2.3:8470", "[fe80::1]"):  # an address can't be rebound
                 assert (await http.get("/healthz", headers={"Host": host})).status_code == 200
 
             # No CORS: a preflight and a cross-origin GET get no Access-Control header.

@@ -5,10 +5,11 @@ without asking anyone: a "simple" cross-site POST (``text/plain``, a form's type
 without a preflight, and a site whose DNS name is rebound to 127.0.0.1 is served as if it
 were the daemon's own. Three checks answer both, before any route or token check:
 
-* **Host**: the ``Host`` header must name the daemon: a loopback name (``localhost``,
-  ``127.0.0.1``, ``[::1]``; any port), ``daemon.host`` when it names one interface, or one of
-  ``daemon.allowed_hosts`` (``"*"``: any). Else (or with none, or two) ``400 bad_host``: a
-  rebound name never reaches the API.
+* **Host**: the ``Host`` header must name the daemon: ``localhost``, an IP address (any:
+  rebinding needs a DNS name, and a page whose origin is an address is the daemon's own or
+  cross-origin), ``daemon.host``, or one of ``daemon.allowed_hosts`` (``"*"``: any); with any
+  port or none. Else (or with none, or two) ``400 bad_host``: a rebound name never reaches
+  the API.
 * **Content type**: a POST that says what it carries must say ``application/json``, and
   ``POST /v1/runs`` must say it: else ``415 unsupported_media_type``. A browser sends
   ``application/json`` cross-site only after a CORS preflight, which the daemon does not
@@ -80,15 +81,26 @@ class HostCheck:
         """Why a request with these ``Host`` header values is refused, if it is."""
         if self.any:
             return None
-        if len(values) == 1 and host_name(values[0]) in self.names:
+        name = host_name(values[0]) if len(values) == 1 else None
+        if name is not None and (name in self.names or _address(name)):
             return None
         return ApiError(
             400,
             "bad_host",
-            "the Host header must name this daemon (a loopback name, daemon.host or one of "
-            "daemon.allowed_hosts)",
+            "the Host header must name this daemon (localhost, an IP address, daemon.host "
+            "or one of daemon.allowed_hosts)",
             key="Host",
         )
+
+
+def _address(name: bytes) -> bool:
+    """Whether ``name`` is an IP address (``10.0.0.7``, ``[fe80::1]``)."""
+    text = name[1:-1] if name.startswith(b"[") else name
+    try:
+        ipaddress.ip_address(text.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return True
 
 
 def _wildcard(host: str) -> bool:
