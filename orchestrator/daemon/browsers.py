@@ -27,11 +27,19 @@ from typing import Final
 
 from starlette.applications import Starlette
 from starlette.middleware.cors import CORSMiddleware
+from starlette.types import Scope
 
 from orchestrator.config import Config
 from orchestrator.daemon.errors import ApiError
 
-__all__ = ["LOOPBACK_NAMES", "HostCheck", "add_cors", "content_type_refusal", "host_name"]
+__all__ = [
+    "LOOPBACK_NAMES",
+    "HostCheck",
+    "add_cors",
+    "browser_refusal",
+    "content_type_refusal",
+    "host_name",
+]
 
 LOOPBACK_NAMES: Final = frozenset({b"localhost", b"127.0.0.1", b"[::1]"})
 """``Host`` names always served (with any port, or none)."""
@@ -123,6 +131,22 @@ def content_type_refusal(value: bytes | None, *, required: bool) -> ApiError | N
         "a POST body must be JSON (Content-Type: application/json)",
         key="Content-Type",
     )
+
+
+def browser_refusal(scope: Scope, hosts: HostCheck, *, body_required: bool) -> ApiError | None:
+    """Why an HTTP request is refused by the ``Host`` or ``Content-Type`` check, if it is
+    (``body_required``: a POST must say it carries JSON)."""
+    found: list[bytes] = []
+    content_type = None
+    for name, value in scope["headers"]:
+        if name == b"host":
+            found.append(value)
+        elif name == b"content-type":
+            content_type = value
+    refusal = hosts.refusal(found)
+    if refusal is None and scope["method"] == "POST":
+        refusal = content_type_refusal(content_type, required=body_required)
+    return refusal
 
 
 def add_cors(app: Starlette, origins: Sequence[str]) -> None:
