@@ -36,6 +36,7 @@ from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.state import RunState
 from orchestrator.daemon import sse
 from orchestrator.daemon.auth import Authenticator
+from orchestrator.daemon.browsers import HostCheck, add_cors, browser_refusal
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
     EXCEPTION_HANDLERS,
@@ -81,13 +82,20 @@ def _view(state: RunState) -> RunView:
 
 
 class _Guard:
-    """Bearer tokens, and :class:`ApiError` / :class:`ClusterError` as JSON responses."""
+    """The ``Host`` and ``Content-Type`` checks (:mod:`orchestrator.daemon.browsers`), bearer
+    tokens, and :class:`ApiError` / :class:`ClusterError` as JSON responses."""
 
-    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+    def __init__(self, app: ASGIApp, auth: Authenticator, hosts: HostCheck) -> None:
         self._app = app
         self._auth = auth
+        self._hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = browser_refusal(scope, self._hosts, body_required=scope["path"] == "/v1/runs")
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send)
+                return
         if scope["type"] == "http" and self._auth.needs_token(scope["path"]):
             authorization = None
             for name, value in scope["headers"]:
@@ -134,7 +142,8 @@ def create_fleet_app(node: ClusterNode, *, auth: Authenticator | None = None) ->
     app = Starlette(
         routes=run_routes(api), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS
     )
-    app.add_middleware(_Guard, auth=auth)
+    app.add_middleware(_Guard, auth=auth, hosts=HostCheck.from_config(config))
+    add_cors(app, config.daemon.cors_origins)
     return app
 
 
@@ -146,7 +155,11 @@ class _FleetApi:
     async def submit(self, request: Request) -> Response:
         settings = self._node.config.daemon
         body = await read_body(request, settings.max_body_bytes)
-        run_request = decode_request(body, max_text_chars=settings.max_task_chars)
+        run_request = decode_request(
+            body,
+            max_text_chars=settings.max_task_chars,
+            max_folder_chars=settings.max_folder_chars,
+        )
         state, created = await self._node.submit(run_request)
         status = "running" if state.status == "aborting" else state.status
         accepted = RunAccepted(id=state.run_id, trace_id=state.trace_id, status=status)

@@ -18,6 +18,8 @@ from orchestrator.cluster.app import create_fleet_app
 from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.config import Config
+from orchestrator.daemon.connections import limited_protocol
+from orchestrator.daemon.server import connection_limits
 from orchestrator.daemon.starting import warn_without_model
 from orchestrator.sim import find_scenario
 
@@ -60,7 +62,16 @@ async def serve_fleet_daemon(
             flush=True,
         )
         server = uvicorn.Server(
-            uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+            uvicorn.Config(
+                app,
+                log_config=None,
+                access_log=False,
+                lifespan="on",
+                # The daemon's connection limits (docs/security.md, "Connections").
+                http=limited_protocol(connection_limits(config)),
+                ws="none",
+                timeout_keep_alive=config.daemon.keep_alive_seconds,
+            )
         )
         await server.serve(sockets=[sock])
     return 0

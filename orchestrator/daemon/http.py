@@ -19,7 +19,12 @@ from starlette.types import ExceptionHandler, Message, Receive, Send
 
 from bus import ExitReason
 from orchestrator.daemon.errors import ApiError
-from orchestrator.daemon.limits import check_depth, check_text_lengths, parse_integer
+from orchestrator.daemon.limits import (
+    MAX_FOLDER_CHARS,
+    check_depth,
+    check_text_lengths,
+    parse_integer,
+)
 from orchestrator.daemon.schemas import REQUEST_DECODER, ErrorBody, ErrorDetail, RunRequest
 
 __all__ = [
@@ -154,7 +159,9 @@ async def send_json(
     await send({"type": "http.response.body", "body": content})
 
 
-def decode_request(body: bytes, *, max_text_chars: int) -> RunRequest:
+def decode_request(
+    body: bytes, *, max_text_chars: int, max_folder_chars: int = MAX_FOLDER_CHARS
+) -> RunRequest:
     """A ``POST /v1/runs`` body: 400 when not JSON or nested too deep, 422 naming the bad
     field or a free-text field longer than ``max_text_chars``."""
     check_depth(body)
@@ -175,7 +182,7 @@ def decode_request(body: bytes, *, max_text_chars: int) -> RunRequest:
         ) from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, "bad_json", f"the body is not valid JSON: {exc}") from None
-    check_text_lengths(request, max_text_chars)
+    check_text_lengths(request, max_text_chars, max_folder_chars=max_folder_chars)
     return request
 
 

@@ -28,12 +28,13 @@ import uvicorn
 
 from orchestrator.config import Config
 from orchestrator.daemon.app import create_app
+from orchestrator.daemon.connections import ConnectionLimits, limited_protocol
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.starting import warn_without_model
 from orchestrator.sim import Scenario
 from orchestrator.web.serving import serve_on
 
-__all__ = ["RunningDaemon", "open_daemon", "serve_daemon"]
+__all__ = ["RunningDaemon", "connection_limits", "open_daemon", "serve_daemon"]
 
 logger = logging.getLogger("loopfuse.daemon")
 
@@ -81,6 +82,10 @@ async def open_daemon(
             proxy_headers=False,
             lifespan="on",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+            # The limits every connection is held to before the app sees a request.
+            http=limited_protocol(connection_limits(config)),
+            ws="none",
+            timeout_keep_alive=config.daemon.keep_alive_seconds,
         )
         running = RunningDaemon(host=host, port=sock.getsockname()[1], daemon=daemon)
         async with anyio.create_task_group() as tg:
@@ -91,6 +96,19 @@ async def open_daemon(
                 with anyio.CancelScope(shield=True):
                     await daemon.shutdown(0.0)
                 server.should_exit = True
+
+
+def connection_limits(config: Config) -> ConnectionLimits:
+    """The ``[daemon]`` connection limits of ``config``."""
+    daemon = config.daemon
+    return ConnectionLimits(
+        max_header_bytes=daemon.max_header_bytes,
+        max_headers=daemon.max_headers,
+        header_timeout=daemon.header_timeout_seconds,
+        body_timeout=daemon.body_timeout_seconds,
+        max_connections=daemon.max_connections,
+        max_connections_per_client=daemon.max_connections_per_client,
+    )
 
 
 async def serve_daemon(
