@@ -57,6 +57,7 @@ from orchestrator.runtime import RunHandle, RunSpec, Runtime
 from orchestrator.runtime.compiled import STALE_FIX, stale_modules
 from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import find_scenario, serve_simulator, shipped_scenarios
+from orchestrator.sim.loader import optional_scenarios
 
 __all__ = ["main"]
 
@@ -86,7 +87,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog="`loopfuse COMMAND --help` lists a command's options; docs/cli.md has more.",
     )
     parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do (below)"
+    )
 
     demo = commands.add_parser("demo", help="run every shipped scenario against the simulator")
     demo.add_argument("--json", action="store_true", help="one JSON object per scenario")
@@ -241,6 +244,9 @@ def _command(config: Config, args: argparse.Namespace) -> int:
             return run_daemon_command(config, args, serve_fleet=_serve_fleet)
         case "scenarios":
             for scenario in shipped_scenarios():
+                print(f"{scenario.name:24} {scenario.description}")
+            print("\nNeeding an extra and the operator's config (docs/mcp.md):")
+            for scenario in optional_scenarios():
                 print(f"{scenario.name:24} {scenario.description}")
             return 0
     return ExitStatus.USAGE
