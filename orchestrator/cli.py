@@ -31,7 +31,7 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NoReturn
 
 import anyio
 import anyio.abc
@@ -80,8 +80,15 @@ CONFIG_HELP: Final = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (as every other error of the command)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitStatus.USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="loopfuse",
         description="Run LLM agent loops under hard, code-level fuses.",
         epilog="`loopfuse COMMAND --help` lists a command's options; docs/cli.md has more.",
@@ -238,7 +245,15 @@ def _command(config: Config, args: argparse.Namespace) -> int:
             return anyio.run(run_report_command, configured, args, follower)
         case "sim":
             scenarios = [*shipped_scenarios(), *(find_scenario(p) for p in args.scenario)]
-            anyio.run(serve_simulator, scenarios, args.host, args.port)
+            try:
+                anyio.run(serve_simulator, scenarios, args.host, args.port)
+            except OSError as exc:
+                print(
+                    f"loopfuse sim: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+                    "; choose another --port (0 picks a free one) or --host",
+                    file=sys.stderr,
+                )
+                return ExitStatus.USAGE
             return 0
         case command if command in DAEMON_COMMANDS:
             return run_daemon_command(config, args, serve_fleet=_serve_fleet)
