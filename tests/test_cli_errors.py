@@ -10,6 +10,7 @@ placed in it.
 
 from __future__ import annotations
 
+import argparse
 import socket
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -143,7 +144,9 @@ def _params() -> Iterator[object]:
 
 
 def test_every_subcommand_meets_every_failure_kind() -> None:
-    commands = set(cli._parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    parser = cli._parser()
+    [action] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    commands = set(action.choices)
     assert set(CASES) == set(KINDS)
     for kind, by_command in CASES.items():
         assert set(by_command) == commands, kind
