@@ -16,6 +16,8 @@ type / bad value / text too long, 429 full, 503 draining (limits: :mod:`.limits`
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Final
 
@@ -113,15 +115,25 @@ class _Guard:
             await error_response(exc)(scope, receive, send)
 
 
-def create_app(config: Config, *, daemon: Daemon | None = None) -> Starlette:
-    """The daemon's ASGI app, serving ``daemon`` (made from ``config`` if none). The app
-    has no lifespan: the caller runs ``daemon.running()`` around serving it
-    (:func:`~orchestrator.daemon.server.open_daemon`), so a failed start raises there."""
+def create_app(config: Config, *, daemon: Daemon | None = None, lifespan: bool = True) -> Starlette:
+    """The daemon's ASGI app; its lifespan runs ``daemon`` (made from ``config`` if none),
+    for another ASGI server. With ``lifespan`` false the caller runs ``daemon.running()``
+    around serving it, so a failed start raises to the caller, not into the server's
+    lifespan (:func:`~orchestrator.daemon.server.open_daemon`)."""
     daemon = daemon or Daemon(config)
     api = _Api(daemon)
 
+    @asynccontextmanager
+    async def run_daemon(app: Starlette) -> AsyncIterator[None]:
+        async with daemon.running():
+            yield
+
     routes = run_routes(api, Route("/v1/openapi.json", api.openapi, methods=["GET"]))
-    app = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(
+        routes=routes,
+        lifespan=run_daemon if lifespan else None,
+        exception_handlers=EXCEPTION_HANDLERS,
+    )
     app.add_middleware(_Guard, daemon=daemon, api=api)
     app.state.daemon = daemon
     return app

@@ -75,7 +75,7 @@ async def open_daemon(
         # (a config key, an MCP server, the otel extra) then raises here, to the caller,
         # instead of being logged by uvicorn as a traceback and exiting the process (3).
         async with daemon.running():
-            app = create_app(config, daemon=daemon)
+            app = create_app(config, daemon=daemon, lifespan=False)
             uv_config = uvicorn.Config(
                 app,
                 log_config=None,
