@@ -11,7 +11,9 @@ placed in it.
 from __future__ import annotations
 
 import argparse
+import http.server
 import socket
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -188,3 +190,27 @@ def test_a_busy_port_is_one_line_naming_the_option(tmp_path: Path) -> None:
             assert done.stderr.count("\n") == 1, done.stderr
             assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
             assert "--port" in done.stderr
+
+
+class _NotADaemon(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_error(404)  # an HTML page
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("command", [("runs",), ("watch", "0123456789abcdef")])
+def test_a_url_where_no_daemon_answers_is_one_line(command: tuple[str, ...]) -> None:
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotADaemon) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            done = loopfuse(*command, "--url", url)
+        finally:
+            server.shutdown()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"no daemon at {url} (what answers there is not a loopfuse daemon)" in done.stderr

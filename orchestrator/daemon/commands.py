@@ -119,6 +119,8 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
         raise DaemonUnreachable(url, one_line(str(exc)) or type(exc).__name__) from None
     except httpx.InvalidURL as exc:
         raise DaemonUnreachable(url, f"not a URL: {exc}") from None
+    except msgspec.DecodeError:
+        raise DaemonUnreachable(url, "what answers there is not a loopfuse daemon") from None
 
 
 def _port(args: argparse.Namespace, config: Config) -> int:
