@@ -135,18 +135,25 @@ class _Guard:
         return None
 
 
-def create_app(config: Config, *, daemon: Daemon | None = None) -> Starlette:
-    """The daemon's ASGI app; its lifespan runs ``daemon`` (made from ``config`` if none)."""
+def create_app(config: Config, *, daemon: Daemon | None = None, lifespan: bool = True) -> Starlette:
+    """The daemon's ASGI app; its lifespan runs ``daemon`` (made from ``config`` if none),
+    for another ASGI server. With ``lifespan`` false the caller runs ``daemon.running()``
+    around serving it, so a failed start raises to the caller, not into the server's
+    lifespan (:func:`~orchestrator.daemon.server.open_daemon`)."""
     daemon = daemon or Daemon(config)
     api = _Api(daemon)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def run_daemon(app: Starlette) -> AsyncIterator[None]:
         async with daemon.running():
             yield
 
     routes = run_routes(api, Route("/v1/openapi.json", api.openapi, methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
+    app = Starlette(
+        routes=routes,
+        lifespan=run_daemon if lifespan else None,
+        exception_handlers=EXCEPTION_HANDLERS,
+    )
     app.add_middleware(_Guard, daemon=daemon, api=api, hosts=HostCheck.from_config(config))
     add_cors(app, config.daemon.cors_origins)
     app.state.daemon = daemon

@@ -70,32 +70,36 @@ async def open_daemon(
     host = host if host is not None else config.daemon.host
     port = port if port is not None else config.daemon.port
     daemon = Daemon(config, scenarios=scenarios)
-    app = create_app(config, daemon=daemon)
     sock = socket.create_server((host, port))
     with sock:
-        uv_config = uvicorn.Config(
-            app,
-            log_config=None,
-            access_log=False,
-            # Nothing here reads the client's address or scheme: X-Forwarded-* rewriting
-            # (uvicorn's default) would be a middleware layer on every request for nothing.
-            proxy_headers=False,
-            lifespan="on",
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-            # The limits every connection is held to before the app sees a request.
-            http=limited_protocol(connection_limits(config)),
-            ws="none",
-            timeout_keep_alive=config.daemon.keep_alive_seconds,
-        )
-        running = RunningDaemon(host=host, port=sock.getsockname()[1], daemon=daemon)
-        async with anyio.create_task_group() as tg:
-            server = await tg.start(functools.partial(serve_on, name="daemon"), uv_config, sock)
-            try:
-                yield running
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await daemon.shutdown(0.0)
-                server.should_exit = True
+        # The daemon starts before uvicorn does, not in its lifespan: a start that fails
+        # (a config key, an MCP server, the otel extra) then raises here, to the caller,
+        # instead of being logged by uvicorn as a traceback and exiting the process (3).
+        async with daemon.running():
+            app = create_app(config, daemon=daemon, lifespan=False)
+            uv_config = uvicorn.Config(
+                app,
+                log_config=None,
+                access_log=False,
+                # Nothing here reads the client's address or scheme: X-Forwarded-* rewriting
+                # (uvicorn's default) would be a middleware layer on every request for nothing.
+                proxy_headers=False,
+                lifespan="off",
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+                # The limits every connection is held to before the app sees a request.
+                http=limited_protocol(connection_limits(config)),
+                ws="none",
+                timeout_keep_alive=config.daemon.keep_alive_seconds,
+            )
+            running = RunningDaemon(host=host, port=sock.getsockname()[1], daemon=daemon)
+            async with anyio.create_task_group() as tg:
+                server = await tg.start(functools.partial(serve_on, name="daemon"), uv_config, sock)
+                try:
+                    yield running
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await daemon.shutdown(0.0)
+                    server.should_exit = True
 
 
 def connection_limits(config: Config) -> ConnectionLimits:
