@@ -13,6 +13,7 @@
     loopfuse serve --nats URL                   a daemon of a fleet (docs/scale-out.md)
     loopfuse runs [--status S] [--json]         the daemon's runs
     loopfuse watch ID [--after N] [--json]      follow a run's events live
+    loopfuse replay PATH... [--preset NAME]...  what another config would have done (docs/replay.md)
 
 Every ending printed for a person says that the run stopped, why, and what to do next.
 Ctrl-C aborts a run cleanly (its work so far is kept and printed); a second Ctrl-C quits.
@@ -43,6 +44,7 @@ from orchestrator.daemon.commands import add_commands as add_daemon_commands
 from orchestrator.daemon.commands import run_command as run_daemon_command
 from orchestrator.daemon.demo import format_table, run_demo
 from orchestrator.errors import ConfigError, LoopfuseError
+from orchestrator.replay.command import add_replay_command, replay_command
 from orchestrator.result import (
     ExitStatus,
     RunResult,
@@ -128,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--json", action="store_true", help="print the result as JSON")
     _add_model_arguments(report)
     add_daemon_commands(commands)
+    add_replay_command(commands)
     return parser
 
 
@@ -206,6 +209,8 @@ def _command(config: Config, args: argparse.Namespace) -> int:
             return 0
         case command if command in DAEMON_COMMANDS:
             return run_daemon_command(config, args, serve_fleet=_serve_fleet)
+        case "replay":
+            return anyio.run(replay_command, config, args)
         case "scenarios":
             for scenario in shipped_scenarios():
                 print(f"{scenario.name:24} {scenario.description}")
