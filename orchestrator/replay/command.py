@@ -15,8 +15,8 @@ from typing import Any, get_args
 import msgspec
 
 from orchestrator.config import Config, LoopPreset
-from orchestrator.replay.player import play
-from orchestrator.replay.recording import RecordingError
+from orchestrator.replay.player import Beyond, play
+from orchestrator.replay.recording import Recording, RecordingError
 from orchestrator.replay.report import ReplayRow, compare, markdown, totals
 from orchestrator.replay.sources import load_recordings
 
@@ -45,14 +45,15 @@ def add_replay_command(commands: Any) -> None:
 
 
 async def replay_rows(
-    config: Config, recordings: list[Any], presets: list[str], beyond: str = "repeat"
+    config: Config, recordings: list[Recording], presets: list[str], beyond: Beyond = "repeat"
 ) -> list[ReplayRow]:
     """Every recording under the config (label ``own``) or under each preset."""
     rows: list[ReplayRow] = []
     for recording in recordings:
-        for preset in presets or [None]:
+        labels: list[str | None] = [*presets] or [None]
+        for preset in labels:
             overrides = {"loop_preset": preset} if preset else {}
-            played = await play(config, recording, overrides=overrides, beyond=beyond)  # type: ignore[arg-type]
+            played = await play(config, recording, overrides=overrides, beyond=beyond)
             rows.append(compare(recording, played, preset or "own"))
     return rows
 

@@ -227,7 +227,7 @@ def _abort_at(recording: Recording) -> Callable[[RunHandle], Any]:
     async def watch(handle: RunHandle) -> None:
         seen = 0
         async for event in handle.events():
-            if type(event).__name__ == point.after:
+            if type(event).__name__ == point.after and getattr(event, "turn", 0) == point.turn:
                 seen += 1
                 if seen >= point.count:
                     await handle.abort(point.detail or "Aborted (replayed from the recording).")

@@ -102,9 +102,11 @@ class Ending(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AbortPoint(msgspec.Struct, frozen=True, kw_only=True):
-    """The caller aborted the run after the ``count``-th event of type ``after``."""
+    """The caller aborted the run after the ``count``-th event of type ``after`` of turn
+    ``turn`` (streamed text: after the turn's first piece, a replay streams one)."""
 
     after: Literal["ModelTextDelta", "ToolResult", "ModelReply", "ModelRequest"]
+    turn: int
     count: int
     detail: str = ""
 
@@ -158,14 +160,17 @@ def recording_from_events(
     results: dict[ResultKey, list[ToolOutcome]] = {}
     idempotent: set[str] = set()
     calls: list[tuple[int, str]] = []
+    replies: dict[int, ModelReply] = {}
+    proposed_turns: set[int] = set()
     severity: dict[tuple[int, str], str] = {}
     executed: dict[tuple[int, str], bool] = {}
-    counts: dict[str, int] = {}
+    counts: dict[tuple[str, int], int] = {}
     abort: AbortPoint | None = None
-    last_kind: str | None = None
+    last: tuple[str, int] | None = None
     for msg in events:
         kind = type(msg).__name__
-        counts[kind] = counts.get(kind, 0) + 1
+        turn = getattr(msg, "turn", 0)
+        counts[(kind, turn)] = counts.get((kind, turn), 0) + 1
         match msg:
             case RunStarted():
                 started = started or msg
@@ -175,13 +180,19 @@ def recording_from_events(
                 first_request = first_request or (msg if msg.purpose == "turn" else None)
                 open_requests.append(msg)
             case ModelReply():
-                _answered(open_requests, answers, msg.turn, Answer(reply=msg))
+                if _answered(open_requests, answers, msg.turn, Answer(reply=msg)) == "turn":
+                    replies[msg.turn] = msg
             case ModelError() if msg.final:
                 _answered(open_requests, answers, msg.turn, Answer(error=msg))
             case ToolCallProposed():
-                key = (msg.turn, msg.call.id)
-                arguments[key] = msg.call.arguments
-                calls.append(key)
+                # The call log holds every call of the reply once one is proposed: those
+                # left unproposed by a stop are "not run".
+                if msg.turn not in proposed_turns:
+                    proposed_turns.add(msg.turn)
+                    reply = replies.get(msg.turn)
+                    for call in reply.tool_calls if reply is not None else (msg.call,):
+                        arguments[(msg.turn, call.id)] = call.arguments
+                        calls.append((msg.turn, call.id))
             case ToolVerdict():
                 key = (msg.turn, msg.call_id)
                 if _SEVERITY[msg.verdict] > _SEVERITY.get(severity.get(key, "allow"), 0):
@@ -203,16 +214,17 @@ def recording_from_events(
                         outcome
                     )
             case AbortRequested() if msg.source in ("caller", "api") and abort is None:
-                if last_kind in ("ModelTextDelta", "ToolResult", "ModelReply", "ModelRequest"):
+                if last is not None:
                     abort = AbortPoint(
-                        after=last_kind,  # type: ignore[arg-type]
-                        count=counts[last_kind],
+                        after=last[0],  # type: ignore[arg-type]
+                        turn=last[1],
+                        count=1 if last[0] == "ModelTextDelta" else counts[last],
                         detail=msg.detail,
                     )
             case _:
                 pass
         if kind in ("ModelTextDelta", "ToolResult", "ModelReply", "ModelRequest"):
-            last_kind = kind
+            last = (kind, turn)
     if started is None:
         raise RecordingError(f"{name}: no RunStarted event: not a run's event log")
     if first_request is None:
@@ -255,14 +267,16 @@ def _answered(
     answers: dict[str, list[Answer]],
     turn: int,
     answer: Answer,
-) -> None:
-    """File ``answer`` under the purpose of the earliest open request of ``turn``."""
+) -> str:
+    """File ``answer`` under the purpose of the earliest open request of ``turn``; that
+    purpose."""
     for index, request in enumerate(open_requests):
         if request.turn == turn:
             del open_requests[index]
             answers[request.purpose].append(answer)
-            return
+            return request.purpose
     answers["turn"].append(answer)  # a reply without its request (a log cut short)
+    return "turn"
 
 
 def _verdict(

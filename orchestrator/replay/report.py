@@ -14,7 +14,7 @@ A row's ``change`` is one of:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -68,7 +68,7 @@ def compare(recording: Recording, played: Played, config: str) -> ReplayRow:
     tokens = result.usage.prompt_tokens + result.usage.completion_tokens
     cost = cost_of(result.usage, played.input_price, played.output_price)
     ending = recording.ending
-    common = {
+    common: dict[str, Any] = {
         "run": recording.name,
         "config": config,
         "exit_reason": result.exit_reason.value,
