@@ -172,3 +172,20 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_a_missing_path_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["replay", str(tmp_path / "nothing")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_the_readme_example_runs_as_written(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    readme = (root / "README.md").read_text()
+    block = readme.split("(docs/replay.md)):\n\n```sh\n", 1)[1].split("```", 1)[0]
+    lines = [line.split("#", 1)[0].split() for line in block.strip().splitlines()]
+    assert len(lines) == 5
+    for words in lines:
+        assert words[0] == "loopfuse"
+        assert main(words[1:]) == 0, words
+    out = capsys.readouterr().out
+    assert "| stuck_poll.json | strict | - | loop.generic_repeat @ 5 |" in out
+    assert "| stuck_poll.json | off | - | model.end_turn @ 7 |" in out
