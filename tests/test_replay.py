@@ -189,3 +189,14 @@ def test_the_readme_example_runs_as_written(
     out = capsys.readouterr().out
     assert "| stuck_poll.json | strict | - | loop.generic_repeat @ 5 |" in out
     assert "| stuck_poll.json | off | - | model.end_turn @ 7 |" in out
+
+
+def test_config_after_the_subcommand_is_the_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    transcript = tmp_path / "chat.json"
+    transcript.write_text(json.dumps(TRANSCRIPT))
+    config = tmp_path / "loopfuse.toml"
+    config.write_text("[budget]\nmax_turns = 3\n")
+    assert main(["replay", str(transcript), "--preset", "off", "--config", str(config)]) == 0
+    assert "| chat.json | off | - | budget.max_turns @ 3 |" in capsys.readouterr().out

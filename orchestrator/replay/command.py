@@ -32,6 +32,11 @@ def add_replay_command(commands: Any) -> None:
     )
     replay.add_argument("paths", nargs="+", metavar="PATH", help="store, .jsonl, .json or dir")
     replay.add_argument(
+        "--config",
+        default=argparse.SUPPRESS,  # else it would hide a ``loopfuse --config FILE replay``
+        help="TOML config file to replay under (default: $LOOPFUSE_CONFIG)",
+    )
+    replay.add_argument(
         "--preset",
         action="append",
         default=[],
