@@ -11,6 +11,7 @@
     loopfuse serve --nats URL                   a daemon of a fleet (docs/scale-out.md)
     loopfuse runs [--status S] [--json]         the daemon's runs
     loopfuse watch ID [--after N] [--json]      follow a run's events live
+    loopfuse replay PATH... [--preset NAME]...  what another config would have done (docs/replay.md)
 
 Every ending printed for a person says that the run stopped, why, and what to do next.
 Ctrl-C aborts a run cleanly (its work so far is kept and printed); a second Ctrl-C quits.
@@ -46,6 +47,7 @@ from orchestrator.daemon.commands import add_commands as add_daemon_commands
 from orchestrator.daemon.commands import port_number
 from orchestrator.daemon.commands import run_command as run_daemon_command
 from orchestrator.daemon.demo import format_table, run_demo
+from orchestrator.replay.command import add_replay_command, replay_command
 from orchestrator.result import (
     ExitStatus,
     RunResult,
@@ -168,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--config", metavar="FILE", default=argparse.SUPPRESS, help=CONFIG_HELP
         )
+    add_replay_command(commands)  # its own --config
     return parser
 
 
@@ -257,6 +260,8 @@ def _command(config: Config, args: argparse.Namespace) -> int:
             return 0
         case command if command in DAEMON_COMMANDS:
             return run_daemon_command(config, args, serve_fleet=_serve_fleet)
+        case "replay":
+            return anyio.run(replay_command, config, args)
         case "scenarios":
             for scenario in shipped_scenarios():
                 print(f"{scenario.name:24} {scenario.description}")

@@ -82,7 +82,13 @@ __all__ = [
 ENV_PREFIX: Final = "LOOPFUSE_"
 ENV_CONFIG_FILE: Final = "LOOPFUSE_CONFIG"
 ENV_NOT_CONFIG: Final = frozenset(
-    {ENV_CONFIG_FILE, "LOOPFUSE_URL", "LOOPFUSE_TOKEN", "LOOPFUSE_API_TOKENS"}
+    {
+        ENV_CONFIG_FILE,
+        "LOOPFUSE_URL",
+        "LOOPFUSE_TOKEN",
+        "LOOPFUSE_API_TOKENS",
+        "LOOPFUSE_OPERATOR_TOKENS",
+    }
 )
 """Variables with the prefix that are not config keys: the config file, the daemon's API
 tokens (``daemon.token_env``) and the URL and token its command-line clients use."""
@@ -388,6 +394,8 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8470
     token_env: str = "LOOPFUSE_API_TOKENS"
+    operator_token_env: str = "LOOPFUSE_OPERATOR_TOKENS"
+    """The variable holding the operator's tokens (``POST /v1/replay``, docs/replay.md)."""
     metrics_auth: bool = False
     queue_size: Annotated[int, msgspec.Meta(ge=0, le=CONCURRENT_RUNS_MAX)] = 256
     retry_after_seconds: Annotated[int, msgspec.Meta(ge=1, le=3_600)] = 2

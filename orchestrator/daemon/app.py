@@ -49,6 +49,7 @@ from orchestrator.daemon.http import (
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.metrics import render
 from orchestrator.daemon.openapi import openapi_document
+from orchestrator.daemon.replay_route import REPLAY_PATH, ReplayApi
 from orchestrator.daemon.schemas import (
     REQUEST_DECODER,
     Health,
@@ -148,7 +149,12 @@ def create_app(config: Config, *, daemon: Daemon | None = None, lifespan: bool =
         async with daemon.running():
             yield
 
-    routes = run_routes(api, Route("/v1/openapi.json", api.openapi, methods=["GET"]))
+    replay = ReplayApi(config)
+    routes = run_routes(
+        api,
+        Route("/v1/openapi.json", api.openapi, methods=["GET"]),
+        Route(REPLAY_PATH, replay.replay, methods=["POST"]),
+    )
     app = Starlette(
         routes=routes,
         lifespan=run_daemon if lifespan else None,
