@@ -205,7 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("shapes", nargs="*", help=f"default: all of {', '.join(_units())}")
     parser.add_argument("--update", action="store_true", help="record the figures as the baseline")
-    parser.add_argument("--baseline", type=Path, default=BASELINE, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--baseline", type=Path, default=BASELINE, help="the baseline file (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.shapes) - set(_units()))
     if unknown:
