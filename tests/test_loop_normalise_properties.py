@@ -114,6 +114,13 @@ VOLATILE: dict[str, Callable[[random.Random], str]] = {
     "request_header": lambda r: f"X-Request-Id: {uuid.UUID(int=r.getrandbits(128))}",
     "trace": lambda r: f"trace_id={r.getrandbits(128):032x}",
     "session": lambda r: f"session {r.getrandbits(40):010x}",
+    "traceparent": lambda r: (
+        f"traceparent: 00-{r.getrandbits(128):032x}-{r.getrandbits(64):016x}-01"
+    ),
+    "short_sha_ref": lambda r: f"merge ref {r.getrandbits(40):010x}",  # all digits at times
+    "pod_hex_template": lambda r: (
+        f"pod etl-{r.getrandbits(40):010x}-" + "".join(r.choice(_POD) for _ in range(5))
+    ),
     "pod": _pod("web"),
     "pod_long_name": _pod("api-gateway"),
     "job_pod": lambda r: "pod nightly-export-" + "".join(r.choice(_POD) for _ in range(5)),

@@ -17,13 +17,15 @@ Volatile shapes (replacement in brackets):
   ``file:12:34``), durations (``12ms``, ``3.5 s``, ``1h2m3s``), 13/16/19-digit integer
   epochs and float epochs (``1764764588.123``);
 * ``<tmp>`` paths under ``/tmp``, ``/var/tmp``, ``/var/folders``, ``/dev/shm``;
-* ``<pod>`` Kubernetes generated name suffixes (``web-7d9f8c6b5-x2k4p`` → ``web-<pod>``);
+* ``<pod>`` Kubernetes generated name suffixes (``web-7d9f8c6b5-x2k4p`` → ``web-<pod>``;
+  a template hash of lower-case letters and digits, as older versions print, too);
 * ``<nonce>`` base64 / base64url strings of 16+ characters that look random (upper and
   lower case, a digit or ``+/=``, and the character class changing at least every third
   character, which CamelCase names do not);
 * ``<etag>`` weak etags (``W/"…"``);
 * ``<id>`` the value after a volatile key: ``pid``, ``tid``, request / trace / span /
-  correlation / session ids, ``nonce``, ``etag``, time keys (``ts``, ``timestamp``,
+  correlation / session ids, ``sha`` / ``hash`` / ``digest`` / ``ref`` (an all-digit
+  short sha is no count there), ``nonce``, ``etag``, time keys (``ts``, ``timestamp``,
   ``time``, ``date``, ``elapsed``, ``uptime``, ``took``, ``duration``, ``latency`` …), with
   ``:``, ``=``, ``#`` or spaces between (a value must hold a digit, but for nonces and
   etags); also ``name[4411]:`` (syslog pids).
@@ -51,6 +53,7 @@ volatile) takes about 3 ms; a result without volatile tokens costs one RE2 searc
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 import re2
@@ -87,7 +90,7 @@ _POD_CHARS: Final = "[bcdfghjklmnpqrstvwxz2456789]"
 
 _ID_KEYS: Final = (
     r"pid|ppid|tid|thread[_-]?id|x-request-id|request[_-]?id|req[_-]?id|trace[_-]?id"
-    r"|span[_-]?id|correlation[_-]?id|session(?:[_-]?id)?"
+    r"|span[_-]?id|correlation[_-]?id|session(?:[_-]?id)?|sha(?:1|256)?|digest|hash|ref"
 )
 """Keys whose value is volatile, after ``:``, ``=``, ``#`` or spaces (``pid 4411``)."""
 _TIME_KEYS: Final = (
@@ -108,37 +111,40 @@ _ANY_VALUE: Final = r"W/\"[^\"\n]+\"|\"[^\"\n]+\"|[\w.:+/=-]+"
 _KINDS: Final = ("kv", "kn", "time", "v", "clock", "syslog", "hex", "pod", "nonce")
 """The pattern's groups, in order: one per kind of token (each alternative has one)."""
 
-TOKEN_PATTERN: Final = "|".join(
-    (
-        # a volatile key and its separator (kept), then its value (replaced)
-        rf"(?P<kv>\b(?i:{_ID_KEYS})\b(?:{_COLON}|{_SPACES})|\b(?i:{_TIME_KEYS})\b{_COLON})"
-        rf"(?:{_VALUE})",
-        rf"(?P<kn>\b(?i:{_NONCE_KEYS})\b(?:{_COLON}|{_SPACES}))(?:{_ANY_VALUE})",
-        # dates: ISO-8601 (also with slashes, compact), RFC 2822 / HTTP, CLF, ctime, syslog;
-        # float and 13/16/19-digit epochs; durations
-        rf"(?P<time>\b\d{{4}}[-/]\d\d[-/]\d\d(?:[T ]{_CLOCK_TAIL})?{_ZONE}"
-        rf"|\b\d{{8}}T\d{{6}}(?:Z|[+-]\d{{4}})?"
-        rf"|\b(?:{_DAY},?\s+)?\d{{1,2}}[ /-]{_MONTH}[ /-]\d{{2,4}}(?:[ :T]{_CLOCK_TAIL})?{_ZONE}"
-        rf"|\b(?:{_DAY},?\s+)?{_MONTH}\s+\d{{1,2}}(?:,?\s+\d{{4}})?(?:\s+{_CLOCK_TAIL}{_ZONE}"
-        r"(?:\s+\d{4})?)?"
-        r"|\b1\d{9}\.\d{1,9}\b|\b1\d{12}(?:\d{3}(?:\d{3})?)?\b"
-        r"|\b(?:\d+h)?(?:\d+m)?\d+(?:\.\d+)?(?:ms|us|µs|ns|s)\b(?:\d+(?:\.\d+)?(?:ms|us|µs|ns))?"
-        r"|\b\d+(?:\.\d+)?\s?(?:[nuµm]?s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?)\b)",
-        # UUIDs, ULIDs, addresses, temp paths, weak etags
-        r"(?P<v>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
-        r"|\b[0-7][0-9A-HJKMNP-TV-Z]{25}\b|\b0[xX][0-9a-fA-F]{4,}\b"
-        r"|(?:/private)?(?:/tmp|/var/tmp|/var/folders|/dev/shm)(?:/[\w.@%+=:,~-]+)+"
-        r"|W/\"[^\"\n]+\")",
-        r"(?P<clock>\b\d{1,3}:[0-5]\d(?::[0-5]\d)?(?:[.,]\d{1,9})?\b)",
-        r"(?P<syslog>\b[A-Za-z][\w.-]*\[\d+\]:)",
-        r"(?P<hex>\b[0-9a-fA-F]{7,}\b)",
-        rf"(?P<pod>\b[a-z0-9](?:[a-z0-9-]*?[a-z0-9])?-(?:{_POD_CHARS}{{6,10}}-)?{_POD_CHARS}{{5}}\b)",
-        # base64 with its padding (``/`` allowed), or unpadded base64 / base64url
-        r"(?P<nonce>[A-Za-z0-9+/]{16,}={1,2}|(?:\b|\+)[A-Za-z0-9+_-]{16,})",
-    )
+_SHAPES: Final = (
+    # a volatile key and its separator (kept), then its value (replaced)
+    rf"(?P<kv>\b(?i:{_ID_KEYS})\b(?:{_COLON}|{_SPACES})|\b(?i:{_TIME_KEYS})\b{_COLON})"
+    rf"(?:{_VALUE})",
+    rf"(?P<kn>\b(?i:{_NONCE_KEYS})\b(?:{_COLON}|{_SPACES}))(?:{_ANY_VALUE})",
+    # dates: ISO-8601 (also with slashes, compact), RFC 2822 / HTTP, CLF, ctime, syslog;
+    # float and 13/16/19-digit epochs; durations
+    rf"(?P<time>\b\d{{4}}[-/]\d\d[-/]\d\d(?:[T ]{_CLOCK_TAIL})?{_ZONE}"
+    rf"|\b\d{{8}}T\d{{6}}(?:Z|[+-]\d{{4}})?"
+    rf"|\b(?:{_DAY},?\s+)?\d{{1,2}}[ /-]{_MONTH}[ /-]\d{{2,4}}(?:[ :T]{_CLOCK_TAIL})?{_ZONE}"
+    rf"|\b(?:{_DAY},?\s+)?{_MONTH}\s+\d{{1,2}}(?:,?\s+\d{{4}})?(?:\s+{_CLOCK_TAIL}{_ZONE}"
+    r"(?:\s+\d{4})?)?"
+    r"|\b1\d{9}\.\d{1,9}\b|\b1\d{12}(?:\d{3}(?:\d{3})?)?\b"
+    r"|\b(?:\d+h)?(?:\d+m)?\d+(?:\.\d+)?(?:ms|us|µs|ns|s)\b(?:\d+(?:\.\d+)?(?:ms|us|µs|ns))?"
+    r"|\b\d+(?:\.\d+)?\s?(?:[nuµm]?s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?)\b)",
+    # UUIDs, ULIDs, addresses, temp paths, weak etags
+    r"(?P<v>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+    r"|\b[0-7][0-9A-HJKMNP-TV-Z]{25}\b|\b0[xX][0-9a-fA-F]{4,}\b"
+    r"|(?:/private)?(?:/tmp|/var/tmp|/var/folders|/dev/shm)(?:/[\w.@%+=:,~-]+)+"
+    r"|W/\"[^\"\n]+\")",
+    r"(?P<clock>\b\d{1,3}:[0-5]\d(?::[0-5]\d)?(?:[.,]\d{1,9})?\b)",
+    r"(?P<syslog>\b[A-Za-z][\w.-]*\[\d+\]:)",
+    r"(?P<hex>\b[0-9a-fA-F]{7,}\b)",
+    rf"(?P<pod>\b[a-z0-9](?:[a-z0-9-]*?[a-z0-9])?-(?:{_POD_CHARS}{{6,10}}-)?{_POD_CHARS}{{5}}\b)",
+    # base64 with its padding (``/`` allowed), or unpadded base64 / base64url
+    r"(?P<nonce>[A-Za-z0-9+/]{16,}={1,2}|(?:\b|\+)[A-Za-z0-9+_-]{16,})",
 )
+TOKEN_PATTERN: Final = "|".join(_SHAPES)
 """Every volatile shape, one alternation (RE2: linear in the text, leftmost match first),
 matched on the result's UTF-8 bytes."""
+_INNER_PATTERN: Final = "|".join(_SHAPES[:-1])
+"""Every shape but the nonce: what a dashed token that is no nonce is scanned for again
+(``00-<32 hex>-<16 hex>-01``, a W3C traceparent, is one nonce-shaped token holding two
+hex ids)."""
 
 _PROGRESS_WORDS: Final = frozenset(
     {
@@ -181,8 +187,10 @@ def _options() -> re2.Options:
 
 
 _TOKENS: Final = re2.compile(TOKEN_PATTERN.encode(), _options())
+_INNER: Final = re2.compile(_INNER_PATTERN.encode(), _options())
 _GROUPS: Final = tuple(range(1, len(_KINDS) + 1))
 assert _TOKENS.groups == len(_KINDS)
+assert _INNER.groups == len(_KINDS) - 1
 
 
 def _words(key: str) -> list[str]:
@@ -238,11 +246,20 @@ def _random_looking(token: bytes) -> bool:
     return 3 * changes >= len(body)
 
 
+def _template_hash(segment: bytes) -> bool:
+    """A ReplicaSet's pod-template hash: Kubernetes' vowel-free alphabet, or (older
+    versions, other controllers) lower-case letters and digits holding a digit."""
+    return _POD_SET.issuperset(segment) or (
+        segment.isalnum() and segment.islower() and not _DIGITS.isdisjoint(segment)
+    )
+
+
 def _pod_name(token: bytes) -> bytes:
     """``web-7d9f8c6b5-x2k4p`` → ``web``: the name before the generated suffixes."""
     name = token[:-6]
     dash = name.rfind(b"-")
-    if dash >= 0 and 6 <= len(name) - dash - 1 <= 10 and _POD_SET.issuperset(name[dash + 1 :]):
+    segment = name[dash + 1 :]
+    if dash >= 0 and 6 <= len(segment) <= 10 and _template_hash(segment):
         name = name[:dash]
     return name
 
@@ -252,11 +269,11 @@ def _group(match: _Match[bytes]) -> int:
     # google-re2's match keeps every group's span in a list: one look-up, where the
     # public ``start(group)`` costs a call into the extension per group tried
     spans = getattr(match, "_spans", None)
-    if isinstance(spans, list) and len(spans) == len(_KINDS) + 1:
-        for group in _GROUPS:
+    if isinstance(spans, list) and len(spans) <= len(_KINDS) + 1:
+        for group in range(1, len(spans)):
             if spans[group][0] >= 0:
                 return group
-    for group in _GROUPS:
+    for group in _GROUPS[: match.re.groups]:
         if match.start(group) >= 0:
             return group
     raise AssertionError("a token matched no alternative")  # pragma: no cover
@@ -293,12 +310,22 @@ def _replacement(data: bytes, match: _Match[bytes]) -> bytes | None:
     return _REPLACEMENTS[kind]
 
 
+def _tokens(data: bytes) -> Iterator[_Match[bytes]]:
+    """Every token of ``data``, in order; a nonce-shaped token that does not look random
+    (:func:`_random_looking`) gives the tokens of the other shapes inside it instead."""
+    for match in _TOKENS.finditer(data):
+        if match.lastindex != len(_KINDS) or _random_looking(match.group()):
+            yield match
+        else:
+            yield from _INNER.finditer(data, match.start(), match.end())
+
+
 def _normalise(text: str) -> str:
     """``text`` with its volatile tokens replaced (``text`` itself when none is)."""
     data = text.encode("utf-8", "surrogatepass")
     pieces: list[bytes] = []
     end = 0
-    for match in _TOKENS.finditer(data):
+    for match in _tokens(data):
         replacement = _replacement(data, match)
         if replacement is None:
             continue
