@@ -41,7 +41,7 @@ async def _echo(params: EchoParams, ctx: ToolContext) -> str:
 
 def _reply_to(request: ModelRequest, turns: int) -> ModelReply:
     last = request.messages[-1]
-    k = int(last.content[5:]) if last.role == "tool" else 0
+    k = int(last.content[5:]) if last.role == "tool" and last.content else 0
     usage = Usage(prompt_tokens=60 + 14 * len(request.messages), completion_tokens=5)
     if k + 1 >= turns:
         text = f"done after {turns} turns"
