@@ -52,6 +52,7 @@ def _cases() -> dict[str, dict[str, Case | NOT_REACHED]]:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     sample = str(Path(__file__).resolve().parent.parent / "orchestrator" / "report" / "sample")
     model = ("--base-url", f"{dead}/v1", "--model", "m")
+    recorded = str(Path(__file__).resolve().parent.parent / "docs" / "examples" / "stuck_poll.json")
     usual = {  # each subcommand's plain command line
         "demo": ("demo",),
         "run": ("run", "--scenario", "completed"),
@@ -61,6 +62,7 @@ def _cases() -> dict[str, dict[str, Case | NOT_REACHED]]:
         "serve": ("serve", "--port", "0"),
         "runs": ("runs", "--url", dead),
         "watch": ("watch", "0123456789abcdef", "--url", dead),
+        "replay": ("replay", recorded),
     }
     no_network = "talks to no daemon (demo starts its own)"
     return {
@@ -72,6 +74,7 @@ def _cases() -> dict[str, dict[str, Case | NOT_REACHED]]:
             "sim": no_network,
             "scenarios": no_network,
             "report": no_network,
+            "replay": "reads recordings, talks to no daemon",
             "serve": "is the daemon",
         },
         "bad_port": {
@@ -131,6 +134,7 @@ def _cases() -> dict[str, dict[str, Case | NOT_REACHED]]:
             ),
             "sim": "reaches no endpoint: it is one",
             "scenarios": "reaches no endpoint",
+            "replay": "calls no model, no tool, no trace backend",
         },
     }
 

@@ -34,6 +34,11 @@ HEALTH_BOUND = 0.050
 RUNS = 2
 """Hostile runs submitted at once."""
 
+ATTEMPTS = 3
+"""Watched batches at most: the test keeps the batch whose slowest ``/healthz`` was the
+fastest. A stall the hostile text causes is in every batch (seconds, before the fix); a
+scheduler's pause of the watching process on a busy shared machine is not."""
+
 _LONG = 7_990
 """Characters of each crafted run (a result is normalised in its first and last 4,000
 characters: the old patterns' worst case fits in them)."""
@@ -105,25 +110,41 @@ class HealthWatch:
 
 async def _run_all(url: str, request: dict[str, object]) -> tuple[HealthWatch, list[Any]]:
     """Submit :data:`RUNS` runs of ``request`` at once and follow each to its end, while a
-    :class:`HealthWatch` times ``/healthz``; returns the watch and the ended runs."""
+    :class:`HealthWatch` times ``/healthz`` (up to :data:`ATTEMPTS` batches); returns the
+    best batch's watch and ended runs."""
     async with DaemonClient(url) as client:
         # one run first, unwatched: the daemon's first-use work (lazy imports, caches) is
         # not what is measured
         with anyio.fail_after(120):
             await wait_ended(client, (await client.submit(request))["id"])
-        with HealthWatch(url) as watch:
-            ids = [(await client.submit(request))["id"] for _ in range(RUNS)]
-            ended: list[Any] = []
+        best: tuple[HealthWatch, list[Any]] | None = None
+        for _ in range(ATTEMPTS):
+            watch, ended = await _watched_batch(client, url, request)
+            assert watch.failures == 0
+            assert watch.answers >= 10
+            if best is None or watch.worst < best[0].worst:
+                best = (watch, ended)
+            if watch.worst < HEALTH_BOUND:
+                break
+    assert best is not None
+    return best
 
-            async def follow(run_id: str) -> None:
-                ended.append(await wait_ended(client, run_id))
 
-            with anyio.fail_after(120):
-                async with anyio.create_task_group() as tg:
-                    for run_id in ids:
-                        tg.start_soon(follow, run_id)
-    assert watch.failures == 0
-    assert watch.answers >= 10
+async def _watched_batch(
+    client: DaemonClient, url: str, request: dict[str, object]
+) -> tuple[HealthWatch, list[Any]]:
+    """:data:`RUNS` runs of ``request`` at once, followed to their ends under a watch."""
+    with HealthWatch(url) as watch:
+        ids = [(await client.submit(request))["id"] for _ in range(RUNS)]
+        ended: list[Any] = []
+
+        async def follow(run_id: str) -> None:
+            ended.append(await wait_ended(client, run_id))
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for run_id in ids:
+                    tg.start_soon(follow, run_id)
     return watch, ended
 
 

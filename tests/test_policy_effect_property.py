@@ -372,10 +372,11 @@ def test_no_accepted_request_goes_beyond_a_ceiling_or_below_a_floor(
         ),
         ({"loop": {"llm_check": {"enabled": True, "max_tokens": 100_000}}}, "100000 tokens"),
         ({"max_turns": 21}, "max_turns = 21"),
-        # a lower block level: refused calls are not recorded, the break is never reached
+        # a lower block level: refused calls are not recorded, the break is never reached;
+        # only the refusal limit ends the run, 9 calls after the operator's config would
         (
             {"loop": {"generic_repeat": {"block_at": 2}}},
-            "same call, same result: stopped at call None",
+            "same call, same result: stopped at call 13, the operator's loop detection at 4",
         ),
     ],
 )

@@ -177,6 +177,7 @@ _CLASSES: Final = bytes.maketrans(
 )
 _POD_SET: Final = frozenset(b"bcdfghjklmnpqrstvwxz2456789")
 _DIGITS: Final = frozenset(b"0123456789")
+_LOWER_ALNUM: Final = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789")
 _REPLACEMENTS: Final = {kind: f"<{kind}>".encode() for kind in _KINDS}
 
 
@@ -248,9 +249,10 @@ def _random_looking(token: bytes) -> bool:
 
 def _template_hash(segment: bytes) -> bool:
     """A ReplicaSet's pod-template hash: Kubernetes' vowel-free alphabet, or (older
-    versions, other controllers) lower-case letters and digits holding a digit."""
+    versions, other controllers) lower-case letters and digits holding a digit (a decimal
+    hash too)."""
     return _POD_SET.issuperset(segment) or (
-        segment.isalnum() and segment.islower() and not _DIGITS.isdisjoint(segment)
+        _LOWER_ALNUM.issuperset(segment) and not _DIGITS.isdisjoint(segment)
     )
 
 

@@ -28,7 +28,12 @@ def add_replay_command(commands: Any) -> None:
     replay = commands.add_parser(
         "replay",
         help="what another config would have done with recorded runs (no model, no tool)",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+        description=(
+            "Replay every run the paths hold under the config (--config, the run's own"
+            " overrides over it) and under each --preset (the loop preset replaced), calling"
+            " no model and no tool. Prints a Markdown table (default) or one JSON document"
+            " with rows and totals. Exit status: 0 done, 2 bad input (one line on stderr)."
+        ),
     )
     replay.add_argument("paths", nargs="+", metavar="PATH", help="store, .jsonl, .json or dir")
     replay.add_argument(
@@ -43,7 +48,12 @@ def add_replay_command(commands: Any) -> None:
         choices=get_args(LoopPreset),
         help="replay under this loop preset too (repeatable; default: the config's own)",
     )
-    replay.add_argument("--beyond", choices=("repeat", "end"), default="repeat")
+    replay.add_argument(
+        "--beyond",
+        choices=("repeat", "end"),
+        default="repeat",
+        help="past the recording: repeat the model's last answer (default) or end the run",
+    )
     shape = replay.add_mutually_exclusive_group()
     shape.add_argument("--json", action="store_true", help="rows and totals as one JSON document")
     shape.add_argument("--markdown", action="store_true", help="Markdown tables (the default)")
