@@ -81,7 +81,7 @@ async def _daemon(runs: int) -> int:
         daemon = Daemon(config, environ={})
         app = create_app(config, daemon=daemon)
         transport = httpx.ASGITransport(app=app)
-        client = httpx.AsyncClient(transport=transport, base_url="http://daemon")
+        client = httpx.AsyncClient(transport=transport, base_url="http://localhost")
         async with daemon.running(), client:
             ids = []
             for _ in range(runs):
