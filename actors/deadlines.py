@@ -8,9 +8,11 @@ more object per call kept for the collector. Calls of an actor mostly share the 
 in the order they started. :class:`Deadlines` keeps the scopes of one limit in a dict in
 that order and one watcher task (in the actor's task group) asleep until the earliest; a call
 that ends drops its entry, and the watcher, when it wakes for a call that ended, sleeps on
-until the next, and ends when none is left. A scope cancelled this way
-looks as one cancelled by its own deadline does (``cancelled_caught``, no reason given by
-the caller).
+until the next. With none left it lingers one limit length (a call watched meanwhile is due
+no earlier than that) and ends only if still none came: calls that end before the watcher
+first runs (an ``async def`` tool that returns at once) would otherwise start a watcher task
+each (docs/performance.md). A scope cancelled this way looks as one cancelled by its own
+deadline does (``cancelled_caught``, no reason given by the caller).
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class Deadlines:
 
     def forget(self, scope: anyio.CancelScope, seconds: float) -> None:
         """``scope`` has ended and needs no cancelling (the watcher stays asleep, so a steady
-        stream of calls costs no timer per call)."""
+        stream of calls costs no timer and no task per call)."""
         limit = self._limits.get(seconds)
         if limit is not None:
             limit.scopes.pop(scope, None)
@@ -88,10 +90,18 @@ class Deadlines:
         assert limit.watcher is not None
         try:
             with limit.watcher:
-                while scopes:
+                while True:
+                    now = anyio.current_time()
+                    if not scopes:
+                        # Linger: a scope watched from now on is due at now + seconds or
+                        # later, so waking then is never late for it.
+                        await anyio.sleep_until(now + seconds)
+                        if not scopes:
+                            break
+                        continue
                     scope = next(iter(scopes))
                     deadline = scopes[scope]
-                    if deadline > anyio.current_time():
+                    if deadline > now:
                         await anyio.sleep_until(deadline)
                         continue
                     del scopes[scope]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import anyio
@@ -90,3 +91,53 @@ async def test_an_endless_limit_watches_nothing() -> None:
         assert deadlines.watched() == 0
         assert scope.deadline == math.inf
         deadlines.close()
+
+
+def _runs_watcher(task: asyncio.Task[object]) -> bool:
+    coro: object = task.get_coro()  # under anyio's wrapper coroutine
+    while coro is not None:
+        if getattr(coro, "__qualname__", "") == "Deadlines._watch":
+            return True
+        coro = getattr(coro, "cr_await", None)
+    return False
+
+
+def _watchers() -> list[asyncio.Task[object]]:
+    """The deadline watcher tasks alive now."""
+    return [task for task in asyncio.all_tasks() if _runs_watcher(task)]
+
+
+async def test_calls_that_end_before_the_watcher_runs_share_one_watcher() -> None:
+    # An async tool that returns at once: each call is forgotten before the watcher's first
+    # step. The watcher lingers instead of ending, so calls start no task each.
+    async with anyio.create_task_group() as tg:
+        deadlines = Deadlines(tg)
+        seen: set[asyncio.Task[object]] = set()
+        for _ in range(5):
+            scope = anyio.CancelScope()  # a call that ends at once
+            deadlines.watch(scope, 60.0)
+            deadlines.forget(scope, 60.0)
+            await anyio.lowlevel.checkpoint()  # the watcher runs (and finds nothing)
+            await anyio.lowlevel.checkpoint()
+            seen.update(_watchers())
+            assert len(_watchers()) == 1
+        assert len(seen) == 1
+        assert not scope.cancel_called
+        deadlines.close()
+
+
+async def test_an_idle_watcher_ends_after_one_limit_and_a_late_call_is_still_cancelled() -> None:
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:  # exits once the watcher has ended
+            deadlines = Deadlines(tg)
+            first = anyio.CancelScope()  # a call that ends at once
+            deadlines.watch(first, SHORT)
+            deadlines.forget(first, SHORT)
+            await anyio.lowlevel.checkpoint()  # the watcher starts idle, lingering
+            with anyio.CancelScope() as second:  # watched while the watcher lingers
+                deadlines.watch(second, SHORT)
+                await anyio.sleep_forever()
+            deadlines.forget(second, SHORT)
+            assert second.cancelled_caught
+            assert not first.cancel_called
+    assert deadlines.watched() == 0
