@@ -121,7 +121,8 @@ show a model its tools only inside a system message (llama-cpp-python's
 ``chatml-function-calling`` format drops every tool definition from a prompt without one:
 a real model then invents paths), and a model told nothing does not know where it is."""
 
-RunStatus = Literal["queued", "running", "finished"]
+HandleStatus = Literal["queued", "running", "finished"]
+"""Where a :class:`RunHandle` is (the daemon's API says ``ended`` for ``finished``)."""
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -315,7 +316,7 @@ class RunHandle:
         self._runtime = runtime
         self.run_id = run_id
         self.trace_id = trace_id
-        self.status: RunStatus = "queued"
+        self.status: HandleStatus = "queued"
         self._result: RunResult | None = None
         self._done = _Done()
         self._abort: AbortRequested | None = None
