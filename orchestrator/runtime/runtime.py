@@ -20,7 +20,6 @@ embedded simulator over loopback.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import uuid
@@ -51,7 +50,7 @@ from actors.progress.reporter import ProgressReporter
 from actors.tools import ToolExecutorSettings, ToolLimits, ToolRegistry, default_registry
 from actors.tools.executor import ToolExecutor
 from actors.workers import Workers
-from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec
+from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec, aio_seam
 from orchestrator.conductor import (
     Conductor,
     ConductorSettings,
@@ -268,7 +267,7 @@ class _Done:
 
     def __init__(self) -> None:
         self._set = False
-        self._waiters: list[asyncio.Future[None]] | None = None
+        self._waiters: list[aio_seam.Future[None]] | None = None
         self._callbacks: list[Callable[[], object]] | None = None
 
     def is_set(self) -> bool:
@@ -296,7 +295,7 @@ class _Done:
     async def wait(self) -> None:
         if self._set:
             return
-        waiter: asyncio.Future[None] = asyncio.Future()
+        waiter: aio_seam.Future[None] = aio_seam.Future()
         if self._waiters is None:
             self._waiters = []
         self._waiters.append(waiter)
