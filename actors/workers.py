@@ -16,13 +16,14 @@ and a deadline a job set is lifted when it ends.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
+
+from bus import aio_seam
 
 __all__ = ["DEFAULT_MAX_IDLE", "Job", "Workers"]
 
@@ -64,7 +65,7 @@ class Workers:
     def __init__(self, task_group: TaskGroup, *, max_idle: int = DEFAULT_MAX_IDLE) -> None:
         self._tg = task_group
         self._max_idle = max_idle
-        self._idle: list[asyncio.Future[Job | None]] = []
+        self._idle: list[aio_seam.Future[Job | None]] = []
         self._closed = False
         self._busy = 0
         self.started = 0
@@ -104,10 +105,10 @@ class Workers:
                 waiting.set_result(None)
         self._idle.clear()
 
-    def _park(self) -> asyncio.Future[Job | None]:
+    def _park(self) -> aio_seam.Future[Job | None]:
         """A future the next job arrives by; resolved with None at once when this worker
         should end (the pool is closed, or has idle workers enough)."""
-        waiting: asyncio.Future[Job | None] = asyncio.Future()  # of the running loop
+        waiting: aio_seam.Future[Job | None] = aio_seam.Future()  # of the running loop
         if self._closed or len(self._idle) >= self._max_idle:
             waiting.set_result(None)
         else:

@@ -16,7 +16,6 @@ control :class:`Inbox`, after every subscriber got them.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from collections import deque
@@ -26,6 +25,7 @@ from typing import Any, Final, Literal, NamedTuple
 import anyio
 from anyio.abc import TaskStatus
 
+from bus import aio_seam
 from bus.messages import INBOX_TYPES, ActorFailed, Message
 
 __all__ = [
@@ -51,9 +51,8 @@ RunHandler = Callable[[Any], Job | None]
 OnFull = Literal["wait", "drop"]
 
 
-# The bus runs on asyncio (as loopfuse does): its hot paths use asyncio's Event, which costs
-# a fraction of anyio's backend-dispatching one. Waiting on it inside anyio cancel scopes is
-# fine: cancellation arrives as a CancelledError at the await.
+# The bus's hot paths wait on asyncio's Event and Future (:mod:`bus.aio_seam` says why).
+# Waiting on them inside anyio cancel scopes is fine: cancellation arrives at the await.
 
 
 class _Ticket:
@@ -63,7 +62,7 @@ class _Ticket:
 
     def __init__(self) -> None:
         self.remaining = 0
-        self._event: asyncio.Event | None = None
+        self._event: aio_seam.Event | None = None
 
     def done(self) -> None:
         self.remaining -= 1
@@ -72,7 +71,7 @@ class _Ticket:
 
     async def wait(self) -> None:
         if self.remaining > 0:
-            self._event = asyncio.Event()
+            self._event = aio_seam.Event()
             await self._event.wait()
 
 
@@ -99,8 +98,8 @@ class _Mailbox:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._items: deque[_Item] = deque()
-        self._not_empty: asyncio.Event | None = None
-        self._not_full: asyncio.Event | None = None
+        self._not_empty: aio_seam.Event | None = None
+        self._not_full: aio_seam.Event | None = None
         self._closed = False
 
     def __len__(self) -> int:
@@ -122,7 +121,7 @@ class _Mailbox:
     async def put(self, item: _Item) -> None:
         while not self.put_nowait(item):
             if self._not_full is None:
-                self._not_full = asyncio.Event()
+                self._not_full = aio_seam.Event()
             await self._not_full.wait()
 
     async def get_batch(self) -> list[_Item]:
@@ -131,7 +130,7 @@ class _Mailbox:
             if self._closed:
                 return []
             if self._not_empty is None:
-                self._not_empty = asyncio.Event()
+                self._not_empty = aio_seam.Event()
             await self._not_empty.wait()
         batch = list(self._items)
         self._items.clear()
@@ -150,7 +149,7 @@ class _Mailbox:
         """Wait until :meth:`close` (an inline subscriber's task waits here)."""
         while not self._closed:
             if self._not_empty is None:
-                self._not_empty = asyncio.Event()
+                self._not_empty = aio_seam.Event()
             await self._not_empty.wait()
 
     def close(self) -> None:
@@ -459,7 +458,7 @@ class Inbox:
     def __init__(self, run_id: str, registry: dict[str, Inbox] | None = None) -> None:
         self.run_id = run_id
         self._items: list[Message] = []
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: aio_seam.Future[None] | None = None
         self._registry = registry  # where the bus finds it, while it is open
 
     def __enter__(self) -> Inbox:
@@ -484,7 +483,7 @@ class Inbox:
         while not self._items:
             waiter = self._waiter
             if waiter is None or waiter.done():
-                waiter = self._waiter = asyncio.Future()
+                waiter = self._waiter = aio_seam.Future()
             await waiter
         return self._items.pop(0)
 

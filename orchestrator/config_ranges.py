@@ -2,8 +2,9 @@
 
 Every integer and float setting carries its bounds on its type, where decoding enforces
 them. This module reads them back: to say the whole range in an error message, to list
-every numeric key (``docs/security.md``, "Bounded configuration"), and to find a numeric
-setting with no upper bound (which a test refuses).
+every numeric key (:mod:`orchestrator.config_docs`), and to find a numeric setting with
+no upper bound (which a test refuses). It knows no config type: :mod:`orchestrator.config`
+imports it.
 """
 
 from __future__ import annotations
@@ -14,14 +15,7 @@ from typing import Literal, NamedTuple
 import msgspec
 import msgspec.inspect as mi
 
-__all__ = [
-    "NumericRange",
-    "config_roots",
-    "doc_tables",
-    "numeric_ranges",
-    "range_at",
-    "range_table",
-]
+__all__ = ["NumericRange", "numeric_ranges", "range_at", "range_table"]
 
 Number = int | float
 
@@ -162,22 +156,3 @@ def range_table(kind: type[msgspec.Struct], prefix: str = "") -> str:
         nullable = "yes" if found.nullable else ""
         lines.append(f"| `{found.key}` | {found.notation()} | {nullable} |")
     return "\n".join(lines)
-
-
-def config_roots() -> tuple[tuple[str, type[msgspec.Struct]], ...]:
-    """``(prefix, type)`` of everything numeric a config or a run's config can set: the
-    config file, a run's keys (``config`` of a request, ``[config]`` of a scenario), and its
-    ``loop`` table."""
-    from actors.loop import LoopConfig  # here: orchestrator.config imports this module
-    from orchestrator.config import Config, RunSettings
-
-    return (("", Config), ("config", RunSettings), ("config.loop", LoopConfig))
-
-
-def doc_tables() -> list[str]:
-    """The tables of ``docs/security.md`` ("Bounded configuration"), one per root."""
-    return [range_table(kind, prefix) for prefix, kind in config_roots()]
-
-
-if __name__ == "__main__":
-    print("\n\n".join(doc_tables()))

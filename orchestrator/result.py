@@ -26,7 +26,8 @@ __all__ = [
     "simulator_answered",
 ]
 
-RunState = Literal["PLAN", "ACT", "OBSERVE", "DONE", "FAILED"]
+RunPhase = Literal["PLAN", "ACT", "OBSERVE", "DONE", "FAILED"]
+"""Where the conductor's state machine is (a trace entry's ``state``)."""
 
 
 # Results are immutable data (no cycles), so they stay out of the cycle collector
@@ -38,7 +39,7 @@ class TraceEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, 
 
     at: float
     turn: int
-    state: RunState
+    state: RunPhase
     event: str
     detail: str = ""
 

@@ -13,7 +13,7 @@ import orchestrator.runtime  # noqa: F401  (imports the compiled hot path)
 from orchestrator.runtime.compiled import STALE_FIX, stale_modules
 
 if TYPE_CHECKING:
-    from orchestrator.cluster.testing import NatsServer
+    from tests.nats_server import NatsServer
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -29,7 +29,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def server(tmp_path: Path) -> Iterator[NatsServer]:
     """A nats-server with JetStream, its store in the test's directory (the fleet tests;
     they skip without it: ``tests/fleet_support.py``)."""
-    from orchestrator.cluster.testing import NatsServer
+    from tests.nats_server import NatsServer
 
     store = tmp_path / "jetstream"
     store.mkdir()

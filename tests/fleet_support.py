@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("nats", reason="nats-py is not installed (pip install loopfuse[nats])")
 
-from orchestrator.cluster.testing import nats_server_binary
+from tests.nats_server import nats_server_binary
 
 NEEDS_NATS_SERVER = pytest.mark.skipif(
     nats_server_binary() is None,

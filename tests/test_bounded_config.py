@@ -42,7 +42,8 @@ from actors.loop.history import CallRecord, Window
 from actors.loop.ping_pong import PingPong
 from actors.loop.poll import PollNoProgress
 from orchestrator.config import Config, RunSettings, load_config
-from orchestrator.config_ranges import NumericRange, config_roots, doc_tables, numeric_ranges
+from orchestrator.config_docs import config_roots, doc_tables
+from orchestrator.config_ranges import NumericRange, numeric_ranges
 from orchestrator.errors import ConfigError
 from orchestrator.runtime import Runtime
 from orchestrator.scenarios.runs import start_scenario
@@ -112,7 +113,7 @@ def test_the_docs_table_is_generated_from_the_types() -> None:
     for table in doc_tables():
         assert table in section, (
             "docs/security.md is out of date: regenerate its tables with "
-            "`python -m orchestrator.config_ranges`"
+            "`python -m orchestrator.config_docs`"
         )
 
 

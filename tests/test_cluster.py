@@ -25,11 +25,11 @@ from nats.js.errors import NotFoundError
 
 from orchestrator.cluster import ClusterError, ClusterNode, ClusterSettings
 from orchestrator.cluster.jetstream import bucket_keys
-from orchestrator.cluster.testing import NatsServer
 from orchestrator.config import Config
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.sim import Scenario, find_scenario, parse_scenario
 from tests.fleet_support import NEEDS_NATS_SERVER
+from tests.nats_server import NatsServer
 
 pytestmark = NEEDS_NATS_SERVER
 

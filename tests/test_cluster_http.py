@@ -13,8 +13,8 @@ import anyio
 import httpx
 import pytest
 
-from orchestrator.cluster.testing import NatsServer
 from tests.fleet_support import NEEDS_NATS_SERVER
+from tests.nats_server import NatsServer
 
 pytestmark = NEEDS_NATS_SERVER
 

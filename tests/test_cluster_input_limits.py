@@ -9,10 +9,10 @@ import anyio
 import httpx
 import pytest
 
-from orchestrator.cluster.testing import NatsServer
 from orchestrator.daemon.limits import MAX_INTEGER
 from tests.daemon_support import JSON
 from tests.fleet_support import NEEDS_NATS_SERVER
+from tests.nats_server import NatsServer
 from tests.test_cluster_http import sse_ids, start_daemon, stop
 
 pytestmark = NEEDS_NATS_SERVER

@@ -9,8 +9,8 @@ import anyio
 import httpx
 import pytest
 
-from orchestrator.cluster.testing import NatsServer
 from tests.fleet_support import NEEDS_NATS_SERVER
+from tests.nats_server import NatsServer
 from tests.test_cluster_http import start_daemon, stop
 from tests.test_daemon_idempotency import post_all
 from tests.test_daemon_policy import completed_text, hook, refusal

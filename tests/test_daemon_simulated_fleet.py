@@ -10,9 +10,9 @@ import anyio
 import httpx
 import pytest
 
-from orchestrator.cluster.testing import NatsServer
 from orchestrator.result import SIMULATOR_NOTE
 from tests.fleet_support import NEEDS_NATS_SERVER
+from tests.nats_server import NatsServer
 from tests.test_cluster_http import sse_ids, start_daemon, stop
 
 pytestmark = NEEDS_NATS_SERVER

@@ -5,6 +5,8 @@ the ``events`` view for whoever reads the file by hand."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -123,3 +125,15 @@ async def test_events_of_pruned_runs_go_with_them(tmp_path: Path) -> None:
         store.close()
     with closing(sqlite3.connect(tmp_path / "daemon.db")) as db:
         assert db.execute("SELECT count(*) FROM run_events").fetchone() == (1,)
+
+
+def test_the_store_leaves_the_sqlite3_module_as_it_found_it() -> None:
+    """Adapters are the module's, so every connection of the process would get them: the
+    store registers none (a library's caller may use sqlite3 too)."""
+    script = (
+        "import sqlite3; before = dict(sqlite3.adapters); "
+        "import orchestrator.daemon.store; "
+        "assert sqlite3.adapters == before, set(sqlite3.adapters) - set(before)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -24,7 +24,7 @@ import pytest
 from actors.loop import PRESETS
 from bench.waste import main as waste_main
 from orchestrator.scenarios.corpus import STOP_BY, CorpusRun, Outcome, corpus, play_corpus
-from orchestrator.scenarios.corpus.generate import main as generate_main
+from tests.corpus_generate import main as generate_main
 
 RUNS: Final = corpus()
 KINDS: Final = frozenset(run.kind for run in RUNS)

@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "bus",
+    "bus.aio_seam",
     "bus.bus",
     "bus.exit",
     "bus.messages",

@@ -12,11 +12,11 @@ import anyio
 import pytest
 
 from orchestrator.cluster import ClusterNode
-from orchestrator.cluster.testing import NatsServer
 from orchestrator.config import Config
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.sim import parse_scenario
 from tests.fleet_support import NEEDS_NATS_SERVER
+from tests.nats_server import NatsServer
 from tests.test_cluster import all_events, settings_for, start_worker, wait_until
 from tests.test_resume_fuses import LOOP
 

@@ -21,7 +21,6 @@ exceptions (:mod:`actors.tools.invoke`).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import shutil
 import time
@@ -51,6 +50,7 @@ from bus import (
     ToolExecute,
     ToolResult,
     ToolsCancel,
+    aio_seam,
 )
 
 __all__ = ["ToolCacheStatistics", "ToolExecutor", "ToolExecutorStatistics"]
@@ -101,7 +101,7 @@ class _Slot:
         self.fingerprint = fingerprint
         self.tool: Tool[Any] | None = None  # None: not registered or not enabled
         self._finished = False
-        self._waiters: asyncio.Event | None = None  # made only if someone waits
+        self._waiters: aio_seam.Event | None = None  # made only if someone waits
         self.result: ToolResult | None = None
         self.scope: anyio.CancelScope | None = None
         self.cache: Literal["hit", "miss", "none"] = "none"
@@ -120,7 +120,7 @@ class _Slot:
         if self._finished:
             return
         if self._waiters is None:
-            self._waiters = asyncio.Event()
+            self._waiters = aio_seam.Event()
         await self._waiters.wait()
 
 

@@ -12,10 +12,11 @@ finishes the call (a bounded directory listing or file read) and its result is d
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
+
+from bus import aio_seam
 
 __all__ = ["POOL", "run_in_thread"]
 
@@ -27,6 +28,6 @@ as calls need them."""
 
 
 async def run_in_thread(function: Callable[[], T]) -> T:
-    """``function()`` in a thread of :data:`POOL`, its result (or exception) returned here.
-    The loop's own executor hand-off, on purpose (anyio runs on asyncio here)."""
-    return await asyncio.get_running_loop().run_in_executor(POOL, function)  # noqa: TID251
+    """``function()`` in a thread of :data:`POOL`, its result (or exception) returned here
+    (the loop's own executor hand-off: :mod:`bus.aio_seam`)."""
+    return await aio_seam.run_in_executor(POOL, function)

@@ -14,9 +14,12 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-__all__ = ["STATE_DECODER", "STATE_ENCODER", "RunState", "RunStatus"]
+from orchestrator.daemon.schemas import RunStatus
 
-RunStatus = Literal["queued", "running", "aborting", "ended"]
+__all__ = ["STATE_DECODER", "STATE_ENCODER", "FleetStatus", "RunState"]
+
+FleetStatus = Literal[RunStatus, "aborting"]
+"""The API's statuses and ``aborting`` (the API shows it as ``running``)."""
 
 
 class RunState(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,7 +27,7 @@ class RunState(msgspec.Struct, frozen=True, kw_only=True):
 
     run_id: str
     trace_id: str
-    status: RunStatus
+    status: FleetStatus
     on_crash: str
     request: dict[str, Any]
     request_hash: str

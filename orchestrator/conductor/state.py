@@ -9,11 +9,11 @@ from typing import Literal, cast
 
 from bus import ChatMessage, Nudge, StopSignal, Usage, cause_hint, nudge_text, outcome_of
 from orchestrator.conductor.inputs import RunCheckpoint
-from orchestrator.result import CallLogEntry, RunResult, RunState, TraceEntry
+from orchestrator.result import CallLogEntry, RunPhase, RunResult, TraceEntry
 
 __all__ = ["RunRecord"]
 
-_RawTrace = tuple[float, int, RunState, str, str]
+_RawTrace = tuple[float, int, RunPhase, str, str]
 """A trace entry as made: monotonic time, turn, state, event, detail."""
 
 
@@ -62,7 +62,7 @@ class RunRecord:
         self.traced = 0  # entries converted so far
         self.call_log: list[CallLogEntry] = []
         self.turn = 0
-        self.state: RunState = "PLAN"
+        self.state: RunPhase = "PLAN"
         self.llm_requests = 0
         self.tool_calls = 0
         self.usage = Usage()
@@ -122,7 +122,7 @@ class RunRecord:
             pending_nudges=pending,
         )
 
-    def enter(self, state: RunState, event: str) -> None:
+    def enter(self, state: RunPhase, event: str) -> None:
         self.state = state
         self.trace.append((time.monotonic(), self.turn, state, event, ""))
 

@@ -26,7 +26,6 @@ refusal is the API's JSON error body with ``Connection: close``.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import Any, ClassVar, NamedTuple
 
@@ -35,6 +34,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from bus import aio_seam
 from orchestrator.daemon.schemas import ErrorBody, ErrorDetail
 
 __all__ = ["ConnectionLimits", "limited_protocol"]
@@ -82,20 +82,20 @@ class _LimitedHttpTools(HttpToolsProtocol):
         config: Config,
         server_state: ServerState,
         app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
+        _loop: aio_seam.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._reading_head = True
         self._head_room = self.limits.max_header_bytes
         self._header_lines = 0
         self._refused: bytes | None = None
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._body_timer: asyncio.TimerHandle | None = None
+        self._head_timer: aio_seam.TimerHandle | None = None
+        self._body_timer: aio_seam.TimerHandle | None = None
         self._address: str | None = None
 
     # -- connections ---------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: aio_seam.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         address = self.client[0] if self.client else ""
         limits = self.limits
@@ -235,7 +235,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self._head_timer = self._body_timer = None
 
 
-def limited_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+def limited_protocol(limits: ConnectionLimits) -> type[aio_seam.Protocol]:
     """uvicorn's httptools protocol under ``limits``, for ``uvicorn.Config(http=...)``: one
     class per server (the per-client connection counts are shared by its connections)."""
     return type(

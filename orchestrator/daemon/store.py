@@ -180,20 +180,6 @@ _SUMMARY_COLUMNS: Final = ", ".join(
 _T = TypeVar("_T")
 
 
-def _as_is(value: _T) -> _T:
-    return value
-
-
-# The sqlite3 module binds an int, a float or a str directly, but for a bytes or a None it
-# looks for an adapter, and the failed look-up raises and formats an AttributeError inside
-# (~2k instructions a value; a run binds ~30: its events' data, its request, result and
-# checkpoints, the columns still NULL). These two adapters give each value back as it is
-# (bound as before: a BLOB, a NULL) and end the look-up at the first step. They are the
-# module's, so for every connection of the process, and change no value bound.
-sqlite3.register_adapter(bytes, _as_is)
-sqlite3.register_adapter(type(None), _as_is)
-
-
 class RunRow(msgspec.Struct, kw_only=True):
     """A run as stored (``request`` and ``result`` are JSON bytes)."""
 
@@ -755,8 +741,8 @@ def _execute_rows(
     a few sizes (powers of two, as the variable limit allows), each filled up with rows of
     zeros that the ``LIMIT`` (the number of real rows) leaves out. A commit's statement texts
     are then a handful that the connection has prepared before. (Fillers are ``0``, not
-    ``None``: the sqlite3 module binds an ``int`` directly, a ``None`` through an adapter
-    (:func:`_as_is`).)"""
+    ``None``: the sqlite3 module binds an ``int`` directly, a ``None`` after an adapter
+    look-up.)"""
     if not rows:
         return
     width = len(rows[0])

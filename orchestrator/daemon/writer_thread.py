@@ -13,17 +13,18 @@ is dropped (the store waits for its commits in a shielded scope, so it never is)
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from bus import aio_seam
+
 __all__ = ["WriterThread"]
 
 T = TypeVar("T")
 
-_Call = tuple[Callable[[], Any], "asyncio.Future[Any]"]
+_Call = tuple[Callable[[], Any], "aio_seam.Future[Any]"]
 
 
 class WriterThread:
@@ -34,7 +35,7 @@ class WriterThread:
         self.name = name
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: aio_seam.AbstractEventLoop | None = None
         self._stopping = False
 
     @property
@@ -49,7 +50,7 @@ class WriterThread:
         """Start the thread; results of its calls go to the running event loop."""
         if self._thread is not None:
             raise RuntimeError(f"{self.name} was started before")
-        self._loop = asyncio.get_running_loop()  # noqa: TID251 (anyio runs on asyncio here)
+        self._loop = aio_seam.running_loop()
         self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
         self._thread.start()
 
@@ -58,7 +59,7 @@ class WriterThread:
         exception) returned here."""
         if self._loop is None or self._stopping:
             raise RuntimeError(f"{self.name} is not running")
-        future: asyncio.Future[T] = self._loop.create_future()
+        future: aio_seam.Future[T] = self._loop.create_future()
         self._calls.put((function, future))
         return await future
 
@@ -68,7 +69,7 @@ class WriterThread:
         if thread is None or loop is None or self._stopping:
             return
         self._stopping = True
-        ended: asyncio.Future[None] = loop.create_future()
+        ended: aio_seam.Future[None] = loop.create_future()
         self._calls.put((lambda: None, ended))
         self._calls.put(None)
         await ended
@@ -94,7 +95,7 @@ class WriterThread:
             del item, function, future, result, error
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+def _settle(future: aio_seam.Future[Any], result: Any, error: BaseException | None) -> None:
     if future.cancelled():  # the caller was cancelled and went; the result is dropped
         return
     if error is not None:

@@ -9,14 +9,13 @@ readers can resume by position), except ``RunFinished``, which is always kept.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Final
 
 import anyio
 from anyio.abc import TaskStatus
 
-from bus import Bus, Message, RunFinished
+from bus import Bus, Message, RunFinished, aio_seam
 
 __all__ = ["DEFAULT_EVENT_CAP", "EventLog"]
 
@@ -30,7 +29,7 @@ class _RunEvents:
         self.events: list[Message] = []
         self.finished = False
         self.dropped = 0
-        self.following: asyncio.Event | None = None  # made only while someone follows
+        self.following: aio_seam.Event | None = None  # made only while someone follows
 
     def wake(self) -> None:
         if self.following is not None:
@@ -39,7 +38,7 @@ class _RunEvents:
 
     async def changed(self) -> None:
         if self.following is None:
-            self.following = asyncio.Event()
+            self.following = aio_seam.Event()
         await self.following.wait()
 
 

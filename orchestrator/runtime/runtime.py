@@ -20,7 +20,6 @@ embedded simulator over loopback.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import uuid
@@ -51,7 +50,7 @@ from actors.progress.reporter import ProgressReporter
 from actors.tools import ToolExecutorSettings, ToolLimits, ToolRegistry, default_registry
 from actors.tools.executor import ToolExecutor
 from actors.workers import Workers
-from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec
+from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec, aio_seam
 from orchestrator.conductor import (
     Conductor,
     ConductorSettings,
@@ -121,7 +120,8 @@ show a model its tools only inside a system message (llama-cpp-python's
 ``chatml-function-calling`` format drops every tool definition from a prompt without one:
 a real model then invents paths), and a model told nothing does not know where it is."""
 
-RunStatus = Literal["queued", "running", "finished"]
+HandleStatus = Literal["queued", "running", "finished"]
+"""Where a :class:`RunHandle` is (the daemon's API says ``ended`` for ``finished``)."""
 
 
 class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -267,7 +267,7 @@ class _Done:
 
     def __init__(self) -> None:
         self._set = False
-        self._waiters: list[asyncio.Future[None]] | None = None
+        self._waiters: list[aio_seam.Future[None]] | None = None
         self._callbacks: list[Callable[[], object]] | None = None
 
     def is_set(self) -> bool:
@@ -295,7 +295,7 @@ class _Done:
     async def wait(self) -> None:
         if self._set:
             return
-        waiter: asyncio.Future[None] = asyncio.Future()
+        waiter: aio_seam.Future[None] = aio_seam.Future()
         if self._waiters is None:
             self._waiters = []
         self._waiters.append(waiter)
@@ -315,7 +315,7 @@ class RunHandle:
         self._runtime = runtime
         self.run_id = run_id
         self.trace_id = trace_id
-        self.status: RunStatus = "queued"
+        self.status: HandleStatus = "queued"
         self._result: RunResult | None = None
         self._done = _Done()
         self._abort: AbortRequested | None = None

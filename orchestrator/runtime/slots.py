@@ -8,8 +8,9 @@ straight to the first waiter, so a burst of new runs cannot overtake the queue.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
+
+from bus import aio_seam
 
 __all__ = ["RunSlots"]
 
@@ -22,7 +23,7 @@ class RunSlots:
     def __init__(self, total: int) -> None:
         self.total = total
         self.borrowed = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._waiters: deque[aio_seam.Future[None]] = deque()
 
     async def acquire(self) -> None:
         """Take a slot, waiting for one if all are held. Cancelled while waiting, the
@@ -30,7 +31,7 @@ class RunSlots:
         if self.borrowed < self.total and not self._waiters:
             self.borrowed += 1
             return
-        waiter: asyncio.Future[None] = asyncio.Future()
+        waiter: aio_seam.Future[None] = aio_seam.Future()
         self._waiters.append(waiter)
         try:
             await waiter

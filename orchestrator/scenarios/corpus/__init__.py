@@ -6,7 +6,7 @@ every loop preset.
 never will: each must be stopped with a ``loop.`` cause before its 21st call
 (:data:`STOP_BY`). A file's first line names its kind (``# kind: legit.poll``), so a
 preset's documented exceptions are declared per kind (``tests/test_fuse_corpus.py``).
-The files are written by :mod:`orchestrator.scenarios.corpus.generate`.
+The files are written by ``tests/corpus_generate.py``.
 
 :func:`play_corpus` runs them in process against the simulator (the library
 :class:`~orchestrator.runtime.Runtime`), every scenario under every preset, and

@@ -1,4 +1,4 @@
-"""``python -m orchestrator.cluster.bench``: fleet throughput and event latency, measured.
+"""``python -m bench.cluster``: fleet throughput and event latency, measured.
 
 Starts a throw-away ``nats-server``, then for 1, 2 and 3 worker daemons (subprocesses, so
 they can use more than one core) submits ``--runs`` runs of a two-turn scenario whose model
@@ -25,10 +25,10 @@ import anyio
 from bus import Message
 from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.settings import ClusterSettings
-from orchestrator.cluster.testing import NatsServer
 from orchestrator.config import Config
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.sim import parse_scenario
+from tests.nats_server import NatsServer
 
 SCENARIO: Final = """
 description = "Two turns; the model answers after a fixed latency."
@@ -165,7 +165,7 @@ async def _main(runs: int, latency: float, fleet_sizes: list[int], latency_runs:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.cluster.bench")
+    parser = argparse.ArgumentParser(prog="python -m bench.cluster")
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--latency", type=float, default=0.05, help="model latency, seconds")
     parser.add_argument("--daemons", type=int, nargs="+", default=[1, 2, 3])
