@@ -21,7 +21,7 @@ from actors.loop.config import (
     ShellStagnationConfig,
     ToolStagnationConfig,
 )
-from actors.loop.history import CallRecord, Window
+from actors.loop.history import CallRecord, ToolDetector, Window
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_overview"]
@@ -80,7 +80,7 @@ class _Levels:
         return level_for(count, self._warn, self._block, self._brk)
 
 
-class ToolStagnation:
+class ToolStagnation(ToolDetector):
     """Consecutive calls of one tool name, whatever the arguments. With
     ``progress_resets``, a call whose result changed since its previous one restarts the
     streak (qwen-code's reset for stateful read tools)."""
@@ -127,9 +127,6 @@ class ToolStagnation:
         else:
             self._last, self._streak = call.tool, 1
 
-    def on_refused(self, call: CallRecord) -> None:
-        return None
-
     def state(self) -> dict[str, object]:
         return {"last": self._last, "streak": self._streak}
 
@@ -139,7 +136,7 @@ class ToolStagnation:
         self._streak = streak if isinstance(streak, int) else 0
 
 
-class ShellStagnation:
+class ShellStagnation(ToolDetector):
     """Consecutive git-overview shell commands (``CallRecord.inspection``); with
     ``progress_resets`` an overview counts once its output shows no progress."""
 
@@ -178,9 +175,6 @@ class ShellStagnation:
         if call.inspection and call.result is not None and not call.refused:
             self._streak = 0 if call.progress else self._streak + 1
 
-    def on_refused(self, call: CallRecord) -> None:
-        return None
-
     def state(self) -> dict[str, object]:
         return {"streak": self._streak}
 
@@ -189,7 +183,7 @@ class ShellStagnation:
         self._streak = streak if isinstance(streak, int) else 0
 
 
-class ReadLoop:
+class ReadLoop(ToolDetector):
     """Read-like calls among the last ``window`` calls, after a non-read call was seen.
     With ``count_no_progress`` a read counts once its result is known and made no
     progress (each call of the window is kept as its id and whether it counts)."""
@@ -274,9 +268,6 @@ class ReadLoop:
                     self._count += 1
                 return
 
-    def on_refused(self, call: CallRecord) -> None:
-        return None
-
     def state(self) -> dict[str, object]:
         return {"reads": list(self._reads), "ids": list(self._ids), "seen_other": self._seen_other}
 
@@ -290,7 +281,7 @@ class ReadLoop:
         self._seen_other = state.get("seen_other") is True or not self._config.cold_start
 
 
-class CallCap:
+class CallCap(ToolDetector):
     """Calls of the run and the most any one call was repeated (qwen-code's adaptive cap).
     With ``count_no_progress`` both count only calls whose result is known and made no
     progress."""
@@ -349,9 +340,6 @@ class CallCap:
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if not call.progress and call.result is not None and not call.refused:
             self._count(call)
-
-    def on_refused(self, call: CallRecord) -> None:
-        return None
 
     def state(self) -> dict[str, object]:
         return {"counts": dict(self._counts), "max_repeat": self._max_repeat, "total": self._total}
