@@ -128,3 +128,20 @@ def test_the_derived_lists() -> None:
     assert set(LEVELLED) == {
         name for name in SECTIONS if "warn_at" in type(getattr(OFF, name)).__struct_fields__
     }
+
+
+def test_every_finding_is_named_after_a_registered_detector() -> None:
+    """What the ``Detector`` Literal checked: each ``Hit("name", ...)`` and
+    ``detector="name"`` of the loop package names a registered detector."""
+    named = []
+    for path in sorted((ROOT / "actors" / "loop").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "Hit" and node.args:
+                named.append((path.name, node.args[0]))
+            named += [(path.name, kw.value) for kw in node.keywords if kw.arg == "detector"]
+    constants = [(f, n.value) for f, n in named if isinstance(n, ast.Constant)]
+    assert len(constants) >= len(DETECTORS)
+    assert [(f, v) for f, v in constants if v not in NAMES] == []

@@ -1,15 +1,10 @@
-"""The loop detectors: the one place they are listed (a test fails on any other list).
+"""The loop detectors, listed here only (``tests/test_loop_registry.py`` counts).
 
-A detector is one module (its detector class; its config section, a
-:class:`~actors.loop.config.Section` field of :class:`~actors.loop.config.LoopConfig` named
-after it) and one line here. Its cause is ``loop.<name>`` (hint in ``bus.exit``). Config
-checks, the presets' ``off``, the daemon's floor and the metrics' labels derive from this
-line and the section; ``docs/architecture.md``, "Adding a loop detector", says the steps.
-
-:data:`REGISTRY` is in the order a proposed call is judged (a ``break`` from any detector
-wins, else the first finding). ``build`` makes the detector from the whole config;
-``None``: the detector does not judge tool calls (``content`` watches streamed text,
-``llm_check`` asks a model), :class:`~actors.loop.LoopDetector` calls it itself.
+A detector is its module, its config section (a ``Section`` field of ``LoopConfig`` named
+after it), one line here, and its cause ``loop.<name>`` (``bus.exit``); see
+``docs/architecture.md``, "Adding a loop detector". :data:`REGISTRY` is in the order a
+call is judged; ``build`` is ``None`` for a detector that does not judge tool calls
+(``content``, ``llm_check``: :class:`~actors.loop.LoopDetector` calls them itself).
 """
 
 from __future__ import annotations
