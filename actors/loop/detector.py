@@ -88,34 +88,26 @@ class _Plan:
         self.config = config = check_config(source)
         self.exempt = frozenset(config.exempt_tools)
         self.polls = {tool.name: tool.actions for tool in config.poll_tools}
-        generic, breaker = config.generic_repeat, config.global_breaker
         shell = config.shell_stagnation
-        self.detectors = tool_detectors(config)
-        self.shared = all(detector.fresh() is detector for detector in self.detectors)
+        self.detectors = detectors = tool_detectors(config)
+        self.shared = all(detector.fresh() is detector for detector in detectors)
         # positions of the detectors that record accepted calls, and that watch results
-        self.recorders = tuple(i for i, d in enumerate(self.detectors) if d.records)
-        self.watchers = tuple(i for i, d in enumerate(self.detectors) if d.watches_results)
-        # the window's results are read by these three; the window is read by them and by
-        # a window-scoped generic repeat; other detectors watch results as they come
-        in_window = config.poll_no_progress.enabled or config.ping_pong.enabled or breaker.enabled
+        self.recorders = tuple(i for i, d in enumerate(detectors) if d.records)
+        self.watchers = tuple(i for i, d in enumerate(detectors) if d.watches_results)
+        # what the detectors read: the window (its calls, their results), results judged
+        # for progress, a call's previous result; error texts (the error streak quotes them)
+        in_window = any(detector.window_results for detector in detectors)
         self.results = in_window or bool(self.watchers)
-        self.window = in_window or (generic.enabled and generic.scope == "window")
+        self.window = in_window or any(detector.reads_window for detector in detectors)
         self.normaliser = Normaliser(config)
         self.min_chars = config.no_new_information.min_result_chars
         self.shell_tools = frozenset(shell.tools) if shell.enabled else frozenset()
         self.shell_argument = shell.argument
-        # whether results are judged for progress (qwen's stagnation rules), and error
-        # texts kept (the error streak quotes them)
-        self.progress = (
-            (config.tool_stagnation.enabled and config.tool_stagnation.progress_resets)
-            or (shell.enabled and shell.progress_resets)
-            or (config.read_loop.enabled and config.read_loop.count_no_progress)
-            or (config.call_cap.enabled and config.call_cap.count_no_progress)
-        )
+        self.progress = any(detector.judges_progress for detector in detectors)
         self.error_text = config.error_streak.enabled
-        # a call's previous result: the total breaker's evidence, a recorded refusal's result
-        total = breaker.enabled and breaker.mode == "total"
-        self.last_results = total or (self.results and config.record_blocked)
+        # a call's previous result: evidence for a detector, a recorded refusal's result
+        previous = any(detector.previous_results for detector in detectors)
+        self.last_results = previous or (self.results and config.record_blocked)
 
     def fresh_detectors(self) -> tuple[ToolDetector, ...]:
         """The tool detectors of a new run (the shared tuple when none keeps state)."""

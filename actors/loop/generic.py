@@ -89,6 +89,7 @@ class GenericRepeat(ToolDetector):
         "_skip_polls",
         "_streak",
         "_tracks",
+        "reads_window",
         "records",
         "watches_results",
     )
@@ -112,6 +113,7 @@ class GenericRepeat(ToolDetector):
         tracking = self._aware and config.scope != "window"
         self.records = config.scope != "window" or tracking
         self.watches_results = tracking
+        self.reads_window = config.scope == "window"
 
     def fresh(self) -> GenericRepeat:
         return GenericRepeat(self._config) if self.records else self

@@ -32,14 +32,16 @@ class GlobalBreaker(ToolDetector):
     """In ``total`` mode counts no-progress results itself; in ``streak`` mode reads the
     window and keeps no state (one instance serves every run)."""
 
-    __slots__ = ("_config", "_lowest", "_total", "watches_results")
+    __slots__ = ("_config", "_lowest", "_total", "previous_results", "watches_results")
+
+    window_results = True
 
     def __init__(self, config: GlobalBreakerConfig) -> None:
         self._config = config
         levels = (config.warn_at, config.block_at, config.break_at)
         self._lowest = lowest_count(*levels) if config.enabled else NEVER
         self._total = 0
-        self.watches_results = config.mode == "total"
+        self.watches_results = self.previous_results = config.mode == "total"
 
     def fresh(self) -> GlobalBreaker:
         return GlobalBreaker(self._config) if self.watches_results else self

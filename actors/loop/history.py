@@ -82,6 +82,9 @@ class ToolDetector:
 
     records: bool = False
     watches_results: bool = False
+    # what it reads, so the engine keeps it: the window's calls and results; the window's
+    # calls; ``CallRecord.progress``; each call's previous result (``on_result``'s ``previous``)
+    window_results = reads_window = judges_progress = previous_results = False
 
     def fresh(self) -> ToolDetector:
         return self

@@ -92,6 +92,8 @@ class PingPong(ToolDetector):
 
     __slots__ = ("_config", "_continue", "_found", "_refused")
 
+    window_results = True
+
     def __init__(self, config: PingPongConfig, *, continue_refused: bool = False) -> None:
         self._config = config
         self._continue = continue_refused

@@ -35,6 +35,8 @@ class PollNoProgress(ToolDetector):
 
     __slots__ = ("_config", "_lowest")
 
+    window_results = True
+
     def __init__(self, config: PollConfig) -> None:
         self._config = config
         levels = (config.warn_at, config.block_at, config.break_at)
