@@ -105,7 +105,7 @@ def test_every_detector_name_has_a_cause_with_a_hint() -> None:
         assert cause_hint(f"loop.{name}"), name
 
 
-def test_the_tool_detectors_are_built_in_registry_order() -> None:
+def test_the_tool_detectors_built_are_the_enabled_ones() -> None:
     everything = LoopConfig(
         **{
             name: msgspec.structs.replace(getattr(LoopConfig(), name), enabled=True)
