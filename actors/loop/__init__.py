@@ -2,7 +2,8 @@
 
 :class:`LoopDetector` judges proposed tool calls (``propose``), learns their results
 (``record_result``) and watches streamed text (``feed_text``); each answer is a
-:class:`Decision` at one of three levels. The bus actor is ``actors.loop.monitor``.
+:class:`Decision` at one of three levels. The detectors are listed once, in
+``actors.loop.registry``. The bus actor is ``actors.loop.monitor``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ from actors.loop.presets import (
     STRICT,
     STRICT_NUDGE_TEXT,
 )
-from actors.loop.verdicts import DETECTORS, Decision, Detector, Level
+from actors.loop.registry import DETECTORS
+from actors.loop.verdicts import Decision, Detector, Level
 
 __all__ = [
     "DETECTORS",

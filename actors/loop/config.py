@@ -11,7 +11,7 @@ error), ``break_at`` (the run stops before the call runs).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
 import re2
@@ -22,9 +22,11 @@ __all__ = [
     "CONTENT_THRESHOLD_MAX",
     "CYCLE_WINDOW_MAX",
     "HISTORY_MAX",
+    "LEVELLED",
     "PATTERNS_MAX",
     "PATTERN_CHARS_MAX",
     "PERIOD_MAX",
+    "SECTIONS",
     "STRIKES_MAX",
     "THRESHOLD_MAX",
     "CallCapConfig",
@@ -42,6 +44,7 @@ __all__ = [
     "PollTool",
     "ReadLoopConfig",
     "ResultPattern",
+    "Section",
     "ShellStagnationConfig",
     "StrikesConfig",
     "ToolStagnationConfig",
@@ -94,13 +97,25 @@ class _Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Base of every config Struct."""
 
 
-class GenericRepeatConfig(_Config, frozen=True, kw_only=True):
+class Section(_Config, frozen=True, kw_only=True):
+    """Base of a detector's section of :class:`LoopConfig` (the field is named after the
+    detector in ``actors.loop.registry``). ``stops``: the fields a request may only lower
+    (lower stops sooner: ``orchestrator.daemon.loop_floor``); every other field of an
+    enabled section is the operator's."""
+
+    stops: ClassVar[frozenset[str]] = frozenset({"break_at"})
+    enabled: bool = False
+
+
+class GenericRepeatConfig(Section, frozen=True, kw_only=True):
     """Detector 1: the same call fingerprint N times, whatever its results.
 
     ``scope``: ``window`` counts the last ``LoopConfig.history_size`` calls (OpenClaw),
     ``run`` counts the whole run (the strict breaker), ``consecutive`` counts an unbroken
     streak of the same call (gemini-cli).
     """
+
+    stops: ClassVar[frozenset[str]] = frozenset({"break_at", "progress_break_at"})
 
     enabled: bool = True
     scope: Literal["window", "run", "consecutive"] = "window"
@@ -128,7 +143,7 @@ class GenericRepeatConfig(_Config, frozen=True, kw_only=True):
     progress_break_at: Threshold | None = None
 
 
-class PollConfig(_Config, frozen=True, kw_only=True):
+class PollConfig(Section, frozen=True, kw_only=True):
     """Detector 2: a poll tool called again with the same arguments and the same result.
 
     The count is the streak of identical results of this call, newest first; a different
@@ -142,7 +157,7 @@ class PollConfig(_Config, frozen=True, kw_only=True):
     break_at: Threshold | None = None
 
 
-class PingPongConfig(_Config, frozen=True, kw_only=True):
+class PingPongConfig(Section, frozen=True, kw_only=True):
     """Detector 3: two calls alternating A,B,A,B… (the proposed call counted).
 
     Blocking and breaking need no-progress evidence (every call of the tail has a result,
@@ -158,7 +173,7 @@ class PingPongConfig(_Config, frozen=True, kw_only=True):
     stop_needs_no_progress: bool = True
 
 
-class GlobalBreakerConfig(_Config, frozen=True, kw_only=True):
+class GlobalBreakerConfig(Section, frozen=True, kw_only=True):
     """Detector 4: no-progress calls.
 
     ``mode``: ``streak`` is OpenClaw's (the proposed call's streak of identical results,
@@ -173,14 +188,13 @@ class GlobalBreakerConfig(_Config, frozen=True, kw_only=True):
     break_at: Threshold | None = 30
 
 
-class CycleConfig(_Config, frozen=True, kw_only=True):
+class CycleConfig(Section, frozen=True, kw_only=True):
     """Detector 5: the last ``repeats × k`` calls (the proposed one included) repeat with a
     period ``k`` in ``min_period..max_period``, looked for in the last ``window`` calls.
 
     The count is the number of whole repetitions of the period at the end of the window.
     """
 
-    enabled: bool = False
     min_period: Period = 2
     max_period: Period = 5
     window: Annotated[int, msgspec.Meta(ge=1, le=CYCLE_WINDOW_MAX)] = 25
@@ -189,7 +203,7 @@ class CycleConfig(_Config, frozen=True, kw_only=True):
     break_at: Threshold | None = None
 
 
-class ContentConfig(_Config, frozen=True, kw_only=True):
+class ContentConfig(Section, frozen=True, kw_only=True):
     """Detector 6: streamed text repeating itself (gemini-cli's chunk algorithm).
 
     A ``chunk_size`` window slides over the last ``max_history`` characters; a chunk seen
@@ -199,7 +213,8 @@ class ContentConfig(_Config, frozen=True, kw_only=True):
     ``stop_at_offence`` stops the run.
     """
 
-    enabled: bool = False
+    stops: ClassVar[frozenset[str]] = frozenset({"stop_at_offence"})
+
     chunk_size: Annotated[int, msgspec.Meta(ge=1, le=CHUNK_MAX)] = 50
     threshold: Annotated[int, msgspec.Meta(ge=2, le=CONTENT_THRESHOLD_MAX)] = 10
     max_history: ContentLength = 5000
@@ -208,7 +223,7 @@ class ContentConfig(_Config, frozen=True, kw_only=True):
     stop_at_offence: Strikes = 2
 
 
-class NoNewInformationConfig(_Config, frozen=True, kw_only=True):
+class NoNewInformationConfig(Section, frozen=True, kw_only=True):
     """Detector 7: the same (normalised) result coming back from different calls.
 
     The count is the streak of consecutive results (newest first) equal to the latest one,
@@ -218,14 +233,13 @@ class NoNewInformationConfig(_Config, frozen=True, kw_only=True):
     nothing new either), so ``break_at`` stays reachable after a block.
     """
 
-    enabled: bool = False
     min_result_chars: Annotated[int, msgspec.Meta(ge=0, le=CONTENT_HISTORY_MAX)] = 16
     warn_at: Threshold | None = 5
     block_at: Threshold | None = None
     break_at: Threshold | None = 10
 
 
-class UnknownToolConfig(_Config, frozen=True, kw_only=True):
+class UnknownToolConfig(Section, frozen=True, kw_only=True):
     """Detector 8: calls of a tool that does not exist (OpenClaw's ``unknown_tool_repeat``).
 
     The count is the streak of the proposed tool's latest consecutive unknown-tool results
@@ -237,7 +251,6 @@ class UnknownToolConfig(_Config, frozen=True, kw_only=True):
     earlier mistakes; its next unknown tool is counted with them).
     """
 
-    enabled: bool = False
     warn_at: Threshold | None = None
     block_at: Threshold | None = 10
     break_at: Threshold | None = None
@@ -246,7 +259,7 @@ class UnknownToolConfig(_Config, frozen=True, kw_only=True):
     storm_break_at: Threshold | None = None
 
 
-class ErrorStreakConfig(_Config, frozen=True, kw_only=True):
+class ErrorStreakConfig(Section, frozen=True, kw_only=True):
     """Detector 14: consecutive failing tool calls, any tool, any arguments.
 
     The count is the streak of the latest results that were errors (an unknown tool
@@ -255,17 +268,15 @@ class ErrorStreakConfig(_Config, frozen=True, kw_only=True):
     per count (the next one needs another failure), so the model can try again.
     """
 
-    enabled: bool = False
     warn_at: Threshold | None = 3
     block_at: Threshold | None = None
     break_at: Threshold | None = 6
 
 
-class ToolStagnationConfig(_Config, frozen=True, kw_only=True):
+class ToolStagnationConfig(Section, frozen=True, kw_only=True):
     """Detector 9: consecutive calls of one tool name, whatever the arguments (qwen-code's
     action stagnation). The proposed call is counted."""
 
-    enabled: bool = False
     warn_at: Threshold | None = None
     block_at: Threshold | None = None
     break_at: Threshold | None = 8
@@ -276,13 +287,12 @@ class ToolStagnationConfig(_Config, frozen=True, kw_only=True):
     restarts it for its stateful read tools; the ``qwen`` preset for every call."""
 
 
-class ShellStagnationConfig(_Config, frozen=True, kw_only=True):
+class ShellStagnationConfig(Section, frozen=True, kw_only=True):
     """Detector 10: consecutive shell calls that only inspect a git repository's overview
     (qwen-code's shell-command stagnation): every segment of the command chain is
     ``git status``, ``git ls-files`` or a ``git diff`` naming no path. The proposed call is
     counted; any other call ends the streak, whatever its text."""
 
-    enabled: bool = False
     tools: Names = ("run_shell_command",)
     argument: str = "command"
     warn_at: Threshold | None = None
@@ -293,13 +303,12 @@ class ShellStagnationConfig(_Config, frozen=True, kw_only=True):
     progress restarts the streak."""
 
 
-class ReadLoopConfig(_Config, frozen=True, kw_only=True):
+class ReadLoopConfig(Section, frozen=True, kw_only=True):
     """Detector 11: read-like calls filling the last ``window`` calls (qwen-code's
     read-file loop). The proposed call is counted; with ``cold_start`` nothing fires until
     a call that is not read-like has been proposed (a run that only ever read is
     exploring)."""
 
-    enabled: bool = False
     window: Annotated[int, msgspec.Meta(ge=1, le=CYCLE_WINDOW_MAX)] = 15
     read_tools: Names = ("read_file", "read_many_files", "list_directory", "zoom_image")
     read_prefixes: Names = ("read_", "list_")
@@ -312,14 +321,15 @@ class ReadLoopConfig(_Config, frozen=True, kw_only=True):
     break_at: Threshold | None = 8
 
 
-class CallCapConfig(_Config, frozen=True, kw_only=True):
+class CallCapConfig(Section, frozen=True, kw_only=True):
     """Detector 12: calls per run (qwen-code's per-turn cap; a qwen "turn" is one prompt).
 
     Past ``soft_cap`` calls the run stops when some call has been made ``stuck_repeats``
     times, and past ``hard_cap`` whatever the calls (``None``: no such cap). The count is
     the calls of the run, the proposed one included."""
 
-    enabled: bool = False
+    stops: ClassVar[frozenset[str]] = frozenset({"soft_cap", "stuck_repeats", "hard_cap"})
+
     soft_cap: Threshold | None = 100
     stuck_repeats: Threshold = 6
     hard_cap: Threshold | None = 1000
@@ -329,7 +339,7 @@ class CallCapConfig(_Config, frozen=True, kw_only=True):
     calls that each bring something new is not stopped."""
 
 
-class LlmCheckConfig(_Config, frozen=True, kw_only=True):
+class LlmCheckConfig(Section, frozen=True, kw_only=True):
     """Detector 13: a model asked whether the run is looping (gemini-cli's LLM check).
 
     From turn ``first_turn`` on, every ``interval`` turns, a model (``model``: operator
@@ -341,7 +351,10 @@ class LlmCheckConfig(_Config, frozen=True, kw_only=True):
     turns, so a confident "no" checks less often.
     """
 
-    enabled: bool = False
+    stops: ClassVar[frozenset[str]] = frozenset(
+        {"stop_at_offence", "confidence", "first_turn", "interval", "min_interval", "max_interval"}
+    )
+
     model: str = ""
     first_turn: Annotated[int, msgspec.Meta(ge=1, le=HISTORY_MAX)] = 30
     interval: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 10
@@ -430,24 +443,23 @@ def _positive(key: str, value: int | None) -> None:
         raise LoopConfigError(f"{key}: must be a positive integer or null, got {value!r}")
 
 
-LEVELLED: Final = (
-    "generic_repeat",
-    "poll_no_progress",
-    "ping_pong",
-    "global_breaker",
-    "cycle",
-    "no_new_information",
-    "unknown_tool",
-    "error_streak",
-    "tool_stagnation",
-    "shell_stagnation",
-    "read_loop",
+SECTIONS: Final = tuple(
+    field.name for field in msgspec.structs.fields(LoopConfig) if isinstance(field.default, Section)
 )
-"""The sections with ``warn_at`` / ``block_at`` / ``break_at``."""
+"""The detectors' sections of :class:`LoopConfig`, in its order."""
 
 _LEVELS: Final = ("warn_at", "block_at", "break_at")
-_PROGRESS_LEVELS: Final = ("progress_warn_at", "progress_block_at", "progress_break_at")
-_STORM_LEVELS: Final = ("storm_warn_at", "storm_block_at", "storm_break_at")
+_LEVEL_GROUPS: Final = (
+    _LEVELS,
+    ("progress_warn_at", "progress_block_at", "progress_break_at"),
+    ("storm_warn_at", "storm_block_at", "storm_break_at"),
+)
+"""Thresholds that must increase, each group where a section has it."""
+
+LEVELLED: Final = tuple(
+    name for name in SECTIONS if _LEVELS[0] in getattr(LoopConfig(), name).__struct_fields__
+)
+"""The sections with ``warn_at`` / ``block_at`` / ``break_at``."""
 
 
 def _clamped(
@@ -481,11 +493,10 @@ def _all_clamped(config: LoopConfig, notes: list[str] | None) -> dict[str, Any]:
     replaced: dict[str, Any] = {}
     for name in LEVELLED:
         section = getattr(config, name)
-        changes = _clamped(name, section, _LEVELS, notes)
-        if name == "generic_repeat":
-            changes.update(_clamped(name, section, _PROGRESS_LEVELS, notes))
-        elif name == "unknown_tool":
-            changes.update(_clamped(name, section, _STORM_LEVELS, notes))
+        changes: dict[str, int] = {}
+        for group in _LEVEL_GROUPS:
+            if group[0] in section.__struct_fields__:
+                changes.update(_clamped(name, section, group, notes))
         if changes:
             replaced[name] = msgspec.structs.replace(section, **changes)
     return replaced

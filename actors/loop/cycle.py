@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from actors.loop.config import CycleConfig
-from actors.loop.history import CallRecord, Window
+from actors.loop.history import CallRecord, ToolDetector, Window
 from actors.loop.verdicts import Hit, Level, level_for, lowest_count
 
 __all__ = ["Cycle", "repetitions"]
@@ -51,13 +51,12 @@ def _message(level: Level, period: int, tools: str, count: int) -> str:
     return f"Stopped: the model repeated {pattern}."
 
 
-class Cycle:
+class Cycle(ToolDetector):
     """Keeps its own window of fingerprints (and tool names, for messages)."""
 
     __slots__ = ("_config", "_keys", "_lowest", "_tools")
 
     records = True
-    watches_results = False
 
     def __init__(self, config: CycleConfig) -> None:
         self._config = config
@@ -89,12 +88,6 @@ class Cycle:
         if len(keys) > self._config.window:
             del keys[0]
             del tools[0]
-
-    def on_result(self, call: CallRecord, previous: str | None) -> None:
-        return None
-
-    def on_refused(self, call: CallRecord) -> None:
-        return None
 
     def state(self) -> dict[str, object]:
         return {"keys": list(self._keys), "tools": list(self._tools)}

@@ -1,4 +1,4 @@
-"""The loop detector: six detectors, three levels, usable without a bus.
+"""The loop detector: the registered detectors, three levels, usable without a bus.
 
 ::
 
@@ -11,8 +11,8 @@
         if detector.feed_text(delta).level != "none": ...cut the stream...
     detector.new_stream()
 
-Order (OpenClaw's): a ``break`` from any detector wins; otherwise the first finding of
-global breaker, poll, ping-pong, generic repeat, cycle. A refused call is not recorded
+Order (OpenClaw's, extended): a ``break`` from any detector wins; otherwise the first
+finding, in the registry's order (``actors.loop.registry``). A refused call is not recorded
 unless ``record_blocked`` (gemini-cli counts it); a recorded refusal gets the call's last
 result, so it counts as no progress.
 """
@@ -27,21 +27,16 @@ import msgspec
 from actors.fingerprint import fingerprint_call, fingerprint_result
 from actors.loop.config import LoopConfig, check_config
 from actors.loop.content import ContentLoop
-from actors.loop.cycle import Cycle
 from actors.loop.error_streak import ERROR_CHARS, ErrorStreak
-from actors.loop.generic import GenericRepeat
-from actors.loop.global_breaker import GlobalBreaker
 from actors.loop.history import EMPTY_WINDOW, CallRecord, ToolDetector, Window
 from actors.loop.llm_check import LlmCheck, check_messages, parse_answer
-from actors.loop.no_new_information import NoNewInformation
 from actors.loop.normalise import Normaliser
-from actors.loop.ping_pong import PingPong
-from actors.loop.poll import PollNoProgress
 from actors.loop.presets import GEMINI_RECOVERY_TEXT, STRICT
 from actors.loop.progress import ProgressTracker
-from actors.loop.qwen import CallCap, ReadLoop, ShellStagnation, ToolStagnation, is_git_overview
+from actors.loop.qwen import is_git_overview
+from actors.loop.registry import tool_detectors
 from actors.loop.snapshot import LoopSnapshot, decode_snapshot, encode_snapshot
-from actors.loop.unknown_tool import STORM_KEY, UnknownTool
+from actors.loop.unknown_tool import STORM_KEY
 from actors.loop.verdicts import Decision, Hit
 
 __all__ = ["MAX_PENDING", "MAX_WARNING_KEYS", "LoopDetector"]
@@ -93,57 +88,26 @@ class _Plan:
         self.config = config = check_config(source)
         self.exempt = frozenset(config.exempt_tools)
         self.polls = {tool.name: tool.actions for tool in config.poll_tools}
-        generic, poll, ping_pong = config.generic_repeat, config.poll_no_progress, config.ping_pong
-        breaker = config.global_breaker
         shell = config.shell_stagnation
-        candidates: tuple[tuple[bool, ToolDetector], ...] = (
-            (config.unknown_tool.enabled, UnknownTool(config.unknown_tool)),
-            (config.error_streak.enabled, ErrorStreak(config.error_streak)),
-            (breaker.enabled, GlobalBreaker(breaker)),
-            (poll.enabled, PollNoProgress(poll)),
-            (
-                ping_pong.enabled,
-                PingPong(
-                    ping_pong,
-                    # a refusal not recorded still counts (the end of refusals can end it)
-                    continue_refused=not config.record_blocked and config.refusal_limit is not None,
-                ),
-            ),
-            (generic.enabled, GenericRepeat(generic)),
-            (config.cycle.enabled, Cycle(config.cycle)),
-            (config.no_new_information.enabled, NoNewInformation(config.no_new_information)),
-            # qwen-code's order: its always-on guards, then its heuristics
-            (shell.enabled, ShellStagnation(shell)),
-            (config.call_cap.enabled, CallCap(config.call_cap)),
-            (config.read_loop.enabled, ReadLoop(config.read_loop)),
-            (config.tool_stagnation.enabled, ToolStagnation(config.tool_stagnation)),
-        )
-        self.detectors = tuple(detector for enabled, detector in candidates if enabled)
-        self.shared = all(detector.fresh() is detector for detector in self.detectors)
+        self.detectors = detectors = tool_detectors(config)
+        self.shared = all(detector.fresh() is detector for detector in detectors)
         # positions of the detectors that record accepted calls, and that watch results
-        self.recorders = tuple(i for i, d in enumerate(self.detectors) if d.records)
-        self.watchers = tuple(i for i, d in enumerate(self.detectors) if d.watches_results)
-        # the window's results are read by these three; the window is read by them and by
-        # a window-scoped generic repeat; other detectors watch results as they come
-        in_window = poll.enabled or ping_pong.enabled or breaker.enabled
+        self.recorders = tuple(i for i, d in enumerate(detectors) if d.records)
+        self.watchers = tuple(i for i, d in enumerate(detectors) if d.watches_results)
+        # what the detectors read: the window (its calls, their results), results judged
+        # for progress, a call's previous result; error texts (the error streak quotes them)
+        in_window = any(detector.window_results for detector in detectors)
         self.results = in_window or bool(self.watchers)
-        self.window = in_window or (generic.enabled and generic.scope == "window")
+        self.window = in_window or any(detector.reads_window for detector in detectors)
         self.normaliser = Normaliser(config)
         self.min_chars = config.no_new_information.min_result_chars
         self.shell_tools = frozenset(shell.tools) if shell.enabled else frozenset()
         self.shell_argument = shell.argument
-        # whether results are judged for progress (qwen's stagnation rules), and error
-        # texts kept (the error streak quotes them)
-        self.progress = (
-            (config.tool_stagnation.enabled and config.tool_stagnation.progress_resets)
-            or (shell.enabled and shell.progress_resets)
-            or (config.read_loop.enabled and config.read_loop.count_no_progress)
-            or (config.call_cap.enabled and config.call_cap.count_no_progress)
-        )
+        self.progress = any(detector.judges_progress for detector in detectors)
         self.error_text = config.error_streak.enabled
-        # a call's previous result: the total breaker's evidence, a recorded refusal's result
-        total = breaker.enabled and breaker.mode == "total"
-        self.last_results = total or (self.results and config.record_blocked)
+        # a call's previous result: evidence for a detector, a recorded refusal's result
+        previous = any(detector.previous_results for detector in detectors)
+        self.last_results = previous or (self.results and config.record_blocked)
 
     def fresh_detectors(self) -> tuple[ToolDetector, ...]:
         """The tool detectors of a new run (the shared tuple when none keeps state)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Final
 
 from actors.loop.config import ErrorStreakConfig
-from actors.loop.history import CallRecord, Window
+from actors.loop.history import CallRecord, ToolDetector, Window
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["ERRORS_QUOTED", "ERROR_CHARS", "ErrorStreak"]
@@ -31,7 +31,7 @@ def _quoted(errors: list[tuple[str, str]]) -> str:
     return "\n".join(f"- {tool}: {text}" for tool, text in errors)
 
 
-class ErrorStreak:
+class ErrorStreak(ToolDetector):
     """The streak of failed calls and the latest errors."""
 
     __slots__ = ("_config", "_errors", "_lowest", "_refused_at", "_streak", "_warned")

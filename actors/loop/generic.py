@@ -11,7 +11,7 @@ from __future__ import annotations
 import zlib
 
 from actors.loop.config import GenericRepeatConfig
-from actors.loop.history import CallRecord, Window, result_streak
+from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["GenericRepeat"]
@@ -72,7 +72,7 @@ class _Track:
         self.streak = 0
 
 
-class GenericRepeat:
+class GenericRepeat(ToolDetector):
     """Counts a fingerprint in the window, in the whole run, or as a consecutive streak.
 
     In ``window`` scope it keeps no state of its own (one instance serves every run)."""
@@ -89,6 +89,7 @@ class GenericRepeat:
         "_skip_polls",
         "_streak",
         "_tracks",
+        "reads_window",
         "records",
         "watches_results",
     )
@@ -112,6 +113,7 @@ class GenericRepeat:
         tracking = self._aware and config.scope != "window"
         self.records = config.scope != "window" or tracking
         self.watches_results = tracking
+        self.reads_window = config.scope == "window"
 
     def fresh(self) -> GenericRepeat:
         return GenericRepeat(self._config) if self.records else self
@@ -186,9 +188,6 @@ class GenericRepeat:
         else:
             track.streak = 1
         track.last = key
-
-    def on_refused(self, call: CallRecord) -> None:
-        return None
 
     def state(self) -> dict[str, object]:
         """This run's counters, as plain data (``restore`` takes it back)."""

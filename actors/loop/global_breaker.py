@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from actors.loop.config import GlobalBreakerConfig
-from actors.loop.history import CallRecord, Window, result_streak
+from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["GlobalBreaker"]
@@ -28,20 +28,20 @@ def _message(level: Level, tool: str, count: int, total: bool) -> str:
     )
 
 
-class GlobalBreaker:
+class GlobalBreaker(ToolDetector):
     """In ``total`` mode counts no-progress results itself; in ``streak`` mode reads the
     window and keeps no state (one instance serves every run)."""
 
-    __slots__ = ("_config", "_lowest", "_total", "watches_results")
+    __slots__ = ("_config", "_lowest", "_total", "previous_results", "watches_results")
 
-    records = False
+    window_results = True
 
     def __init__(self, config: GlobalBreakerConfig) -> None:
         self._config = config
         levels = (config.warn_at, config.block_at, config.break_at)
         self._lowest = lowest_count(*levels) if config.enabled else NEVER
         self._total = 0
-        self.watches_results = config.mode == "total"
+        self.watches_results = self.previous_results = config.mode == "total"
 
     def fresh(self) -> GlobalBreaker:
         return GlobalBreaker(self._config) if self.watches_results else self
@@ -60,15 +60,9 @@ class GlobalBreaker:
         key = f"global:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("global_breaker", level, count, key, _message(level, call.tool, count, total))
 
-    def record(self, call: CallRecord) -> None:
-        return None
-
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if self.watches_results and previous is not None and previous == call.result:
             self._total += 1
-
-    def on_refused(self, call: CallRecord) -> None:
-        return None
 
     def state(self) -> dict[str, object]:
         return {"total": self._total} if self.watches_results else {}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import msgspec
 
 from actors.loop.verdicts import Hit
@@ -69,35 +67,43 @@ EMPTY_WINDOW = Window(0)
 """What detectors that never read the window are given (nothing is ever appended to it)."""
 
 
-class ToolDetector(Protocol):
-    """A tool-call detector with its own counters.
+class ToolDetector:
+    """The base of a tool-call detector, each with its own counters (the defaults: a
+    detector that keeps no state and needs nothing but :meth:`check`).
 
     ``check`` judges a proposed call without changing anything; ``record`` is called when
     the call is accepted into the history (only if ``records``); ``on_result`` when its
     result arrives (only if ``watches_results``); ``on_refused`` when a call it judged
-    critical is refused. ``fresh`` gives the detector for a new
-    run: the detector itself when it keeps no state of its own.
+    critical is refused. ``fresh`` gives the detector for a new run: the detector itself
+    when it keeps no state of its own.
     """
 
-    @property
-    def records(self) -> bool: ...
+    __slots__ = ()
 
-    @property
-    def watches_results(self) -> bool: ...
+    records: bool = False
+    watches_results: bool = False
+    # what it reads, so the engine keeps it: the window's calls and results; the window's
+    # calls; ``CallRecord.progress``; each call's previous result (``on_result``'s ``previous``)
+    window_results = reads_window = judges_progress = previous_results = False
 
-    def fresh(self) -> ToolDetector: ...
+    def fresh(self) -> ToolDetector:
+        return self
 
-    def check(self, call: CallRecord, window: Window) -> Hit | None: ...
+    def check(self, call: CallRecord, window: Window) -> Hit | None:
+        raise NotImplementedError
 
-    def record(self, call: CallRecord) -> None: ...
+    def record(self, call: CallRecord) -> None:
+        return None
 
-    def on_result(self, call: CallRecord, previous: str | None) -> None: ...
+    def on_result(self, call: CallRecord, previous: str | None) -> None:
+        return None
 
     def on_refused(self, call: CallRecord) -> None:
         """``call`` was refused after this detector's finding (it never ran)."""
 
     def state(self) -> dict[str, object]:
         """This run's counters as plain data (empty when the detector keeps none)."""
+        return {}
 
     def restore(self, state: dict[str, object]) -> None:
         """Take back what :meth:`state` gave."""

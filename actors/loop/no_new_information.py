@@ -12,7 +12,7 @@ different things never trip it.
 from __future__ import annotations
 
 from actors.loop.config import NoNewInformationConfig
-from actors.loop.history import CallRecord, Window
+from actors.loop.history import CallRecord, ToolDetector, Window
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["NoNewInformation"]
@@ -35,12 +35,11 @@ def _message(level: Level, count: int) -> str:
     return f"Stopped: {count} tool calls in a row returned the same result (no new information)."
 
 
-class NoNewInformation:
+class NoNewInformation(ToolDetector):
     """Keeps the newest result, its streak and whether two different calls share it."""
 
     __slots__ = ("_config", "_count", "_first", "_lowest", "_mixed", "_result")
 
-    records = False
     watches_results = True
 
     def __init__(self, config: NoNewInformationConfig) -> None:
@@ -66,9 +65,6 @@ class NoNewInformation:
         return Hit(
             "no_new_information", level, count, f"nonew:{self._result}", _message(level, count)
         )
-
-    def record(self, call: CallRecord) -> None:
-        return None
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if not call.informative:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from actors.loop.config import PingPongConfig
-from actors.loop.history import CallRecord, Window
+from actors.loop.history import CallRecord, ToolDetector, Window
 from actors.loop.verdicts import Hit, Level, level_for
 
 __all__ = ["PingPong", "alternation"]
@@ -85,15 +85,14 @@ class _Refused(NamedTuple):
     newest: str  # the call id of the window's newest call when it was refused
 
 
-class PingPong:
+class PingPong(ToolDetector):
     """Reads the window. Without ``continue_refused`` it keeps no state of its own, so one
     instance serves every run; with it, one instance per run (:meth:`fresh`) remembers the
     last refusal."""
 
     __slots__ = ("_config", "_continue", "_found", "_refused")
 
-    records = False
-    watches_results = False
+    window_results = True
 
     def __init__(self, config: PingPongConfig, *, continue_refused: bool = False) -> None:
         self._config = config
@@ -144,12 +143,6 @@ class PingPong:
             newest = window.records[-1].call_id
             self._found = _Refused(call.fingerprint, found.paired, found.length, newest)
         return Hit("ping_pong", level, found.length, key, _message(level, found.length))
-
-    def record(self, call: CallRecord) -> None:
-        return None
-
-    def on_result(self, call: CallRecord, previous: str | None) -> None:
-        return None
 
     def on_refused(self, call: CallRecord) -> None:
         found = self._found

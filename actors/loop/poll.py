@@ -7,7 +7,7 @@ result that changes ends the streak, so a poll reporting progress never trips it
 from __future__ import annotations
 
 from actors.loop.config import PollConfig
-from actors.loop.history import CallRecord, Window, result_streak
+from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["PollNoProgress"]
@@ -29,22 +29,18 @@ def _message(level: Level, tool: str, count: int) -> str:
     return f"Stopped: {tool} was polled {count} times with no progress."
 
 
-class PollNoProgress:
+class PollNoProgress(ToolDetector):
     """Fires only for poll tools; keeps no counters of its own (reads the window), so one
     instance serves every run."""
 
     __slots__ = ("_config", "_lowest")
 
-    records = False
-    watches_results = False
+    window_results = True
 
     def __init__(self, config: PollConfig) -> None:
         self._config = config
         levels = (config.warn_at, config.block_at, config.break_at)
         self._lowest = lowest_count(*levels) if config.enabled else NEVER
-
-    def fresh(self) -> PollNoProgress:
-        return self
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         if not call.is_poll:
@@ -57,18 +53,3 @@ class PollNoProgress:
         level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
         key = f"noprogress:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("poll_no_progress", level, count, key, _message(level, call.tool, count))
-
-    def record(self, call: CallRecord) -> None:
-        return None
-
-    def on_result(self, call: CallRecord, previous: str | None) -> None:
-        return None
-
-    def on_refused(self, call: CallRecord) -> None:
-        return None
-
-    def state(self) -> dict[str, object]:
-        return {}
-
-    def restore(self, state: dict[str, object]) -> None:
-        return None

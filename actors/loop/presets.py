@@ -48,7 +48,10 @@ from __future__ import annotations
 
 from typing import Final
 
+import msgspec
+
 from actors.loop.config import (
+    SECTIONS,
     CallCapConfig,
     ContentConfig,
     CycleConfig,
@@ -242,11 +245,9 @@ PRESETS: Final[dict[str, LoopConfig]] = {
 
 OFF: Final = LoopConfig(
     name="off",
-    generic_repeat=GenericRepeatConfig(enabled=False),
-    poll_no_progress=_OFF_POLL,
-    ping_pong=_OFF_PING_PONG,
-    global_breaker=_OFF_GLOBAL,
-    cycle=CycleConfig(enabled=False),
-    content=ContentConfig(enabled=False),
+    **{
+        name: msgspec.structs.replace(getattr(LoopConfig(), name), enabled=False)
+        for name in SECTIONS
+    },
 )
 """Loop detection off: what ``loop_preset = "off"`` runs with (and a run with no config)."""

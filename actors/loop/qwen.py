@@ -21,7 +21,7 @@ from actors.loop.config import (
     ShellStagnationConfig,
     ToolStagnationConfig,
 )
-from actors.loop.history import CallRecord, Window
+from actors.loop.history import CallRecord, ToolDetector, Window
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_overview"]
@@ -80,19 +80,30 @@ class _Levels:
         return level_for(count, self._warn, self._block, self._brk)
 
 
-class ToolStagnation:
+class _Qwen(ToolDetector):
+    """A qwen-code rule: with its progress option it watches results and judges progress."""
+
+    __slots__ = ("judges_progress", "records", "watches_results")
+
+
+class ToolStagnation(_Qwen):
     """Consecutive calls of one tool name, whatever the arguments. With
     ``progress_resets``, a call whose result changed since its previous one restarts the
     streak (qwen-code's reset for stateful read tools)."""
 
-    __slots__ = ("_config", "_last", "_levels", "_streak", "records", "watches_results")
+    __slots__ = (
+        "_config",
+        "_last",
+        "_levels",
+        "_streak",
+    )
 
     def __init__(self, config: ToolStagnationConfig) -> None:
         self._config = config
         self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._last = ""
         self._streak = 0
-        self.watches_results = config.progress_resets
+        self.watches_results = self.judges_progress = config.progress_resets
         self.records = not config.progress_resets  # else counted from results
 
     def fresh(self) -> ToolStagnation:
@@ -127,9 +138,6 @@ class ToolStagnation:
         else:
             self._last, self._streak = call.tool, 1
 
-    def on_refused(self, call: CallRecord) -> None:
-        return None
-
     def state(self) -> dict[str, object]:
         return {"last": self._last, "streak": self._streak}
 
@@ -139,19 +147,18 @@ class ToolStagnation:
         self._streak = streak if isinstance(streak, int) else 0
 
 
-class ShellStagnation:
+class ShellStagnation(_Qwen):
     """Consecutive git-overview shell commands (``CallRecord.inspection``); with
     ``progress_resets`` an overview counts once its output shows no progress."""
 
-    __slots__ = ("_config", "_levels", "_streak", "watches_results")
-
-    records = True
+    __slots__ = ("_config", "_levels", "_streak")
 
     def __init__(self, config: ShellStagnationConfig) -> None:
         self._config = config
         self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._streak = 0
-        self.watches_results = config.progress_resets
+        self.watches_results = self.judges_progress = config.progress_resets
+        self.records = True
 
     def fresh(self) -> ShellStagnation:
         return ShellStagnation(self._config)
@@ -178,9 +185,6 @@ class ShellStagnation:
         if call.inspection and call.result is not None and not call.refused:
             self._streak = 0 if call.progress else self._streak + 1
 
-    def on_refused(self, call: CallRecord) -> None:
-        return None
-
     def state(self) -> dict[str, object]:
         return {"streak": self._streak}
 
@@ -189,7 +193,7 @@ class ShellStagnation:
         self._streak = streak if isinstance(streak, int) else 0
 
 
-class ReadLoop:
+class ReadLoop(_Qwen):
     """Read-like calls among the last ``window`` calls, after a non-read call was seen.
     With ``count_no_progress`` a read counts once its result is known and made no
     progress (each call of the window is kept as its id and whether it counts)."""
@@ -202,10 +206,7 @@ class ReadLoop:
         "_levels",
         "_reads",
         "_seen_other",
-        "watches_results",
     )
-
-    records = True
 
     def __init__(self, config: ReadLoopConfig, kinds: dict[str, bool] | None = None) -> None:
         self._config = config
@@ -216,7 +217,8 @@ class ReadLoop:
         self._count = 0  # True entries of _reads
         self._ids: list[str] = []  # with count_no_progress: the window's call ids
         self._seen_other = not config.cold_start
-        self.watches_results = config.count_no_progress
+        self.watches_results = self.judges_progress = config.count_no_progress
+        self.records = True
 
     def fresh(self) -> ReadLoop:
         return ReadLoop(self._config, self._kinds)
@@ -274,9 +276,6 @@ class ReadLoop:
                     self._count += 1
                 return
 
-    def on_refused(self, call: CallRecord) -> None:
-        return None
-
     def state(self) -> dict[str, object]:
         return {"reads": list(self._reads), "ids": list(self._ids), "seen_other": self._seen_other}
 
@@ -290,19 +289,24 @@ class ReadLoop:
         self._seen_other = state.get("seen_other") is True or not self._config.cold_start
 
 
-class CallCap:
+class CallCap(_Qwen):
     """Calls of the run and the most any one call was repeated (qwen-code's adaptive cap).
     With ``count_no_progress`` both count only calls whose result is known and made no
     progress."""
 
-    __slots__ = ("_config", "_counts", "_max_repeat", "_total", "records", "watches_results")
+    __slots__ = (
+        "_config",
+        "_counts",
+        "_max_repeat",
+        "_total",
+    )
 
     def __init__(self, config: CallCapConfig) -> None:
         self._config = config
         self._counts: dict[str, int] = {}
         self._max_repeat = 0
         self._total = 0
-        self.watches_results = config.count_no_progress
+        self.watches_results = self.judges_progress = config.count_no_progress
         self.records = not config.count_no_progress  # else counted from results
 
     @property
@@ -349,9 +353,6 @@ class CallCap:
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if not call.progress and call.result is not None and not call.refused:
             self._count(call)
-
-    def on_refused(self, call: CallRecord) -> None:
-        return None
 
     def state(self) -> dict[str, object]:
         return {"counts": dict(self._counts), "max_repeat": self._max_repeat, "total": self._total}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Final
 
 from actors.loop.config import UnknownToolConfig
-from actors.loop.history import CallRecord, Window
+from actors.loop.history import CallRecord, ToolDetector, Window
 from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["STORM_KEY", "UnknownTool"]
@@ -56,7 +56,7 @@ def _storm_message(level: Level, count: int) -> str:
     return f"Stopped: the model called {count} tools that do not exist."
 
 
-class UnknownTool:
+class UnknownTool(ToolDetector):
     """Keeps the tool name of the current unknown-tool streak and its length, and the
     run's unknown-tool results of any name (``storm_*``)."""
 
@@ -71,7 +71,6 @@ class UnknownTool:
         "_total",
     )
 
-    records = False
     watches_results = True
 
     def __init__(self, config: UnknownToolConfig) -> None:
@@ -120,9 +119,6 @@ class UnknownTool:
         return Hit(
             "unknown_tool", storm, self._total, STORM_KEY, _storm_message(storm, self._total)
         )
-
-    def record(self, call: CallRecord) -> None:
-        return None
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if call.refused:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final, Literal
 
 import msgspec
 
 __all__ = [
-    "DETECTORS",
     "NEVER",
     "Decision",
     "Detector",
@@ -23,24 +22,8 @@ Level = Literal["none", "warning", "critical", "break"]
 """``warning``: nudge, the call runs. ``critical``: the call is refused (for content: the
 stream is cut and a nudge follows). ``break``: the run stops before the call runs."""
 
-Detector = Literal[
-    "generic_repeat",
-    "progress_ceiling",
-    "poll_no_progress",
-    "ping_pong",
-    "global_breaker",
-    "cycle",
-    "content",
-    "no_new_information",
-    "unknown_tool",
-    "error_streak",
-    "tool_stagnation",
-    "shell_stagnation",
-    "read_loop",
-    "call_cap",
-    "llm_check",
-]
-DETECTORS: tuple[Detector, ...] = get_args(Detector)
+Detector = str
+"""A detector's name: one of ``actors.loop.registry.DETECTORS``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,22 +33,19 @@ from typing import Any, Final
 import msgspec
 
 from actors.loop.config import LEVELLED, LoopConfig
+from actors.loop.config import SECTIONS as LOOP_SECTIONS
 
 __all__ = ["SECTIONS", "STOP_FIELDS", "loop_refusal"]
 
-STOP_FIELDS: Final[dict[str, frozenset[str]]] = {
-    **{name: frozenset({"break_at"}) for name in LEVELLED},
-    "generic_repeat": frozenset({"break_at", "progress_break_at"}),
-    "content": frozenset({"stop_at_offence"}),
-    "call_cap": frozenset({"soft_cap", "stuck_repeats", "hard_cap"}),
-    "llm_check": frozenset(
-        {"stop_at_offence", "confidence", "first_turn", "interval", "min_interval", "max_interval"}
-    ),
-}
-"""Per detector section, the fields a request may lower (lower stops sooner)."""
+SECTIONS: Final = tuple(sorted(LOOP_SECTIONS, key=lambda name: name not in LEVELLED))
+"""The detector sections, each with an ``enabled`` switch (the levelled ones first: the
+order refusals are looked for in)."""
 
-SECTIONS: Final = tuple(STOP_FIELDS)
-"""The detector sections, each with an ``enabled`` switch."""
+STOP_FIELDS: Final[dict[str, frozenset[str]]] = {
+    name: type(getattr(LoopConfig(), name)).stops for name in SECTIONS
+}
+"""Per detector section, the fields a request may lower (lower stops sooner): its
+``Section.stops``."""
 
 _HOLD_FIELDS: Final = ("warn_at", "block_at", "progress_warn_at", "progress_block_at")
 """Levels that warn or refuse a call without stopping the run."""

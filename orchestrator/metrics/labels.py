@@ -61,7 +61,8 @@ TOOL_OUTCOMES: Final = (
 LOOP_DETECTORS: Final = tuple(
     cause.removeprefix("loop.") for cause in CAUSES if cause.startswith("loop.")
 )
-"""Every ``loop.<detector>`` cause: the six detectors plus the idempotent cache."""
+"""Every ``loop.<name>`` cause: the registered detectors (``actors.loop.registry``) and
+the idempotent cache."""
 
 LOOP_LEVELS: Final = ("warning", "critical", "break")
 
