@@ -15,7 +15,18 @@ from bus.bus import (
     Subscription,
     SubscriptionStatistics,
 )
-from bus.exit import CAUSES, ExitReason, Outcome, cause_hint, is_known_cause, outcome_of
+from bus.causes import (
+    CAUSE_TABLE,
+    CAUSES,
+    HOOK,
+    Cause,
+    abort_cause,
+    cause_hint,
+    cause_of,
+    is_known_cause,
+    stop_signal,
+)
+from bus.exit import ExitReason, Outcome, outcome_of
 from bus.messages import (
     DECODER,
     ENCODER,
@@ -76,8 +87,10 @@ from bus.transcript import (
 
 __all__ = [
     "CAUSES",
+    "CAUSE_TABLE",
     "DECODER",
     "ENCODER",
+    "HOOK",
     "IMAGE_MARKER",
     "INBOX_TYPES",
     "MAILBOX_SIZE",
@@ -87,6 +100,7 @@ __all__ = [
     "ActorFailed",
     "Bus",
     "BusMessage",
+    "Cause",
     "ChatMessage",
     "ContentPart",
     "ContextAction",
@@ -134,7 +148,9 @@ __all__ = [
     "TurnStarted",
     "Usage",
     "Verdict",
+    "abort_cause",
     "cause_hint",
+    "cause_of",
     "for_the_log",
     "image_attachment",
     "is_known_cause",
@@ -142,4 +158,5 @@ __all__ = [
     "message_text",
     "nudge_text",
     "outcome_of",
+    "stop_signal",
 ]
