@@ -24,6 +24,7 @@ from bus.causes import (
     cause_hint,
     cause_of,
     is_known_cause,
+    reason_of,
     stop_signal,
 )
 from bus.exit import ExitReason, Outcome, outcome_of
@@ -158,5 +159,6 @@ __all__ = [
     "message_text",
     "nudge_text",
     "outcome_of",
+    "reason_of",
     "stop_signal",
 ]

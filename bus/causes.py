@@ -19,7 +19,6 @@ metrics, recovery and the result read the declaration.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -37,6 +36,7 @@ __all__ = [
     "cause_hint",
     "cause_of",
     "is_known_cause",
+    "reason_of",
     "stop_signal",
 ]
 
@@ -52,170 +52,163 @@ class Cause:
     per_call: bool = False
 
 
-_completed = functools.partial(Cause, reasons=(ExitReason.COMPLETED,))
-_budget = functools.partial(Cause, reasons=(ExitReason.MAX_TURNS,), answerable=True)
-_abort = functools.partial(Cause, reasons=(ExitReason.ABORTED_STREAMING, ExitReason.ABORTED_TOOLS))
-_model = functools.partial(Cause, reasons=(ExitReason.ABORTED_STREAMING,))
-_loop = functools.partial(Cause, reasons=(ExitReason.HOOK_STOPPED,), answerable=True, per_call=True)
-_failed = functools.partial(Cause, reasons=(ExitReason.HOOK_STOPPED,))
-_blocked = functools.partial(Cause, reasons=(ExitReason.BLOCKING_LIMIT,))
-_too_long = functools.partial(Cause, reasons=(ExitReason.PROMPT_TOO_LONG,))
+def _family(
+    reasons: tuple[ExitReason, ...],
+    hints: dict[str, str],
+    *,
+    answerable: bool = False,
+    per_call: bool = False,
+) -> tuple[Cause, ...]:
+    return tuple(Cause(n, hint, reasons, answerable, per_call) for n, hint in hints.items())
+
 
 # A hint states no fact the detail might contradict (the detail says what happened); where
 # the next step depends on what happened, :func:`cause_hint` takes the fact and picks a variant.
-_DECLARED: Final = (
-    # completed
-    _completed(
-        "model.end_turn", "Nothing to do: the model finished its answer; read it in the output."
-    ),
-    _completed(
-        "truncation.gave_up",
+# the run ends ``completed``
+_ENDED: Final = {
+    "model.end_turn": "Nothing to do: the model finished its answer; read it in the output.",
+    "truncation.gave_up": (
         "The output is incomplete; raise model.max_output_tokens (each reply's limit) or ask "
-        "for a shorter answer.",
+        "for a shorter answer."
     ),
-    # max_turns: any budget
-    _budget("budget.max_turns", "Raise budget.max_turns or split the task into smaller runs."),
-    _budget(
-        "budget.max_tool_calls",
-        "Raise budget.max_tool_calls or give the model fewer, larger tools.",
+}
+# any budget: ``max_turns``, answerable
+_BUDGETS: Final = {
+    "budget.max_turns": "Raise budget.max_turns or split the task into smaller runs.",
+    "budget.max_tool_calls": "Raise budget.max_tool_calls or give the model fewer, larger tools.",
+    "budget.deadline": (
+        "Raise budget.deadline_seconds or split the task; check the model's and tools' latency."
     ),
-    _budget(
-        "budget.deadline",
-        "Raise budget.deadline_seconds or split the task; check the model's and tools' latency.",
+    "budget.output_tokens": "Raise budget.max_output_tokens or ask for a shorter answer.",
+    "budget.input_tokens": (
+        "Raise budget.max_input_tokens, or shorten the prompt and the tools' results."
     ),
-    _budget("budget.output_tokens", "Raise budget.max_output_tokens or ask for a shorter answer."),
-    _budget(
-        "budget.input_tokens",
-        "Raise budget.max_input_tokens, or shorten the prompt and the tools' results.",
-    ),
-    _budget("budget.cost", "Raise budget.max_cost or use a cheaper model for this task."),
-    _budget(
-        "budget.diminishing_returns",
+    "budget.cost": "Raise budget.max_cost or use a cheaper model for this task.",
+    "budget.diminishing_returns": (
         "The model added little per continuation; accept the output, lower the target "
-        "(budget.max_output_tokens) or ask for the missing parts by name.",
+        "(budget.max_output_tokens) or ask for the missing parts by name."
     ),
-    # aborted_streaming / aborted_tools
-    _abort("abort.caller", "The run was aborted on request; start it again if that was a mistake."),
-    _abort("abort.shutdown", "The service was shutting down; resubmit the run once it is back."),
-    _abort(
-        "abort.crash",
+}
+# ``aborted_tools`` when the run stops while its tools run
+_ABORTS: Final = {
+    "abort.caller": "The run was aborted on request; start it again if that was a mistake.",
+    "abort.shutdown": "The service was shutting down; resubmit the run once it is back.",
+    "abort.crash": (
         "The service stopped while this run was active and did not resume it; resubmit the "
-        "run (with a valid value if the detail names one).",
+        "run (with a valid value if the detail names one)."
     ),
-    _model(
-        "model.unavailable",
+}
+# the endpoint failed
+_MODEL: Final = {
+    "model.unavailable": (
         "The model endpoint kept failing; check its status, model.base_url and the key, then "
-        "resubmit the run.",
+        "resubmit the run."
     ),
-    _model(
-        "model.bad_request",
+    "model.bad_request": (
         "The endpoint refused the request itself (not retried); fix what the detail names "
-        "(model name, key, a parameter), then resubmit the run.",
+        "(model name, key, a parameter), then resubmit the run."
     ),
-    _model(
-        "model.interrupted",
+    "model.interrupted": (
         "The server ended a reply early without a finish reason (llama-cpp-python, by "
         "default, cuts a reply when another request arrives); start it with "
-        "--interrupt_requests False or send it one request at a time, then resubmit the run.",
+        "--interrupt_requests False or send it one request at a time, then resubmit the run."
     ),
-    # hook_stopped
-    _loop(
-        "loop.generic_repeat",
+}
+# a loop detector (a ``loop.<detector>`` metric label too)
+_LOOPS: Final = {
+    "loop.generic_repeat": (
         "The model repeated one call with the same result; say in the task when to stop, or "
-        "make the tool's result say what to do next.",
+        "make the tool's result say what to do next."
     ),
-    _loop(
-        "loop.poll_no_progress",
+    "loop.poll_no_progress": (
         "A polled status never changed; poll less often (or wait in the tool), or give the "
-        "job more time before the run starts waiting on it.",
+        "job more time before the run starts waiting on it."
     ),
-    _loop(
-        "loop.ping_pong",
+    "loop.ping_pong": (
         "Two calls alternated without progress; fix the tool or the instructions that send "
-        "the model back and forth.",
+        "the model back and forth."
     ),
-    _loop(
-        "loop.global_breaker",
+    "loop.global_breaker": (
         "Many calls returned nothing new; check the tools' results and the task, then "
-        "resubmit the run.",
+        "resubmit the run."
     ),
-    _loop(
-        "loop.cycle",
+    "loop.cycle": (
         "A sequence of calls repeated with the same results; give the model a clear way to "
-        "finish (a finishing tool or a stop condition in the task).",
+        "finish (a finishing tool or a stop condition in the task)."
     ),
-    _loop(
-        "loop.content",
-        "The model repeated its own text; lower the temperature or change the prompt.",
+    "loop.content": (
+        "The model repeated its own text; lower the temperature or change the prompt."
     ),
-    _loop(
-        "loop.cache_hits",
+    "loop.cache_hits": (
         "The model asked again for a result it already had; say in the task that results "
-        "do not change, or raise tools.max_cache_hits.",
+        "do not change, or raise tools.max_cache_hits."
     ),
-    _loop(
-        "loop.no_new_information",
+    "loop.no_new_information": (
         "Different calls kept returning the same result; say in the task what that result "
-        "means, or make the tools' results say what changed.",
+        "means, or make the tools' results say what changed."
     ),
-    _loop(
-        "loop.unknown_tool",
+    "loop.unknown_tool": (
         "The model kept calling a tool this run does not offer; add it to the run's tools or "
-        "name the tools it has in the task.",
+        "name the tools it has in the task."
     ),
-    _loop(
-        "loop.error_streak",
+    "loop.error_streak": (
         "The model's tool calls kept failing, each one different; read the errors in the "
-        "detail, then name the real paths or names in the task, or fix the tool.",
+        "detail, then name the real paths or names in the task, or fix the tool."
     ),
-    _loop(
-        "loop.progress_ceiling",
+    "loop.progress_ceiling": (
         "One call was repeated very often, its result changing each time; make the tool wait "
-        "for the change (or report less often), or raise the ceiling in the run's loop config.",
+        "for the change (or report less often), or raise the ceiling in the run's loop config."
     ),
-    _loop(
-        "loop.shell_stagnation",
+    "loop.shell_stagnation": (
         "The model kept running inspection commands without acting; say in the task what to "
-        "change, or give it a tool that does.",
+        "change, or give it a tool that does."
     ),
-    _loop(
-        "loop.tool_stagnation",
+    "loop.tool_stagnation": (
         "The model called one tool over and over; say in the task what to do with its "
-        "results, or when to stop.",
+        "results, or when to stop."
     ),
-    _loop(
-        "loop.read_loop",
+    "loop.read_loop": (
         "The model kept re-reading what it had read; put what it needs in the task, or give "
-        "it a clear next step.",
+        "it a clear next step."
     ),
-    _loop(
-        "loop.call_cap",
+    "loop.call_cap": (
         "The run made more tool calls than its loop preset allows; split the task, or use a "
-        "preset without a call cap.",
+        "preset without a call cap."
     ),
-    _loop(
-        "loop.llm_check",
+    "loop.llm_check": (
         "A model asked to judge the run's history found it looping; read its reason in the "
-        "detail, then change the task or the tools, or raise the check's confidence threshold.",
+        "detail, then change the task or the tools, or raise the check's confidence threshold."
     ),
-    _failed(
-        "internal.error", "loopfuse failed inside this run; report it with the run's trace id."
+}
+# loopfuse or a stage failed
+_FAILED: Final = {
+    "internal.error": "loopfuse failed inside this run; report it with the run's trace id.",
+    "stage.output_rejected": (
+        "A stage's output failed its checks after every retry; try a stronger model for it."
     ),
-    _failed(
-        "stage.output_rejected",
-        "A stage's output failed its checks after every retry; try a stronger model for it.",
-    ),
-    # blocking_limit / prompt_too_long
-    _blocked(
-        "context.blocking_limit",
+}
+_BLOCKED: Final = {
+    "context.blocking_limit": (
         "The prompt would not fit the model's window (no request was sent); use a model with "
-        "a larger window (context.windows), or shorter inputs.",
+        "a larger window (context.windows), or shorter inputs."
     ),
-    _too_long(
-        "context.prompt_too_long",
+}
+_TOO_LONG: Final = {
+    "context.prompt_too_long": (
         "The endpoint refused the prompt as too long; check the detail for its limit, then "
-        "use a larger window or shorter inputs.",
+        "use a larger window or shorter inputs."
     ),
+}
+
+_DECLARED: Final = (
+    *_family((ExitReason.COMPLETED,), _ENDED),
+    *_family((ExitReason.MAX_TURNS,), _BUDGETS, answerable=True),
+    *_family((ExitReason.ABORTED_STREAMING, ExitReason.ABORTED_TOOLS), _ABORTS),
+    *_family((ExitReason.ABORTED_STREAMING,), _MODEL),
+    *_family((ExitReason.HOOK_STOPPED,), _LOOPS, answerable=True, per_call=True),
+    *_family((ExitReason.HOOK_STOPPED,), _FAILED),
+    *_family((ExitReason.BLOCKING_LIMIT,), _BLOCKED),
+    *_family((ExitReason.PROMPT_TOO_LONG,), _TOO_LONG),
 )
 CAUSE_TABLE: Final[Mapping[str, Cause]] = MappingProxyType({c.name: c for c in _DECLARED})
 """Every cause but ``hook.<name>``, by name."""
@@ -234,17 +227,11 @@ CAUSES: Final[Mapping[str, str]] = MappingProxyType({c.name: c.hint for c in _DE
 """Each cause of :data:`CAUSE_TABLE` with its hint."""
 
 
-def cause_of(cause: str) -> Cause:
-    """The declaration of ``cause`` (:data:`HOOK` for ``hook.<name>``).
-
-    :raises KeyError: ``cause`` is not in the table.
-    """
-    declared = CAUSE_TABLE.get(cause)
-    if declared is not None:
-        return declared
+def cause_of(cause: str) -> Cause | None:
+    """The declaration of ``cause`` (:data:`HOOK` for ``hook.<name>``); ``None`` if none."""
     if cause.startswith(_HOOK_PREFIX) and len(cause) > len(_HOOK_PREFIX):
         return HOOK
-    raise KeyError(f"{cause!r} is not a declared cause (bus/causes.py)")
+    return CAUSE_TABLE.get(cause)
 
 
 def stop_signal(
@@ -253,21 +240,30 @@ def stop_signal(
     """The :class:`~bus.StopSignal` that ends ``run_id`` for ``cause``, with the reason and
     flags its declaration gives (``reason``: another of the cause's :attr:`Cause.reasons`).
 
-    :raises KeyError: ``cause`` is not declared.
-    :raises ValueError: ``reason`` is not one the cause ends a run with.
+    :raises ValueError: ``cause`` is not declared, or does not end a run with ``reason``.
     """
     declared = cause_of(cause)
-    if reason is not None and reason not in declared.reasons:
-        raise ValueError(f"{cause} does not end a run as {reason}")
     return StopSignal(
         run_id=run_id,
-        reason=reason or declared.reasons[0],
+        reason=reason_of(cause, reason),
         cause=cause,
         source=source,
         detail=detail,
-        answerable=declared.answerable,
-        per_call=declared.per_call,
+        answerable=declared is not None and declared.answerable,
+        per_call=declared is not None and declared.per_call,
     )
+
+
+def reason_of(cause: str, reason: ExitReason | None = None) -> ExitReason:
+    """The exit reason ``cause`` ends a run with: its first, or ``reason`` if it is one of
+    its :attr:`Cause.reasons`.
+
+    :raises ValueError: ``cause`` is not declared, or does not end a run with ``reason``.
+    """
+    declared = cause_of(cause)
+    if declared is None or (reason is not None and reason not in declared.reasons):
+        raise ValueError(f"{cause!r} is not declared in bus/causes.py with reason {reason}")
+    return reason or declared.reasons[0]
 
 
 def abort_cause(source: Literal["caller", "api", "shutdown", "crash"]) -> str:
@@ -289,9 +285,7 @@ _PROMPT_TOO_LONG_UNSHORTENED: Final = (
 
 def is_known_cause(cause: str) -> bool:
     """True for a cause in :data:`CAUSE_TABLE` or of the form ``hook.<name>``."""
-    return cause in CAUSE_TABLE or (
-        cause.startswith(_HOOK_PREFIX) and len(cause) > len(_HOOK_PREFIX)
-    )
+    return cause_of(cause) is not None
 
 
 def cause_hint(cause: str, *, shortened: bool | None = None) -> str:

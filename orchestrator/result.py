@@ -20,9 +20,10 @@ __all__ = [
     "RunResult",
     "TraceEntry",
     "describe_ending",
-    "ended",
+    "end_result",
     "exit_status",
     "finished_message",
+    "finished_result",
     "result_summary",
     "simulator_answered",
 ]
@@ -93,7 +94,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     using 21``); each is also a ``Notice(kind="loop.config")`` event of the run."""
 
 
-def ended(
+def end_result(
     run_id: str,
     trace_id: str,
     reason: ExitReason,
@@ -104,7 +105,8 @@ def ended(
 ) -> RunResult:
     """The one place a run's ending is decided: its outcome from ``reason``, its hint from
     the cause table (``shortened``: see :func:`bus.cause_hint`). What the run did is added
-    with ``msgspec.structs.replace``; every stored or published result starts here."""
+    with ``msgspec.structs.replace``; every stored or published result starts here (or, for
+    a run that ended before a restart, at :func:`finished_result`)."""
     return RunResult(
         run_id=run_id,
         trace_id=trace_id,
@@ -114,6 +116,13 @@ def ended(
         detail=detail,
         hint=cause_hint(cause, shortened=shortened),
     )
+
+
+def finished_result(finished: RunFinished, trace_id: str) -> RunResult:
+    """The result of a run known only by its ``RunFinished`` (it ended, but the daemon or
+    node that ran it stopped before storing the result): the same shape, what it did not
+    publish (output, trace, call log) empty."""
+    return msgspec.convert({**msgspec.structs.asdict(finished), "trace_id": trace_id}, RunResult)
 
 
 SIMULATOR_NOTE: Final = (

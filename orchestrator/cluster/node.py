@@ -66,7 +66,13 @@ from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
 from orchestrator.daemon.starting import answered_by_simulator, start_request
 from orchestrator.daemon.store import StoredEvent
-from orchestrator.result import RunResult, ended, result_summary, simulator_answered
+from orchestrator.result import (
+    RunResult,
+    end_result,
+    finished_result,
+    result_summary,
+    simulator_answered,
+)
 from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario, shipped_scenarios
 
@@ -687,24 +693,8 @@ def _ended(state: RunState, result: RunResult) -> RunState:
 def _failed_to_start(state: RunState, exc: Exception, deliveries: int) -> RunState:
     detail = f"The run could not be started in {deliveries} deliveries: {exc!r}"
     reason = ExitReason.HOOK_STOPPED
-    return _ended(state, ended(state.run_id, state.trace_id, reason, "internal.error", detail))
+    return _ended(state, end_result(state.run_id, state.trace_id, reason, "internal.error", detail))
 
 
 def _ended_from_finished(state: RunState, finished: RunFinished) -> RunState:
-    """The run ended on the node that died: its result as its ``RunFinished`` told it."""
-    result = ended(
-        state.run_id, state.trace_id, finished.exit_reason, finished.cause, finished.detail
-    )
-    return _ended(
-        state,
-        msgspec.structs.replace(
-            result,
-            hint=finished.hint,  # its variant (bus.cause_hint's ``shortened``) as published
-            turns=finished.turns,
-            llm_requests=finished.llm_requests,
-            tool_calls=finished.tool_calls,
-            usage=finished.usage,
-            incomplete=finished.incomplete,
-            degraded=finished.degraded,
-        ),
-    )
+    return _ended(state, finished_result(finished, state.trace_id))

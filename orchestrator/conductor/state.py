@@ -11,7 +11,7 @@ import msgspec
 
 from bus import ChatMessage, Nudge, StopSignal, Usage, nudge_text
 from orchestrator.conductor.inputs import RunCheckpoint
-from orchestrator.result import CallLogEntry, RunResult, RunState, TraceEntry, ended
+from orchestrator.result import CallLogEntry, RunResult, RunState, TraceEntry, end_result
 
 __all__ = ["RunRecord"]
 
@@ -170,7 +170,7 @@ class RunRecord:
         return "".join((*self.pieces, text))
 
     def result(self, stop: StopSignal) -> RunResult:
-        ending = ended(
+        ending = end_result(
             self.run_id,
             self.trace_id,
             stop.reason,

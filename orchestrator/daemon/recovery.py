@@ -30,7 +30,7 @@ from bus import (
 )
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.daemon.store import Store, StoredEvent
-from orchestrator.result import RunResult, TraceEntry, ended, finished_message
+from orchestrator.result import RunResult, TraceEntry, end_result, finished_message
 from orchestrator.runtime import StartPoint
 
 __all__ = [
@@ -104,7 +104,7 @@ def crash_ending(
         detail=detail,
     )
     result = msgspec.structs.replace(
-        ended(run_id, trace_id, reason, "abort.crash", detail),
+        end_result(run_id, trace_id, reason, "abort.crash", detail),
         turns=point.turn,
         llm_requests=point.llm_requests,
         tool_calls=point.tool_calls,

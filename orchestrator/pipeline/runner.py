@@ -25,11 +25,11 @@ from bus import (
     ProgressStatus,
     Usage,
     abort_cause,
-    cause_of,
+    reason_of,
 )
 from orchestrator.pipeline.config import AgentStage, PipelineConfig, Stage
 from orchestrator.pipeline.plan import plan_of
-from orchestrator.result import RunResult, ended, finished_message
+from orchestrator.result import RunResult, end_result, finished_message
 from orchestrator.runtime import RunSpec, Runtime
 
 __all__ = ["PipelineRun", "StageContext", "StageHandler", "StageOutcome", "run_pipeline"]
@@ -43,7 +43,7 @@ class StageFailed(Exception):
 
     def __init__(self, cause: str, detail: str, reason: ExitReason | None = None) -> None:
         super().__init__(detail)
-        self.reason = reason or cause_of(cause).reasons[0]
+        self.reason = reason_of(cause, reason)
         self.cause = cause
         self.detail = detail
 
@@ -221,7 +221,7 @@ def _progress(
 
 def _result(run: PipelineRun, reason: ExitReason, cause: str, detail: str) -> RunResult:
     return msgspec.structs.replace(
-        ended(run.run_id, run.trace_id, reason, cause, detail),
+        end_result(run.run_id, run.trace_id, reason, cause, detail),
         turns=sum(r.turns for r in run.results),
         llm_requests=sum(r.llm_requests for r in run.results),
         tool_calls=sum(r.tool_calls for r in run.results),
