@@ -64,7 +64,6 @@ def _family(
 
 # A hint states no fact the detail might contradict (the detail says what happened); where
 # the next step depends on what happened, :func:`cause_hint` takes the fact and picks a variant.
-# the run ends ``completed``
 _ENDED: Final = {
     "model.end_turn": "Nothing to do: the model finished its answer; read it in the output.",
     "truncation.gave_up": (
@@ -72,7 +71,6 @@ _ENDED: Final = {
         "for a shorter answer."
     ),
 }
-# any budget: ``max_turns``, answerable
 _BUDGETS: Final = {
     "budget.max_turns": "Raise budget.max_turns or split the task into smaller runs.",
     "budget.max_tool_calls": "Raise budget.max_tool_calls or give the model fewer, larger tools.",
@@ -98,7 +96,6 @@ _ABORTS: Final = {
         "run (with a valid value if the detail names one)."
     ),
 }
-# the endpoint failed
 _MODEL: Final = {
     "model.unavailable": (
         "The model endpoint kept failing; check its status, model.base_url and the key, then "
@@ -180,7 +177,6 @@ _LOOPS: Final = {
         "detail, then change the task or the tools, or raise the check's confidence threshold."
     ),
 }
-# loopfuse or a stage failed
 _FAILED: Final = {
     "internal.error": "loopfuse failed inside this run; report it with the run's trace id.",
     "stage.output_rejected": (
@@ -237,11 +233,8 @@ def cause_of(cause: str) -> Cause | None:
 def stop_signal(
     cause: str, *, run_id: str, source: str, detail: str = "", reason: ExitReason | None = None
 ) -> StopSignal:
-    """The :class:`~bus.StopSignal` that ends ``run_id`` for ``cause``, with the reason and
-    flags its declaration gives (``reason``: another of the cause's :attr:`Cause.reasons`).
-
-    :raises ValueError: ``cause`` is not declared, or does not end a run with ``reason``.
-    """
+    """The :class:`~bus.StopSignal` that ends ``run_id`` for ``cause``, with the reason
+    (:func:`reason_of`) and flags its declaration gives."""
     declared = cause_of(cause)
     return StopSignal(
         run_id=run_id,
@@ -255,8 +248,7 @@ def stop_signal(
 
 
 def reason_of(cause: str, reason: ExitReason | None = None) -> ExitReason:
-    """The exit reason ``cause`` ends a run with: its first, or ``reason`` if it is one of
-    its :attr:`Cause.reasons`.
+    """The exit reason ``cause`` ends a run with: its first, or ``reason`` if declared.
 
     :raises ValueError: ``cause`` is not declared, or does not end a run with ``reason``.
     """

@@ -96,9 +96,8 @@ EXEMPLAR_MAX_CHARS: Final = 128
 """OpenMetrics' limit on an exemplar's label names and values together."""
 
 
+# A pipeline's own cause: its series appears when a pipeline ends with it (as before #31).
 _NOT_PRECREATED: Final = frozenset({"stage.output_rejected"})
-"""A pipeline's own cause: its series appears when a pipeline ends with it (as before the
-cause table; pre-creating it would change the pinned exposition)."""
 
 
 def expected_pairs() -> tuple[tuple[str, str], ...]:
