@@ -19,7 +19,7 @@ metrics, recovery and the result read the declaration.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal
@@ -57,9 +57,10 @@ def _family(
     hints: dict[str, str],
     *,
     answerable: bool = False,
-    per_call: bool = False,
+    per_call: Container[str] = (),
 ) -> tuple[Cause, ...]:
-    return tuple(Cause(n, hint, reasons, answerable, per_call) for n, hint in hints.items())
+    """``hints``' causes, each ``per_call`` if named there."""
+    return tuple(Cause(n, h, reasons, answerable, n in per_call) for n, h in hints.items())
 
 
 # A hint states no fact the detail might contradict (the detail says what happened); where
@@ -198,10 +199,12 @@ _TOO_LONG: Final = {
 
 _DECLARED: Final = (
     *_family((ExitReason.COMPLETED,), _ENDED),
-    *_family((ExitReason.MAX_TURNS,), _BUDGETS, answerable=True),
+    *_family(
+        (ExitReason.MAX_TURNS,), _BUDGETS, answerable=True, per_call={"budget.max_tool_calls"}
+    ),
     *_family((ExitReason.ABORTED_STREAMING, ExitReason.ABORTED_TOOLS), _ABORTS),
     *_family((ExitReason.ABORTED_STREAMING,), _MODEL),
-    *_family((ExitReason.HOOK_STOPPED,), _LOOPS, answerable=True, per_call=True),
+    *_family((ExitReason.HOOK_STOPPED,), _LOOPS, answerable=True, per_call=_LOOPS),
     *_family((ExitReason.HOOK_STOPPED,), _FAILED),
     *_family((ExitReason.BLOCKING_LIMIT,), _BLOCKED),
     *_family((ExitReason.PROMPT_TOO_LONG,), _TOO_LONG),

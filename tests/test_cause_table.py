@@ -126,7 +126,9 @@ def test_a_stop_takes_its_reason_and_flags_from_the_table() -> None:
     hook = stop_signal("hook.lint", run_id="r", source="hooks")
     assert (hook.reason, hook.answerable, hook.per_call) == (ExitReason.HOOK_STOPPED, False, True)
     budget = stop_signal("budget.max_tool_calls", run_id="r", source="budget_monitor")
-    assert (budget.reason, budget.answerable) == (ExitReason.MAX_TURNS, True)
+    assert (budget.reason, budget.answerable, budget.per_call) == (ExitReason.MAX_TURNS, True, True)
+    turns = stop_signal("budget.max_turns", run_id="r", source="budget_monitor")
+    assert (turns.answerable, turns.per_call) == (True, False)
     abort = stop_signal("abort.caller", run_id="r", source="api", reason=ExitReason.ABORTED_TOOLS)
     assert abort.reason is ExitReason.ABORTED_TOOLS
     assert reason_of("abort.crash") is ExitReason.ABORTED_STREAMING
@@ -140,3 +142,14 @@ def test_an_undeclared_cause_or_reason_is_refused(cause: str, reason: ExitReason
     assert not is_known_cause(cause) or reason is not None
     with pytest.raises(ValueError, match=r"bus/causes\.py"):
         stop_signal(cause, run_id="r", source="s", reason=reason)
+
+
+def test_the_flags_are_those_the_stop_sites_set_before_the_table() -> None:
+    """Pinned from the publishers before #31: budgets and loops are answerable; a loop, a
+    hook and the tool-call budget are decided per call; nothing else is either."""
+    for name, cause in CAUSE_TABLE.items():
+        family = name.split(".")[0]
+        assert cause.answerable is (family in ("budget", "loop")), name
+        assert cause.per_call is (family == "loop" or name == "budget.max_tool_calls"), name
+    assert HOOK.per_call
+    assert not HOOK.answerable
