@@ -61,7 +61,7 @@ class CallLogEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """How and why a run ended (built by :func:`ended`), with everything it did (nothing,
+    """How and why a run ended (built by :func:`end_result`), with everything it did (nothing,
     by default: a run that ended before it started)."""
 
     run_id: str
