@@ -15,7 +15,17 @@ from bus.bus import (
     Subscription,
     SubscriptionStatistics,
 )
-from bus.exit import CAUSES, ExitReason, Outcome, cause_hint, is_known_cause, outcome_of
+from bus.causes import (
+    CAUSE_TABLE,
+    CAUSES,
+    Cause,
+    abort_cause,
+    cause_hint,
+    is_known_cause,
+    reason_of,
+    stop_signal,
+)
+from bus.exit import ExitReason, Outcome, outcome_of
 from bus.messages import (
     DECODER,
     ENCODER,
@@ -76,6 +86,7 @@ from bus.transcript import (
 
 __all__ = [
     "CAUSES",
+    "CAUSE_TABLE",
     "DECODER",
     "ENCODER",
     "IMAGE_MARKER",
@@ -87,6 +98,7 @@ __all__ = [
     "ActorFailed",
     "Bus",
     "BusMessage",
+    "Cause",
     "ChatMessage",
     "ContentPart",
     "ContextAction",
@@ -134,6 +146,7 @@ __all__ = [
     "TurnStarted",
     "Usage",
     "Verdict",
+    "abort_cause",
     "cause_hint",
     "for_the_log",
     "image_attachment",
@@ -142,4 +155,6 @@ __all__ = [
     "message_text",
     "nudge_text",
     "outcome_of",
+    "reason_of",
+    "stop_signal",
 ]

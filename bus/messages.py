@@ -528,22 +528,17 @@ class ContextAction(Message, frozen=True, kw_only=True):
 
 
 class StopSignal(Message, frozen=True, kw_only=True):
-    """End the run: ``reason`` is one of the seven, ``cause`` from the closed set.
-
-    The publisher also says what the conductor does with it (the two flags), so nobody
-    reads meaning into ``cause``. An event stored before they existed decodes with both
-    false; stored stops are only read back for display, never fed to a conductor."""
+    """End the run for ``cause``; built by :func:`bus.stop_signal`, which takes the reason
+    and the two flags (what the conductor does with it) from the cause table
+    (:mod:`bus.causes`). An event stored before the flags existed decodes with both false;
+    stored stops are only read back for display, never fed to a conductor."""
 
     reason: ExitReason
     cause: str
     source: str
     detail: str = ""
     answerable: bool = False
-    """A limit (a budget, a loop), not a failure: with ``on_stop = "answer"`` the run asks
-    the model for one last answer without tools."""
     per_call: bool = False
-    """Decided on one proposed tool call (a call budget, a loop, a hook): the calls approved
-    before it still run, and running calls are not cancelled. Any other stop cancels them."""
 
 
 class AbortRequested(Message, frozen=True, kw_only=True):

@@ -11,7 +11,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from bus import ChatMessage, ExitReason, Outcome, RunFinished, Usage
+from bus import ChatMessage, ExitReason, Outcome, RunFinished, Usage, cause_hint, outcome_of
 
 __all__ = [
     "SIMULATOR_NOTE",
@@ -20,8 +20,10 @@ __all__ = [
     "RunResult",
     "TraceEntry",
     "describe_ending",
+    "end_result",
     "exit_status",
     "finished_message",
+    "finished_result",
     "result_summary",
     "simulator_answered",
 ]
@@ -60,7 +62,8 @@ class CallLogEntry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """How and why a run ended, with everything it did."""
+    """How and why a run ended (built by :func:`end_result`), with everything it did (nothing,
+    by default: a run that ended before it started)."""
 
     run_id: str
     trace_id: str
@@ -69,16 +72,16 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     outcome: Outcome
     detail: str
     hint: str
-    turns: int
-    llm_requests: int
-    tool_calls: int
-    usage: Usage
-    output: str
-    incomplete: bool
-    degraded: bool
-    nudges: int
-    trace: tuple[TraceEntry, ...]
-    call_log: tuple[CallLogEntry, ...]
+    turns: int = 0
+    llm_requests: int = 0
+    tool_calls: int = 0
+    usage: Usage = msgspec.field(default_factory=Usage)
+    output: str = ""
+    incomplete: bool = False
+    degraded: bool = False
+    nudges: int = 0
+    trace: tuple[TraceEntry, ...] = ()
+    call_log: tuple[CallLogEntry, ...] = ()
     transcript: tuple[ChatMessage, ...] = ()
     simulated: bool = False
     """No model was configured: the embedded simulator answered this run, which plays no
@@ -90,6 +93,37 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What the run's settings became beside what was asked: each loop threshold clamped,
     and to what (``loop config ping_pong.break_at = 5 is not above ping_pong.block_at (20):
     using 21``); each is also a ``Notice(kind="loop.config")`` event of the run."""
+
+
+def end_result(
+    run_id: str,
+    trace_id: str,
+    reason: ExitReason,
+    cause: str,
+    detail: str,
+    *,
+    shortened: bool | None = None,
+) -> RunResult:
+    """The one place a run's ending is decided: its outcome from ``reason``, its hint from
+    the cause table (``shortened``: see :func:`bus.cause_hint`). What the run did is added
+    with ``msgspec.structs.replace``; every stored or published result starts here (or, for
+    a run that ended before a restart, at :func:`finished_result`)."""
+    return RunResult(
+        run_id=run_id,
+        trace_id=trace_id,
+        exit_reason=reason,
+        cause=cause,
+        outcome=outcome_of(reason),
+        detail=detail,
+        hint=cause_hint(cause, shortened=shortened),
+    )
+
+
+def finished_result(finished: RunFinished, trace_id: str) -> RunResult:
+    """The result of a run known only by its ``RunFinished`` (it ended, but the daemon or
+    node that ran it stopped before storing the result): the same shape, what it did not
+    publish (output, trace, call log) empty."""
+    return msgspec.convert({**msgspec.structs.asdict(finished), "trace_id": trace_id}, RunResult)
 
 
 SIMULATOR_NOTE: Final = (

@@ -23,7 +23,7 @@ from bus import CAUSES, cause_hint
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bus", "actors", "orchestrator")
 REGISTRY_FILE = ROOT / "actors" / "loop" / "registry.py"
-CAUSE_TABLE = ROOT / "bus" / "exit.py"
+CAUSE_TABLE = ROOT / "bus" / "causes.py"
 """The cause table: every cause once with its hint (a detector's cause among them)."""
 NAMES = frozenset(DETECTORS)
 

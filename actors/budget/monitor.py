@@ -27,16 +27,15 @@ from actors.budget.snapshot import restore_account, snapshot_account
 from actors.budget.tokens import BudgetNudge, BudgetStop, TokenAccount, TokenLimits
 from bus import (
     Bus,
-    ExitReason,
     Message,
     ModelReplied,
     Nudge,
     RunFinished,
     RunStarted,
-    StopSignal,
     ToolCallProposed,
     TurnEnded,
     TurnStarted,
+    stop_signal,
 )
 
 __all__ = ["BudgetMonitor"]
@@ -137,7 +136,6 @@ class BudgetMonitor:
                 "budget.max_tool_calls",
                 f"Call {budget.proposed} ({msg.call.name}) would exceed the limit of "
                 f"{budget.max_tool_calls} tool calls (max_tool_calls); it did not run.",
-                per_call=True,
             )
 
     def _replied(self, msg: ModelReplied) -> None:
@@ -213,21 +211,13 @@ class BudgetMonitor:
             run_id, "budget.deadline", "The run's wall-clock deadline passed (deadline_seconds)."
         )
 
-    def _stop(self, run_id: str, cause: str, detail: str, *, per_call: bool = False) -> None:
+    def _stop(self, run_id: str, cause: str, detail: str) -> None:
         budget = self._runs.get(run_id)
         if budget is None or budget.stopped:
             return
         budget.stopped = True
         self._bus.publish_nowait(
-            StopSignal(
-                run_id=run_id,
-                reason=ExitReason.MAX_TURNS,
-                cause=cause,
-                source="budget_monitor",
-                detail=detail,
-                answerable=True,
-                per_call=per_call,
-            )
+            stop_signal(cause, run_id=run_id, source="budget_monitor", detail=detail)
         )
 
     async def _watch_deadlines(self) -> None:

@@ -59,7 +59,6 @@ from bus import (
     Bus,
     ChatMessage,
     ContextAction,
-    ExitReason,
     Fold,
     Message,
     ModelReplied,
@@ -70,6 +69,7 @@ from bus import (
     StopSignal,
     ToolSpec,
     TurnStarted,
+    stop_signal,
 )
 
 __all__ = ["SOURCE", "ContextGatekeeper", "GatekeeperStatistics"]
@@ -557,7 +557,7 @@ class ContextGatekeeper:
                 detail=detail,
             )
         )
-        self._stop(run, msg.run_id, ExitReason.BLOCKING_LIMIT, "context.blocking_limit", detail)
+        self._stop(run, msg.run_id, "context.blocking_limit", detail)
 
     def _first_request_anyway(self, run: _Run, turn: int, bound: int, limit: int) -> None:
         """Nothing has calibrated the model yet and only its bound is over the limit: the
@@ -739,7 +739,6 @@ class ContextGatekeeper:
         self._stop(
             run,
             msg.run_id,
-            ExitReason.PROMPT_TOO_LONG,
             "context.prompt_too_long",
             f"The endpoint refused the prompt of turn {msg.turn} as too long {msg.attempt} "
             f"time(s), {done}: {msg.message or f'status {msg.status}'}",
@@ -747,11 +746,9 @@ class ContextGatekeeper:
 
     # ------------------------------------------------------------------ answers
 
-    def _stop(self, run: _Run, run_id: str, reason: ExitReason, cause: str, detail: str) -> None:
+    def _stop(self, run: _Run, run_id: str, cause: str, detail: str) -> None:
         run.stopped = True
-        self._publish(
-            StopSignal(run_id=run_id, reason=reason, cause=cause, source=SOURCE, detail=detail)
-        )
+        self._publish(stop_signal(cause, run_id=run_id, source=SOURCE, detail=detail))
 
     def _publish(self, msg: ContextAction | StopSignal) -> None:
         self._bus.publish_nowait(msg)

@@ -35,16 +35,15 @@ from actors.hooks.python import call_function
 from bus import (
     AbortRequested,
     Bus,
-    ExitReason,
     Job,
     ModelReplied,
     ModelReply,
     Nudge,
     RunFinished,
     RunStarted,
-    StopSignal,
     ToolCallProposed,
     ToolVerdict,
+    stop_signal,
 )
 
 __all__ = ["HANDLED_TYPES", "SOURCE", "HookRunner"]
@@ -273,13 +272,11 @@ class HookRunner:
     def _stop(self, state: _Run, run_id: str, outcome: HookOutcome, subject: str) -> None:
         state.stopped = True
         self._bus.publish_nowait(
-            StopSignal(
+            stop_signal(
+                f"hook.{outcome.hook}",
                 run_id=run_id,
-                reason=ExitReason.HOOK_STOPPED,
-                cause=f"hook.{outcome.hook}",
                 source=self._name,
                 detail=outcome.deny_detail(subject),
-                per_call=True,
             )
         )
 

@@ -35,7 +35,6 @@ from actors.loop import STRICT, Decision, LoopConfig, LoopDetector
 from bus import (
     Bus,
     ChatMessage,
-    ExitReason,
     Message,
     ModelCancel,
     ModelError,
@@ -46,11 +45,11 @@ from bus import (
     Nudge,
     RunFinished,
     RunStarted,
-    StopSignal,
     ToolCallProposed,
     ToolResult,
     ToolVerdict,
     Verdict,
+    stop_signal,
 )
 
 __all__ = ["LISTING_MAX", "SOURCE", "LoopMonitor", "folder_listing"]
@@ -405,13 +404,10 @@ class LoopMonitor:
     def _stop(self, state: _Run, run_id: str, decision: Decision) -> None:
         state.stopped = True
         self._bus.publish_nowait(
-            StopSignal(
+            stop_signal(
+                decision.cause or "loop.generic_repeat",
                 run_id=run_id,
-                reason=ExitReason.HOOK_STOPPED,
-                cause=decision.cause or "loop.generic_repeat",
                 source=self._name,
                 detail=decision.message,
-                answerable=True,
-                per_call=True,
             )
         )

@@ -41,16 +41,15 @@ from actors.tools.registry import Tool, ToolRegistry
 from actors.workers import Workers
 from bus import (
     Bus,
-    ExitReason,
     Message,
     RunFinished,
     RunStarted,
-    StopSignal,
     ToolCall,
     ToolExecute,
     ToolResult,
     ToolsCancel,
     aio_seam,
+    stop_signal,
 )
 
 __all__ = ["ToolCacheStatistics", "ToolExecutor", "ToolExecutorStatistics"]
@@ -444,13 +443,10 @@ class ToolExecutor:
         if not run.loop_stopped:
             run.loop_stopped = True
             self._bus.publish_nowait(
-                StopSignal(
+                stop_signal(
+                    LOOP_CAUSE,
                     run_id=run.ctx.run_id,
-                    reason=ExitReason.HOOK_STOPPED,
-                    cause=LOOP_CAUSE,
                     source=SUBSCRIBER_NAME,
-                    answerable=True,
-                    per_call=True,
                     detail=(
                         f"{call.name} was called again with the same arguments after its "
                         f"cached result had been returned {allowed} time(s); this call "

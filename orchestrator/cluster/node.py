@@ -44,7 +44,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
-from bus import ExitReason, RunFinished, cause_hint
+from bus import ExitReason, RunFinished
 from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.events import ClusterEvent, last_event, run_events
 from orchestrator.cluster.jetstream import (
@@ -66,7 +66,13 @@ from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
 from orchestrator.daemon.starting import answered_by_simulator, start_request
 from orchestrator.daemon.store import StoredEvent
-from orchestrator.result import RunResult, result_summary, simulator_answered
+from orchestrator.result import (
+    RunResult,
+    end_result,
+    finished_result,
+    result_summary,
+    simulator_answered,
+)
 from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario, shipped_scenarios
 
@@ -685,36 +691,10 @@ def _ended(state: RunState, result: RunResult) -> RunState:
 
 
 def _failed_to_start(state: RunState, exc: Exception, deliveries: int) -> RunState:
-    cause = "internal.error"
     detail = f"The run could not be started in {deliveries} deliveries: {exc!r}"
-    return msgspec.structs.replace(
-        state,
-        status="ended",
-        exit_reason=ExitReason.HOOK_STOPPED.value,
-        cause=cause,
-        result={
-            "run_id": state.run_id,
-            "trace_id": state.trace_id,
-            "exit_reason": ExitReason.HOOK_STOPPED.value,
-            "cause": cause,
-            "outcome": "failed",
-            "detail": detail,
-            "hint": cause_hint(cause),
-        },
-        ended_at=time.time(),
-    )
+    reason = ExitReason.HOOK_STOPPED
+    return _ended(state, end_result(state.run_id, state.trace_id, reason, "internal.error", detail))
 
 
 def _ended_from_finished(state: RunState, finished: RunFinished) -> RunState:
-    return msgspec.structs.replace(
-        state,
-        status="ended",
-        exit_reason=finished.exit_reason.value,
-        cause=finished.cause,
-        result={
-            **msgspec.to_builtins(finished),
-            "run_id": state.run_id,
-            "trace_id": state.trace_id,
-        },
-        ended_at=time.time(),
-    )
+    return _ended(state, finished_result(finished, state.trace_id))

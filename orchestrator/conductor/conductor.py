@@ -27,7 +27,6 @@ import anyio
 from bus import (
     Bus,
     ChatMessage,
-    ExitReason,
     Inbox,
     ModelReplied,
     ModelReply,
@@ -37,6 +36,7 @@ from bus import (
     StopSignal,
     TurnEnded,
     TurnStarted,
+    stop_signal,
 )
 from orchestrator.conductor.context_recovery import ContextRecovery
 from orchestrator.conductor.final_answer import FinalAnswer
@@ -93,12 +93,8 @@ class Conductor:
             stop = stopped.stop
         except Exception as exc:
             logger.exception("run %s failed inside the conductor", run.run_id)
-            stop = StopSignal(
-                run_id=run.run_id,
-                reason=ExitReason.HOOK_STOPPED,
-                cause="internal.error",
-                source="conductor",
-                detail=repr(exc),
+            stop = stop_signal(
+                "internal.error", run_id=run.run_id, source="conductor", detail=repr(exc)
             )
         settings = self._in.settings
         if settings.on_stop == "answer" and stop.answerable:
@@ -219,13 +215,7 @@ class Conductor:
             self._in.on_checkpoint(run.snapshot(tuple(self._control.nudges)))
 
     def _completed(self, source: str, detail: str) -> StopSignal:
-        return StopSignal(
-            run_id=self._run.run_id,
-            reason=ExitReason.COMPLETED,
-            cause="model.end_turn",
-            source=source,
-            detail=detail,
-        )
+        return stop_signal("model.end_turn", run_id=self._run.run_id, source=source, detail=detail)
 
     def _started(self) -> RunStarted:
         inputs, settings, run = self._in, self._in.settings, self._run

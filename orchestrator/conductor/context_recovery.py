@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from bus import ChatMessage, ContextAction, ExitReason, ModelError, PromptRejected, StopSignal
+from bus import ChatMessage, ContextAction, ModelError, PromptRejected, StopSignal, stop_signal
 from orchestrator.conductor.inbox import ControlInbox
 from orchestrator.conductor.inputs import ContextFunctions
 from orchestrator.conductor.model_call import ModelCall
@@ -133,10 +133,6 @@ class ContextRecovery:
         )
 
     def _too_long(self, detail: str) -> StopSignal:
-        return StopSignal(
-            run_id=self._run.run_id,
-            reason=ExitReason.PROMPT_TOO_LONG,
-            cause="context.prompt_too_long",
-            source="conductor",
-            detail=detail,
+        return stop_signal(
+            "context.prompt_too_long", run_id=self._run.run_id, source="conductor", detail=detail
         )

@@ -22,6 +22,8 @@ from bus import (
     Nudge,
     StopSignal,
     ToolVerdict,
+    abort_cause,
+    stop_signal,
 )
 from orchestrator.conductor.state import RunRecord
 
@@ -123,22 +125,20 @@ class ControlInbox:
                     if self._run.state == "PLAN"
                     else ExitReason.ABORTED_TOOLS
                 )
-                cause = "abort.caller" if msg.source in ("caller", "api") else f"abort.{msg.source}"
                 self._keep(
-                    StopSignal(
+                    stop_signal(
+                        abort_cause(msg.source),
                         run_id=self._run.run_id,
-                        reason=reason,
-                        cause=cause,
                         source=msg.source,
                         detail=msg.detail or f"Aborted by the {msg.source}.",
+                        reason=reason,
                     )
                 )
             case ActorFailed():
                 self._keep(
-                    StopSignal(
+                    stop_signal(
+                        "internal.error",
                         run_id=self._run.run_id,
-                        reason=ExitReason.HOOK_STOPPED,
-                        cause="internal.error",
                         source=msg.actor,
                         detail=f"actor {msg.actor} failed: {msg.error}",
                     )

@@ -9,7 +9,6 @@ from typing import Final
 from bus import (
     Bus,
     ChatMessage,
-    ExitReason,
     ModelCancel,
     ModelError,
     ModelReply,
@@ -17,6 +16,7 @@ from bus import (
     Nudge,
     StopSignal,
     ToolSpec,
+    stop_signal,
 )
 from orchestrator.conductor.inbox import ControlInbox
 from orchestrator.conductor.inputs import ConductorSettings
@@ -157,25 +157,16 @@ class ModelCall:
         detail = f"{error.kind} after {error.attempt} attempt(s): {error.message}"
         match error.kind:
             case "context_length":
-                reason, cause = ExitReason.PROMPT_TOO_LONG, "context.prompt_too_long"
+                cause = "context.prompt_too_long"
             case "deadline" if time.time() >= self._run.deadline_at:
-                return StopSignal(
-                    run_id=run_id,
-                    reason=ExitReason.MAX_TURNS,
-                    cause="budget.deadline",
-                    source="llm_caller",
-                    detail=detail,
-                    answerable=True,
-                )
+                cause = "budget.deadline"
             case "bad_request" | "auth":
-                reason, cause = ExitReason.ABORTED_STREAMING, "model.bad_request"
+                cause = "model.bad_request"
             case "interrupted":
-                reason, cause = ExitReason.ABORTED_STREAMING, "model.interrupted"
+                cause = "model.interrupted"
             case _:
-                reason, cause = ExitReason.ABORTED_STREAMING, "model.unavailable"
-        return StopSignal(
-            run_id=run_id, reason=reason, cause=cause, source="llm_caller", detail=detail
-        )
+                cause = "model.unavailable"
+        return stop_signal(cause, run_id=run_id, source="llm_caller", detail=detail)
 
     def keep_failed(self, error: ModelError) -> None:
         """Keep what streamed before a final failure (a server that died mid-stream), as
@@ -202,10 +193,9 @@ class ModelCall:
         if run.truncations >= self._settings.truncation_recoveries:
             run.incomplete = True
             self._control.end(
-                StopSignal(
+                stop_signal(
+                    "truncation.gave_up",
                     run_id=run.run_id,
-                    reason=ExitReason.COMPLETED,
-                    cause="truncation.gave_up",
                     source="conductor",
                     detail=f"The answer was cut off by the output limit {run.truncations + 1} "
                     "times; the partial text is kept.",

@@ -7,9 +7,11 @@ from __future__ import annotations
 import time
 from typing import Literal, cast
 
-from bus import ChatMessage, Nudge, StopSignal, Usage, cause_hint, nudge_text, outcome_of
+import msgspec
+
+from bus import ChatMessage, Nudge, StopSignal, Usage, nudge_text
 from orchestrator.conductor.inputs import RunCheckpoint
-from orchestrator.result import CallLogEntry, RunPhase, RunResult, TraceEntry
+from orchestrator.result import CallLogEntry, RunPhase, RunResult, TraceEntry, end_result
 
 __all__ = ["RunRecord"]
 
@@ -168,23 +170,19 @@ class RunRecord:
         return "".join((*self.pieces, text))
 
     def result(self, stop: StopSignal) -> RunResult:
-        outcome = outcome_of(stop.reason)
-        final_state: Literal["DONE", "FAILED"] = "DONE" if outcome.value == "done" else "FAILED"
+        ending = end_result(
+            self.run_id,
+            self.trace_id,
+            stop.reason,
+            stop.cause,
+            stop.detail,
+            shortened=self.shortened_turn == self.turn,  # read for context.prompt_too_long
+        )
+        final_state: Literal["DONE", "FAILED"] = "DONE" if ending.outcome == "done" else "FAILED"
         event = f"{stop.reason.value}/{stop.cause}"
         self.trace.append((time.monotonic(), self.turn, final_state, event, stop.detail))
-        return RunResult(
-            run_id=self.run_id,
-            trace_id=self.trace_id,
-            exit_reason=stop.reason,
-            cause=stop.cause,
-            outcome=outcome,
-            detail=stop.detail,
-            hint=cause_hint(
-                stop.cause,
-                shortened=self.shortened_turn == self.turn
-                if stop.cause == "context.prompt_too_long"
-                else None,
-            ),
+        return msgspec.structs.replace(
+            ending,
             turns=self.turn,
             llm_requests=self.llm_requests,
             tool_calls=self.tool_calls,

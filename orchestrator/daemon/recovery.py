@@ -27,14 +27,10 @@ from bus import (
     AbortRequested,
     ExitReason,
     Message,
-    RunFinished,
-    Usage,
-    cause_hint,
-    outcome_of,
 )
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.daemon.store import Store, StoredEvent
-from orchestrator.result import RunResult, TraceEntry
+from orchestrator.result import RunResult, TraceEntry, end_result, finished_message
 from orchestrator.runtime import StartPoint
 
 __all__ = [
@@ -97,49 +93,29 @@ def crash_ending(
 ) -> tuple[tuple[Message, ...], RunResult]:
     """The events that end a crashed run (an abort by ``crash``, then ``RunFinished``) and
     its result, which keeps what the last checkpoint had."""
-    cause = "abort.crash"
     point = checkpoint or RunCheckpoint(
         run_id=run_id, trace_id=trace_id, turn=0, elapsed_seconds=0.0, transcript=()
-    )
-    finished = RunFinished(
-        run_id=run_id,
-        exit_reason=reason,
-        cause=cause,
-        outcome=outcome_of(reason),
-        detail=detail,
-        hint=cause_hint(cause),
-        turns=point.turn,
-        llm_requests=point.llm_requests,
-        tool_calls=point.tool_calls,
-        usage=point.usage or Usage(),
     )
     final = TraceEntry(
         at=round(point.elapsed_seconds, 6),
         turn=point.turn,
         state="FAILED",
-        event=f"{reason.value}/{cause}",
+        event=f"{reason.value}/abort.crash",
         detail=detail,
     )
-    result = RunResult(
-        run_id=run_id,
-        trace_id=trace_id,
-        exit_reason=reason,
-        cause=cause,
-        outcome=finished.outcome,
-        detail=detail,
-        hint=finished.hint,
+    result = msgspec.structs.replace(
+        end_result(run_id, trace_id, reason, "abort.crash", detail),
         turns=point.turn,
         llm_requests=point.llm_requests,
         tool_calls=point.tool_calls,
         usage=point.usage,
         output=point.output,
-        incomplete=False,
-        degraded=False,
         nudges=point.nudges,
         trace=(*point.trace, final),
         call_log=point.call_log,
         transcript=point.transcript,
     )
+    finished = finished_message(result)
     abort = AbortRequested(run_id=run_id, source="crash", detail=detail)
     return (abort, finished), result
 

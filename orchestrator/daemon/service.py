@@ -46,7 +46,7 @@ from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
 from orchestrator.daemon.starting import answered_by_simulator, start_request
 from orchestrator.daemon.store import RunRow, Store
 from orchestrator.errors import ConfigError
-from orchestrator.result import RunResult, result_summary, simulator_answered
+from orchestrator.result import RunResult, finished_result, result_summary, simulator_answered
 from orchestrator.runtime import RunHandle, Runtime, StartPoint
 from orchestrator.sim import Scenario
 from orchestrator.tracing import TraceParent
@@ -321,7 +321,7 @@ class RunService:
             turns=result.turns,
         )
 
-    def _end(self, row: RunRow, result: RunResult) -> None:
+    def _end(self, row: RunRow, result: RunResult, *, count: bool = True) -> None:
         self._store.update_run(
             row.id,
             status="ended",
@@ -331,7 +331,8 @@ class RunService:
             # The summary leaves the transcript out: it is not made into builtins first.
             result=_ENCODER.encode(result_summary(msgspec.structs.replace(result, transcript=()))),
         )
-        self._ended[result.exit_reason.value] += 1
+        if count:  # not a run that had ended before a restart
+            self._ended[result.exit_reason.value] += 1
 
     def _release(self, run_id: str) -> None:
         self._live.pop(run_id, None)
@@ -432,16 +433,7 @@ class RunService:
         _log("run ended by the crash", row.id, row.trace_id, exit_reason=result.exit_reason.value)
 
     def _end_from_finished(self, row: RunRow, finished: RunFinished) -> None:
-        self._store.update_run(
-            row.id,
-            status="ended",
-            ended_at=time.time(),
-            exit_reason=finished.exit_reason.value,
-            cause=finished.cause,
-            result=_ENCODER.encode(
-                {**msgspec.to_builtins(finished), "run_id": row.id, "trace_id": row.trace_id}
-            ),
-        )
+        self._end(row, finished_result(finished, row.trace_id), count=False)
         _log("run had ended before the restart", row.id, row.trace_id)
 
     async def drain(self, grace_seconds: float) -> None:

@@ -2,7 +2,7 @@
 
 Every label value comes from a set fixed by the code or the configuration, so the number of
 series is bounded: a model outside the configured ones, a tool outside the registry, a cause
-outside :data:`bus.CAUSES` (or ``hook.<name>``) becomes :data:`OTHER`. Run ids never become
+outside :data:`bus.CAUSE_TABLE` (or ``hook.<name>``) becomes :data:`OTHER`. Run ids never become
 labels; they travel as exemplars (:func:`exemplar`).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from typing import Final, get_args
 
-from bus import CAUSES, MESSAGE_TYPES, ExitReason, ModelErrorKind, ToolResult, is_known_cause
+from bus import CAUSE_TABLE, MESSAGE_TYPES, ExitReason, ModelErrorKind, ToolResult, is_known_cause
 
 __all__ = [
     "CONTEXT_ACTIONS",
@@ -59,7 +59,7 @@ TOOL_OUTCOMES: Final = (
 )
 
 LOOP_DETECTORS: Final = tuple(
-    cause.removeprefix("loop.") for cause in CAUSES if cause.startswith("loop.")
+    cause.removeprefix("loop.") for cause in CAUSE_TABLE if cause.startswith("loop.")
 )
 """Every ``loop.<name>`` cause: the registered detectors (``actors.loop.registry``) and
 the idempotent cache."""
@@ -96,31 +96,20 @@ MESSAGE_TYPE_NAMES: Final = tuple(kind.__name__ for kind in MESSAGE_TYPES)
 EXEMPLAR_MAX_CHARS: Final = 128
 """OpenMetrics' limit on an exemplar's label names and values together."""
 
-# Which exit reasons a cause is expected with (for pre-creating zero series only; an
-# unexpected pair is still recorded).
-_REASONS_BY_CAUSE_PREFIX: Final[tuple[tuple[str, tuple[ExitReason, ...]], ...]] = (
-    ("model.end_turn", (ExitReason.COMPLETED,)),
-    ("truncation.", (ExitReason.COMPLETED,)),
-    ("budget.", (ExitReason.MAX_TURNS,)),
-    ("abort.", (ExitReason.ABORTED_STREAMING, ExitReason.ABORTED_TOOLS)),
-    ("model.", (ExitReason.ABORTED_STREAMING,)),
-    ("loop.", (ExitReason.HOOK_STOPPED,)),
-    ("internal.", (ExitReason.HOOK_STOPPED,)),
-    ("hook.", (ExitReason.HOOK_STOPPED,)),
-    ("context.blocking_limit", (ExitReason.BLOCKING_LIMIT,)),
-    ("context.prompt_too_long", (ExitReason.PROMPT_TOO_LONG,)),
-)
+
+# A pipeline's own cause: its series appears when a pipeline ends with it (as before #31).
+_NOT_PRECREATED: Final = frozenset({"stage.output_rejected"})
 
 
 def expected_pairs() -> tuple[tuple[str, str], ...]:
-    """Every ``(exit_reason, cause)`` pair a run can end with, from :data:`bus.CAUSES`."""
-    pairs: list[tuple[str, str]] = []
-    for cause in CAUSES:
-        for prefix, reasons in _REASONS_BY_CAUSE_PREFIX:
-            if cause.startswith(prefix):
-                pairs.extend((reason.value, cause) for reason in reasons)
-                break
-    return tuple(pairs)
+    """Every ``(exit_reason, cause)`` pair a run can end with, from :data:`bus.CAUSE_TABLE`
+    (for pre-creating zero series only; an unexpected pair is still recorded)."""
+    return tuple(
+        (reason.value, name)
+        for name, cause in CAUSE_TABLE.items()
+        if name not in _NOT_PRECREATED
+        for reason in cause.reasons
+    )
 
 
 class BoundedLabel:

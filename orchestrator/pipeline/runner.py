@@ -16,18 +16,20 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+import msgspec
+
 from bus import (
     ChatMessage,
     ExitReason,
     Progress,
     ProgressStatus,
     Usage,
-    cause_hint,
-    outcome_of,
+    abort_cause,
+    reason_of,
 )
 from orchestrator.pipeline.config import AgentStage, PipelineConfig, Stage
 from orchestrator.pipeline.plan import plan_of
-from orchestrator.result import RunResult, finished_message
+from orchestrator.result import RunResult, end_result, finished_message
 from orchestrator.runtime import RunSpec, Runtime
 
 __all__ = ["PipelineRun", "StageContext", "StageHandler", "StageOutcome", "run_pipeline"]
@@ -36,11 +38,12 @@ logger = logging.getLogger("loopfuse.pipeline")
 
 
 class StageFailed(Exception):
-    """Raised by a stage handler: the stage cannot go on (``cause`` is from ``bus.CAUSES``)."""
+    """Raised by a stage handler: the stage cannot go on (``cause`` is declared in the cause
+    table; ``reason``: another of its reasons, as :func:`bus.stop_signal` takes it)."""
 
-    def __init__(self, reason: ExitReason, cause: str, detail: str) -> None:
+    def __init__(self, cause: str, detail: str, reason: ExitReason | None = None) -> None:
         super().__init__(detail)
-        self.reason = reason
+        self.reason = reason_of(cause, reason)
         self.cause = cause
         self.detail = detail
 
@@ -95,11 +98,8 @@ class StageContext:
         pipeline = self.runtime.handle(self.run.run_id)
         abort = pipeline.abort_requested if pipeline is not None else None
         if abort is not None:
-            reason = ExitReason.ABORTED_TOOLS
-            cause = {"crash": "abort.crash", "shutdown": "abort.shutdown"}.get(
-                abort.source, "abort.caller"
-            )
-            raise StageFailed(reason, cause, abort.detail or "The run was aborted.")
+            detail = abort.detail or "The run was aborted."
+            raise StageFailed(abort_cause(abort.source), detail, ExitReason.ABORTED_TOOLS)
         self.attempts += 1
         suffix = "" if self.attempts == 1 else f".{self.attempts}"
         result = await self.runtime.run(
@@ -117,7 +117,7 @@ class StageContext:
         )
         self.run.results.append(result)
         if result.cause.startswith("abort."):  # the run was aborted: no stage goes on
-            raise StageFailed(result.exit_reason, result.cause, result.detail)
+            raise StageFailed(result.cause, result.detail, result.exit_reason)
         return result
 
 
@@ -220,21 +220,13 @@ def _progress(
 
 
 def _result(run: PipelineRun, reason: ExitReason, cause: str, detail: str) -> RunResult:
-    outcome = outcome_of(reason)
-    return RunResult(
-        run_id=run.run_id,
-        trace_id=run.trace_id,
-        exit_reason=reason,
-        cause=cause,
-        outcome=outcome,
-        detail=detail,
-        hint=cause_hint(cause),
+    return msgspec.structs.replace(
+        end_result(run.run_id, run.trace_id, reason, cause, detail),
         turns=sum(r.turns for r in run.results),
         llm_requests=sum(r.llm_requests for r in run.results),
         tool_calls=sum(r.tool_calls for r in run.results),
         usage=run.usage,
         output=run.output,
-        incomplete=False,
         degraded=bool(run.degraded_by),
         nudges=sum(r.nudges for r in run.results),
         trace=tuple(e for r in run.results for e in r.trace),

@@ -153,7 +153,7 @@ class _Workflow:
     async def scan(self, ctx: StageContext) -> StageOutcome:
         folder = ctx.run.folder
         if folder is None:
-            raise StageFailed(ExitReason.HOOK_STOPPED, "internal.error", "no folder to scan")
+            raise StageFailed("internal.error", "no folder to scan")
         self._scan = await anyio.to_thread.run_sync(scan_folder, folder)
         ctx.run.data["scan_summary"] = self._scan.summary()
         return StageOutcome(detail=self._scan.summary())
@@ -193,7 +193,6 @@ class _Workflow:
             )
             task = prompts.FIRMER.format(problems="; ".join(problems))
         raise StageFailed(
-            ExitReason.HOOK_STOPPED,
             "stage.output_rejected",
             f"every draft was rejected ({DRAFT_RETRIES + 1} attempts): {' | '.join(rejections)}",
         )
