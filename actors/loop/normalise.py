@@ -61,7 +61,7 @@ import re2
 from actors.loop.config import LoopConfig, compile_pattern
 
 if TYPE_CHECKING:
-    from re2 import _Match, _Regexp
+    from re2 import _Regexp
 
 __all__ = ["EDGE_CHARS", "MAX_TOKENS", "Normaliser", "is_progress_key"]
 
@@ -187,9 +187,10 @@ def _options() -> re2.Options:
     return options
 
 
+_ANCHOR: Final = getattr(re2, "_Anchor", None)
+_UNANCHORED: Final = None if _ANCHOR is None else _ANCHOR.UNANCHORED
 _TOKENS: Final = re2.compile(TOKEN_PATTERN.encode(), _options())
 _INNER: Final = re2.compile(_INNER_PATTERN.encode(), _options())
-_GROUPS: Final = tuple(range(1, len(_KINDS) + 1))
 assert _TOKENS.groups == len(_KINDS)
 assert _INNER.groups == len(_KINDS) - 1
 
@@ -266,28 +267,47 @@ def _pod_name(token: bytes) -> bytes:
     return name
 
 
-def _group(match: _Match[bytes]) -> int:
+Spans = list[tuple[int, int]]
+"""A token's spans: ``[0]`` the whole token, then one per group, ``(-1, -1)`` for a group
+that took no part."""
+
+
+def _scan(pattern: _Regexp[bytes], data: bytes, pos: int, endpos: int) -> Iterator[Spans]:
+    """Each match of ``pattern`` in ``data[pos:endpos]``, in order, as its spans.
+
+    google-re2's own ``finditer`` builds a match object per token in Python; its RE2 object
+    (``_regexp``, the C++ binding) gives the spans in one call, about a third of a result's
+    normalisation when results carry no volatile token (docs/performance.md). A build
+    without it takes the public API."""
+    native = getattr(pattern, "_regexp", None)
+    if native is None or _UNANCHORED is None:  # pragma: no cover - another google-re2 build
+        for match in pattern.finditer(data, pos, endpos):
+            yield [match.span(group) for group in range(pattern.groups + 1)]
+        return
+    while pos < endpos:
+        spans: Spans = native.Match(_UNANCHORED, data, pos, endpos)
+        start, end = spans[0]
+        if start < 0:
+            return
+        yield spans
+        pos = end if end > start else end + 1  # no shape matches empty, but never stall
+
+
+def _group(spans: Spans) -> int:
     """The alternative that matched (the one group that took part)."""
-    # google-re2's match keeps every group's span in a list: one look-up, where the
-    # public ``start(group)`` costs a call into the extension per group tried
-    spans = getattr(match, "_spans", None)
-    if isinstance(spans, list) and len(spans) <= len(_KINDS) + 1:
-        for group in range(1, len(spans)):
-            if spans[group][0] >= 0:
-                return group
-    for group in _GROUPS[: match.re.groups]:
-        if match.start(group) >= 0:
+    for group in range(1, len(spans)):
+        if spans[group][0] >= 0:
             return group
     raise AssertionError("a token matched no alternative")  # pragma: no cover
 
 
-def _replacement(data: bytes, match: _Match[bytes]) -> bytes | None:
+def _replacement(data: bytes, spans: Spans) -> bytes | None:
     """What a token is replaced by, or ``None`` to keep it."""
-    group = _group(match)
+    group = _group(spans)
     kind = _KINDS[group - 1]
-    start, end = match.span()
+    start, end = spans[0]
     if kind in ("kv", "kn"):
-        return data[start : match.end(group)] + b"<id>"
+        return data[start : spans[group][1]] + b"<id>"
     if kind == "syslog":
         return data[start : data.rindex(b"[", start, end) + 1] + b"<id>]:"
     token = data[start:end]
@@ -312,14 +332,16 @@ def _replacement(data: bytes, match: _Match[bytes]) -> bytes | None:
     return _REPLACEMENTS[kind]
 
 
-def _tokens(data: bytes) -> Iterator[_Match[bytes]]:
+def _tokens(data: bytes) -> Iterator[Spans]:
     """Every token of ``data``, in order; a nonce-shaped token that does not look random
     (:func:`_random_looking`) gives the tokens of the other shapes inside it instead."""
-    for match in _TOKENS.finditer(data):
-        if match.lastindex != len(_KINDS) or _random_looking(match.group()):
-            yield match
+    nonce = len(_KINDS)
+    for spans in _scan(_TOKENS, data, 0, len(data)):
+        start, end = spans[0]
+        if spans[nonce][0] < 0 or _random_looking(data[start:end]):
+            yield spans
         else:
-            yield from _INNER.finditer(data, match.start(), match.end())
+            yield from _scan(_INNER, data, start, end)
 
 
 def _normalise(text: str) -> str:
@@ -327,13 +349,14 @@ def _normalise(text: str) -> str:
     data = text.encode("utf-8", "surrogatepass")
     pieces: list[bytes] = []
     end = 0
-    for match in _tokens(data):
-        replacement = _replacement(data, match)
+    for spans in _tokens(data):
+        replacement = _replacement(data, spans)
         if replacement is None:
             continue
-        pieces.append(data[end : match.start()])
+        start, stop = spans[0]
+        pieces.append(data[end:start])
         pieces.append(replacement)
-        end = match.end()
+        end = stop
         if len(pieces) >= 2 * MAX_TOKENS:
             break
     if not pieces:
