@@ -51,8 +51,14 @@ async def test_own_config_replay_reproduces_every_verdict(scenario: Scenario) ->
     assert recording.verdicts == tuple(e.verdict for e in recorded.call_log)
     # the logged form (JSONL, as the store holds it) reads back to the same recording
     assert recording_from_jsonl(scenario.name, jsonl).answers == recording.answers
+    # every warning, refusal and nudge, in order, at the same turn and call
+    kept = ("verdict", "nudge")
+    assert [d for d in played.decisions if d[0] in kept] == [
+        d for d in recording.decisions if d[0] in kept
+    ]
     if scenario.name in CLOCK_OR_CALLER:
         return
+    assert played.decisions == recording.decisions  # and the same first stop
     assert (replayed.exit_reason, replayed.cause) == (recorded.exit_reason, recorded.cause)
     assert replayed.llm_requests == recorded.llm_requests
     assert replayed.tool_calls == recorded.tool_calls

@@ -20,15 +20,15 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bus import BusMessage, LogReader
 from orchestrator.config import Config, LoopPreset
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import json_response, read_body
 from orchestrator.replay.command import replay_rows
 from orchestrator.replay.openai_chat import recording_from_chat
-from orchestrator.replay.recording import Recording, RecordingError, recording_from_events
+from orchestrator.replay.recording import Recording, RecordingError
 from orchestrator.replay.report import totals
+from orchestrator.replay.sources import recording_from_export
 
 __all__ = ["MAX_REPLAY_RUNS", "REPLAY_PATH", "ReplayApi"]
 
@@ -104,12 +104,7 @@ def _recording(index: int, run: Any) -> Recording:
     name = str(run.get("name") or key)
     try:
         if "events" in run:
-            events = run["events"]
-            if not isinstance(events, list):
-                raise RecordingError(f"{key}.events: a list is required")
-            reader = LogReader()
-            messages = [reader.read(msgspec.convert(event, BusMessage)) for event in events]
-            return recording_from_events(name, messages)
+            return recording_from_export(key, {**run, "name": name}, config=False)
         return recording_from_chat(name, run)
     except (RecordingError, msgspec.ValidationError, ValueError) as exc:
         raise ApiError(422, "invalid", f"{key}: {exc}", key=key) from None

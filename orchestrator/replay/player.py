@@ -32,7 +32,7 @@ from anyio.abc import TaskStatus
 from actors.tools import Tool, ToolContext, ToolError, ToolRegistry, default_registry
 from bus import Bus, Message, ModelCancel, ModelReply, ModelRequest, ModelTextDelta
 from orchestrator.config import Config
-from orchestrator.replay.recording import Answer, Recording, result_key
+from orchestrator.replay.recording import Answer, Decision, Recording, decisions, result_key
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
 
@@ -54,6 +54,8 @@ class Played(msgspec.Struct, frozen=True, kw_only=True):
     extrapolated: int
     input_price: float
     output_price: float
+    decisions: tuple[Decision, ...] = ()
+    """The replay's warnings, refusals, nudges and first stop, in order."""
 
 
 class ReplayModel:
@@ -206,7 +208,8 @@ async def play(
             watch=_abort_at(recording) if recording.abort is not None else None,
         )
         result = await handle.result()
-        started = rt.event_log.events(handle.run_id)[:1]
+        events = rt.event_log.events(handle.run_id)
+        started = events[:1]
     input_price = output_price = 0.0
     for msg in started:
         input_price = getattr(msg, "input_price_per_million", 0.0)
@@ -216,6 +219,7 @@ async def play(
         extrapolated=models[0].extrapolated if models else 0,
         input_price=input_price,
         output_price=output_price,
+        decisions=decisions(events),
     )
 
 

@@ -30,8 +30,10 @@ from bus import (
     ModelError,
     ModelReply,
     ModelRequest,
+    Nudge,
     RunFinished,
     RunStarted,
+    StopSignal,
     ToolCallProposed,
     ToolResult,
     ToolSpec,
@@ -43,12 +45,14 @@ __all__ = [
     "PURPOSES",
     "Answer",
     "CallVerdict",
+    "Decision",
     "Ending",
     "Recording",
     "RecordingError",
     "ResultKey",
     "ToolOutcome",
     "cost_of",
+    "decisions",
     "recording_from_events",
     "result_key",
 ]
@@ -58,6 +62,35 @@ PURPOSES: Final = ("turn", "compact", "loop_check")
 
 ResultKey = str
 """``tool`` + NUL + the call's canonical arguments."""
+
+
+Decision = tuple[str, int, str, str, str]
+"""One decision of the fuses: ``("verdict", turn, call id, verdict, cause)`` for a warning
+or a refusal of a call, ``("nudge", turn, kind, source, "")`` for a nudge (``turn``: the
+last turn asked for before it), ``("stop", turn, reason, cause, source)`` for the run's
+first stop signal."""
+
+
+def decisions(events: Iterable[Message]) -> tuple[Decision, ...]:
+    """The fuses' decisions in ``events``, in bus order (see :data:`Decision`): what an
+    own-config replay must reproduce one by one."""
+    found: list[Decision] = []
+    turn = 0
+    stopped = False
+    for msg in events:
+        match msg:
+            case ModelRequest():
+                turn = msg.turn
+            case ToolVerdict() if msg.verdict != "allow":
+                found.append(("verdict", msg.turn, msg.call_id, msg.verdict, msg.cause))
+            case Nudge():
+                found.append(("nudge", turn, msg.kind, msg.source, ""))
+            case StopSignal() if not stopped:
+                stopped = True
+                found.append(("stop", turn, msg.reason.value, msg.cause, msg.source))
+            case _:
+                pass
+    return tuple(found)
 
 
 class RecordingError(ValueError):
@@ -123,6 +156,8 @@ class Recording(msgspec.Struct, frozen=True, kw_only=True):
     answers: Mapping[str, tuple[Answer, ...]] = {}
     results: Mapping[ResultKey, tuple[ToolOutcome, ...]] = {}
     verdicts: tuple[CallVerdict, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    """Every warning, refusal, nudge and the first stop, in order (:func:`decisions`)."""
     ending: Ending | None = None
     """``None``: the recording has no end (a transcript from another system)."""
     overrides: Mapping[str, Any] = {}
@@ -167,6 +202,7 @@ def recording_from_events(
     counts: dict[tuple[str, int], int] = {}
     abort: AbortPoint | None = None
     last: tuple[str, int] | None = None
+    events = tuple(events)
     for msg in events:
         kind = type(msg).__name__
         turn = getattr(msg, "turn", 0)
@@ -253,6 +289,7 @@ def recording_from_events(
         answers={purpose: tuple(found) for purpose, found in answers.items()},
         results={key: tuple(found) for key, found in results.items()},
         verdicts=verdicts,
+        decisions=decisions(events),
         ending=ending,
         overrides=dict(overrides or {}),
         abort=abort,
