@@ -206,3 +206,35 @@ def test_config_after_the_subcommand_is_the_replays(
     config.write_text("[budget]\nmax_turns = 3\n")
     assert main(["replay", str(transcript), "--preset", "off", "--config", str(config)]) == 0
     assert "| chat.json | off | - | budget.max_turns @ 3 |" in capsys.readouterr().out
+
+
+PIPELINE_SCENARIOS = [s for s in shipped_scenarios() if s.pipeline is not None]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("scenario", PIPELINE_SCENARIOS, ids=lambda s: s.name)
+async def test_each_stage_run_of_a_pipeline_replays_with_its_verdicts(scenario: Scenario) -> None:
+    # A pipeline is several runs (one per agent stage, ``<id>.<stage>``): each is replayed
+    # on its own; the pipeline's own log holds only its progress (docs/replay.md).
+    async with Runtime(Config(), scenarios=[scenario]) as runtime:
+        handle = await start_scenario(runtime, scenario)
+        await handle.result()
+        stages = dict.fromkeys(
+            stage
+            for msg in runtime.event_log.events(handle.run_id)
+            if (stage := getattr(msg, "stage", None))
+        )
+        logs = {s: runtime.event_log.events(f"{handle.run_id}.{s}") for s in stages}
+    recordings = [recording_from_events(s, events) for s, events in logs.items() if events]
+    assert [r.name for r in recordings][:2] == ["explore", "draft"]
+    for recording in recordings:
+        with anyio.fail_after(60):
+            played = await play(Config(), recording)
+        assert recording.ending is not None
+        assert tuple(e.verdict for e in played.result.call_log) == recording.verdicts
+        assert played.decisions == recording.decisions
+        assert (played.result.cause, played.result.llm_requests) == (
+            recording.ending.cause,
+            recording.ending.llm_requests,
+        )
+        assert compare(recording, played, "own").change == "same"
