@@ -52,6 +52,7 @@ __all__ = [
     "measure",
     "real_runs",
     "record",
+    "record_scenarios",
 ]
 
 
@@ -134,9 +135,11 @@ def _loop_touched(recording: Recording) -> bool:
     )
 
 
-async def _record_scenarios(
+async def record_scenarios(
     scenarios: Sequence[Scenario], overrides: dict[str, Any]
 ) -> list[Recording]:
+    """Play each of ``scenarios`` with ``overrides`` over its own settings, in process
+    against the simulator; the recording of each."""
     recorded: list[Recording] = []
     for scenario in scenarios:
         played = msgspec.structs.replace(
@@ -184,7 +187,7 @@ async def record() -> list[Labelled]:
     loop fuses off (see the module docstring), labelled."""
     found: list[Labelled] = []
     runs = corpus()
-    recordings = await _record_scenarios([run.scenario for run in runs], _RECORD_OFF)
+    recordings = await record_scenarios([run.scenario for run in runs], _RECORD_OFF)
     for run, recording in zip(runs, recordings, strict=True):
         found.append(
             Labelled(
@@ -195,8 +198,8 @@ async def record() -> list[Labelled]:
             )
         )
     scenarios = _default_preset_scenarios()
-    shipped = await _record_scenarios(scenarios, {})
-    off = await _record_scenarios(scenarios, _RECORD_OFF)
+    shipped = await record_scenarios(scenarios, {})
+    off = await record_scenarios(scenarios, _RECORD_OFF)
     for scenario, own, recording in zip(scenarios, shipped, off, strict=True):
         if own.ending is not None and own.ending.cause.startswith("loop."):
             label = "stuck"
