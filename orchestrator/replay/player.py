@@ -22,7 +22,9 @@ A caller's abort in the recording is played by aborting the replay after the sam
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import anyio
@@ -201,14 +203,23 @@ async def play(
 
     settings: dict[str, Any] = {**recording.overrides, **(overrides or {})}
     settings["tools"] = tuple(spec.name for spec in recording.tools)
-    settings.pop("model", None)  # the replay's model is the recording
-    async with Runtime(config, tools=replay_registry(recording), model_actor=model_actor) as rt:
-        handle = await rt.start(
-            RunSpec(task=recording.task, system=recording.system, overrides=settings),
-            watch=_abort_at(recording) if recording.abort is not None else None,
-        )
-        result = await handle.result()
-        events = rt.event_log.events(handle.run_id)
+    settings.pop("model", None)  # the replay's model is the recording, under its name:
+    if recording.model:  # the context estimates, window and prices are looked up by it
+        settings["model"] = recording.model
+    with tempfile.TemporaryDirectory(prefix="loopfuse-replay-") as scratch:
+        folder = _recreate_folder(recording.folder_listing, Path(scratch))
+        async with Runtime(config, tools=replay_registry(recording), model_actor=model_actor) as rt:
+            handle = await rt.start(
+                RunSpec(
+                    task=recording.task,
+                    system=recording.system,
+                    folder=folder,
+                    overrides=settings,
+                ),
+                watch=_abort_at(recording) if recording.abort is not None else None,
+            )
+            result = await handle.result()
+            events = rt.event_log.events(handle.run_id)
         started = events[:1]
     input_price = output_price = 0.0
     for msg in started:
@@ -221,6 +232,26 @@ async def play(
         output_price=output_price,
         decisions=decisions(events),
     )
+
+
+def _recreate_folder(listing: str | None, scratch: Path) -> str | None:
+    """A folder whose top level is ``listing``'s names (empty files, ``name/``
+    directories), so a nudge that lists the folder says what it said; ``None`` without."""
+    if listing is None:
+        return None
+    shown, _, more = listing.partition(" (and ")
+    names = [] if shown == "(empty)" else shown.split(", ")
+    extra = min(int(more.split(" ", 1)[0]), 1_000) if more[:1].isdigit() else 0
+    names += [f"\x7freplay-{n:06d}" for n in range(extra)]  # sorted after the shown names
+    for name in names:
+        path = scratch / name.rstrip("/")
+        if path.parent != scratch or not path.name or path.name in (".", ".."):
+            continue  # not a top-level name
+        if name.endswith("/"):
+            path.mkdir(exist_ok=True)
+        else:
+            path.touch()
+    return str(scratch)
 
 
 def _abort_at(recording: Recording) -> Callable[[RunHandle], Any]:

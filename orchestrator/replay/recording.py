@@ -93,6 +93,10 @@ def decisions(events: Iterable[Message]) -> tuple[Decision, ...]:
     return tuple(found)
 
 
+LISTING_PREFIX: Final = "The folder's files (top level): "
+"""How a nudge shows the run's folder (:func:`actors.loop.monitor.folder_listing`)."""
+
+
 class RecordingError(ValueError):
     """The input is not a run that can be replayed; the message says why."""
 
@@ -149,6 +153,9 @@ class Recording(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     task: str
+    model: str = ""
+    """The model the run asked (its window, tokenizer estimate and price are looked up by
+    this name); empty: unknown (a transcript), the config's model stands in."""
     system: str | None = None
     tools: tuple[ToolSpec, ...] = ()
     idempotent: frozenset[str] = frozenset()
@@ -160,6 +167,10 @@ class Recording(msgspec.Struct, frozen=True, kw_only=True):
     """Every warning, refusal, nudge and the first stop, in order (:func:`decisions`)."""
     ending: Ending | None = None
     """``None``: the recording has no end (a transcript from another system)."""
+    folder_listing: str | None = None
+    """The run's folder's top level as a nudge showed it (``a.txt, b/``; an error streak's
+    nudge lists it); ``None``: no nudge did. A replay recreates those names (empty) in a
+    folder of its own, so the same nudge says the same."""
     overrides: Mapping[str, Any] = {}
     """The run's own settings over the config (a daemon run's request, a scenario's table)."""
     abort: AbortPoint | None = None
@@ -203,6 +214,7 @@ def recording_from_events(
     abort: AbortPoint | None = None
     last: tuple[str, int] | None = None
     events = tuple(events)
+    listing: str | None = None
     for msg in events:
         kind = type(msg).__name__
         turn = getattr(msg, "turn", 0)
@@ -229,6 +241,8 @@ def recording_from_events(
                     for call in reply.tool_calls if reply is not None else (msg.call,):
                         arguments[(msg.turn, call.id)] = call.arguments
                         calls.append((msg.turn, call.id))
+            case Nudge() if listing is None and LISTING_PREFIX in msg.text:
+                listing = msg.text.split(LISTING_PREFIX, 1)[1].split("\n", 1)[0].removesuffix(".")
             case ToolVerdict():
                 key = (msg.turn, msg.call_id)
                 if _SEVERITY[msg.verdict] > _SEVERITY.get(severity.get(key, "allow"), 0):
@@ -283,6 +297,7 @@ def recording_from_events(
     return Recording(
         name=name,
         task=started.task,
+        model=started.model,
         system=system,
         tools=started.tool_specs,
         idempotent=frozenset(idempotent),
@@ -291,6 +306,7 @@ def recording_from_events(
         verdicts=verdicts,
         decisions=decisions(events),
         ending=ending,
+        folder_listing=listing,
         overrides=dict(overrides or {}),
         abort=abort,
     )
