@@ -238,3 +238,18 @@ async def test_each_stage_run_of_a_pipeline_replays_with_its_verdicts(scenario: 
             recording.ending.llm_requests,
         )
         assert compare(recording, played, "own").change == "same"
+
+
+def test_a_listed_folder_is_recreated_by_name_only(tmp_path: Path) -> None:
+    from orchestrator.replay import player
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    listing = "../escape, a/b, ok.txt, sub/ (and 3 more)"
+    assert player._recreate_folder(listing, scratch) == str(scratch)
+    names = sorted(p.name for p in scratch.iterdir())
+    assert names[:2] == ["ok.txt", "sub"]
+    assert (scratch / "sub").is_dir()
+    assert len(names) == 2 + 3  # the "more" are placeholders sorted after the shown names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]  # nothing outside
+    assert player._recreate_folder(None, scratch) is None

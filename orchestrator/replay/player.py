@@ -18,6 +18,10 @@ a tool registry given). Only two things are scripted, and nothing is called:
   call the recording never ran gets an error saying so.
 
 A caller's abort in the recording is played by aborting the replay after the same event.
+The replay runs under the recorded model's name (its window, token estimates and price are
+looked up by it), and in a scratch folder holding empty files of the names a nudge of the
+recording listed (an error streak's nudge lists the folder's top level: at most
+``LISTING_MAX`` names and 1,000 more), so the same nudge says the same.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
+from actors.loop.monitor import LISTING_MAX
 from actors.tools import Tool, ToolContext, ToolError, ToolRegistry, default_registry
 from bus import Bus, Message, ModelCancel, ModelReply, ModelRequest, ModelTextDelta
 from orchestrator.config import Config
@@ -240,7 +245,7 @@ def _recreate_folder(listing: str | None, scratch: Path) -> str | None:
     if listing is None:
         return None
     shown, _, more = listing.partition(" (and ")
-    names = [] if shown == "(empty)" else shown.split(", ")
+    names = [] if shown == "(empty)" else shown.split(", ")[:LISTING_MAX]
     extra = min(int(more.split(" ", 1)[0]), 1_000) if more[:1].isdigit() else 0
     names += [f"\x7freplay-{n:06d}" for n in range(extra)]  # sorted after the shown names
     for name in names:
