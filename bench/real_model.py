@@ -34,6 +34,7 @@ from typing import Any, Final
 
 import httpx
 
+from bus import Message
 from orchestrator.config import (
     BudgetSettings,
     Config,
@@ -64,6 +65,7 @@ __all__ = [
     "play_real_tasks",
     "real_config",
     "run_real_task",
+    "run_real_task_logged",
 ]
 
 LLAMA_PYTHON_ENV: Final = "INTEROP_LLAMA_PYTHON"
@@ -412,8 +414,19 @@ async def run_real_task(
     task: RealTask, folder: Path, base_url: str, model_id: str, preset: str | None = None
 ) -> RunResult:
     """``task`` over ``folder`` under ``preset``, through the library runtime."""
+    result, _ = await run_real_task_logged(task, folder, base_url, model_id, preset)
+    return result
+
+
+async def run_real_task_logged(
+    task: RealTask, folder: Path, base_url: str, model_id: str, preset: str | None = None
+) -> tuple[RunResult, tuple[Message, ...]]:
+    """:func:`run_real_task`, with the run's events (its in-memory event log, in bus
+    order: what ``loopfuse replay`` reads)."""
     async with Runtime(real_config(base_url, model_id, preset)) as runtime:
-        return await runtime.run(RunSpec(task=task.prompt, folder=str(folder)))
+        handle = await runtime.start(RunSpec(task=task.prompt, folder=str(folder)))
+        result = await handle.result()
+        return result, tuple(runtime.event_log.events(handle.run_id))
 
 
 DEFAULT: Final = "default"
@@ -434,6 +447,8 @@ class RealRun:
     statuses: tuple[int, ...]
     """The HTTP status of each chat-completions request, in order."""
     seconds: float
+    events: tuple[Message, ...] = ()
+    """The run's events, in bus order (:mod:`bench.real_corpus` writes them)."""
 
 
 async def play_real_tasks(
@@ -451,13 +466,19 @@ async def play_real_tasks(
             for preset in configurations:
                 recorder.reset()
                 started = time.perf_counter()
-                result = await run_real_task(
+                result, events = await run_real_task_logged(
                     task, folder, base_url, server.model_id, None if preset == DEFAULT else preset
                 )
                 seconds = time.perf_counter() - started
                 runs.append(
                     RealRun(
-                        task, preset, result, recorder.totals(), tuple(recorder.statuses), seconds
+                        task,
+                        preset,
+                        result,
+                        recorder.totals(),
+                        tuple(recorder.statuses),
+                        seconds,
+                        events,
                     )
                 )
     return runs

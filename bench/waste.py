@@ -4,7 +4,7 @@
 
     python -m bench.waste [--json] [--max-turns N] [--deadline SECONDS] [SCENARIO ...]
     python -m bench.waste --corpus [--json] [--preset NAME] [RUN ...]
-    python -m bench.waste --real [--json]
+    python -m bench.waste --real [--json] [--record DIR]
     python -m bench.waste --corpus [--json] [--preset NAME ...] [RUN ...]
 
 Every scenario (default: :data:`DEFAULT_SCENARIOS`; a shipped name, ``NAME.LABEL`` for one
@@ -35,6 +35,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 import anyio
@@ -258,6 +259,13 @@ def _parser() -> argparse.ArgumentParser:
         "installs both) with the fuses on and off, instead (minutes)",
     )
     parser.add_argument(
+        "--record",
+        metavar="DIR",
+        type=Path,
+        help="with --real: also write each run to DIR as a replay input (the committed "
+        "corpus is bench/real_corpus, see bench/real_corpus.py)",
+    )
+    parser.add_argument(
         "--preset",
         action="append",
         default=[],
@@ -287,6 +295,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return _corpus(args, out)
     if args.real:
         return _real(args, out)
+    if args.record is not None:
+        print("bench.waste: --record needs --real", file=sys.stderr)
+        return 2
     if args.preset:
         print("bench.waste: --preset needs --corpus", file=sys.stderr)
         return 2
@@ -332,7 +343,7 @@ def _real(args: argparse.Namespace, out: TextIO) -> int:
         print("bench.waste: --real takes no SCENARIO and no --preset", file=sys.stderr)
         return 2
     try:
-        rows = measure_real()
+        rows = measure_real(args.record)
     except (FileNotFoundError, RuntimeError) as exc:
         print(f"bench.waste: {exc}", file=sys.stderr)
         return 2

@@ -70,13 +70,18 @@ def real_rows(runs: Sequence[RealRun]) -> list[RealWaste]:
     return rows
 
 
-def measure_real() -> list[RealWaste]:
-    """Start the real model's server, play every task on and off, stop it.
+def measure_real(record: Path | None = None) -> list[RealWaste]:
+    """Start the real model's server, play every task on and off, stop it; with
+    ``record``, write the runs there as the replay corpus (:mod:`bench.real_corpus`).
 
     :raises FileNotFoundError: the server's virtualenv has no model (run scripts/realmodel).
     """
     with tempfile.TemporaryDirectory() as tmp, open_real_server(Path(tmp)) as server:
         runs = anyio.run(play_real_tasks, server, Path(tmp))
+    if record is not None:
+        from bench.real_corpus import write_corpus
+
+        write_corpus(runs, record)
     return real_rows(runs)
 
 

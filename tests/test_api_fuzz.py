@@ -102,7 +102,7 @@ def test_the_served_document_is_the_one_fuzzed(daemon_url: str, schema: Any) -> 
         f"{result.ok().method.upper()} {result.ok().path}" for result in schema.get_all_operations()
     }
     assert served == set(OPERATIONS)
-    assert len(OPERATIONS) == 9
+    assert len(OPERATIONS) == 10
     document = httpx.get(f"{daemon_url}/v1/openapi.json").json()
     assert document["paths"] == openapi_document("0", MAX_TASK_CHARS)["paths"]
 

@@ -27,3 +27,8 @@ def test_real_without_the_model_says_what_to_run_in_one_line(
 def test_real_takes_no_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--real", "dead_loop"], out=io.StringIO()) == 2
     assert "--real takes no SCENARIO" in capsys.readouterr().err
+
+
+def test_record_needs_real(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--record", "somewhere"], out=io.StringIO()) == 2
+    assert "--record needs --real" in capsys.readouterr().err

@@ -274,6 +274,11 @@ async def test_openapi_describes_the_api_from_the_schemas(tmp_path: Path) -> Non
     assert {"/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/events", "/v1/runs/{id}/abort"} <= set(
         document["paths"]
     )
+    replay = document["paths"]["/v1/replay"]["post"]  # the operator's route (issue #29)
+    assert {"200", "401", "403", "413", "422"} <= set(replay["responses"])
+    replay_request = document["components"]["schemas"]["ReplayRequest"]
+    assert replay_request["properties"]["runs"]["maxItems"] == 50
+    assert "verdicts_match" in document["components"]["schemas"]["ReplayRow"]["properties"]
     request = document["components"]["schemas"]["RunRequest"]
     assert request["additionalProperties"] is False
     assert {"task", "scenario", "config", "idempotency_key"} <= set(request["properties"])

@@ -51,8 +51,14 @@ async def test_own_config_replay_reproduces_every_verdict(scenario: Scenario) ->
     assert recording.verdicts == tuple(e.verdict for e in recorded.call_log)
     # the logged form (JSONL, as the store holds it) reads back to the same recording
     assert recording_from_jsonl(scenario.name, jsonl).answers == recording.answers
+    # every warning, refusal and nudge, in order, at the same turn and call
+    kept = ("verdict", "nudge")
+    assert [d for d in played.decisions if d[0] in kept] == [
+        d for d in recording.decisions if d[0] in kept
+    ]
     if scenario.name in CLOCK_OR_CALLER:
         return
+    assert played.decisions == recording.decisions  # and the same first stop
     assert (replayed.exit_reason, replayed.cause) == (recorded.exit_reason, recorded.cause)
     assert replayed.llm_requests == recorded.llm_requests
     assert replayed.tool_calls == recorded.tool_calls
@@ -200,3 +206,50 @@ def test_config_after_the_subcommand_is_the_replays(
     config.write_text("[budget]\nmax_turns = 3\n")
     assert main(["replay", str(transcript), "--preset", "off", "--config", str(config)]) == 0
     assert "| chat.json | off | - | budget.max_turns @ 3 |" in capsys.readouterr().out
+
+
+PIPELINE_SCENARIOS = [s for s in shipped_scenarios() if s.pipeline is not None]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("scenario", PIPELINE_SCENARIOS, ids=lambda s: s.name)
+async def test_each_stage_run_of_a_pipeline_replays_with_its_verdicts(scenario: Scenario) -> None:
+    # A pipeline is several runs (one per agent stage, ``<id>.<stage>``): each is replayed
+    # on its own; the pipeline's own log holds only its progress (docs/replay.md).
+    async with Runtime(Config(), scenarios=[scenario]) as runtime:
+        handle = await start_scenario(runtime, scenario)
+        await handle.result()
+        stages = dict.fromkeys(
+            stage
+            for msg in runtime.event_log.events(handle.run_id)
+            if (stage := getattr(msg, "stage", None))
+        )
+        logs = {s: runtime.event_log.events(f"{handle.run_id}.{s}") for s in stages}
+    recordings = [recording_from_events(s, events) for s, events in logs.items() if events]
+    assert [r.name for r in recordings][:2] == ["explore", "draft"]
+    for recording in recordings:
+        with anyio.fail_after(60):
+            played = await play(Config(), recording)
+        assert recording.ending is not None
+        assert tuple(e.verdict for e in played.result.call_log) == recording.verdicts
+        assert played.decisions == recording.decisions
+        assert (played.result.cause, played.result.llm_requests) == (
+            recording.ending.cause,
+            recording.ending.llm_requests,
+        )
+        assert compare(recording, played, "own").change == "same"
+
+
+def test_a_listed_folder_is_recreated_by_name_only(tmp_path: Path) -> None:
+    from orchestrator.replay import player
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    listing = "../escape, a/b, ok.txt, sub/ (and 3 more)"
+    assert player._recreate_folder(listing, scratch) == str(scratch)
+    names = sorted(p.name for p in scratch.iterdir())
+    assert names[:2] == ["ok.txt", "sub"]
+    assert (scratch / "sub").is_dir()
+    assert len(names) == 2 + 3  # the "more" are placeholders sorted after the shown names
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]  # nothing outside
+    assert player._recreate_folder(None, scratch) is None

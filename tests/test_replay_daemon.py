@@ -52,6 +52,11 @@ async def test_replay_endpoint_is_the_operators_and_bounded(
         many = await http.post(
             "/v1/replay", json={"runs": [{}] * (MAX_REPLAY_RUNS + 1)}, headers=operator
         )
+        # a run export's settings are the operator's to give (the command line), not a body's
+        configured = {"runs": [{"events": events, "config": {"max_turns": 200}}]}
+        refused = await http.post("/v1/replay", json=configured, headers=operator)
+        bad_event = {"runs": [{"events": [{"type": "Nope"}]}]}
+        not_event = await http.post("/v1/replay", json=bad_event, headers=operator)
     assert run["cause"] == "loop.generic_repeat"
     assert (none.status_code, wrong.status_code, api.status_code) == (401, 401, 403)
     assert ok.status_code == 200, ok.text
@@ -61,6 +66,11 @@ async def test_replay_endpoint_is_the_operators_and_bounded(
     assert rows["strict"]["recorded_cause"] == "loop.generic_repeat"
     assert rows["off"]["cause"] != "loop.generic_repeat"
     assert (huge.status_code, many.status_code) == (413, 413)
+    assert refused.status_code == 422
+    assert refused.json()["error"]["key"] == "runs[0]"
+    assert "runs[0]: config: not accepted" in refused.json()["error"]["message"]
+    assert not_event.status_code == 422
+    assert "runs[0]: events[0]: not a run event" in not_event.json()["error"]["message"]
     # the daemon's store itself, read by the command line (the run's request names its
     # scenario, so the scenario's settings apply: its own verdicts again)
     store = Path(config.daemon.store_path or "")

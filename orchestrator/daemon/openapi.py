@@ -11,14 +11,17 @@ it).
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 import msgspec
 
 from bus import BusMessage, ExitReason
+from orchestrator.config import LoopPreset
 from orchestrator.daemon.http import PAGE_LIMIT, STATUSES
 from orchestrator.daemon.limits import INTEGER_PATTERN, MAX_INTEGER, MAX_JSON_DEPTH
+from orchestrator.daemon.replay_route import MAX_REPLAY_RUNS
 from orchestrator.daemon.schemas import ErrorBody, Health, RunAccepted, RunPage, RunRequest, RunView
+from orchestrator.replay.report import ReplayRow, Totals
 
 __all__ = ["openapi_document"]
 
@@ -30,6 +33,10 @@ _ERRORS: Final = {
         "that does not name the daemon (any route); `error.key` names the parameter."
     ),
     401: "Missing or wrong bearer token (only when tokens are configured).",
+    403: (
+        "An operator's route asked with an API token, or with no operator token configured "
+        "(daemon.operator_token_env)."
+    ),
     404: "No such run.",
     409: "Conflict (run already ended, idempotency key reused).",
     413: "Request body too large (daemon.max_body_bytes).",
@@ -118,6 +125,47 @@ _STREAM_END: Final = {
     },
     "required": ["id", "status", "exit_reason", "last_event_id", "events_dropped"],
 }
+_REPLAY_REQUEST: Final = {
+    "type": "object",
+    "description": (
+        "Runs to replay: each a run's logged events (`{name, events}`, as "
+        "/v1/runs/{id}/events streams them) or an OpenAI chat transcript "
+        "(`{name, messages, tools}`); and up to four loop presets (none: the config's own)."
+    ),
+    "properties": {
+        "runs": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_REPLAY_RUNS,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "events": {"type": "array", "items": {"$ref": _REF.format(name="BusMessage")}},
+                    "messages": {"type": "array", "items": {"type": "object"}},
+                    "tools": {"type": "array", "items": {"type": "object"}},
+                },
+            },
+        },
+        "presets": {
+            "type": "array",
+            "maxItems": 4,
+            "items": {"enum": sorted(get_args(LoopPreset))},
+        },
+    },
+    "required": ["runs"],
+}
+_SCHEMA_TYPES: Final = (
+    RunRequest,
+    RunAccepted,
+    RunView,
+    RunPage,
+    ErrorBody,
+    Health,
+    BusMessage,
+    ReplayRow,
+    Totals,
+)
 _RUN_ID: Final = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _OPEN: Final[list[dict[str, list[str]]]] = []  # no token needed
 
@@ -138,9 +186,19 @@ def openapi_document(version: str, max_text_chars: int) -> dict[str, Any]:
     """The whole document for a daemon whose ``daemon.max_task_chars`` is
     ``max_text_chars`` (built once per pair)."""
     _, components = msgspec.json.schema_components(
-        (RunRequest, RunAccepted, RunView, RunPage, ErrorBody, Health, BusMessage),
+        _SCHEMA_TYPES,
         ref_template=_REF,
     )
+    components["ReplayRequest"] = _REPLAY_REQUEST
+    components["ReplayReport"] = {
+        "type": "object",
+        "description": "What `loopfuse replay --json` prints (docs/replay.md).",
+        "properties": {
+            "rows": {"type": "array", "items": _ref("ReplayRow")},
+            "totals": {"type": "array", "items": _ref("Totals")},
+        },
+        "required": ["rows", "totals"],
+    }
     _limit_texts(components, max_text_chars)
     components["Scenarios"] = {
         "type": "object",
@@ -246,6 +304,22 @@ def openapi_document(version: str, max_text_chars: int) -> dict[str, Any]:
             "get": {
                 "summary": "Scenario names a run may ask for",
                 "responses": {"200": _json("Scenarios", "Names."), **_errors(401)},
+            }
+        },
+        "/v1/replay": {
+            "post": {
+                "summary": (
+                    "Replay recorded runs under the daemon's config and loop presets "
+                    "(operator token only; no model or tool is called)"
+                ),
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("ReplayRequest")}},
+                },
+                "responses": {
+                    "200": _json("ReplayReport", "Per run and config, and the totals."),
+                    **_errors(400, 401, 403, 413, 415, 422),
+                },
             }
         },
         "/v1/openapi.json": {

@@ -4,7 +4,8 @@ The body is ``{"runs": [RUN, ...], "presets": [NAME, ...]}``; a ``RUN`` is
 ``{"name": ..., "events": [EVENT, ...]}`` (a run's logged events, as ``GET
 /v1/runs/{id}/events`` streams them) or ``{"name": ..., "messages": [...], "tools": [...]}``
 (an OpenAI chat transcript). The answer is ``{"rows": [...], "totals": [...]}`` as
-``loopfuse replay --json`` prints it; runs are replayed under the daemon's own config.
+``loopfuse replay --json`` prints it; runs are replayed under the daemon's own config (a
+run's ``config``, a run export's settings, is refused: 422).
 
 Only a bearer token from ``daemon.operator_token_env``'s variable is accepted: none or a
 wrong one is 401, an API token (``daemon.token_env``) 403, and with no operator token
@@ -20,15 +21,15 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from bus import BusMessage, LogReader
 from orchestrator.config import Config, LoopPreset
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import json_response, read_body
 from orchestrator.replay.command import replay_rows
 from orchestrator.replay.openai_chat import recording_from_chat
-from orchestrator.replay.recording import Recording, RecordingError, recording_from_events
+from orchestrator.replay.recording import Recording, RecordingError
 from orchestrator.replay.report import totals
+from orchestrator.replay.sources import recording_from_export
 
 __all__ = ["MAX_REPLAY_RUNS", "REPLAY_PATH", "ReplayApi"]
 
@@ -102,14 +103,12 @@ def _recording(index: int, run: Any) -> Recording:
     if not isinstance(run, dict):
         raise ApiError(422, "invalid", f"{key}: an object is required", key=key)
     name = str(run.get("name") or key)
+    if "events" in run:
+        try:  # its errors name runs[i] (their key) already
+            return recording_from_export(key, {**run, "name": name}, config=False)
+        except RecordingError as exc:
+            raise ApiError(422, "invalid", str(exc), key=key) from None
     try:
-        if "events" in run:
-            events = run["events"]
-            if not isinstance(events, list):
-                raise RecordingError(f"{key}.events: a list is required")
-            reader = LogReader()
-            messages = [reader.read(msgspec.convert(event, BusMessage)) for event in events]
-            return recording_from_events(name, messages)
         return recording_from_chat(name, run)
     except (RecordingError, msgspec.ValidationError, ValueError) as exc:
         raise ApiError(422, "invalid", f"{key}: {exc}", key=key) from None

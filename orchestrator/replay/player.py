@@ -18,21 +18,28 @@ a tool registry given). Only two things are scripted, and nothing is called:
   call the recording never ran gets an error saying so.
 
 A caller's abort in the recording is played by aborting the replay after the same event.
+The replay runs under the recorded model's name (its window, token estimates and price are
+looked up by it), and in a scratch folder holding empty files of the names a nudge of the
+recording listed (an error streak's nudge lists the folder's top level: at most
+``LISTING_MAX`` names and 1,000 more), so the same nudge says the same.
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Final, Literal
 
 import anyio
 import msgspec
 from anyio.abc import TaskStatus
 
+from actors.loop.monitor import LISTING_MAX
 from actors.tools import Tool, ToolContext, ToolError, ToolRegistry, default_registry
 from bus import Bus, Message, ModelCancel, ModelReply, ModelRequest, ModelTextDelta
 from orchestrator.config import Config
-from orchestrator.replay.recording import Answer, Recording, result_key
+from orchestrator.replay.recording import Answer, Decision, Recording, decisions, result_key
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunHandle, RunSpec, Runtime
 
@@ -54,6 +61,8 @@ class Played(msgspec.Struct, frozen=True, kw_only=True):
     extrapolated: int
     input_price: float
     output_price: float
+    decisions: tuple[Decision, ...] = ()
+    """The replay's warnings, refusals, nudges and first stop, in order."""
 
 
 class ReplayModel:
@@ -199,14 +208,24 @@ async def play(
 
     settings: dict[str, Any] = {**recording.overrides, **(overrides or {})}
     settings["tools"] = tuple(spec.name for spec in recording.tools)
-    settings.pop("model", None)  # the replay's model is the recording
-    async with Runtime(config, tools=replay_registry(recording), model_actor=model_actor) as rt:
-        handle = await rt.start(
-            RunSpec(task=recording.task, system=recording.system, overrides=settings),
-            watch=_abort_at(recording) if recording.abort is not None else None,
-        )
-        result = await handle.result()
-        started = rt.event_log.events(handle.run_id)[:1]
+    settings.pop("model", None)  # the replay's model is the recording, under its name:
+    if recording.model:  # the context estimates, window and prices are looked up by it
+        settings["model"] = recording.model
+    with tempfile.TemporaryDirectory(prefix="loopfuse-replay-") as scratch:
+        folder = _recreate_folder(recording.folder_listing, Path(scratch))
+        async with Runtime(config, tools=replay_registry(recording), model_actor=model_actor) as rt:
+            handle = await rt.start(
+                RunSpec(
+                    task=recording.task,
+                    system=recording.system,
+                    folder=folder,
+                    overrides=settings,
+                ),
+                watch=_abort_at(recording) if recording.abort is not None else None,
+            )
+            result = await handle.result()
+            events = rt.event_log.events(handle.run_id)
+        started = events[:1]
     input_price = output_price = 0.0
     for msg in started:
         input_price = getattr(msg, "input_price_per_million", 0.0)
@@ -216,7 +235,28 @@ async def play(
         extrapolated=models[0].extrapolated if models else 0,
         input_price=input_price,
         output_price=output_price,
+        decisions=decisions(events),
     )
+
+
+def _recreate_folder(listing: str | None, scratch: Path) -> str | None:
+    """A folder whose top level is ``listing``'s names (empty files, ``name/``
+    directories), so a nudge that lists the folder says what it said; ``None`` without."""
+    if listing is None:
+        return None
+    shown, _, more = listing.partition(" (and ")
+    names = [] if shown == "(empty)" else shown.split(", ")[:LISTING_MAX]
+    extra = min(int(more.split(" ", 1)[0]), 1_000) if more[:1].isdigit() else 0
+    names += [f"\x7freplay-{n:06d}" for n in range(extra)]  # sorted after the shown names
+    for name in names:
+        path = scratch / name.rstrip("/")
+        if path.parent != scratch or not path.name or path.name in (".", ".."):
+            continue  # not a top-level name
+        if name.endswith("/"):
+            path.mkdir(exist_ok=True)
+        else:
+            path.touch()
+    return str(scratch)
 
 
 def _abort_at(recording: Recording) -> Callable[[RunHandle], Any]:

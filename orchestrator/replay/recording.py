@@ -30,8 +30,10 @@ from bus import (
     ModelError,
     ModelReply,
     ModelRequest,
+    Nudge,
     RunFinished,
     RunStarted,
+    StopSignal,
     ToolCallProposed,
     ToolResult,
     ToolSpec,
@@ -43,12 +45,14 @@ __all__ = [
     "PURPOSES",
     "Answer",
     "CallVerdict",
+    "Decision",
     "Ending",
     "Recording",
     "RecordingError",
     "ResultKey",
     "ToolOutcome",
     "cost_of",
+    "decisions",
     "recording_from_events",
     "result_key",
 ]
@@ -58,6 +62,39 @@ PURPOSES: Final = ("turn", "compact", "loop_check")
 
 ResultKey = str
 """``tool`` + NUL + the call's canonical arguments."""
+
+
+Decision = tuple[str, int, str, str, str]
+"""One decision of the fuses: ``("verdict", turn, call id, verdict, cause)`` for a warning
+or a refusal of a call, ``("nudge", turn, kind, source, "")`` for a nudge (``turn``: the
+last turn asked for before it), ``("stop", turn, reason, cause, source)`` for the run's
+first stop signal."""
+
+
+def decisions(events: Iterable[Message]) -> tuple[Decision, ...]:
+    """The fuses' decisions in ``events``, in bus order (see :data:`Decision`): what an
+    own-config replay must reproduce one by one."""
+    found: list[Decision] = []
+    turn = 0
+    stopped = False
+    for msg in events:
+        match msg:
+            case ModelRequest():
+                turn = msg.turn
+            case ToolVerdict() if msg.verdict != "allow":
+                found.append(("verdict", msg.turn, msg.call_id, msg.verdict, msg.cause))
+            case Nudge():
+                found.append(("nudge", turn, msg.kind, msg.source, ""))
+            case StopSignal() if not stopped:
+                stopped = True
+                found.append(("stop", turn, msg.reason.value, msg.cause, msg.source))
+            case _:
+                pass
+    return tuple(found)
+
+
+LISTING_PREFIX: Final = "The folder's files (top level): "
+"""How a nudge shows the run's folder (:func:`actors.loop.monitor.folder_listing`)."""
 
 
 class RecordingError(ValueError):
@@ -116,6 +153,9 @@ class Recording(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     task: str
+    model: str = ""
+    """The model the run asked (its window, tokenizer estimate and price are looked up by
+    this name); empty: unknown (a transcript), the config's model stands in."""
     system: str | None = None
     tools: tuple[ToolSpec, ...] = ()
     idempotent: frozenset[str] = frozenset()
@@ -123,8 +163,14 @@ class Recording(msgspec.Struct, frozen=True, kw_only=True):
     answers: Mapping[str, tuple[Answer, ...]] = {}
     results: Mapping[ResultKey, tuple[ToolOutcome, ...]] = {}
     verdicts: tuple[CallVerdict, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    """Every warning, refusal, nudge and the first stop, in order (:func:`decisions`)."""
     ending: Ending | None = None
     """``None``: the recording has no end (a transcript from another system)."""
+    folder_listing: str | None = None
+    """The run's folder's top level as a nudge showed it (``a.txt, b/``; an error streak's
+    nudge lists it); ``None``: no nudge did. A replay recreates those names (empty) in a
+    folder of its own, so the same nudge says the same."""
     overrides: Mapping[str, Any] = {}
     """The run's own settings over the config (a daemon run's request, a scenario's table)."""
     abort: AbortPoint | None = None
@@ -167,6 +213,8 @@ def recording_from_events(
     counts: dict[tuple[str, int], int] = {}
     abort: AbortPoint | None = None
     last: tuple[str, int] | None = None
+    events = tuple(events)
+    listing: str | None = None
     for msg in events:
         kind = type(msg).__name__
         turn = getattr(msg, "turn", 0)
@@ -193,6 +241,8 @@ def recording_from_events(
                     for call in reply.tool_calls if reply is not None else (msg.call,):
                         arguments[(msg.turn, call.id)] = call.arguments
                         calls.append((msg.turn, call.id))
+            case Nudge() if listing is None and LISTING_PREFIX in msg.text:
+                listing = msg.text.split(LISTING_PREFIX, 1)[1].split("\n", 1)[0].removesuffix(".")
             case ToolVerdict():
                 key = (msg.turn, msg.call_id)
                 if _SEVERITY[msg.verdict] > _SEVERITY.get(severity.get(key, "allow"), 0):
@@ -247,13 +297,16 @@ def recording_from_events(
     return Recording(
         name=name,
         task=started.task,
+        model=started.model,
         system=system,
         tools=started.tool_specs,
         idempotent=frozenset(idempotent),
         answers={purpose: tuple(found) for purpose, found in answers.items()},
         results={key: tuple(found) for key, found in results.items()},
         verdicts=verdicts,
+        decisions=decisions(events),
         ending=ending,
+        folder_listing=listing,
         overrides=dict(overrides or {}),
         abort=abort,
     )

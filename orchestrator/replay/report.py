@@ -46,7 +46,8 @@ class ReplayRow(msgspec.Struct, frozen=True, kw_only=True):
     extrapolated: int
     """Model answers the replay needed past the end of the recording (repeated answers)."""
     verdicts_match: bool | None
-    """Every call's verdict equals the recorded one (``None``: nothing recorded)."""
+    """Every call's verdict equals the recorded one, and so does every warning, refusal,
+    nudge and the first stop, in order (``None``: nothing recorded)."""
 
 
 class Totals(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,7 +113,7 @@ def compare(recording: Recording, played: Played, config: str) -> ReplayRow:
         requests_delta=delta,
         tokens_delta=tokens - ending.usage.prompt_tokens - ending.usage.completion_tokens,
         cost_delta=cost - ending.cost,
-        verdicts_match=verdicts == recording.verdicts,
+        verdicts_match=verdicts == recording.verdicts and played.decisions == recording.decisions,
     )
 
 

@@ -5,8 +5,11 @@
   ``config`` (and a shipped scenario's own table) as the run's overrides;
 * a **JSONL** file (``*.jsonl``): one run's events, one logged message a line, as
   ``loopfuse watch ID --json`` prints them;
-* a **JSON** file (``*.json``): an OpenAI chat-format transcript, ``{"messages": [...],
-  "tools": [...]}`` or a bare list of messages (:mod:`orchestrator.replay.openai_chat`);
+* a **JSON** file (``*.json``): a loopfuse **run export**, ``{"name": ..., "config":
+  {...}, "events": [...]}`` (the run's logged events, and its settings as run overrides:
+  the corpus ``python -m bench.waste --real --record DIR`` writes), or an OpenAI
+  chat-format transcript, ``{"messages": [...], "tools": [...]}`` or a bare list of
+  messages (:mod:`orchestrator.replay.openai_chat`);
 * a **directory**: each such file in it, sorted by name.
 """
 
@@ -19,11 +22,11 @@ from typing import Any, Final
 
 import msgspec
 
-from bus import DECODER, LogReader, Message
+from bus import DECODER, BusMessage, LogReader, Message
 from orchestrator.replay.openai_chat import recording_from_chat
 from orchestrator.replay.recording import Recording, RecordingError, recording_from_events
 
-__all__ = ["MAX_INPUT_BYTES", "load_recordings", "recording_from_jsonl"]
+__all__ = ["MAX_INPUT_BYTES", "load_recordings", "recording_from_export", "recording_from_jsonl"]
 
 MAX_INPUT_BYTES: Final = 256 * 1024 * 1024
 """A file larger than this is refused (a replay holds a run in memory)."""
@@ -70,7 +73,35 @@ def _load_file(path: Path) -> list[Recording]:
         document = _JSON.decode(data)
     except msgspec.DecodeError as exc:
         raise RecordingError(f"{path}: not JSON: {exc}") from None
+    if isinstance(document, dict) and "events" in document:
+        return [recording_from_export(path.name, document)]
     return [recording_from_chat(path.name, document)]
+
+
+def recording_from_export(name: str, document: dict[str, Any], *, config: bool = True) -> Recording:
+    """A run export, ``{"name": ..., "config": {...}, "events": [...]}``: its logged events
+    (as ``GET /v1/runs/{id}/events`` streams them) and, with ``config`` (trusted input
+    only), its ``config`` as the run's overrides. Its ``name`` names it (else ``name``).
+
+    :raises RecordingError: ``events`` is not a list of run events, ``config`` not an object
+        (or given where ``config`` is false).
+    """
+    label = document.get("name") if isinstance(document.get("name"), str) else name
+    events, overrides = document.get("events"), document.get("config", {})
+    if not isinstance(events, list):
+        raise RecordingError(f"{name}: events: a list is required")
+    if "config" in document and not config:
+        raise RecordingError(f"{name}: config: not accepted here (runs replay under the config)")
+    if not isinstance(overrides, dict):
+        raise RecordingError(f"{name}: config: an object of run settings is required")
+    reader = LogReader()
+    messages: list[Message] = []
+    for number, event in enumerate(events, 1):
+        try:
+            messages.append(reader.read(msgspec.convert(event, BusMessage)))
+        except (msgspec.ValidationError, ValueError) as exc:
+            raise RecordingError(f"{name}: events[{number - 1}]: not a run event: {exc}") from None
+    return recording_from_events(str(label), messages, overrides=overrides)
 
 
 def recording_from_jsonl(name: str, data: bytes) -> Recording:
