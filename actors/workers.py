@@ -1,7 +1,7 @@
 """A pool of long-lived tasks in an actor's task group, so a job costs a wake-up, not a task.
 
-Starting a task in an anyio task group costs tens of microseconds, more than everything
-else an actor does for a tool call that returns at once. :class:`Workers` hands each job to
+Starting a task in an anyio task group costs more than everything else an actor does for a
+tool call that returns at once. :class:`Workers` hands each job to
 an idle worker of the pool (one future resolved) and starts a new worker only when none is
 idle. Every job gets a worker of its own at once: a slow job never delays another.
 Idle workers beyond ``max_idle`` end, so the pool shrinks after a burst.
@@ -28,7 +28,7 @@ from bus import aio_seam
 __all__ = ["DEFAULT_MAX_IDLE", "Job", "Workers"]
 
 DEFAULT_MAX_IDLE: Final = 1024
-"""Idle workers kept for the next jobs (each holds a parked task: 2-3 KB). Runs in
+"""Idle workers kept for the next jobs (each holds a parked task). Runs in
 lockstep need as many workers at once as runs in their tool phase, so the pool keeps
 enough for a busy runtime; only the excess beyond a burst ends."""
 

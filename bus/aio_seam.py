@@ -2,20 +2,19 @@
 everywhere else (``pyproject.toml``), so what anyio does not offer is found here.
 
 loopfuse runs on anyio's asyncio backend. anyio has no future, no loop-thread hand-off that
-returns at once, and no protocol classes, and its event is dearer:
+returns at once, and no protocol classes, and its event is dearer (figures:
+``docs/performance.md``, "Figures behind the code"):
 
 * :class:`Future`: a one-shot waiter settled by a plain callback, with no task of its own
   (the bus's mailboxes, the runtime's slots and waiters, the tool workers' idle queue, the
   writer thread's results). anyio has none.
 * :class:`Event`: made lazily for a wait that rarely happens (a run's followers, a tool
   call waiting for its twin, a mailbox's reader). ``anyio.Event`` looks up its backend per
-  construction and yields to the loop on a wait that is already set (set-then-wait: 0.8 µs
-  here, 9.2 µs through anyio, on the per-turn path).
+  construction and yields to the loop on a wait that is already set.
 * :func:`running_loop` and :func:`run_in_executor`: a thread's result handed back with
   ``loop.call_soon_threadsafe`` (the store's writer thread) and the tools' own pool
-  (``anyio.to_thread.run_sync`` costs ~50 µs of CPU a hop, a pool ~15 µs;
-  ``actors/tools/threads.py``). ``anyio.from_thread`` blocks the thread until the loop
-  has run the call.
+  (a hop cheaper than ``anyio.to_thread.run_sync``). ``anyio.from_thread`` blocks the
+  thread until the loop has run the call.
 * :class:`Protocol`, :class:`Transport`, :class:`TimerHandle`, :class:`AbstractEventLoop`:
   the types of uvicorn's asyncio protocol, which the daemon's connection limits subclass.
 """

@@ -45,9 +45,8 @@ back-reference, is a config error). A :class:`Normaliser` is made once per confi
 
 Cost is bounded per result: a result longer than ``2 × EDGE_CHARS`` is normalised in its
 first and last ``EDGE_CHARS`` characters only (its middle is fingerprinted as it is), and at
-most ``MAX_TOKENS`` volatile tokens are replaced per piece. The worst piece (every token
-volatile) takes about 3 ms; a result without volatile tokens costs one RE2 search
-(docs/loop-detection.md: normalisation).
+most ``MAX_TOKENS`` volatile tokens are replaced per piece; a result without volatile
+tokens costs one RE2 search (docs/loop-detection.md: normalisation).
 """
 
 from __future__ import annotations
@@ -302,7 +301,7 @@ def _group(spans: Spans) -> int:
 
 
 def _replacement(data: bytes, spans: Spans) -> bytes | None:
-    """What a token is replaced by, or ``None`` to keep it."""
+    """What a token of :func:`_tokens` is replaced by, or ``None`` to keep it."""
     group = _group(spans)
     kind = _KINDS[group - 1]
     start, end = spans[0]
@@ -323,8 +322,6 @@ def _replacement(data: bytes, spans: Spans) -> bytes | None:
     elif kind == "hex":
         if token.isdigit() or _DIGITS.isdisjoint(token):
             return None  # a plain number, or a word (``deadbeef``)
-    elif kind == "nonce" and not _random_looking(token):
-        return None
     if is_progress_key(_key_before(data, start)):
         return None
     if kind == "pod":

@@ -1,9 +1,8 @@
 """Blocking file-system work of the built-in tools, in threads of a pool of their own.
 
-``anyio.to_thread.run_sync`` costs ~50 µs of CPU per call on the development machine (a
-capacity limiter, a checkpoint, a cancel scope, a context copy, its worker's queue), three
-times what the same hop costs through a :class:`concurrent.futures.ThreadPoolExecutor`
-(~15 µs; ``docs/performance.md``). Every ``list_dir``, ``read_file`` and ``read_image``
+``anyio.to_thread.run_sync`` (a capacity limiter, a checkpoint, a cancel scope, a context
+copy, its worker's queue) costs several times a :class:`concurrent.futures.ThreadPoolExecutor`
+hop (``docs/performance.md``), and every ``list_dir``, ``read_file`` and ``read_image``
 call makes one, so the tools hand their work to :data:`POOL` instead.
 
 A caller cancelled meanwhile (a tool timeout, an abort) is released at once; the thread

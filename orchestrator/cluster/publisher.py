@@ -99,7 +99,6 @@ class KvJournal:
         self._points: dict[str, StartPoint] = {}
         self._pending: dict[str, bytes] = {}
         self._wake = anyio.Event()
-        self._written: dict[str, anyio.Event] = {}
 
     def expect(self, run_id: str, point: StartPoint) -> None:
         self._points[run_id] = point

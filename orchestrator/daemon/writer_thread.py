@@ -1,10 +1,9 @@
 """One thread of its own that runs blocking calls one after another: the store's commits.
 
-``anyio.to_thread.run_sync`` costs ~50 µs of CPU per call here (a capacity limiter, a
-checkpoint, a cancel scope, a context copy, its worker's queue and condition variable); a
-thread fed by a :class:`queue.SimpleQueue` that hands each result back with
-``loop.call_soon_threadsafe`` costs a wake of the thread and a wake of the loop. The store
-makes such a hop per commit, up to one per run. A single thread also keeps the writer's
+A thread fed by a :class:`queue.SimpleQueue` that hands each result back with
+``loop.call_soon_threadsafe`` costs a wake of the thread and a wake of the loop, far less
+than ``anyio.to_thread.run_sync`` (``docs/performance.md``); the store makes such a hop per
+commit, up to one per run. A single thread also keeps the writer's
 SQLite connection on the thread that opened it (``check_same_thread`` holds).
 
 A caller cancelled while it waits is released; the call still runs to its end and its result

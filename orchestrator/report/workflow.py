@@ -148,7 +148,6 @@ class _Workflow:
         self._figures: tuple[Path, ...] = ()
         self._report = ""
         self._reflections: list[ChatMessage] = []
-        self._stages: list[dict[str, object]] = []
 
     async def scan(self, ctx: StageContext) -> StageOutcome:
         folder = ctx.run.folder

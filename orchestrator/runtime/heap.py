@@ -1,12 +1,12 @@
 """Keep Python's cycle collector off what lives as long as the process.
 
 A long-running loopfuse process holds a large, permanent heap: imported modules (the
-``openai`` SDK's pydantic models among them) and the tokenizer's vocabulary (about 100,000
-objects together). Every full collection walks all of it, about 100 ms on a shared core,
-and with many runs in flight full collections come often. :func:`freeze_long_lived` moves
-what exists at start-up to the collector's permanent generation (:func:`gc.freeze`, as
-long-running CPython servers do), once per process. Objects frozen are still freed by
-reference counting; only garbage cycles among them would never be collected.
+``openai`` SDK's pydantic models among them) and the tokenizer's vocabulary. Every full
+collection walks all of it, and with many runs in flight full collections come often.
+:func:`freeze_long_lived` moves what exists at start-up to the collector's permanent
+generation (:func:`gc.freeze`, as long-running CPython servers do), once per process.
+Objects frozen are still freed by reference counting; only garbage cycles among them would
+never be collected.
 """
 
 from __future__ import annotations
