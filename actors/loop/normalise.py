@@ -319,9 +319,8 @@ def _replacement(data: bytes, spans: Spans) -> bytes | None:
             or (after[:1] == b":" and after[1:].isdigit())
         ):
             return None  # file.py:12:34, 1.2:30, a version
-    elif kind == "hex":
-        if token.isdigit() or _DIGITS.isdisjoint(token):
-            return None  # a plain number, or a word (``deadbeef``)
+    elif kind == "hex" and (token.isdigit() or _DIGITS.isdisjoint(token)):
+        return None  # a plain number, or a word (``deadbeef``)
     if is_progress_key(_key_before(data, start)):
         return None
     if kind == "pod":

@@ -16,6 +16,7 @@ import msgspec
 
 from bus import ModelReply, ToolCall, ToolSpec, Usage
 from orchestrator.replay.recording import Answer, Recording, RecordingError, ToolOutcome, result_key
+from orchestrator.sim.content import content_text
 
 __all__ = ["recording_from_chat"]
 
@@ -53,7 +54,7 @@ def recording_from_chat(name: str, document: Any) -> Recording:
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise RecordingError(f"{name}: messages[{index}]: needs a 'role'")
-        role, content = message["role"], _text(message.get("content"))
+        role, content = message["role"], content_text(message.get("content"))
         if role == "system" and system is None and task is None:
             system = content
         elif role == "user" and task is None:
@@ -101,11 +102,3 @@ def recording_from_chat(name: str, document: Any) -> Recording:
         answers={"turn": tuple(answers)},
         results={key: tuple(found) for key, found in results.items()},
     )
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""

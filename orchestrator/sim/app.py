@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from orchestrator.sim import llama, wire
-from orchestrator.sim.content import ContentError, request_images
+from orchestrator.sim.content import ContentError, content_text, request_images
 from orchestrator.sim.responses import DropConnection, EventStream, TruncatedResponse
 from orchestrator.sim.scenario import MAIN_TRACK, Fault, Scenario, Step, StreamShape
 from orchestrator.sim.script import AttemptCounter, fault_for, locate, step_at
@@ -124,7 +124,7 @@ class _Player:
                 return EventStream(_no_events(), headers={})  # its streamed overflow: 200, empty
             overflow = Fault(kind="context_length", shape=scenario.context_error)
             return _context_error(overflow, prompt_tokens, window)
-        messages = ((m.role, _text(m.content)) for m in req.messages)
+        messages = ((m.role, content_text(m.content)) for m in req.messages)
         position = locate(scenario, messages, track=track)
         step = step_at(scenario, position)
         if step is None:
@@ -236,15 +236,6 @@ async def _no_events() -> AsyncIterator[bytes]:
     nothing: tuple[bytes, ...] = ()
     for frame in nothing:
         yield frame
-
-
-def _text(content: Any) -> str:
-    """The text of a message's content (a string or a list of parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
 
 
 def _error(status: int, message: str, *, code: str) -> Response:

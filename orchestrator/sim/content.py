@@ -18,9 +18,18 @@ from typing import Any, NamedTuple
 from actors.context.images import part_tokens
 from bus import ImagePart, ImageURL
 
-__all__ = ["ContentError", "RequestImages", "request_images"]
+__all__ = ["ContentError", "RequestImages", "content_text", "request_images"]
 
 _DETAILS = ("auto", "low", "high")
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content (a string or a list of parts; anything else: "")."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
 
 
 class ContentError(ValueError):

@@ -40,7 +40,7 @@ from bus import (
     ModelTextDelta,
     Usage,
 )
-from orchestrator.sim.content import ContentError, request_images
+from orchestrator.sim.content import ContentError, content_text, request_images
 from orchestrator.sim.scenario import MAIN_TRACK, Scenario, Step
 from orchestrator.sim.script import locate, step_at
 from orchestrator.sim.wire import build_reply, estimate_tokens
@@ -217,7 +217,7 @@ class InProcessModel:
         except (ToolSchemaError, ContentError):
             return None
         position = locate(
-            scenario, ((m["role"], _text(m["content"])) for m in messages), track=track
+            scenario, ((m["role"], content_text(m["content"])) for m in messages), track=track
         )
         step = step_at(scenario, position)
         if step is None or images.images < step.require_images:
@@ -311,13 +311,3 @@ class _Waiting:
             aborted=True,
             in_process=True,
         )
-
-
-def _text(content: Any) -> str:
-    """The text of a message's content (a string or a list of parts), as the simulator
-    reads it to find nudges."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
