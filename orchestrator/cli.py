@@ -1,17 +1,4 @@
-"""The ``loopfuse`` command line.
-
-    loopfuse demo [--json]                      every shipped scenario, concurrently
-    loopfuse run --scenario NAME|PATH [--json]  one scenario against the embedded simulator
-    loopfuse run --task TEXT [--folder DIR] [--base-url URL --model M] [--json]
-    loopfuse sim [--host H] [--port P] [--scenario PATH ...]
-    loopfuse scenarios                          list the shipped scenarios
-    loopfuse report DIR --goal TEXT [--format markdown|latex] [--out PATH]
-                    [--base-url URL --model M] [--json]
-    loopfuse serve [--host H] [--port P]        the daemon: HTTP API, SSE, /metrics
-    loopfuse serve --nats URL                   a daemon of a fleet (docs/scale-out.md)
-    loopfuse runs [--status S] [--json]         the daemon's runs
-    loopfuse watch ID [--after N] [--json]      follow a run's events live
-    loopfuse replay PATH... [--preset NAME]...  what another config would have done (docs/replay.md)
+"""The ``loopfuse`` command line (``loopfuse --help``; every command: ``docs/cli.md``).
 
 Every ending printed for a person says that the run stopped, why, and what to do next.
 Ctrl-C aborts a run cleanly (its work so far is kept and printed); a second Ctrl-C quits.

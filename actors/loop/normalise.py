@@ -1,52 +1,16 @@
 """Result normalisation: what makes two tool results "the same result".
 
-A poll that answers "still running (session 7f3a9c21e4, pid 4411, 3.2 s)" and then
-"still running (session 91b0cc7d52, pid 4412, 6.5 s)" has made no progress; one that
-answers ``last_synced_id: 18234`` and then ``last_synced_id: 18240`` has. A result is cut
-into tokens by one linear-time pattern (RE2, ``google-re2``: no backtracking, whatever
-the text), and a token is replaced by its kind only when **its shape is a known volatile
-kind** and **no progress name stands before it**; everything else is kept as it is, so two
-results are the same exactly when they differ in volatile tokens only.
-
-Volatile shapes (replacement in brackets):
-
-* ``<uuid>`` UUIDs; ``<ulid>`` ULIDs; ``<hex>`` runs of 7+ hex digits holding a digit and a
-  letter (digests, git hashes, container ids, etags' contents); ``<addr>`` ``0x`` addresses;
-* ``<time>`` ISO-8601 dates and date-times, RFC 2822 / HTTP dates, ``date(1)``/ctime and
-  syslog stamps, CLF stamps, clock times and ``m:ss`` / ``h:mm:ss`` elapsed timers (not
-  ``file:12:34``), durations (``12ms``, ``3.5 s``, ``1h2m3s``), 13/16/19-digit integer
-  epochs and float epochs (``1764764588.123``);
-* ``<tmp>`` paths under ``/tmp``, ``/var/tmp``, ``/var/folders``, ``/dev/shm``;
-* ``<pod>`` Kubernetes generated name suffixes (``web-7d9f8c6b5-x2k4p`` → ``web-<pod>``;
-  a template hash of lower-case letters and digits, as older versions print, too);
-* ``<nonce>`` base64 / base64url strings of 16+ characters that look random (upper and
-  lower case, a digit or ``+/=``, and the character class changing at least every third
-  character, which CamelCase names do not);
-* ``<etag>`` weak etags (``W/"…"``);
-* ``<id>`` the value after a volatile key: ``pid``, ``tid``, request / trace / span /
-  correlation / session ids, ``sha`` / ``hash`` / ``digest`` / ``ref`` (an all-digit
-  short sha is no count there), ``nonce``, ``etag``, time keys (``ts``, ``timestamp``,
-  ``time``, ``date``, ``elapsed``, ``uptime``, ``took``, ``duration``, ``latency`` …), with
-  ``:``, ``=``, ``#`` or spaces between (a value must hold a digit, but for nonces and
-  etags); also ``name[4411]:`` (syslog pids).
-
-Everything else is kept: plain numbers of any length below 13 digits (counts, byte counts,
-``job 3 of 10``, ``paid 14``, ``valid: 1200``), percentages, words, and any token (even of
-a volatile shape) after a **progress name**: a key whose words include ``progress``,
-``offset``, ``page``, ``count``, ``done``, ``status``, ``state``, ``total``, ``remaining``,
-``cursor``, ``next``, ``since``, ``position``, ``seq``, ``version``, ``checkpoint`` … or a
-``*_id`` / ``*Id`` key that is not a volatile one (``last_synced_id`` is a cursor,
-``request_id`` is not). The key is the word before the token (``"offset": 1764764588123``,
-``cursor=01HF…``), so JSON results are compared field by field without being parsed.
-
-An operator adds patterns with ``[loop] result_patterns`` (applied after these, in order,
-by the same engine: a pattern RE2 cannot compile, e.g. one with a look-around or a
-back-reference, is a config error). A :class:`Normaliser` is made once per config.
+A result is cut into tokens by one linear-time RE2 pattern (``google-re2``), and a token
+is replaced by its kind only when **its shape is a known volatile kind** (ids, digests,
+times, temp paths, pod suffixes, random-looking nonces, the value after a volatile key)
+and **no progress name stands before it**; so two results are the same exactly when they
+differ in volatile tokens only. Operators add patterns (``[loop] result_patterns``),
+applied after these by the same engine. A :class:`Normaliser` is made once per config.
 
 Cost is bounded per result: a result longer than ``2 × EDGE_CHARS`` is normalised in its
-first and last ``EDGE_CHARS`` characters only (its middle is fingerprinted as it is), and at
-most ``MAX_TOKENS`` volatile tokens are replaced per piece; a result without volatile
-tokens costs one RE2 search (docs/loop-detection.md: normalisation).
+first and last ``EDGE_CHARS`` characters only, and at most ``MAX_TOKENS`` tokens are
+replaced per piece. Every shape and progress name: ``docs/loop-detection.md`` (Result
+normalisation).
 """
 
 from __future__ import annotations

@@ -1,47 +1,10 @@
 """Named presets: each behaves like that system's detection, off-by-ones included.
 
-* ``STRICT`` (the default): the writing agent's breaker (seed 000), result-aware. The same
-  call with the same result, anywhere in the run (not necessarily consecutive), nudges once
-  at its 3rd occurrence and stops the run at its 5th, before it runs; a repeat whose result
-  changed is progress (a poll reporting its status), capped only by the progress ceiling
-  (nudge at the 20th call, stop at the 50th). Different calls returning the same result
-  nudge when 5 in a row did and stop at 10 (no new information); a tool that does not
-  exist nudges at its 3rd attempt and stops at its 5th. ``finish_exploration`` is exempt;
-  different arguments (a continued read at another offset) are different calls.
-* ``OPENCLAW``: OpenClaw's tool-loop detection (four detectors) with its enforcement:
-  a 30-call window; generic repeat warns when 10 identical calls are already in the window
-  (the 11th) and never blocks; a poll without progress warns at the 11th and is refused
-  from the 21st; ping-pong warns at the 10th alternating call and is refused at the 20th
-  when both sides' results are unchanged; the global breaker fires at the 31st identical
-  call with identical results. Warnings are given at counts 10, 20, 30 of a key only;
-  refused calls are not recorded (a refused ping-pong call still counts toward its
-  alternation, so its refusals come in a row and the end of refusals stops it: call 30).
-* ``GEMINI``: gemini-cli's loop detection: 5 identical consecutive calls with identical
-  results (result-aware, unlike upstream: a repeat whose result changed is progress, capped
-  at the 50th consecutive call), cycles of period 2..5 repeated 5 times in the last 25 calls
-  (the 10th call of A,B…, the 15th of period 3), content chanting; strike 1 refuses the call
-  (or cuts the stream) and injects gemini's recovery text, strike 2 stops the run.
-* ``OPENCLAW_CURRENT``: OpenClaw's current release: ``OPENCLAW`` plus the generic repeat
-  refused at the 21st identical call whose last 20 results were identical, and the
-  unknown-tool detector (a missing tool's 11th attempt is refused).
-* ``QWEN``: qwen-code's loop detection with its heuristics on: 5 consecutive identical
-  calls with identical results stop the run (result-aware for every tool, where qwen-code
-  is for its stateful read tool ``task_list`` only; a repeat whose result changed is
-  progress: nudge at the 20th, stop at the 50th), 8 git-overview shell commands in a row, 8
-  consecutive calls of one tool (a call whose result changed restarts it), 8 read-like calls
-  in the last 15 (after a non-read call), the per-run cap (past 100 calls with a call made
-  6 times, or past 1000), content chanting (qwen's thresholds, no distinct-periods rule).
-* Every preset above also has issue #32's fuses: an error streak (failing calls in a row,
-  any tool and arguments: a nudge quoting the errors after 3, a stop after 6; under gemini
-  one strike after 5), unknown-tool storms (the run's unknown-tool results of any name: the
-  same counts) and the end of refusals (``refusal_limit``: after 10 without progress in
-  between, the next one stops the run). Under ``QWEN`` a call whose result made progress
-  (new in the run, or changed for that call, and not an error) is counted by none of its
-  stagnation rules.
-* ``OFF``: every detector disabled (``loop_preset = "off"``): fuses off, for comparisons.
-  It is not in ``PRESETS``, which holds the presets that detect something.
-
-The deliberate differences are listed in ``docs/loop-detection.md``.
+``STRICT`` (the default: the writing agent's result-aware breaker, seed 000), ``OPENCLAW``,
+``OPENCLAW_CURRENT``, ``GEMINI`` and ``QWEN``; each also has issue #32's fuses (error
+streak, unknown-tool storm, end of refusals). ``OFF`` disables every detector and is not in
+``PRESETS``, which holds the presets that detect something. Every threshold, and each
+deliberate difference from upstream: ``docs/loop-detection.md`` (Presets).
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
 """Plays a :class:`~orchestrator.replay.recording.Recording` through the real runtime.
 
-A replay is a live run in everything but its model and its tools: the conductor, the loop,
-budget and context monitors, the tool cache, the hooks and the verdicts are the runtime's
-own, on a runtime of its own (:class:`~orchestrator.runtime.Runtime` with a model actor and
-a tool registry given). Only two things are scripted, and nothing is called:
+A replay is a live run in everything but its model and its tools, which are scripted
+(``docs/replay.md``): the conductor, the monitors, the tool cache, the hooks and the
+verdicts are the runtime's own, on a runtime of its own.
 
 * the **model** (:class:`ReplayModel`) answers the n-th request of each purpose with the
-  recording's n-th answer of that purpose (streamed text first, as the caller publishes
-  it). Past the end of the recording it repeats the last answer (``beyond="repeat"``: a
-  run stopped in a loop goes on looping, so a config that would not have stopped it is
-  seen running on to its next fuse) at most ``max_extra`` times, then answers an empty
-  final reply; with ``beyond="end"`` it answers that reply at once. Answers past the
-  recording are counted (:attr:`ReplayModel.extrapolated`).
-* the **tools** (:func:`replay_registry`): one per tool the run offered, with its schema,
-  answering the n-th run of a call with the recording's n-th result for the same tool and
-  arguments (the last repeats); a result that was an error is the same error again. A
-  call the recording never ran gets an error saying so.
+  recording's n-th answer of that purpose; past the end it repeats the last answer at most
+  ``max_extra`` times (``beyond="repeat"``) or answers an empty final reply
+  (``beyond="end"``), counted in :attr:`ReplayModel.extrapolated`.
+* the **tools** (:func:`replay_registry`) answer the n-th run of a call with the
+  recording's n-th result for the same tool and arguments (the last repeats); a call the
+  recording never ran gets an error saying so.
 
-A caller's abort in the recording is played by aborting the replay after the same event.
-The replay runs under the recorded model's name (its window, token estimates and price are
-looked up by it), and in a scratch folder holding empty files of the names a nudge of the
-recording listed (an error streak's nudge lists the folder's top level: at most
-``LISTING_MAX`` names and 1,000 more), so the same nudge says the same.
+A recorded abort is played by aborting after the same event. The replay runs under the
+recorded model's name, in a scratch folder holding empty files of the names a recorded
+nudge listed (at most ``LISTING_MAX``), so the same nudge says the same.
 """
 
 from __future__ import annotations

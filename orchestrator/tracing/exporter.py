@@ -1,28 +1,15 @@
 """The trace exporter: the bus observer that turns a run's messages into OpenTelemetry spans,
-following the GenAI semantic conventions.
-
-::
-
-    invoke_agent loopfuse           RunStarted … RunFinished   (events: verdicts, nudges,
-    ├── chat <model>                ModelRequest … ModelReply   stops, context actions,
-    ├── execute_tool <tool>         ToolExecute … ToolResult    aborts)
-    └── …
-
-    invoke_workflow loopfuse        a pipeline: its first stage run's start … its RunFinished
-    ├── invoke_agent loopfuse       a stage run (``RUN.STAGE``), as above
-    └── …
+following the GenAI semantic conventions (the span tree: ``docs/tracing.md``).
 
 The run span's trace id is the run's ``trace_id``; a run started with a ``traceparent``
 (``RunStarted.traceparent``) is a child of the caller's span. The LLM caller asks
 :meth:`TraceExporter.traceparent` for the header that names a request's chat span.
 
-Like the metrics recorder it is an **inline observer**: the bus calls its synchronous
-handlers during each publish (only for the message types it reads: a streamed text delta
-costs it nothing), so each span starts and ends when its message is published, and nothing
-ever waits for it. A span that ends goes to a bounded queue which a thread of the SDK
-exports; a full queue loses the span, counted (:mod:`orchestrator.tracing.provider`). A
-fault in here is logged and counted, never raised (a raise would end the run). Per-run
-state is bounded (:data:`MAX_TRACKED_RUNS`).
+An **inline observer**: the bus calls its synchronous handlers during each publish, so each
+span starts and ends when its message is published, and nothing ever waits for it. Ended
+spans go to a bounded queue exported by an SDK thread (a full queue loses the span,
+counted). A fault in here is logged and counted, never raised (a raise would end the run).
+Per-run state is bounded (:data:`MAX_TRACKED_RUNS`).
 """
 
 from __future__ import annotations
