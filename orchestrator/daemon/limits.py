@@ -91,28 +91,20 @@ def check_text_lengths(
     :raises ApiError: 422 ``too_long`` naming the field.
     """
     pipeline = request.pipeline
-    fields = {
-        "task": request.task,
-        "system": request.system,
-        "pipeline.goal": pipeline.goal if pipeline is not None else None,
-        "folder": request.folder,
-        "scenario": request.scenario,
-    }
-    folder = request.folder
-    if folder is not None and len(folder) > max_folder_chars:
-        raise ApiError(
-            422,
-            "too_long",
-            f"`folder` is {len(folder)} characters long; the limit is {max_folder_chars} "
-            "(daemon.max_folder_chars)",
-            key="folder",
-        )
-    for key, text in fields.items():
-        if text is not None and len(text) > max_chars:
+    task_limit = (max_chars, "daemon.max_task_chars")
+    fields = (
+        ("folder", request.folder, (max_folder_chars, "daemon.max_folder_chars")),
+        ("task", request.task, task_limit),
+        ("system", request.system, task_limit),
+        ("pipeline.goal", pipeline.goal if pipeline is not None else None, task_limit),
+        ("folder", request.folder, task_limit),
+        ("scenario", request.scenario, task_limit),
+    )
+    for key, text, (limit, setting) in fields:
+        if text is not None and len(text) > limit:
             raise ApiError(
                 422,
                 "too_long",
-                f"`{key}` is {len(text)} characters long; the limit is {max_chars} "
-                "(daemon.max_task_chars)",
+                f"`{key}` is {len(text)} characters long; the limit is {limit} ({setting})",
                 key=key,
             )
