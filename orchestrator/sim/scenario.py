@@ -9,7 +9,7 @@ Struct constructors do not validate: :func:`orchestrator.sim.loader.load_scenari
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import msgspec
 
@@ -46,27 +46,13 @@ MAIN_TRACK: Final = "main"
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 FaultKind = Literal["status", "context_length", "stream_error", "drop", "empty_stream", "interrupt"]
-FAULT_KINDS: Final[tuple[str, ...]] = (
-    "status",
-    "context_length",
-    "stream_error",
-    "drop",
-    "empty_stream",
-    "interrupt",
-)
+FAULT_KINDS: Final[tuple[str, ...]] = get_args(FaultKind)
 ErrorShape = Literal["openai", "deepseek", "vllm", "vllm_old", "llama_cpp", "llama_cpp_python"]
-ERROR_SHAPES: Final[tuple[str, ...]] = (
-    "openai",
-    "deepseek",
-    "vllm",
-    "vllm_old",
-    "llama_cpp",
-    "llama_cpp_python",
-)
+ERROR_SHAPES: Final[tuple[str, ...]] = get_args(ErrorShape)
 ServerProfile = Literal["openai", "llama_cpp_python"]
-SERVER_PROFILES: Final[tuple[str, ...]] = ("openai", "llama_cpp_python")
+SERVER_PROFILES: Final[tuple[str, ...]] = get_args(ServerProfile)
 ArgumentStream = Literal["delta", "cumulative"]
-ARGUMENT_STREAMS: Final[tuple[str, ...]] = ("delta", "cumulative")
+ARGUMENT_STREAMS: Final[tuple[str, ...]] = get_args(ArgumentStream)
 CallVerdict = Literal["allow", "warn", "block", "not_run"]
 PARAMETER_TYPES: Final[frozenset[str]] = frozenset(
     {"string", "integer", "number", "boolean", "array", "object"}
