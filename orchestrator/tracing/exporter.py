@@ -446,11 +446,13 @@ class TraceExporter:
 
     # ------------------------------------------------------------------ events of the run
 
+    def _add_event(self, run_id: str, name: str, event: dict[str, Any]) -> None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            run.span.add_event(name, event, timestamp=self._now())
+
     def _verdict(self, msg: ToolVerdict) -> None:
         if msg.verdict == _OK_VERDICT:
-            return
-        run = self._runs.get(msg.run_id)
-        if run is None:
             return
         event: dict[str, Any] = {
             "loopfuse.verdict": msg.verdict,
@@ -461,12 +463,9 @@ class TraceExporter:
         }
         if self._content and msg.message:
             event["loopfuse.message"] = msg.message
-        run.span.add_event("loopfuse.verdict", event, timestamp=self._now())
+        self._add_event(msg.run_id, "loopfuse.verdict", event)
 
     def _nudge(self, msg: Nudge) -> None:
-        run = self._runs.get(msg.run_id)
-        if run is None:
-            return
         event: dict[str, Any] = {
             "loopfuse.kind": msg.kind,
             "loopfuse.source": msg.source,
@@ -474,12 +473,9 @@ class TraceExporter:
         }
         if self._content:
             event["loopfuse.text"] = msg.text
-        run.span.add_event("loopfuse.nudge", event, timestamp=self._now())
+        self._add_event(msg.run_id, "loopfuse.nudge", event)
 
     def _stop(self, msg: StopSignal) -> None:
-        run = self._runs.get(msg.run_id)
-        if run is None:
-            return
         event: dict[str, Any] = {
             "loopfuse.exit_reason": msg.reason.value,
             "loopfuse.cause": msg.cause,
@@ -487,12 +483,9 @@ class TraceExporter:
         }
         if self._content and msg.detail:
             event["loopfuse.detail"] = msg.detail
-        run.span.add_event("loopfuse.stop", event, timestamp=self._now())
+        self._add_event(msg.run_id, "loopfuse.stop", event)
 
     def _context_action(self, msg: ContextAction) -> None:
-        run = self._runs.get(msg.run_id)
-        if run is None:
-            return
         event: dict[str, Any] = {
             "loopfuse.kind": msg.kind,
             "loopfuse.reactive": msg.reactive,
@@ -501,19 +494,13 @@ class TraceExporter:
             "loopfuse.after_tokens": msg.after_tokens,
             "loopfuse.limit_tokens": msg.limit_tokens,
         }
-        run.span.add_event("loopfuse.context", event, timestamp=self._now())
+        self._add_event(msg.run_id, "loopfuse.context", event)
 
     def _abort(self, msg: AbortRequested) -> None:
-        run = self._runs.get(msg.run_id)
-        if run is not None:
-            event = {"loopfuse.source": msg.source}
-            run.span.add_event("loopfuse.abort", event, timestamp=self._now())
+        self._add_event(msg.run_id, "loopfuse.abort", {"loopfuse.source": msg.source})
 
     def _actor_failed(self, msg: ActorFailed) -> None:
-        run = self._runs.get(msg.run_id)
-        if run is not None:
-            event = {"loopfuse.actor": msg.actor}
-            run.span.add_event("loopfuse.actor_failed", event, timestamp=self._now())
+        self._add_event(msg.run_id, "loopfuse.actor_failed", {"loopfuse.actor": msg.actor})
 
 
 def _trace_id(text: str) -> int:
