@@ -1,20 +1,10 @@
 """The daemon's HTTP API for a fleet member: any run of the fleet, from any daemon.
 
 The same routes and bodies as the single-node daemon (``docs/daemon.md``), backed by
-:class:`~orchestrator.cluster.node.ClusterNode` instead of SQLite:
-
-* ``POST /v1/runs`` queues the run on the work-queue stream (202; a repeated
-  ``idempotency_key`` answers 200 with the same run);
-* ``GET /v1/runs/{id}`` reads the run's ``runstate`` entry (``aborting`` shows as
-  ``running``);
-* ``POST /v1/runs/{id}/abort`` reaches the daemon running it;
-* ``GET /v1/runs/{id}/events`` is SSE from the events stream: ids are stream sequence
-  numbers, ``Last-Event-ID`` / ``?after=`` resume on any daemon, ``event: end`` follows
-  ``RunFinished`` once the run's end is stored.
-* ``/metrics``: this daemon's run metrics, its fleet counters, and the fleet-wide gauges
-  if it holds the fleet-metrics lease (:mod:`orchestrator.cluster.metrics`).
-
-``GET /v1/runs`` (listing) is not offered by a fleet member yet: 404.
+:class:`~orchestrator.cluster.node.ClusterNode` instead of SQLite: runs are queued on the
+work-queue stream, read from the ``runstate`` bucket, aborted on the daemon running them,
+and followed over SSE from the events stream (ids are stream sequence numbers, so a
+follower resumes on any daemon). What differs from one node: ``docs/scale-out.md``.
 """
 
 from __future__ import annotations

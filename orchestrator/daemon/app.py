@@ -1,19 +1,8 @@
 """The ASGI app: routes, auth, JSON errors and the lifespan that runs the daemon.
 
-::
-
-    POST /v1/runs                 submit (202 {"id": …})       GET /v1/runs         list
-    GET  /v1/runs/{id}            status and result            POST …/{id}/abort    abort
-    GET  /v1/runs/{id}/events     SSE (Last-Event-ID, ?after=) GET /v1/scenarios    names
-    GET  /v1/openapi.json         this API                     GET /metrics         Prometheus
-    GET  /healthz                 alive                        GET /readyz          ready
-
-Every refusal is JSON, ``{"error": {"code", "message", "key"?}}``, with the status that fits:
-400 bad JSON, a body nested too deep, a bad query/header or a foreign ``Host``, 401 no/wrong
-token, 404 unknown run or path, 405 wrong method, 409 conflict, 413 body too large, 415 a POST
-body not JSON, 422 unknown field / wrong type / bad value / text too long, 429 full, 503
-draining (limits: :mod:`.limits`, browsers: :mod:`.browsers`; what a connection may hold
-before any of this: :mod:`.connections`).
+Every refusal is JSON, ``{"error": {"code", "message", "key"?}}``, with the status that fits
+(the routes and every code: ``docs/daemon.md``; limits: :mod:`.limits`, browsers:
+:mod:`.browsers`; what a connection may hold before any of this: :mod:`.connections`).
 """
 
 from __future__ import annotations

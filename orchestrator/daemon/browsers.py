@@ -1,21 +1,16 @@
 """Browsers as clients: what keeps another site's page out of a daemon on loopback.
 
-A page on any site can make the browser send a request to ``http://127.0.0.1:8470``
-without asking anyone: a "simple" cross-site POST (``text/plain``, a form's types) is sent
+A page on any site can make the browser send a "simple" cross-site POST to the daemon
 without a preflight, and a site whose DNS name is rebound to 127.0.0.1 is served as if it
-were the daemon's own. Three checks answer both, before any route or token check:
+were the daemon's own. Three checks answer both, before any route or token check
+(``docs/security.md``, Browsers as clients):
 
-* **Host**: the ``Host`` header must name the daemon: ``localhost``, an IP address (any:
-  rebinding needs a DNS name, and a page whose origin is an address is the daemon's own or
-  cross-origin), ``daemon.host``, or one of ``daemon.allowed_hosts`` (``"*"``: any); with any
-  port or none. Else (or with none, or two) ``400 bad_host``: a rebound name never reaches
-  the API.
+* **Host**: the ``Host`` header must name the daemon (``localhost``, an IP address,
+  ``daemon.host`` or one of ``daemon.allowed_hosts``), else ``400 bad_host``.
 * **Content type**: a POST that says what it carries must say ``application/json``, and
-  ``POST /v1/runs`` must say it: else ``415 unsupported_media_type``. A browser sends
-  ``application/json`` cross-site only after a CORS preflight, which the daemon does not
-  grant.
-* **CORS**: no ``Access-Control-*`` header is ever sent unless ``daemon.cors_origins`` names
-  the origins allowed (Starlette's ``CORSMiddleware`` then answers them).
+  ``POST /v1/runs`` must say it: else ``415 unsupported_media_type`` (cross-site JSON needs
+  a CORS preflight, which the daemon does not grant).
+* **CORS**: no ``Access-Control-*`` header unless ``daemon.cors_origins`` names the origins.
 """
 
 from __future__ import annotations
