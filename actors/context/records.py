@@ -36,8 +36,8 @@ class Estimate(msgspec.Struct, frozen=True, gc=False):
 
 
 class Entry(msgspec.Struct, gc=False):
-    """One transcript message as the ledger knows it (a mutable Struct: made in C, for
-    under half a slotted dataclass's cost, for every message of every run)."""
+    """One transcript message as the ledger knows it (a mutable Struct, cheaper to make than
+    a slotted dataclass: one per message of every run)."""
 
     role: Role
     estimate: Estimate
