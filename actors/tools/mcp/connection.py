@@ -6,21 +6,13 @@ streamable-HTTP connection), makes the MCP handshake, lists the tools, and hands
 listing to ``task_status.started``. A first start that fails raises
 :class:`~actors.tools.mcp.spec.McpStartError` instead, naming the setting and the reason.
 
-While the session is up, :meth:`McpConnection.call_tool` sends calls over it from any task
-(the tool executor's). When the connection ends (the process exited, or a call found it
-closed, or the server broke the protocol), ``run`` closes what is left of it and starts the
-server again, after ``restart_backoff_seconds`` (doubled after each restart in a row, at
-most :data:`BACKOFF_CAP_SECONDS`); calls made meanwhile wait for the new session within
-their own deadline. Restarts in a row are counted until a session stays up for
-``min_uptime_seconds`` without breaking the protocol: a server that exits right after each
-start is restarted ``max_restarts`` times, not forever. Then the server is given up: every
-call then fails at once with the cause. Nobody waits forever: when ``run`` ends, waiting
-calls get an error.
-
-A stdio server's output is read through :mod:`actors.tools.mcp.stdio`: a line over
-``max_message_bytes``, not UTF-8 or not JSON-RPC is a protocol error, logged, which ends
-the connection, so the calls in flight fail at once with that cause (kind ``mcp_error``),
-and the server is restarted under the same bound.
+While the session is up, :meth:`McpConnection.call_tool` sends calls over it from any task.
+When the connection ends (the process exited, a call found it closed, the server broke the
+protocol: for stdio, a line over ``max_message_bytes``, not UTF-8 or not JSON-RPC, read
+through :mod:`actors.tools.mcp.stdio`), calls in flight fail at once with that cause and
+``run`` starts the server again under the restart policy (``docs/mcp.md``): backoff,
+``max_restarts`` in a row, then given up. Calls made meanwhile wait for the new session
+within their own deadline; when ``run`` ends, waiting calls get an error.
 """
 
 from __future__ import annotations
