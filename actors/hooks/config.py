@@ -16,7 +16,7 @@ stdout) is the message. Any other status is a failure.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Container
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 import msgspec
 
@@ -52,7 +52,7 @@ PYTHON_PLACEHOLDER: Final = "{python}"
 HookEvent = Literal["pre_tool", "stop"]
 Action = Literal["allow", "block", "deny"]
 OnError = Action
-ACTIONS: Final[tuple[Action, ...]] = ("allow", "block", "deny")
+ACTIONS: Final[tuple[Action, ...]] = get_args(Action)
 
 HookName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 TIMEOUT_MAX: Final = 86_400.0

@@ -40,6 +40,7 @@ from bus import (
     ToolVerdict,
     Usage,
 )
+from orchestrator.sim.scenario import CallVerdict
 
 __all__ = [
     "PURPOSES",
@@ -57,7 +58,6 @@ __all__ = [
     "result_key",
 ]
 
-CallVerdict = Literal["allow", "warn", "block", "not_run"]
 PURPOSES: Final = ("turn", "compact", "loop_check")
 
 ResultKey = str

@@ -14,7 +14,7 @@ import itertools
 import os
 import stat
 import time
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 import msgspec
 
@@ -34,7 +34,7 @@ _BUCKETS: Final[dict[str, Bucket]] = {
         "data",
     ),
 }
-BUCKET_ORDER: Final[tuple[Bucket, ...]] = ("documents", "images", "data", "other")
+BUCKET_ORDER: Final[tuple[Bucket, ...]] = get_args(Bucket)
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK
 
 

@@ -13,14 +13,14 @@ prompt estimate never counts a base64 data URL as text.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 from actors.context.images import part_tokens
-from bus import ImagePart, ImageURL
+from bus import ImageDetail, ImagePart, ImageURL
 
 __all__ = ["ContentError", "RequestImages", "content_text", "request_images"]
 
-_DETAILS = ("auto", "low", "high")
+_DETAILS = get_args(ImageDetail)
 
 
 def content_text(content: Any) -> str:
