@@ -3,8 +3,8 @@
 A thread fed by a :class:`queue.SimpleQueue` that hands each result back with
 ``loop.call_soon_threadsafe`` costs a wake of the thread and a wake of the loop, far less
 than ``anyio.to_thread.run_sync`` (``docs/performance.md``); the store makes such a hop per
-commit, up to one per run. A single thread also keeps the writer's
-SQLite connection on the thread that opened it (``check_same_thread`` holds).
+commit, up to one per run. A single thread also keeps the writer's SQLite connection on
+the thread that opened it (``check_same_thread`` holds).
 
 A caller cancelled while it waits is released; the call still runs to its end and its result
 is dropped (the store waits for its commits in a shielded scope, so it never is).
