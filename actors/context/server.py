@@ -1,15 +1,10 @@
 """What an OpenAI-compatible server says about a model: its window and its tokenizer.
 
 Asked once per model (the context gatekeeper starts :func:`probe` at the model's first
-run, in its own task; nothing waits for it):
-
-* ``GET {base_url}/models``: the entry whose ``id`` is the model may carry its window as
-  ``max_model_len`` (vLLM). llama-cpp-python and Ollama report none.
-* the server's own tokenizer, on a sample of the run's text: ``POST {root}/extras/tokenize``
-  (llama-cpp-python: ``{"input", "model"}`` → ``{"tokens": [...]}``), then
-  ``POST {root}/tokenize`` (llama.cpp's llama-server reads ``content``, vLLM ``prompt``;
-  both answer ``tokens``, vLLM also ``count``), where ``root`` is ``base_url`` without
-  its ``/v1``.
+run, in its own task; nothing waits for it): ``GET {base_url}/models`` for a
+``max_model_len`` (vLLM), then the server's own tokenizer on a sample of the run's text
+(``POST {root}/extras/tokenize``, then ``POST {root}/tokenize``, ``root`` being
+``base_url`` without its ``/v1``; each server's shape: ``docs/context.md``).
 
 The base URL and key are the operator's (``[model]``), never a request's. Every request
 has a time limit (:data:`TIMEOUT_SECONDS`) and a size limit on the answer

@@ -3,12 +3,10 @@ make no shared memory outside its size-limited tmpfs.
 
 bubblewrap loads it (``--seccomp FD``) right before it runs the command. ``fork``,
 ``vfork`` and a ``clone`` without ``CLONE_THREAD`` fail with ``EPERM``; so do
-``memfd_create``, ``memfd_secret`` and ``shmget``, whose memory counts in no tmpfs size and
-(once unmapped, or written with ``write``) in no ``RLIMIT_AS``: 64 descriptors of 20 MiB
-memory files held 1.25 GiB of the host's shared memory; ``clone3`` fails
-with ``ENOSYS`` so the C library falls back to ``clone`` (and threads go through). A
-system call made in another ABI than the machine's own (``int 0x80``, x32) kills the
-process, so no second syscall table slips past the filter.
+``memfd_create``, ``memfd_secret`` and ``shmget``, whose memory no tmpfs size or
+``RLIMIT_AS`` bounds; ``clone3`` fails with ``ENOSYS`` so the C library falls back to
+``clone``. A system call made in another ABI than the machine's own kills the process, so
+no second syscall table slips past the filter (``docs/security.md``, The make_figure sandbox).
 
 Why a filter on top of ``RLIMIT_NPROC``: the kernel does not enforce that limit for a
 process whose real user is root, and the daemon may run as root (containers). ``None``
