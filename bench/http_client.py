@@ -237,8 +237,7 @@ async def _lean_turn(
                 acc.feed_chunk(chunk)
     finally:
         await reader.aclose()
-        if not response.close_now():
-            await response.aclose()
+        await response.aclose()
     return acc
 
 
