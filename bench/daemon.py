@@ -276,6 +276,9 @@ def _write_config(
         "[daemon]",
         f'store_path = "{folder / "daemon.db"}"',
         f"queue_size = {max(runs, 1)}",
+        # --follow holds a stream per run, all from this host: room for every one of them.
+        f"max_connections = {runs + 1024}",
+        f"max_connections_per_client = {runs + 1024}",
         *([f'scenarios = ["{scenario}"]'] if scenario is not None else []),
         "[runtime]",
         f"max_concurrent_runs = {in_flight}",

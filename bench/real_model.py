@@ -13,7 +13,8 @@ virtualenv) and this module finds the GGUF inside it without importing the packa
   every chat completion it passes back, so a test compares loopfuse's token counts with
   the server's own, read off the wire;
 * :func:`real_config` and :func:`run_real_task`: one task under one loop preset at
-  temperature 0 with a fixed seed, with no context settings but the window.
+  temperature 0 with a fixed seed, with no context settings but the window;
+  :func:`play_real_tasks`: every task under the default fuses and with them off.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -46,17 +46,22 @@ from orchestrator.result import RunResult
 from orchestrator.runtime import RunSpec, Runtime
 
 __all__ = [
+    "CONFIGURATIONS",
+    "DEFAULT",
     "LLAMA_PYTHON_ENV",
     "N_CTX",
     "OFF",
     "REAL_TASKS",
     "SEED",
+    "RealRun",
     "RealServer",
     "RealTask",
     "UsageRecorder",
     "find_gguf",
     "llama_python",
     "open_real_server",
+    "open_recorder",
+    "play_real_tasks",
     "real_config",
     "run_real_task",
 ]
@@ -377,8 +382,9 @@ limit is a loop fuse too); the window and the budgets stay."""
 def real_config(base_url: str, model_id: str, preset: str | None = None) -> Config:
     """A user's config for the real model: the endpoint, whole replies (``"auto"`` tool
     choice does not stream on this server), temperature 0 and a fixed seed, the window;
-    no context setting but the window, no reply limit (both scale with the window). ``preset``: a loop preset (``None``: the default one);
-    :data:`OFF` also turns the result cache off.
+    no context setting but the window, no reply limit (both scale with the window).
+    ``preset``: a loop preset (``None``: the default one); :data:`OFF` also turns the
+    result cache off.
 
     The request timeout is long (a loaded 2-core machine takes tens of seconds to read a
     full window on the CPU): a timeout here would be the machine, not the model."""
@@ -410,31 +416,48 @@ async def run_real_task(
         return await runtime.run(RunSpec(task=task.prompt, folder=str(folder)))
 
 
-def _main() -> int:  # pragma: no cover - a manual probe: python -m bench.real_model
-    import tempfile
+DEFAULT: Final = "default"
+"""The config's default loop preset (whatever :class:`LoopSettings` defaults to)."""
+CONFIGURATIONS: Final = (DEFAULT, OFF)
+"""What every real task runs under: the default fuses, and the fuses off."""
 
-    import anyio
 
-    async def probe(server: RealServer, root: Path) -> None:
-        async with open_recorder(server) as (base_url, recorder):
-            for task in REAL_TASKS:
+@dataclass(frozen=True)
+class RealRun:
+    """One task's run under one configuration, with what the server said on the wire."""
+
+    task: RealTask
+    preset: str
+    result: RunResult
+    server_tokens: tuple[int, int]
+    """Prompt and completion tokens summed over the server's own ``usage`` answers."""
+    statuses: tuple[int, ...]
+    """The HTTP status of each chat-completions request, in order."""
+    seconds: float
+
+
+async def play_real_tasks(
+    server: RealServer,
+    root: Path,
+    tasks: tuple[RealTask, ...] = REAL_TASKS,
+    configurations: tuple[str, ...] = CONFIGURATIONS,
+) -> list[RealRun]:
+    """Every task (its folder written under ``root``) under every configuration, one run
+    at a time (the proxy's counts belong to one run), in a fixed order."""
+    runs: list[RealRun] = []
+    async with open_recorder(server) as (base_url, recorder):
+        for task in tasks:
+            folder = task.write(root)
+            for preset in configurations:
                 recorder.reset()
-                folder = task.write(root)
-                result = await run_real_task(task, folder, base_url, server.model_id, "strict")
-                print(
-                    task.name,
-                    result.exit_reason.value,
-                    result.cause,
-                    result.llm_requests,
-                    result.usage.prompt_tokens,
-                    recorder.totals(),
-                    flush=True,
+                started = time.perf_counter()
+                result = await run_real_task(
+                    task, folder, base_url, server.model_id, None if preset == DEFAULT else preset
                 )
-
-    with tempfile.TemporaryDirectory() as tmp, open_real_server(Path(tmp)) as server:
-        anyio.run(probe, server, Path(tmp))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main())
+                seconds = time.perf_counter() - started
+                runs.append(
+                    RealRun(
+                        task, preset, result, recorder.totals(), tuple(recorder.statuses), seconds
+                    )
+                )
+    return runs

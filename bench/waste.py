@@ -3,6 +3,8 @@
 ::
 
     python -m bench.waste [--json] [--max-turns N] [--deadline SECONDS] [SCENARIO ...]
+    python -m bench.waste --corpus [--json] [--preset NAME] [RUN ...]
+    python -m bench.waste --real [--json]
     python -m bench.waste --corpus [--json] [--preset NAME ...] [RUN ...]
 
 Every scenario (default: :data:`DEFAULT_SCENARIOS`; a shipped name, ``NAME.LABEL`` for one
@@ -250,6 +252,12 @@ def _parser() -> argparse.ArgumentParser:
         "(SCENARIO names then pick corpus runs)",
     )
     parser.add_argument(
+        "--real",
+        action="store_true",
+        help="the real-model tasks (SmolLM2-135M on llama-cpp-python, scripts/realmodel "
+        "installs both) with the fuses on and off, instead (minutes)",
+    )
+    parser.add_argument(
         "--preset",
         action="append",
         default=[],
@@ -277,6 +285,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return 2
     if args.corpus:
         return _corpus(args, out)
+    if args.real:
+        return _real(args, out)
     if args.preset:
         print("bench.waste: --preset needs --corpus", file=sys.stderr)
         return 2
@@ -312,6 +322,26 @@ def _corpus(args: argparse.Namespace, out: TextIO) -> int:
             out.write(encoder.encode(row).decode() + "\n")
     else:
         format_corpus(rows, outcomes, out)
+    return 0
+
+
+def _real(args: argparse.Namespace, out: TextIO) -> int:
+    from bench.waste_real import format_real, measure_real
+
+    if args.scenarios or args.preset:
+        print("bench.waste: --real takes no SCENARIO and no --preset", file=sys.stderr)
+        return 2
+    try:
+        rows = measure_real()
+    except (FileNotFoundError, RuntimeError) as exc:
+        print(f"bench.waste: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        encoder = msgspec.json.Encoder()
+        for row in rows:
+            out.write(encoder.encode(row).decode() + "\n")
+    else:
+        format_real(rows, out)
     return 0
 
 

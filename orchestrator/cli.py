@@ -1,7 +1,5 @@
 """The ``loopfuse`` command line.
 
-::
-
     loopfuse demo [--json]                      every shipped scenario, concurrently
     loopfuse run --scenario NAME|PATH [--json]  one scenario against the embedded simulator
     loopfuse run --task TEXT [--folder DIR] [--base-url URL --model M] [--json]
@@ -13,15 +11,18 @@
     loopfuse serve --nats URL                   a daemon of a fleet (docs/scale-out.md)
     loopfuse runs [--status S] [--json]         the daemon's runs
     loopfuse watch ID [--after N] [--json]      follow a run's events live
+    loopfuse replay PATH... [--preset NAME]...  what another config would have done (docs/replay.md)
 
 Every ending printed for a person says that the run stopped, why, and what to do next.
 Ctrl-C aborts a run cleanly (its work so far is kept and printed); a second Ctrl-C quits.
-A task or a folder of one's own needs a model (``--base-url`` and ``--model``, or
-``[model]`` in the config file); the embedded simulator only plays scenarios.
+A task or a folder of one's own needs a model (--base-url and --model, or [model] in the
+config file); the embedded simulator only plays scenarios. On a terminal, run and report
+show a live progress line (turn, calls, tokens, last verdict).
 
-Exit status of ``run`` and ``report`` (docs/cli.md): 0 the run completed, 1 it ended with
-another exit reason, 2 a usage or config error (nothing ran), 3 a scenario's expectations
-not met, 130 aborted with Ctrl-C.
+A command that cannot start (a config key, a missing extra, a port, no daemon) prints one
+line naming what to change (orchestrator.cli_errors). Exit status of run and report
+(docs/cli.md): 0 the run completed, 1 it ended with another exit reason, 2 a usage or
+config error (nothing ran), 3 a scenario's expectations not met, 130 aborted with Ctrl-C.
 """
 
 from __future__ import annotations
@@ -31,18 +32,22 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NoReturn
 
 import anyio
+import anyio.abc
 import msgspec
 
 from actors.tools.figure import warn_about_figure_sandbox
+from orchestrator.cli_errors import explain
+from orchestrator.cli_progress import ProgressLine, wanted
 from orchestrator.config import Config, load_config
 from orchestrator.daemon.commands import COMMANDS as DAEMON_COMMANDS
 from orchestrator.daemon.commands import add_commands as add_daemon_commands
+from orchestrator.daemon.commands import port_number
 from orchestrator.daemon.commands import run_command as run_daemon_command
 from orchestrator.daemon.demo import format_table, run_demo
-from orchestrator.errors import ConfigError, LoopfuseError
+from orchestrator.replay.command import add_replay_command, replay_command
 from orchestrator.result import (
     ExitStatus,
     RunResult,
@@ -54,6 +59,7 @@ from orchestrator.runtime import RunHandle, RunSpec, Runtime
 from orchestrator.runtime.compiled import STALE_FIX, stale_modules
 from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import find_scenario, serve_simulator, shipped_scenarios
+from orchestrator.sim.loader import optional_scenarios
 
 __all__ = ["main"]
 
@@ -70,25 +76,29 @@ NO_MODEL: Final = (
 """Why ``run --task`` and ``report`` refuse without a model: the embedded simulator plays
 scripts, it does not read a task or a folder, and must not answer one as if a model had."""
 
-_RUN_KEYS: Final = {
-    "config.context_window": "context.windows / context.default_window",
-    "config.context_safety_buffer": (
-        "context.safety_buffer_tokens / model.max_output_tokens / "
-        "context.output_reserve_tokens / context.windows"
-    ),
-    "config.context_output_reserve": "model.max_output_tokens / context.output_reserve_tokens",
-    "config.context_collapse_at": "context.collapse_at",
-    "config.context_keep_turns": "context.keep_recent_turns",
-}
-"""The config file's keys behind a run setting's name (``config.<setting>``, as the daemon's
-API names a request's override). The command line sets no overrides, so its errors name
-the keys of the file instead."""
+CONFIG_HELP: Final = (
+    "TOML config file (default: $LOOPFUSE_CONFIG, else the built-in defaults); "
+    "accepted before or after the command"
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (as every other error of the command)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitStatus.USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopfuse", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", help="TOML config file (default: $LOOPFUSE_CONFIG)")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(
+        prog="loopfuse",
+        description="Run LLM agent loops under hard, code-level fuses.",
+        epilog="`loopfuse COMMAND --help` lists a command's options; docs/cli.md has more.",
+    )
+    parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="what to do (below)"
+    )
 
     demo = commands.add_parser("demo", help="run every shipped scenario against the simulator")
     demo.add_argument("--json", action="store_true", help="one JSON object per scenario")
@@ -100,16 +110,30 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EXIT_STATUS_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--scenario", help="a shipped scenario's name or a scenario file")
+    run.add_argument(
+        "--scenario", metavar="NAME|PATH", help="a shipped scenario's name or a scenario file"
+    )
     _add_model_arguments(run)
-    run.add_argument("--task", help="the task for the model")
-    run.add_argument("--folder", help="the folder the file tools may read")
-    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    run.add_argument("--task", metavar="TEXT", help="the task for the model")
+    run.add_argument(
+        "--folder", metavar="DIR", help="the folder the file tools may read (must exist)"
+    )
+    run.add_argument(
+        "--json", action="store_true", help="print the result as JSON (no progress line)"
+    )
 
     sim = commands.add_parser("sim", help="serve the OpenAI-compatible simulator")
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=8400)
-    sim.add_argument("--scenario", action="append", default=[], help="extra scenario files")
+    sim.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    sim.add_argument(
+        "--port", type=port_number, default=8400, help="port, 0-65535 (default: 8400; 0 picks one)"
+    )
+    sim.add_argument(
+        "--scenario",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a scenario file to serve besides the shipped ones (repeatable)",
+    )
 
     commands.add_parser("scenarios", help="list the shipped scenarios")
 
@@ -121,13 +145,32 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("folder", metavar="DIR", help="the data folder to report on")
-    report.add_argument("--goal", required=True, help="what the report should cover")
-    report.add_argument("--format", choices=("markdown", "latex"), default="markdown")
-    report.add_argument("--out", help="the report's path (default: report.md / report.tex)")
-    report.add_argument("--reflect", type=int, default=1, help="reflect rounds (default 1)")
-    report.add_argument("--json", action="store_true", help="print the result as JSON")
+    report.add_argument(
+        "--goal", required=True, metavar="TEXT", help="what the report should cover"
+    )
+    report.add_argument(
+        "--format",
+        choices=("markdown", "latex"),
+        default="markdown",
+        help="the report's format (default: markdown)",
+    )
+    report.add_argument(
+        "--out", metavar="PATH", help="the report's path (default: report.md / report.tex)"
+    )
+    report.add_argument(
+        "--reflect", type=int, default=1, metavar="N", help="reflect rounds (default: 1)"
+    )
+    report.add_argument(
+        "--json", action="store_true", help="print the result as JSON (no progress line)"
+    )
     _add_model_arguments(report)
     add_daemon_commands(commands)
+    for command in commands.choices.values():
+        # Also after the command (`loopfuse run --config FILE ...`), as a user expects.
+        command.add_argument(
+            "--config", metavar="FILE", default=argparse.SUPPRESS, help=CONFIG_HELP
+        )
+    add_replay_command(commands)  # its own --config
     return parser
 
 
@@ -142,10 +185,13 @@ _EXIT_STATUS_HELP: Final = """exit status:
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base-url",
+        metavar="URL",
         help="an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1 "
         "(default: model.base_url of the config; key: $OPENAI_API_KEY)",
     )
-    parser.add_argument("--model", help="the model to ask (default: model.model of the config)")
+    parser.add_argument(
+        "--model", metavar="NAME", help="the model to ask (default: model.model of the config)"
+    )
 
 
 def with_model(config: Config, args: argparse.Namespace) -> Config | None:
@@ -161,7 +207,10 @@ def with_model(config: Config, args: argparse.Namespace) -> Config | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``loopfuse`` console script; returns the exit status."""
+    """Entry point of the ``loopfuse`` console script; returns the exit status.
+
+    A command that cannot start prints one line naming what to change and returns the
+    documented status (:func:`orchestrator.cli_errors.explain`); Ctrl-C returns 130."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if stale := stale_modules():
@@ -173,17 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(args.config)
         return _command(config, args)
-    except LoopfuseError as exc:
-        return _config_error(exc)
-    except BaseExceptionGroup as group:  # raised inside a task group (the runtime's)
-        if group.subgroup(KeyboardInterrupt) is not None:
-            return ExitStatus.INTERRUPTED
-        error = _loopfuse_error(group)
-        if error is None:
+    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as error:
+        failure = explain(error)
+        if failure is None:
             raise
-        return _config_error(error)
-    except KeyboardInterrupt:
-        return ExitStatus.INTERRUPTED
+        if failure.message:
+            print(f"loopfuse: {failure.message}", file=sys.stderr)
+        return failure.status
 
 
 def _command(config: Config, args: argparse.Namespace) -> int:
@@ -199,39 +244,31 @@ def _command(config: Config, args: argparse.Namespace) -> int:
             if configured is None:
                 print(f"loopfuse report: {NO_MODEL}", file=sys.stderr)
                 return ExitStatus.USAGE
-            return anyio.run(run_report_command, configured, args, Follower())
+            follower = Follower(progress=wanted(sys.stdout, as_json=args.json))
+            return anyio.run(run_report_command, configured, args, follower)
         case "sim":
             scenarios = [*shipped_scenarios(), *(find_scenario(p) for p in args.scenario)]
-            anyio.run(serve_simulator, scenarios, args.host, args.port)
+            try:
+                anyio.run(serve_simulator, scenarios, args.host, args.port)
+            except OSError as exc:
+                print(
+                    f"loopfuse sim: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+                    "; choose another --port (0 picks a free one) or --host",
+                    file=sys.stderr,
+                )
+                return ExitStatus.USAGE
             return 0
         case command if command in DAEMON_COMMANDS:
             return run_daemon_command(config, args, serve_fleet=_serve_fleet)
+        case "replay":
+            return anyio.run(replay_command, config, args)
         case "scenarios":
             for scenario in shipped_scenarios():
                 print(f"{scenario.name:24} {scenario.description}")
+            print("\nNeeding an extra and the operator's config (docs/mcp.md):")
+            for scenario in optional_scenarios():
+                print(f"{scenario.name:24} {scenario.description}")
             return 0
-    return ExitStatus.USAGE
-
-
-def _loopfuse_error(error: BaseException) -> LoopfuseError | None:
-    """The first loopfuse error in ``error``, looking inside exception groups."""
-    if isinstance(error, LoopfuseError):
-        return error
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            if (found := _loopfuse_error(inner)) is not None:
-                return found
-    return None
-
-
-def _config_error(error: LoopfuseError) -> int:
-    """Print ``error`` as one line naming the config file's keys; the usage exit status."""
-    if isinstance(error, ConfigError) and error.key in _RUN_KEYS:
-        where = f"{error.source}: " if error.source else ""
-        message = f"{where}config key {_RUN_KEYS[error.key]}: {error.reason}"
-    else:
-        message = str(error)
-    print(f"loopfuse: {' '.join(message.split())}", file=sys.stderr)
     return ExitStatus.USAGE
 
 
@@ -251,16 +288,24 @@ async def _demo(config: Config, as_json: bool) -> int:
 
 
 async def _run(config: Config, args: argparse.Namespace) -> int:
-    follower = Follower()
+    follower = Follower(progress=wanted(sys.stdout, as_json=args.json))
     if args.scenario:
         scenario = find_scenario(args.scenario)
         async with Runtime(on_simulator(config), scenarios=[scenario]) as runtime:
             handle = await start_scenario(runtime, scenario)
             result = await follower(handle)
-        mismatches = expectation_mismatches(scenario, result)
+        # An aborted run ends as Ctrl-C made it, not as the scenario expects: 130, not 3.
+        mismatches = [] if follower.interrupted else expectation_mismatches(scenario, result)
     else:
         if not args.task:
             print("loopfuse run: give --scenario NAME, or --task TEXT", file=sys.stderr)
+            return ExitStatus.USAGE
+        if args.folder is not None and not await anyio.Path(args.folder).is_dir():
+            print(
+                f"loopfuse run: --folder {args.folder}: no such directory (nothing ran); "
+                "give an existing folder, or leave --folder out",
+                file=sys.stderr,
+            )
             return ExitStatus.USAGE
         configured = with_model(config, args)
         if configured is None:
@@ -301,17 +346,26 @@ def on_simulator(config: Config) -> Config:
 
 class Follower:
     """Waits for a run from the terminal: the first Ctrl-C aborts it (and marks
-    :attr:`interrupted`), a second one quits at once."""
+    :attr:`interrupted`), a second one quits at once. With ``progress``, a live progress
+    line is drawn while it waits (:class:`~orchestrator.cli_progress.ProgressLine`), once
+    Ctrl-C is handled here."""
 
-    def __init__(self, *, listening: anyio.Event | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        listening: anyio.Event | None = None,
+        progress: bool | ProgressLine = False,
+    ) -> None:
         self.interrupted = False
         self._listening = listening  # set once Ctrl-C is handled here (tests wait for it)
+        self._progress = ProgressLine() if progress is True else progress or None
 
     async def __call__(self, handle: RunHandle) -> RunResult:
         async with anyio.create_task_group() as tg:
 
-            async def on_interrupt() -> None:
+            async def on_interrupt(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                 with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                    task_status.started()
                     if self._listening is not None:
                         self._listening.set()
                     async for _ in signals:
@@ -321,7 +375,9 @@ class Follower:
                         print("\nAborting the run (Ctrl-C again to quit now)…", file=sys.stderr)
                         await handle.abort("Interrupted from the terminal (Ctrl-C).")
 
-            tg.start_soon(on_interrupt)
+            await tg.start(on_interrupt)
+            if self._progress is not None:
+                tg.start_soon(self._progress.follow, handle)
             result = await handle.result()
             tg.cancel_scope.cancel()
         return result

@@ -82,7 +82,13 @@ __all__ = [
 ENV_PREFIX: Final = "LOOPFUSE_"
 ENV_CONFIG_FILE: Final = "LOOPFUSE_CONFIG"
 ENV_NOT_CONFIG: Final = frozenset(
-    {ENV_CONFIG_FILE, "LOOPFUSE_URL", "LOOPFUSE_TOKEN", "LOOPFUSE_API_TOKENS"}
+    {
+        ENV_CONFIG_FILE,
+        "LOOPFUSE_URL",
+        "LOOPFUSE_TOKEN",
+        "LOOPFUSE_API_TOKENS",
+        "LOOPFUSE_OPERATOR_TOKENS",
+    }
 )
 """Variables with the prefix that are not config keys: the config file, the daemon's API
 tokens (``daemon.token_env``) and the URL and token its command-line clients use."""
@@ -373,6 +379,11 @@ class ClientOverrides(_Settings, frozen=True, kw_only=True):
     ceilings: ClientCeilings = ClientCeilings()
 
 
+_HOST_NAME: Final = r"^(\*|[^\s:\[\]/]+(:[0-9]*)?|\[[0-9A-Fa-f:.]+\](:[0-9]*)?)$"
+"""A ``Host`` name as ``daemon.allowed_hosts`` takes it: ``name``, ``name:port``, ``[v6]``,
+or ``*``."""
+
+
 class DaemonSettings(_Settings, frozen=True, kw_only=True):
     """``loopfuse serve``: where it listens, who may call it, its limits and its store.
 
@@ -383,6 +394,8 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8470
     token_env: str = "LOOPFUSE_API_TOKENS"
+    operator_token_env: str = "LOOPFUSE_OPERATOR_TOKENS"
+    """The variable holding the operator's tokens (``POST /v1/replay``, docs/replay.md)."""
     metrics_auth: bool = False
     queue_size: Annotated[int, msgspec.Meta(ge=0, le=CONCURRENT_RUNS_MAX)] = 256
     retry_after_seconds: Annotated[int, msgspec.Meta(ge=1, le=3_600)] = 2
@@ -390,6 +403,9 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     max_task_chars: Annotated[int, msgspec.Meta(ge=1, le=100_000_000)] = 200_000
     """The longest ``task``, ``system``, ``pipeline.goal``, ``folder`` or ``scenario`` a
     request may carry, in characters (longer: 422). Library and CLI runs have no such limit."""
+    max_folder_chars: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 4096
+    """The longest ``folder`` a request may name, in characters (longer: 422, before any
+    path is resolved)."""
     event_cap: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 20_000
     memory_tail_events: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 512
     """Committed events per run kept in memory for event streams (the newest; 0: none, every
@@ -412,6 +428,31 @@ class DaemonSettings(_Settings, frozen=True, kw_only=True):
     """Absolute folders whose insides a request's ``folder`` may name; none: a request
     may not name a folder at all."""
     client_overrides: ClientOverrides = ClientOverrides()
+    max_header_bytes: Annotated[int, msgspec.Meta(ge=1024, le=16 * 1024 * 1024)] = 32_768
+    """The longest request line plus headers, in bytes (longer: 431, connection closed)."""
+    max_headers: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 100
+    """The most header lines a request may carry (more: 431, connection closed)."""
+    header_timeout_seconds: Seconds = 10.0
+    """A request's head must arrive within this of the connection opening (or of its first
+    byte on a kept-alive connection); else 408 and the connection is closed."""
+    body_timeout_seconds: Seconds = 30.0
+    """A request's whole body must arrive within this of its head; else the connection is
+    closed."""
+    keep_alive_seconds: Annotated[int, msgspec.Meta(ge=1, le=3_600)] = 5
+    """An idle kept-alive connection is closed after this many seconds."""
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
+    """Open connections in all (event streams included); past it a new one gets 503."""
+    max_connections_per_client: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 256
+    """Open connections from one client address; past it a new one gets 503."""
+    allowed_hosts: tuple[Annotated[str, msgspec.Meta(pattern=_HOST_NAME)], ...] = ()
+    """Names a request's ``Host`` header may carry besides ``localhost``, IP addresses and
+    ``host`` (any port); ``"*"``: any (no DNS-rebinding defence). Other names, or none: 400."""
+    cors_origins: tuple[Annotated[str, msgspec.Meta(pattern=r"^(\*|https?://[^/\s]+)$")], ...] = ()
+    """Origins (``https://dash.example``) a browser page may call the API from; none (the
+    default): no CORS headers, so browsers keep other sites' pages out."""
+    max_page_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1024 * 1024 * 1024)] = 1_048_576
+    """``GET /v1/runs`` stops a page before its answer passes this many bytes (the rest
+    is on the next page, through ``next_cursor``)."""
 
 
 class FleetSettings(_Settings, frozen=True, kw_only=True):

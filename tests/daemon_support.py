@@ -111,6 +111,9 @@ async def wait_ended(client: DaemonClient, run_id: str) -> dict[str, Any]:
     return run
 
 
+JSON = {"Content-Type": "application/json"}
+"""The header a POST with a body sends (the daemon refuses other types with a 415)."""
+
 START_TIMEOUT = 60.0
 """Seconds for a daemon to finish recovery and listen: a frozen event loop never does."""
 

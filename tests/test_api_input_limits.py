@@ -26,7 +26,7 @@ from orchestrator.config import DaemonSettings
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.client import DaemonClient
 from orchestrator.daemon.limits import MAX_INTEGER, MAX_JSON_DEPTH
-from tests.daemon_support import daemon_config, wait_ended
+from tests.daemon_support import JSON, daemon_config, wait_ended
 
 DEFAULT_MAX_CHARS = DaemonSettings().max_task_chars
 
@@ -64,7 +64,7 @@ def http(tmp_path: Path) -> Iterator[httpx.Client]:
     with (
         start_blocking_portal() as portal,
         portal.wrap_async_context_manager(open_daemon(daemon_config(tmp_path))) as running,
-        httpx.Client(base_url=running.url, timeout=60) as client,
+        httpx.Client(base_url=running.url, timeout=60, headers=JSON) as client,
     ):
         yield client
 

@@ -16,7 +16,7 @@ from starlette.types import Message
 
 from orchestrator.daemon import open_daemon
 from orchestrator.daemon.http import receive_body
-from tests.daemon_support import daemon_config
+from tests.daemon_support import JSON, daemon_config
 
 
 async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
@@ -49,7 +49,7 @@ async def test_a_chunked_body_is_read_whole_and_bounded_as_it_arrives(tmp_path: 
     request = json.dumps({"scenario": "completed"}).encode()
     async with (
         open_daemon(daemon_config(tmp_path, max_body_bytes=512)) as running,
-        httpx.AsyncClient(base_url=running.url) as http,
+        httpx.AsyncClient(base_url=running.url, headers=JSON) as http,
     ):
         accepted = await http.post("/v1/runs", content=_chunks(request[:7], request[7:]))
         too_large = await http.post("/v1/runs", content=_chunks(b'{"task": "', b"x" * 600, b'"}'))
@@ -71,7 +71,7 @@ async def test_a_body_never_finished_starts_nothing_and_the_daemon_serves_on(
     ):
         with socket.create_connection((running.host, running.port)) as raw:
             raw.sendall(
-                b"POST /v1/runs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"POST /v1/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                 b'Content-Length: 100\r\n\r\n{"scenario": '
             )
         after = await http.post("/v1/runs", json={"scenario": "completed"})

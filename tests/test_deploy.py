@@ -236,6 +236,7 @@ def test_compose_mounts_files_that_exist_and_configures_valid_keys() -> None:
     assert config.model.base_url == "http://simulator:8400/v1"
     port = config.daemon.port
     assert f'targets: ["loopfuse:{port}"]' in text("prometheus/prometheus.yml")
+    assert "loopfuse" in config.daemon.allowed_hosts  # the Host Prometheus sends is served
     assert f'"{port}:{port}"' in compose
     assert '"--port", "8400"' in compose
 

@@ -14,7 +14,8 @@ The rules, per fenced block (parsed with markdown-it-py, the CommonMark parser):
   written to ``NAME.toml`` for the page's later blocks. Other blocks (output, diagrams,
   synopses, JSON, nginx) are not run.
 - The blocks of one page run in order in one temporary directory of their own, as a
-  reader would run them: a later block may use a file an earlier one wrote. The
+  reader would run them: a later block may use a file an earlier one wrote; the
+  checkout's ``docs/examples`` is there at that path, as in a clone. The
   environment has this virtualenv's ``bin`` first on ``PATH``, this checkout on
   ``PYTHONPATH``, no ``LOOPFUSE_*`` variables and a private ``XDG_STATE_HOME``.
 - Install steps are no-ops by the table :data:`NO_OPS` (the suite runs in an installed
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -58,11 +60,7 @@ trailing comment allowed), replaced by ``:``, and why."""
 SKIPS_EXPECTED: Final = 25
 """How many blocks carry a ``docs-test: skip`` mark. Adding one means changing this."""
 
-XFAIL: Final = {
-    ("docs/mcp.md", "loopfuse --config mcp-git.toml run --scenario"): (
-        "#30 item 6: the shipped mcp_git scenario can't be reached by the path docs/mcp.md gives"
-    ),
-}
+XFAIL: Final[dict[tuple[str, str], str]] = {}
 """``(page, text in the block)`` → why it fails today (an issue item another branch fixes).
 Each must still fail: remove the entry once its fix is merged."""
 
@@ -224,7 +222,10 @@ def page_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     """One directory per page, shared by its blocks in order."""
     block: Block = request.node.callspec.params["block"]
     if block.page not in _workdirs:
-        _workdirs[block.page] = tmp_path_factory.mktemp(block.page.stem)
+        workdir = tmp_path_factory.mktemp(block.page.stem)
+        # the example files a clone has, at the paths the pages name (docs/examples/...)
+        shutil.copytree(REPO / "docs" / "examples", workdir / "docs" / "examples")
+        _workdirs[block.page] = workdir
     return _workdirs[block.page]
 
 
@@ -295,6 +296,9 @@ def test_a_command_block_is_tagged_sh() -> None:
 # --------------------------------------------------------------------------- links
 
 
+_HTML_ANCHOR: Final = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
+
+
 def _slug(heading: str) -> str:
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
@@ -311,6 +315,8 @@ def _anchors(page: Path) -> set[str]:
             count = seen.get(slug, 0)
             seen[slug] = count + 1
             anchors.add(slug if count == 0 else f"{slug}-{count}")
+    # an explicit anchor (<a id="..."></a>), which GitHub also links to
+    anchors.update(_HTML_ANCHOR.findall(page.read_text(encoding="utf-8")))
     return anchors
 
 

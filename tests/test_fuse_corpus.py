@@ -95,80 +95,9 @@ DIFFERS: Final[dict[tuple[str, str], Differs]] = {
     ),
 }
 
-ITEM1: Final = "#32 item 1: the normaliser erases the progress value (id/epoch rules)"
-ITEM2: Final = "#32 item 2: the normaliser misses this volatile kind"
-ITEM5: Final = "#32 item 5: the preset refuses the call (from the 21st) but never stops the run"
-ITEM5_PING_PONG: Final = (
-    "#32 item 5: OpenClaw's ping-pong refuses every 20th call of a stuck A,B rotation and never "
-    "stops it (refusals are not recorded, so its break is unreachable)"
-)
-
-XFAIL: Final[dict[tuple[str, str], str]] = {
-    ("poll_bytes_ten_digits", "gemini"): ITEM1,
-    ("poll_bytes_ten_digits", "qwen"): ITEM1,
-    ("poll_bytes_ten_digits", "strict"): ITEM1,
-    ("poll_job_of", "gemini"): ITEM1,
-    ("poll_job_of", "qwen"): ITEM1,
-    ("poll_job_of", "strict"): ITEM1,
-    ("poll_last_id_json", "gemini"): ITEM1,
-    ("poll_last_id_json", "qwen"): ITEM1,
-    ("poll_last_id_json", "strict"): ITEM1,
-    ("poll_paid", "gemini"): ITEM1,
-    ("poll_paid", "qwen"): ITEM1,
-    ("poll_paid", "strict"): ITEM1,
-    ("poll_sync_cursor", "gemini"): ITEM1,
-    ("poll_sync_cursor", "qwen"): ITEM1,
-    ("poll_sync_cursor", "strict"): ITEM1,
-    ("poll_valid_count", "gemini"): ITEM1,
-    ("poll_valid_count", "qwen"): ITEM1,
-    ("poll_valid_count", "strict"): ITEM1,
-    ("volatile_base64_nonce", "gemini"): ITEM2,
-    ("volatile_base64_nonce", "openclaw"): ITEM2,
-    ("volatile_base64_nonce", "qwen"): ITEM2,
-    ("volatile_base64_nonce", "strict"): ITEM2,
-    ("volatile_elapsed_mmss", "gemini"): ITEM2,
-    ("volatile_elapsed_mmss", "openclaw"): ITEM2,
-    ("volatile_elapsed_mmss", "qwen"): ITEM2,
-    ("volatile_elapsed_mmss", "strict"): ITEM2,
-    ("volatile_etag", "gemini"): ITEM2,
-    ("volatile_etag", "openclaw"): ITEM2,
-    ("volatile_etag", "qwen"): ITEM2,
-    ("volatile_etag", "strict"): ITEM2,
-    ("volatile_float_epoch", "gemini"): ITEM2,
-    ("volatile_float_epoch", "openclaw"): ITEM2,
-    ("volatile_float_epoch", "qwen"): ITEM2,
-    ("volatile_float_epoch", "strict"): ITEM2,
-    ("volatile_git_sha", "openclaw"): ITEM2,
-    ("volatile_k8s_pod", "gemini"): ITEM2,
-    ("volatile_k8s_pod", "openclaw"): ITEM2,
-    ("volatile_k8s_pod", "qwen"): ITEM2,
-    ("volatile_k8s_pod", "strict"): ITEM2,
-    ("volatile_mixed", "gemini"): ITEM2,
-    ("volatile_mixed", "openclaw"): ITEM2,
-    ("volatile_mixed", "qwen"): ITEM2,
-    ("volatile_mixed", "strict"): ITEM2,
-    ("volatile_request_id", "gemini"): ITEM2,
-    ("volatile_request_id", "openclaw"): ITEM2,
-    ("volatile_request_id", "qwen"): ITEM2,
-    ("volatile_request_id", "strict"): ITEM2,
-    ("volatile_ulid", "gemini"): ITEM2,
-    ("volatile_ulid", "openclaw"): ITEM2,
-    ("volatile_ulid", "qwen"): ITEM2,
-    ("volatile_ulid", "strict"): ITEM2,
-    ("volatile_base64_nonce", "openclaw-current"): ITEM2,
-    ("volatile_elapsed_mmss", "openclaw-current"): ITEM2,
-    ("volatile_etag", "openclaw-current"): ITEM2,
-    ("volatile_float_epoch", "openclaw-current"): ITEM2,
-    ("volatile_k8s_pod", "openclaw-current"): ITEM2,
-    ("volatile_mixed", "openclaw-current"): ITEM2,
-    ("volatile_request_id", "openclaw-current"): ITEM2,
-    ("volatile_ulid", "openclaw-current"): ITEM2,
-    ("rotation_2_one_output", "openclaw"): ITEM5_PING_PONG,
-    ("rotation_2_one_output", "openclaw-current"): ITEM5_PING_PONG,
-    ("rotation_2_own_results", "openclaw"): ITEM5_PING_PONG,
-    ("rotation_2_own_results", "openclaw-current"): ITEM5_PING_PONG,
-}
-"""The cases today's code fails, with the fix each waits for; delete entries as fixes land."""
+XFAIL: Final[dict[tuple[str, str], str]] = {}
+"""The cases today's code fails, with the fix each waits for (none today); an entry
+that passes fails the test, so the table cannot go stale."""
 
 
 def _cases() -> list[pytest.ParameterSet]:

@@ -19,6 +19,7 @@ from orchestrator.daemon.client import DaemonClient
 from tests.daemon_support import daemon_process, wait_ended
 
 TOKEN = "tökén-ß"  # not ASCII: compared as UTF-8 bytes
+JSON = {"Content-Type": "application/json"}
 HEALTH_TIMEOUT = 5.0
 """Seconds for /healthz to answer: a frozen event loop never does."""
 
@@ -60,7 +61,7 @@ async def test_every_probe_fails_safely_and_the_daemon_stays_healthy(
 
             async def refused(body: Any, status: int, key: str | None = None) -> None:
                 if isinstance(body, bytes):
-                    response = await http.post("/v1/runs", content=body)
+                    response = await http.post("/v1/runs", content=body, headers=JSON)
                 else:
                     response = await http.post("/v1/runs", json=body)
                 assert response.status_code == status, response.text

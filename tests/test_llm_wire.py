@@ -363,6 +363,3 @@ async def test_https_checks_the_servers_certificate_and_name(tmp_path: Path) -> 
             await untrusting.aclose()
     assert isinstance(caught.value.__cause__, httpcore2.ConnectError)
     assert server.connections == 2  # the good transport's connection was reused
-
-
-# --------------------------------------------------------------------------- uvloop

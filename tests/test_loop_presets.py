@@ -330,3 +330,70 @@ def test_off_detects_nothing() -> None:
     assert levels == {"none"}
     assert OFF.name == "off"
     assert OFF not in PRESETS.values()  # PRESETS holds the presets that detect something
+
+
+@pytest.mark.parametrize("preset", [OPENCLAW, OPENCLAW_CURRENT], ids=lambda p: p.name)
+def test_a_refused_ping_pong_goes_on_counting_and_ends(preset: LoopConfig) -> None:
+    # issue #32: the refused call is not recorded, so upstream's alternation restarts after
+    # each refusal: a stuck A,B rotation was refused every 20th call and never stopped. The
+    # refused call now counts toward the ping-pong (its partner is refused next), so the
+    # refusals come in a row and the end of refusals stops the run
+    events, _ = drive(preset, [A, B] * 50, same)
+    assert [e.n for e in events if e.level == "critical"] == list(range(20, 30))
+    assert {e.detector for e in events if e.level == "critical"} == {"ping_pong"}
+    assert first(events, "break") == Event(30, "break", "ping_pong", False)
+
+
+def test_without_an_end_of_refusals_ping_pong_refuses_every_20th_call_as_upstream() -> None:
+    upstream = msgspec.structs.replace(OPENCLAW, refusal_limit=None)  # OpenClaw as shipped
+    events, _ = drive(upstream, [A, B] * 50, same)
+    assert [e.n for e in events if e.level == "critical"] == [20, 40, 60, 80, 100]
+    assert first(events, "break") is None
+
+
+def test_a_refused_ping_pong_restarts_when_another_call_runs() -> None:
+    # after the refusal the model runs something else: the alternation starts afresh
+    calls = [A, B] * 10 + [C] + [A, B] * 5
+    events, _ = drive(OPENCLAW, calls, same)
+    assert [e.n for e in events if e.level == "critical"] == [20]
+    assert first(events, "break") is None
+
+
+def test_a_refused_ping_pong_survives_a_snapshot() -> None:
+    straight, _ = drive(OPENCLAW, [A, B] * 20, same)
+    detector = LoopDetector(OPENCLAW)
+    for n, call in enumerate([A, B] * 11, 1):  # refused at 20, 21 and 22
+        decision = detector.propose(*call)
+        if decision.level in ("none", "warning"):
+            detector.record_result(decision.call_id, "same result")
+        assert (decision.level == "critical") == (n >= 20)
+    resumed = LoopDetector(OPENCLAW)
+    resumed.restore(detector.snapshot())
+    levels = [resumed.propose(*call).level for call in [A, B] * 4][:8]
+    assert levels == ["critical"] * 7 + ["break"]  # calls 23-29 refused, 30 stopped
+    assert first(straight, "break") == Event(30, "break", "ping_pong", False)
+
+
+@pytest.mark.parametrize("preset", [OPENCLAW, OPENCLAW_CURRENT], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "pattern", [[POLL, C], [A, B] * 10 + [C]], ids=["poll-then-other", "ping-pong-then-other"]
+)
+def test_refusals_between_calls_without_progress_have_an_end(
+    preset: LoopConfig, pattern: list[Call]
+) -> None:
+    # issue #32: a refusal, then a call that runs but changes nothing, then a refusal…
+    # never came in a row, so the run was refused without end (400 calls: 20 refusals).
+    # Only progress ends refusals now: the 11th refusal without progress stops the run
+    events, _ = drive(preset, pattern * 400, same)
+    stop = first(events, "break")
+    assert stop is not None
+    assert stop.n <= 240
+    assert stop.detector in ("poll_no_progress", "ping_pong")
+    assert sum(e.level == "critical" for e in events) == 10
+
+
+def test_progress_between_refusals_ends_them() -> None:
+    # the same refusals, but the call between them returns something new each time
+    events, _ = drive(OPENCLAW, [POLL] * 20 + ([POLL] * 3 + [C]) * 50, changing_for(POLL))
+    assert sum(e.level == "critical" for e in events) > 10
+    assert first(events, "break") is None

@@ -146,6 +146,14 @@ async def test_a_command_that_cannot_run_is_a_config_error() -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_missing_working_directory_is_named_not_the_command(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-repository")
+    error = await start_error(McpServer(name="git", command=sys.executable, cwd=missing))
+    assert error.key == "mcp.servers.0.cwd"
+    assert error.reason == f"server 'git': no such directory {missing!r}"
+
+
+@pytest.mark.asyncio
 async def test_a_server_that_exits_at_start_is_named_with_its_stderr() -> None:
     pytest.importorskip("mcp")
     error = await start_error(exits_at_once("no repository configured\n"))

@@ -641,3 +641,27 @@ async def test_the_llama_profile_streams_a_forced_call_with_its_head_in_every_ch
     assert auto.http_response.status_code == 200
     assert auto.http_response.headers["content-type"].startswith("text/event-stream")
     assert nothing == b""
+
+
+@pytest.mark.asyncio
+async def test_a_folder_run_without_a_system_prompt_starts_with_the_folder_one(
+    tmp_path: Any,
+) -> None:
+    """llama-cpp-python's chatml-function-calling shows a model its tools only inside a
+    system message (docs/servers.md, the real-model tier): a folder run brings one."""
+    from orchestrator.runtime import FOLDER_SYSTEM_PROMPT
+
+    (tmp_path / "a.txt").write_text("a")
+    scen = scenario("hello", HELLO)
+    folder = str(tmp_path)
+    async with serving(scen) as (base_url, recorder), Runtime(config(base_url, "hello")) as rt:
+        with anyio.fail_after(WAIT):
+            await rt.run(RunSpec(task="Say hello.", folder=folder))
+            await rt.run(RunSpec(task="Say hello.", folder=folder, system=""))
+            await rt.run(RunSpec(task="Say hello.", folder=folder, system="Be."))
+            await rt.run(RunSpec(task="Say hello."))  # no folder, no tools
+    told, untold, own, folderless = (body["messages"] for body in recorder.bodies)
+    assert told[0] == {"role": "system", "content": FOLDER_SYSTEM_PROMPT}
+    assert [m["role"] for m in untold] == ["user"]
+    assert own[0] == {"role": "system", "content": "Be."}
+    assert [m["role"] for m in folderless] == ["user"]

@@ -20,12 +20,12 @@ an ``invalid_request_error``). Exception tree handled (openai 3.x)::
 from __future__ import annotations
 
 import email.utils
-import re
 import time
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 import openai
+import re2
 
 from bus import ModelErrorKind
 
@@ -53,27 +53,27 @@ SCAN_LIMIT: Final = 20_000
 
 _OVERFLOW_CODES: Final = frozenset({"context_length_exceeded", "exceed_context_size_error"})
 _OVERFLOW_STATUSES: Final = frozenset({400, 413, 422})
-_OVERFLOW_MESSAGE: Final = re.compile(
-    r"maximum context length|context (?:window|size|length)|too many tokens"
-    r"|exceeds the available context|prompt is too long",
-    re.IGNORECASE,
+# RE2 (linear time): an endpoint's error body is not ours.
+_OVERFLOW_MESSAGE: Final = re2.compile(
+    r"(?i)maximum context length|context (?:window|size|length)|too many tokens"
+    r"|exceeds the available context|prompt is too long"
 )
 _NO_RETRY_CODES: Final = frozenset({"insufficient_quota"})
 _INVALID_REQUEST: Final = "invalid_request_error"
 # A pydantic / FastAPI validation dump ("7 validation errors:", "1 validation error for
 # CreateChatCompletionRequest") about the request: an entry located in the request's body,
 # query, path or headers, or a model named ...Request.
-_DUMP: Final = re.compile(r"\b\d+ validation errors?\b")
-_REQUEST_LOCATION: Final = re.compile(
+_DUMP: Final = re2.compile(r"\b\d+ validation errors?\b")
+_REQUEST_LOCATION: Final = re2.compile(
     r"""['"]loc['"]:\s*[(\[]\s*['"](?:body|query|path|header)['"]"""
     r"|validation errors? for \w*Request\b"
 )
 # One entry of a dump printed as Python reprs: {'type': ..., 'loc': (...), 'msg': ...}.
-_ENTRY: Final = re.compile(
+_ENTRY: Final = re2.compile(
     r"""\{'type': '(?P<type>[^']*)', 'loc': \((?P<loc>[^)]*)\), 'msg': """
     r"""(?P<msg>'[^']*'|"[^"]*")"""
 )
-_LOC_PART: Final = re.compile(r"""'([^']*)'|"([^"]*)"|(-?\d+)""")
+_LOC_PART: Final = re2.compile(r"""'([^']*)'|"([^"]*)"|(-?\d+)""")
 _UNION_TAGS: Final = frozenset({"role", "type"})
 
 
@@ -164,9 +164,9 @@ def _validation_summary(message: str) -> str | None:
     for found in _ENTRY.finditer(head):
         loc = tuple(
             next(part for part in match.groups() if part is not None)
-            for match in _LOC_PART.finditer(found["loc"])
+            for match in _LOC_PART.finditer(found.group("loc"))
         )
-        entries.append((found["type"], loc, found["msg"][1:-1]))
+        entries.append((found.group("type"), loc, found.group("msg")[1:-1]))
     if count is None or not entries:
         return None
     return f"{count.group()}: {_render_entries(entries)}"

@@ -11,10 +11,10 @@ error), ``break_at`` (the run stops before the call runs).
 from __future__ import annotations
 
 import logging
-import re
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import msgspec
+import re2
 
 __all__ = [
     "CHUNK_MAX",
@@ -77,6 +77,9 @@ PATTERN_CHARS_MAX: Final = 200
 """A ``result_patterns`` pattern's length (its replacement: at most 40 characters)."""
 NAMES_MAX: Final = 64
 """Tool names in one list (``read_loop.read_tools``, ``no_progress_tools``, ...)."""
+
+if TYPE_CHECKING:
+    from re2 import _Regexp
 
 logger = logging.getLogger("loopfuse.loop")
 
@@ -403,9 +406,10 @@ class LoopConfig(_Config, frozen=True, kw_only=True):
     llm_check: LlmCheckConfig = LlmCheckConfig()
     strikes: StrikesConfig | None = None
     refusal_limit: Threshold | None = 10
-    """After this many refusals in a row (calls not run because of a ``critical``
-    finding, no call run in between), the next call that would be refused stops the run
-    instead, with the refusing detector's cause: no config burns a budget on refusals.
+    """After this many refusals (calls not run because of a ``critical`` finding) without
+    progress in between (a call run whose result is new: ``actors.loop.progress``), the
+    next call that would be refused stops the run instead, with the refusing detector's
+    cause: no config burns a budget on refusals.
     ``None``: refuse forever (upstream OpenClaw)."""
     normalise_results: bool = True
     """Volatile parts of a result (ids, pids, UUIDs, digests, timestamps, durations, temp
@@ -487,12 +491,19 @@ def _all_clamped(config: LoopConfig, notes: list[str] | None) -> dict[str, Any]:
     return replaced
 
 
-def compile_pattern(key: str, pattern: str) -> re.Pattern[str]:
-    """``pattern`` compiled, or a :class:`LoopConfigError` naming ``key``."""
+def compile_pattern(key: str, pattern: str) -> _Regexp[str]:
+    """``pattern`` compiled by RE2 (linear time on any text: operator patterns run on
+    tool results), or a :class:`LoopConfigError` naming ``key`` and RE2's reason (a
+    look-around or a back-reference is not RE2 syntax)."""
+    options = re2.Options()
+    options.log_errors = False  # the error is raised, not printed by the C++ library
     try:
-        return re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as exc:
-        raise LoopConfigError(f"{key}: not a regular expression ({exc})") from None
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        raise LoopConfigError(f"{key}: not a regular expression RE2 accepts ({reason})") from None
 
 
 def check_config(config: LoopConfig, *, notes: list[str] | None = None) -> LoopConfig:

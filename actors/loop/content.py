@@ -18,8 +18,9 @@ stream was cut into deltas; fences split across deltas count.
 from __future__ import annotations
 
 import itertools
-import re
 from typing import Final
+
+import re2
 
 from actors.loop.config import ContentConfig
 
@@ -28,12 +29,10 @@ __all__ = ["ContentLoop"]
 _HEAD: Final = 32
 """Characters of the current line kept to recognise line-start markers."""
 
-_TABLE = re.compile(r"(^|\n)\s*(\|.*\||[|+-]{3,})")
-_LIST = re.compile(r"(^|\n)\s*[*+-]\s")
-_NUMBERED = re.compile(r"(^|\n)\s*\d+\.\s")
-_HEADING = re.compile(r"(^|\n)#+\s")
-_QUOTE = re.compile(r"(^|\n)>\s")
-_DIVIDER = re.compile(r"[+\-_=*\u2500-\u257F]+")
+# RE2 (linear time): the text is the model's. A line that starts a table row, a list item,
+# a numbered item, a heading or a blockquote (one search for the five markers).
+_MARKER: Final = re2.compile(r"(?:^|\n)(?:\s*(?:\|.*\||[|+-]{3,})|\s*[*+-]\s|\s*\d+\.\s|#+\s|>\s)")
+_DIVIDER: Final = re2.compile(r"[+\-_=*\x{2500}-\x{257F}]+")
 
 
 class ContentLoop:
@@ -103,15 +102,7 @@ class ContentLoop:
         )
         newline = delta.rfind("\n")
         self._head = (delta[newline + 1 :] if newline >= 0 else probe)[:_HEAD]
-        if (
-            fences
-            or divider
-            or _TABLE.search(probe)
-            or _LIST.search(probe)
-            or _NUMBERED.search(probe)
-            or _HEADING.search(probe)
-            or _QUOTE.search(probe)
-        ):
+        if fences or divider or _MARKER.search(probe) is not None:
             self.reset_tracking()
         was_in_code = self._in_code
         if fences % 2:

@@ -101,7 +101,14 @@ class _Plan:
             (config.error_streak.enabled, ErrorStreak(config.error_streak)),
             (breaker.enabled, GlobalBreaker(breaker)),
             (poll.enabled, PollNoProgress(poll)),
-            (ping_pong.enabled, PingPong(ping_pong)),
+            (
+                ping_pong.enabled,
+                PingPong(
+                    ping_pong,
+                    # a refusal not recorded still counts (the end of refusals can end it)
+                    continue_refused=not config.record_blocked and config.refusal_limit is not None,
+                ),
+            ),
             (generic.enabled, GenericRepeat(generic)),
             (config.cycle.enabled, Cycle(config.cycle)),
             (config.no_new_information.enabled, NoNewInformation(config.no_new_information)),
@@ -190,6 +197,7 @@ class LoopDetector:
         "_recorders",
         "_refusals",
         "_seq",
+        "_since_refusal",
         "_strikes",
         "_watchers",
         "_window",
@@ -223,6 +231,8 @@ class LoopDetector:
         self._llm: LlmCheck | None = None
         self._progress = ProgressTracker() if plan.progress else None
         self._refusals = 0
+        # results since the first refusal of a streak: a result new there is progress
+        self._since_refusal: ProgressTracker | None = None
 
     # ------------------------------------------------------------------ tool calls
 
@@ -265,7 +275,8 @@ class LoopDetector:
                 if chosen is None:
                     chosen, by = hit, detector
         if chosen is None:
-            self._refusals = 0
+            if self._since_refusal is None:
+                self._refusals = 0
             self._record(call)
             return Decision(call_id=call_id)
         decision = self._decide(chosen, tool, arguments_json)
@@ -277,14 +288,16 @@ class LoopDetector:
                     detector=decision.detector,
                     count=self._refusals + 1,
                     message=(
-                        f"Stopped: {self._refusals} calls in a row were refused and the "
+                        f"Stopped: {self._refusals} calls were refused without progress and the "
                         f"model went on. The last refusal: {decision.message}"
                     ),
                     call_id=call_id,
                 )
             self._refusals += 1
+            self._watch_refusals()
         if decision.level in ("none", "warning"):
-            self._refusals = 0
+            if self._since_refusal is None:
+                self._refusals = 0
             self._record(call)
         else:
             if decision.level == "critical" and by is not None:
@@ -335,12 +348,32 @@ class LoopDetector:
             call.error_text = result_text[:ERROR_CHARS]
         if self._progress is not None and not call.refused:
             call.progress = self._progress.judge(call.fingerprint, call.result, is_error=error)
+        since = self._since_refusal
+        if (
+            since is not None
+            and not call.refused
+            and since.judge(call.fingerprint, call.result, is_error=error)
+        ):
+            self._refusals = 0  # progress: the refusals so far have ended
+            self._since_refusal = None
         previous: str | None = None
         if self._last_results is not None:
             previous = self._last_results.get(call.fingerprint)
             self._last_results[call.fingerprint] = call.result
         for detector in self._watchers:
             detector.on_result(call, previous)
+
+    def _watch_refusals(self) -> None:
+        """After a refusal, only progress ends the refusals (``refusal_limit``): a call that
+        runs but changes nothing does not. Results are judged from now on, the window's
+        results counting as seen; without results (no detector reads them), any call that
+        runs ends the refusals."""
+        if self._since_refusal is not None or self._pending is None:
+            return
+        since = self._since_refusal = ProgressTracker()
+        for record in self._window.records:
+            if record.result is not None:
+                since.judge(record.fingerprint, record.result, is_error=record.error)
 
     def _record_refusal(self, call: CallRecord) -> None:
         """A refused call changed nothing: its result is the call's last result, so it
@@ -534,6 +567,9 @@ class LoopDetector:
                 nudged=[list(key) for key in self._nudged] if self._nudged is not None else None,
                 strikes=self._strikes,
                 refusals=self._refusals,
+                since_refusal=(
+                    self._since_refusal.state() if self._since_refusal is not None else None
+                ),
                 progress=self._progress.state() if self._progress is not None else None,
                 content_offences=self._content_offences,
                 llm=(
@@ -575,6 +611,9 @@ class LoopDetector:
         self._nudged = {tuple(key) for key in snap.nudged} if snap.nudged is not None else None
         self._strikes = snap.strikes
         self._refusals = snap.refusals
+        if snap.since_refusal is not None and self._pending is not None:
+            self._since_refusal = ProgressTracker()
+            self._since_refusal.restore(snap.since_refusal)
         if self._progress is not None and snap.progress is not None:
             self._progress.restore(snap.progress)
         self._content_offences = snap.content_offences

@@ -18,11 +18,11 @@ as upstream's ``Math.round`` (:func:`round_half_up`), not to even.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 import msgspec
+import re2
 
 from actors.loop.config import LlmCheckConfig
 
@@ -57,7 +57,7 @@ SYSTEM_PROMPT: Final = (
 
 _ENTRY_CHARS: Final = 600
 """Characters of one history entry put into the prompt (the rest is cut)."""
-_FENCE: Final = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.S)
+_FENCE: Final = re2.compile(r"(?s)```(?:json)?\s*(\{.*?\})\s*```")  # RE2: model text
 
 
 class Verdict(NamedTuple):

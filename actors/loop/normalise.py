@@ -1,93 +1,353 @@
-"""Result normalisation: volatile parts of a tool result replaced before it is fingerprinted.
+"""Result normalisation: what makes two tool results "the same result".
 
 A poll that answers "still running (session 7f3a9c21e4, pid 4411, 3.2 s)" and then
-"still running (session 91b0cc7d52, pid 4412, 6.5 s)" has made no progress; without
-normalisation every result is new and no result-aware detector ever fires (openclaw#34574,
-#89090). The built-in patterns, in order:
+"still running (session 91b0cc7d52, pid 4412, 6.5 s)" has made no progress; one that
+answers ``last_synced_id: 18234`` and then ``last_synced_id: 18240`` has. A result is cut
+into tokens by one linear-time pattern (RE2, ``google-re2``: no backtracking, whatever
+the text), and a token is replaced by its kind only when **its shape is a known volatile
+kind** and **no progress name stands before it**; everything else is kept as it is, so two
+results are the same exactly when they differ in volatile tokens only.
 
-* ``<hex>``: UUIDs and runs of 7–64 hex digits holding a digit and a letter (digests, git
-  hashes, container ids); a plain number (``1048576``) is not one;
-* ``<time>``: ISO dates and date-times (``2026-12-03``, ``2026-12-03T12:23:08.5Z``), clock
-  times (``12:23:08``), 10- and 13-digit epoch stamps, durations (``12ms``, ``3.5 s``,
-  ``2 min``, ``1 h``);
-* ``<id>``: a digit-bearing value after an id-like key: ``pid``, ``id``/``Id``/``ID`` (also
-  at the end of ``session_id``, ``messageId``), ``session``, ``job``, ``process`` (also
-  capitalised), ``container``, ``nonce``, separated by ``:``, ``=``, ``#`` or spaces (``pid=4411``,
-  ``"job_id": "j-93"``, ``session 17``);
-* ``<tmp>``: paths under ``/tmp``, ``/var/tmp``, ``/var/folders``.
+Volatile shapes (replacement in brackets):
 
-Counts, percentages, sizes and line numbers are not touched: "42% done" then "57% done"
-is progress. An operator adds patterns with ``[loop] result_patterns`` (applied after
-these, in order). A :class:`Normaliser` is made once per config, never per result.
+* ``<uuid>`` UUIDs; ``<ulid>`` ULIDs; ``<hex>`` runs of 7+ hex digits holding a digit and a
+  letter (digests, git hashes, container ids, etags' contents); ``<addr>`` ``0x`` addresses;
+* ``<time>`` ISO-8601 dates and date-times, RFC 2822 / HTTP dates, ``date(1)``/ctime and
+  syslog stamps, CLF stamps, clock times and ``m:ss`` / ``h:mm:ss`` elapsed timers (not
+  ``file:12:34``), durations (``12ms``, ``3.5 s``, ``1h2m3s``), 13/16/19-digit integer
+  epochs and float epochs (``1764764588.123``);
+* ``<tmp>`` paths under ``/tmp``, ``/var/tmp``, ``/var/folders``, ``/dev/shm``;
+* ``<pod>`` Kubernetes generated name suffixes (``web-7d9f8c6b5-x2k4p`` → ``web-<pod>``;
+  a template hash of lower-case letters and digits, as older versions print, too);
+* ``<nonce>`` base64 / base64url strings of 16+ characters that look random (upper and
+  lower case, a digit or ``+/=``, and the character class changing at least every third
+  character, which CamelCase names do not);
+* ``<etag>`` weak etags (``W/"…"``);
+* ``<id>`` the value after a volatile key: ``pid``, ``tid``, request / trace / span /
+  correlation / session ids, ``sha`` / ``hash`` / ``digest`` / ``ref`` (an all-digit
+  short sha is no count there), ``nonce``, ``etag``, time keys (``ts``, ``timestamp``,
+  ``time``, ``date``, ``elapsed``, ``uptime``, ``took``, ``duration``, ``latency`` …), with
+  ``:``, ``=``, ``#`` or spaces between (a value must hold a digit, but for nonces and
+  etags); also ``name[4411]:`` (syslog pids).
 
-The cost is a few regular-expression passes over the text (about 20 ns a character), so a
-result longer than ``2 × EDGE_CHARS`` is normalised in its first and last ``EDGE_CHARS``
-characters only; its middle is fingerprinted as it is.
+Everything else is kept: plain numbers of any length below 13 digits (counts, byte counts,
+``job 3 of 10``, ``paid 14``, ``valid: 1200``), percentages, words, and any token (even of
+a volatile shape) after a **progress name**: a key whose words include ``progress``,
+``offset``, ``page``, ``count``, ``done``, ``status``, ``state``, ``total``, ``remaining``,
+``cursor``, ``next``, ``since``, ``position``, ``seq``, ``version``, ``checkpoint`` … or a
+``*_id`` / ``*Id`` key that is not a volatile one (``last_synced_id`` is a cursor,
+``request_id`` is not). The key is the word before the token (``"offset": 1764764588123``,
+``cursor=01HF…``), so JSON results are compared field by field without being parsed.
+
+An operator adds patterns with ``[loop] result_patterns`` (applied after these, in order,
+by the same engine: a pattern RE2 cannot compile, e.g. one with a look-around or a
+back-reference, is a config error). A :class:`Normaliser` is made once per config.
+
+Cost is bounded per result: a result longer than ``2 × EDGE_CHARS`` is normalised in its
+first and last ``EDGE_CHARS`` characters only (its middle is fingerprinted as it is), and at
+most ``MAX_TOKENS`` volatile tokens are replaced per piece. The worst piece (every token
+volatile) takes about 3 ms; a result without volatile tokens costs one RE2 search
+(docs/loop-detection.md: normalisation).
 """
 
 from __future__ import annotations
 
-import re
-from typing import Final
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+import re2
 
 from actors.loop.config import LoopConfig, compile_pattern
 
-__all__ = ["BUILTIN_PATTERNS", "EDGE_CHARS", "Normaliser"]
+if TYPE_CHECKING:
+    from re2 import _Match, _Regexp
+
+__all__ = ["EDGE_CHARS", "MAX_TOKENS", "Normaliser", "is_progress_key"]
 
 EDGE_CHARS: Final = 4000
 """Characters normalised at each end of a long result."""
 
-BUILTIN_PATTERNS: Final[tuple[tuple[str, str], ...]] = (
-    (r"[0-9a-fA-F]{7,64}\b(?:-[0-9a-fA-F]{4}){0,3}(?:-[0-9a-fA-F]{12}\b)?", "<hex>"),
-    (
-        r"(?<!\d)\d(?:\d{3}-\d\d-\d\d(?:[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?)?"
-        r"|\d?:\d\d:\d\d(?:[.,]\d+)?|\d{9}(?:\d{3})?"
-        r"|[\d.]*\s?(?:[nuµm]?s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?))\b",
-        "<time>",
-    ),
-    (
-        r"(pid|PID|Pid|id|Id|ID|session|Session|job|Job|process|Process|container|nonce)\b([\"']?\s*[:=#]?\s*[\"']?)"
-        r"[\w.:-]*\d[\w.:-]*",
-        r"\1\2<id>",
-    ),
-    (r"(?:/tmp|/var/tmp|/var/folders|/private/var/folders)(?:/[\w.@%+=:,-]+)+", "<tmp>"),
+MAX_TOKENS: Final = 512
+"""Volatile tokens replaced per normalised piece (the rest of it is kept as it is)."""
+
+_MONTH: Final = (
+    r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
+    r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?)\b"
 )
-"""(pattern, replacement) pairs, applied in this order (``<hex>`` only where the match
-holds both a digit and a letter)."""
+_DAY: Final = (
+    r"(?:Mon(?:day)?|Tue(?:sday)?|Wed(?:nesday)?|Thu(?:rsday)?|Fri(?:day)?|Sat(?:urday)?"
+    r"|Sun(?:day)?)\b"
+)
+_CLOCK_TAIL: Final = r"\d\d:\d\d(?::\d\d(?:[.,]\d{1,9})?)?"
+_ZONE: Final = (
+    r"(?:Z\b|\s?[+-]\d\d:?\d\d\b"
+    r"|\s?(?:GMT|UTC|UT|[ECMP][SD]T|CES?T|BST|IST|JST|KST|AES?T|AEDT|MSK|HK?T|SGT)\b)?"
+)
+"""A time zone after a time: ``Z``, an offset, or a common abbreviation (not any word)."""
+_POD_CHARS: Final = "[bcdfghjklmnpqrstvwxz2456789]"
+"""The alphabet Kubernetes draws generated name suffixes from (no vowels, no 0/1/3)."""
 
-_DIGIT: Final = frozenset("0123456789")
-_HEX_LETTER: Final = frozenset("abcdefABCDEF")
+_ID_KEYS: Final = (
+    r"pid|ppid|tid|thread[_-]?id|x-request-id|request[_-]?id|req[_-]?id|trace[_-]?id"
+    r"|span[_-]?id|correlation[_-]?id|session(?:[_-]?id)?|sha(?:1|256)?|digest|hash|ref"
+)
+"""Keys whose value is volatile, after ``:``, ``=``, ``#`` or spaces (``pid 4411``)."""
+_TIME_KEYS: Final = (
+    r"timestamp|ts|time|date|uptime|elapsed|took|duration|latency|now"
+    r"|generated(?:[_-]?at)?|checked(?:[_-]?at)?|updated(?:[_-]?at)?|created(?:[_-]?at)?"
+)
+"""Keys whose value is volatile after ``:``, ``=`` or ``#`` only (prose says "this time 3
+tests failed")."""
+_NONCE_KEYS: Final = r"nonce|e-?tag"
+"""Keys whose value is volatile whatever it holds (no digit needed)."""
+
+_COLON: Final = r"[\"']?[ \t]{0,3}[:=#][ \t]{0,3}[\"']?"
+_SPACES: Final = r"[\"']?[ \t]{1,3}"
+_VALUE: Final = r"W/\"[^\"\n]*\d[^\"\n]*\"|\"[^\"\n]*\d[^\"\n]*\"|[\w.:+/=-]*\d[\w.:+/=-]*"
+"""A key's value holding a digit (``session expired`` is kept)."""
+_ANY_VALUE: Final = r"W/\"[^\"\n]+\"|\"[^\"\n]+\"|[\w.:+/=-]+"
+
+_KINDS: Final = ("kv", "kn", "time", "v", "clock", "syslog", "hex", "pod", "nonce")
+"""The pattern's groups, in order: one per kind of token (each alternative has one)."""
+
+_SHAPES: Final = (
+    # a volatile key and its separator (kept), then its value (replaced)
+    rf"(?P<kv>\b(?i:{_ID_KEYS})\b(?:{_COLON}|{_SPACES})|\b(?i:{_TIME_KEYS})\b{_COLON})"
+    rf"(?:{_VALUE})",
+    rf"(?P<kn>\b(?i:{_NONCE_KEYS})\b(?:{_COLON}|{_SPACES}))(?:{_ANY_VALUE})",
+    # dates: ISO-8601 (also with slashes, compact), RFC 2822 / HTTP, CLF, ctime, syslog;
+    # float and 13/16/19-digit epochs; durations
+    rf"(?P<time>\b\d{{4}}[-/]\d\d[-/]\d\d(?:[T ]{_CLOCK_TAIL})?{_ZONE}"
+    rf"|\b\d{{8}}T\d{{6}}(?:Z|[+-]\d{{4}})?"
+    rf"|\b(?:{_DAY},?\s+)?\d{{1,2}}[ /-]{_MONTH}[ /-]\d{{2,4}}(?:[ :T]{_CLOCK_TAIL})?{_ZONE}"
+    rf"|\b(?:{_DAY},?\s+)?{_MONTH}\s+\d{{1,2}}(?:,?\s+\d{{4}})?(?:\s+{_CLOCK_TAIL}{_ZONE}"
+    r"(?:\s+\d{4})?)?"
+    r"|\b1\d{9}\.\d{1,9}\b|\b1\d{12}(?:\d{3}(?:\d{3})?)?\b"
+    r"|\b(?:\d+h)?(?:\d+m)?\d+(?:\.\d+)?(?:ms|us|µs|ns|s)\b(?:\d+(?:\.\d+)?(?:ms|us|µs|ns))?"
+    r"|\b\d+(?:\.\d+)?\s?(?:[nuµm]?s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?)\b)",
+    # UUIDs, ULIDs, addresses, temp paths, weak etags
+    r"(?P<v>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
+    r"|\b[0-7][0-9A-HJKMNP-TV-Z]{25}\b|\b0[xX][0-9a-fA-F]{4,}\b"
+    r"|(?:/private)?(?:/tmp|/var/tmp|/var/folders|/dev/shm)(?:/[\w.@%+=:,~-]+)+"
+    r"|W/\"[^\"\n]+\")",
+    r"(?P<clock>\b\d{1,3}:[0-5]\d(?::[0-5]\d)?(?:[.,]\d{1,9})?\b)",
+    r"(?P<syslog>\b[A-Za-z][\w.-]*\[\d+\]:)",
+    r"(?P<hex>\b[0-9a-fA-F]{7,}\b)",
+    rf"(?P<pod>\b[a-z0-9](?:[a-z0-9-]*?[a-z0-9])?-(?:{_POD_CHARS}{{6,10}}-)?{_POD_CHARS}{{5}}\b)",
+    # base64 with its padding (``/`` allowed), or unpadded base64 / base64url
+    r"(?P<nonce>[A-Za-z0-9+/]{16,}={1,2}|(?:\b|\+)[A-Za-z0-9+_-]{16,})",
+)
+TOKEN_PATTERN: Final = "|".join(_SHAPES)
+"""Every volatile shape, one alternation (RE2: linear in the text, leftmost match first),
+matched on the result's UTF-8 bytes."""
+_INNER_PATTERN: Final = "|".join(_SHAPES[:-1])
+"""Every shape but the nonce: what a dashed token that is no nonce is scanned for again
+(``00-<32 hex>-<16 hex>-01``, a W3C traceparent, is one nonce-shaped token holding two
+hex ids)."""
+
+_PROGRESS_WORDS: Final = frozenset(
+    {
+        "progress", "offset", "page", "pages", "count", "counter", "done", "status", "state",
+        "total", "remaining", "left", "cursor", "next", "since", "after", "before",
+        "position", "pos", "index", "idx", "seq", "sequence", "version", "generation",
+        "revision", "rev", "commit", "checkpoint", "watermark", "processed", "completed",
+        "complete", "synced", "sync", "step", "stage", "phase", "percent", "pct", "bytes",
+        "size", "length", "lines", "items", "rows", "records", "valid", "paid", "passed",
+        "failed", "succeeded", "errors", "attempt", "batch", "marker", "continuation",
+        "resume", "high", "low", "max", "min", "last", "latest", "head", "tail", "epoch",
+    }
+)  # fmt: skip
+"""Words of a key that say its value is progress (``last_synced_id``, ``nextPageToken``)."""
+
+_VOLATILE_ID_WORDS: Final = frozenset(
+    {"request", "req", "trace", "span", "correlation", "session", "thread", "process", "nonce"}
+)
+"""Words of an ``*_id`` key that say its value is not a cursor (``request_id``)."""
+
+_KEY_BEFORE: Final = 48
+"""Bytes looked at before a token for its key."""
+
+_SEPARATORS: Final = b" \t\"':=#"
+"""What stands between a key and its value (``"key": "``, ``key=``, ``key #``)."""
+_KEY_CHARS: Final = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+_CLASSES: Final = bytes.maketrans(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=_-",
+    b"AAAAAAAAAAAAAAAAAAAAAAAAAAaaaaaaaaaaaaaaaaaaaaaaaaaa0000000000+++++",
+)
+_POD_SET: Final = frozenset(b"bcdfghjklmnpqrstvwxz2456789")
+_DIGITS: Final = frozenset(b"0123456789")
+_REPLACEMENTS: Final = {kind: f"<{kind}>".encode() for kind in _KINDS}
 
 
-def _hex(match: re.Match[str]) -> str:
-    text = match.group()
-    chars = set(text)
-    if chars & _DIGIT and chars & _HEX_LETTER:
-        return "<hex>"
-    return text
+def _options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False
+    return options
 
 
-def _builtin() -> tuple[tuple[re.Pattern[str], object], ...]:
-    compiled: list[tuple[re.Pattern[str], object]] = []
-    for pattern, replacement in BUILTIN_PATTERNS:
-        compiled.append((re.compile(pattern), _hex if replacement == "<hex>" else replacement))
-    return tuple(compiled)
+_TOKENS: Final = re2.compile(TOKEN_PATTERN.encode(), _options())
+_INNER: Final = re2.compile(_INNER_PATTERN.encode(), _options())
+_GROUPS: Final = tuple(range(1, len(_KINDS) + 1))
+assert _TOKENS.groups == len(_KINDS)
+assert _INNER.groups == len(_KINDS) - 1
 
 
-_BUILTIN: Final = _builtin()
-_ANY_BUILTIN: Final = re.compile("|".join(f"(?:{pattern})" for pattern, _ in BUILTIN_PATTERNS))
-"""One pass that finds whether any built-in pattern could change a text: most results have
-nothing volatile, and one search costs a quarter of the four substitutions."""
+def _words(key: str) -> list[str]:
+    """A key's words, lower case: ``lastSyncedId`` / ``last-synced_id`` → last, synced, id."""
+    spaced: list[str] = []
+    previous = ""
+    for char in key:
+        if char in "_-.":
+            spaced.append(" ")
+        elif char.isupper() and previous.islower():
+            spaced.append(" " + char)
+        else:
+            spaced.append(char)
+        previous = char
+    return "".join(spaced).lower().split()
+
+
+def is_progress_key(key: str) -> bool:
+    """Whether the value after ``key`` is progress (kept whatever its shape)."""
+    words = _words(key)
+    if not words:
+        return False
+    if any(word in _PROGRESS_WORDS for word in words):
+        return True
+    return words[-1] == "id" and len(words) > 1 and not _VOLATILE_ID_WORDS.intersection(words)
+
+
+def _key_before(data: bytes, start: int) -> str:
+    """The identifier just before ``start``, separators (``": "``, ``=``, ``#`` …) skipped."""
+    head = data[max(0, start - _KEY_BEFORE) : start].rstrip(_SEPARATORS)
+    begin = len(head)
+    while begin > 0 and head[begin - 1] in _KEY_CHARS:
+        begin -= 1
+    return head[begin:].decode("ascii")
+
+
+def _random_looking(token: bytes) -> bool:
+    """A base64 nonce rather than a word or a CamelCase name: upper and lower case letters
+    and, unless padded with ``=`` (which names never are), a digit, ``+`` or ``/`` and the
+    kind of character (upper, lower, digit) changing at least every third character."""
+    body = token.rstrip(b"=")
+    if len(body) < 16:
+        return False
+    classes = body.translate(_CLASSES)
+    if b"a" not in classes or b"A" not in classes:
+        return False
+    if body != token:
+        return True
+    if b"0" not in classes and b"+" not in body and b"/" not in body:
+        return False
+    kinds = classes.replace(b"+", b"")  # letters and digits: ``my_name_2`` is not random
+    changes = sum(1 for a, b in itertools.pairwise(kinds) if a != b)
+    return 3 * changes >= len(body)
+
+
+def _template_hash(segment: bytes) -> bool:
+    """A ReplicaSet's pod-template hash: Kubernetes' vowel-free alphabet, or (older
+    versions, other controllers) lower-case letters and digits holding a digit."""
+    return _POD_SET.issuperset(segment) or (
+        segment.isalnum() and segment.islower() and not _DIGITS.isdisjoint(segment)
+    )
+
+
+def _pod_name(token: bytes) -> bytes:
+    """``web-7d9f8c6b5-x2k4p`` → ``web``: the name before the generated suffixes."""
+    name = token[:-6]
+    dash = name.rfind(b"-")
+    segment = name[dash + 1 :]
+    if dash >= 0 and 6 <= len(segment) <= 10 and _template_hash(segment):
+        name = name[:dash]
+    return name
+
+
+def _group(match: _Match[bytes]) -> int:
+    """The alternative that matched (the one group that took part)."""
+    # google-re2's match keeps every group's span in a list: one look-up, where the
+    # public ``start(group)`` costs a call into the extension per group tried
+    spans = getattr(match, "_spans", None)
+    if isinstance(spans, list) and len(spans) <= len(_KINDS) + 1:
+        for group in range(1, len(spans)):
+            if spans[group][0] >= 0:
+                return group
+    for group in _GROUPS[: match.re.groups]:
+        if match.start(group) >= 0:
+            return group
+    raise AssertionError("a token matched no alternative")  # pragma: no cover
+
+
+def _replacement(data: bytes, match: _Match[bytes]) -> bytes | None:
+    """What a token is replaced by, or ``None`` to keep it."""
+    group = _group(match)
+    kind = _KINDS[group - 1]
+    start, end = match.span()
+    if kind in ("kv", "kn"):
+        return data[start : match.end(group)] + b"<id>"
+    if kind == "syslog":
+        return data[start : data.rindex(b"[", start, end) + 1] + b"<id>]:"
+    token = data[start:end]
+    if kind == "clock":
+        before = data[start - 1 : start] if start else b" "
+        after = data[end : end + 2]
+        if (
+            before in (b":", b".")
+            or before.isalnum()
+            or (after[:1] == b":" and after[1:].isdigit())
+        ):
+            return None  # file.py:12:34, 1.2:30, a version
+    elif kind == "hex":
+        if token.isdigit() or _DIGITS.isdisjoint(token):
+            return None  # a plain number, or a word (``deadbeef``)
+    elif kind == "nonce" and not _random_looking(token):
+        return None
+    if is_progress_key(_key_before(data, start)):
+        return None
+    if kind == "pod":
+        return _pod_name(token) + b"-<pod>"
+    return _REPLACEMENTS[kind]
+
+
+def _tokens(data: bytes) -> Iterator[_Match[bytes]]:
+    """Every token of ``data``, in order; a nonce-shaped token that does not look random
+    (:func:`_random_looking`) gives the tokens of the other shapes inside it instead."""
+    for match in _TOKENS.finditer(data):
+        if match.lastindex != len(_KINDS) or _random_looking(match.group()):
+            yield match
+        else:
+            yield from _INNER.finditer(data, match.start(), match.end())
+
+
+def _normalise(text: str) -> str:
+    """``text`` with its volatile tokens replaced (``text`` itself when none is)."""
+    data = text.encode("utf-8", "surrogatepass")
+    pieces: list[bytes] = []
+    end = 0
+    for match in _tokens(data):
+        replacement = _replacement(data, match)
+        if replacement is None:
+            continue
+        pieces.append(data[end : match.start()])
+        pieces.append(replacement)
+        end = match.end()
+        if len(pieces) >= 2 * MAX_TOKENS:
+            break
+    if not pieces:
+        return text
+    pieces.append(data[end:])
+    return b"".join(pieces).decode("utf-8", "surrogatepass")
 
 
 class Normaliser:
-    """The patterns of one config, compiled once. ``normalise(text)`` returns ``text``
-    itself (the same object) when nothing matched."""
+    """The built-in tokens and the operator's patterns of one config, compiled once.
+    ``normalise(text)`` returns ``text`` itself (the same object) when nothing changed."""
 
     __slots__ = ("_builtin", "_extra")
 
     def __init__(self, config: LoopConfig) -> None:
-        self._extra: tuple[tuple[re.Pattern[str], object], ...] = tuple(
+        self._extra: tuple[tuple[_Regexp[str], str], ...] = tuple(
             (compile_pattern(f"result_patterns.{i}.pattern", item.pattern), item.replacement)
             for i, item in enumerate(config.result_patterns)
         )
@@ -97,16 +357,18 @@ class Normaliser:
         return self._builtin or bool(self._extra)
 
     def normalise(self, text: str) -> str:
-        """``text`` with every pattern's matches replaced (a long text: at both ends)."""
+        """``text`` with its volatile tokens replaced and the operator's patterns applied
+        (a long text: at both ends)."""
         if len(text) > 2 * EDGE_CHARS:
             middle = text[EDGE_CHARS:-EDGE_CHARS]
             return f"{self._sub(text[:EDGE_CHARS])}\x00{middle}\x00{self._sub(text[-EDGE_CHARS:])}"
         return self._sub(text)
 
     def _sub(self, text: str) -> str:
-        if self._builtin and _ANY_BUILTIN.search(text) is not None:
-            for pattern, replacement in _BUILTIN:
-                text = pattern.sub(replacement, text)  # type: ignore[call-overload]
+        if self._builtin:
+            text = _normalise(text)
         for pattern, replacement in self._extra:
-            text = pattern.sub(replacement, text)  # type: ignore[call-overload]
+            changed = pattern.sub(replacement, text)
+            if changed != text:
+                text = changed
         return text

@@ -5,6 +5,15 @@ fingerprint; the alternating tail is counted back from A, and the proposed call 
 The count includes the proposed call. No-progress evidence means every call of the tail has
 a result, all of A's results are equal and all of B's are: a read-modify-write whose reads
 see the file change is not stuck.
+
+A refused call is not recorded (``record_blocked = false``, OpenClaw as shipped), so
+upstream's alternation restarts after each refusal: a stuck A,B rotation is refused every
+20th call and never stopped. With ``continue_refused`` (every config with a
+``refusal_limit``) the refused call counts as the alternation's next call, as OpenClaw's
+later versions count a veto as no progress: while no call has run since, the refused
+call's partner is the alternation's next call, one count higher, and is refused too, so
+the refusals come in a row and the end of refusals stops the run (issue #32). The
+detector then keeps that one refusal per run, and a fresh instance serves each run.
 """
 
 from __future__ import annotations
@@ -69,25 +78,58 @@ def _message(level: Level, count: int) -> str:
     return f"Stopped: two calls alternated {count} times with no progress."
 
 
-class PingPong:
-    """Reads the window; keeps no counters of its own, so one instance serves every run."""
+class _Refused(NamedTuple):
+    fingerprint: str  # the refused call
+    paired: str  # the call it alternated with
+    length: int  # its count in the alternation
+    newest: str  # the call id of the window's newest call when it was refused
 
-    __slots__ = ("_config",)
+
+class PingPong:
+    """Reads the window. Without ``continue_refused`` it keeps no state of its own, so one
+    instance serves every run; with it, one instance per run (:meth:`fresh`) remembers the
+    last refusal."""
+
+    __slots__ = ("_config", "_continue", "_found", "_refused")
 
     records = False
     watches_results = False
 
-    def __init__(self, config: PingPongConfig) -> None:
+    def __init__(self, config: PingPongConfig, *, continue_refused: bool = False) -> None:
         self._config = config
+        self._continue = continue_refused
+        self._found: _Refused | None = None  # the last critical finding, until refused
+        self._refused: _Refused | None = None
 
     def fresh(self) -> PingPong:
-        return self
+        if not self._continue:
+            return self
+        return PingPong(self._config, continue_refused=True)
+
+    def _continued(self, call: CallRecord, window: Window) -> Alternation | None:
+        """The alternation a refusal left, when ``call`` is its next call and no call has
+        run since (so the no-progress evidence still holds)."""
+        refused = self._refused
+        if refused is None:
+            return None
+        records = window.records
+        if not records or records[-1].call_id != refused.newest:
+            self._refused = None  # a call ran: the alternation is counted from the window
+            return None
+        if call.fingerprint != refused.paired:
+            return None
+        return Alternation(refused.length + 1, refused.fingerprint, True)
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
         if not cfg.enabled:
             return None
-        found = alternation(window, call.fingerprint)
+        found = None
+        if self._continue:
+            self._found = None
+            found = self._continued(call, window)
+        if found is None:
+            found = alternation(window, call.fingerprint)
         if found is None:
             return None
         level = level_for(found.length, cfg.warn_at, cfg.block_at, cfg.break_at)
@@ -98,6 +140,9 @@ class PingPong:
         if level == "none":
             return None
         key = "pingpong:" + "|".join(sorted((call.fingerprint, found.paired)))
+        if self._continue and level == "critical":
+            newest = window.records[-1].call_id
+            self._found = _Refused(call.fingerprint, found.paired, found.length, newest)
         return Hit("ping_pong", level, found.length, key, _message(level, found.length))
 
     def record(self, call: CallRecord) -> None:
@@ -107,10 +152,22 @@ class PingPong:
         return None
 
     def on_refused(self, call: CallRecord) -> None:
-        return None
+        found = self._found
+        if found is not None and found.fingerprint == call.fingerprint:
+            self._refused = found
+        self._found = None
 
     def state(self) -> dict[str, object]:
-        return {}
+        refused = self._refused
+        return {} if refused is None else {"refused": list(refused)}
 
     def restore(self, state: dict[str, object]) -> None:
-        return None
+        saved = state.get("refused")
+        self._found = None
+        self._refused = None
+        if isinstance(saved, list) and len(saved) == 4:
+            fingerprint, paired, length, newest = saved
+            if isinstance(length, int) and all(
+                isinstance(v, str) for v in (fingerprint, paired, newest)
+            ):
+                self._refused = _Refused(fingerprint, paired, length, newest)

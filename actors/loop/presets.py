@@ -14,7 +14,8 @@
   from the 21st; ping-pong warns at the 10th alternating call and is refused at the 20th
   when both sides' results are unchanged; the global breaker fires at the 31st identical
   call with identical results. Warnings are given at counts 10, 20, 30 of a key only;
-  refused calls are not recorded.
+  refused calls are not recorded (a refused ping-pong call still counts toward its
+  alternation, so its refusals come in a row and the end of refusals stops it: call 30).
 * ``GEMINI``: gemini-cli's loop detection: 5 identical consecutive calls with identical
   results (result-aware, unlike upstream: a repeat whose result changed is progress, capped
   at the 50th consecutive call), cycles of period 2..5 repeated 5 times in the last 25 calls
@@ -33,9 +34,10 @@
 * Every preset above also has issue #32's fuses: an error streak (failing calls in a row,
   any tool and arguments: a nudge quoting the errors after 3, a stop after 6; under gemini
   one strike after 5), unknown-tool storms (the run's unknown-tool results of any name: the
-  same counts) and the end of refusals (``refusal_limit``: after 10 in a row the next one
-  stops the run). Under ``QWEN`` a call whose result made progress (new in the run, or
-  changed for that call, and not an error) is counted by none of its stagnation rules.
+  same counts) and the end of refusals (``refusal_limit``: after 10 without progress in
+  between, the next one stops the run). Under ``QWEN`` a call whose result made progress
+  (new in the run, or changed for that call, and not an error) is counted by none of its
+  stagnation rules.
 * ``OFF``: every detector disabled (``loop_preset = "off"``): fuses off, for comparisons.
   It is not in ``PRESETS``, which holds the presets that detect something.
 

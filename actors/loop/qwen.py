@@ -11,8 +11,9 @@ or a wandering search is not stagnation (issue #32).
 
 from __future__ import annotations
 
-import re
 from typing import Final
+
+import re2
 
 from actors.loop.config import (
     CallCapConfig,
@@ -25,11 +26,12 @@ from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
 
 __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_overview"]
 
-_SEGMENTS: Final = re.compile(r"&&|\|\||[;&|\n]")
-_GIT: Final = re.compile(r"^git(?:\s+(?:-C\s+\S+|--no-pager))*\s+(status|diff|ls-files)\b", re.I)
+# RE2 (linear time): the commands are the model's
+_SEGMENTS: Final = re2.compile(r"&&|\|\||[;&|\n]")
+_GIT: Final = re2.compile(r"(?i)^git(?:\s+(?:-C\s+\S+|--no-pager))*\s+(status|diff|ls-files)\b")
+_REVISION: Final = re2.compile(r"(?i)^(?:HEAD|@)(?:[~^]\d*)*$|^[0-9a-f]{7,40}$|^\S+\.{2,3}\S+$")
 _KINDS_MAX: Final = 1024
 """Tool names whose read-likeness is remembered per config."""
-_REVISION: Final = re.compile(r"^(?:HEAD|@)(?:[~^]\d*)*$|^[0-9a-f]{7,40}$|^\S+\.{2,3}\S+$", re.I)
 
 
 def _overview_diff(args: str) -> bool:

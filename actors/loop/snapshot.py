@@ -33,7 +33,9 @@ class LoopSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     nudged: list[list[str]] | None = None
     strikes: int = 0
     refusals: int = 0
-    """Refusals in a row (``refusal_limit``)."""
+    """Refusals without progress in between (``refusal_limit``)."""
+    since_refusal: dict[str, Any] | None = None
+    """The results seen since the first of those refusals (``None``: no refusal)."""
     progress: dict[str, Any] | None = None
     """The results seen (``actors.loop.progress``), when a detector asks for progress."""
     content_offences: int = 0

@@ -36,6 +36,7 @@ from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.state import RunState
 from orchestrator.daemon import sse
 from orchestrator.daemon.auth import Authenticator
+from orchestrator.daemon.browsers import HostCheck, add_cors, browser_refusal
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
     EXCEPTION_HANDLERS,
@@ -50,7 +51,7 @@ from orchestrator.daemon.http import (
 from orchestrator.daemon.metrics import render
 from orchestrator.daemon.schemas import REQUEST_DECODER, Health, RunAccepted, RunPage, RunView
 
-__all__ = ["create_fleet_app"]
+__all__ = ["create_fleet_app", "running_fleet_app"]
 
 _REQUEST: Final = msgspec.json.Encoder()
 
@@ -81,13 +82,20 @@ def _view(state: RunState) -> RunView:
 
 
 class _Guard:
-    """Bearer tokens, and :class:`ApiError` / :class:`ClusterError` as JSON responses."""
+    """The ``Host`` and ``Content-Type`` checks (:mod:`orchestrator.daemon.browsers`), bearer
+    tokens, and :class:`ApiError` / :class:`ClusterError` as JSON responses."""
 
-    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+    def __init__(self, app: ASGIApp, auth: Authenticator, hosts: HostCheck) -> None:
         self._app = app
         self._auth = auth
+        self._hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = browser_refusal(scope, self._hosts, body_required=scope["path"] == "/v1/runs")
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send)
+                return
         if scope["type"] == "http" and self._auth.needs_token(scope["path"]):
             authorization = None
             for name, value in scope["headers"]:
@@ -110,8 +118,12 @@ class _Guard:
             await error_response(_api_error(exc))(scope, receive, send)
 
 
-def create_fleet_app(node: ClusterNode, *, auth: Authenticator | None = None) -> Starlette:
-    """The fleet member's ASGI app; its lifespan runs ``node``."""
+def create_fleet_app(
+    node: ClusterNode, *, auth: Authenticator | None = None, lifespan: bool = True
+) -> Starlette:
+    """The fleet member's ASGI app; its lifespan runs ``node`` (:func:`running_fleet_app`),
+    unless ``lifespan`` is false: then the caller runs it around serving the app, so a
+    failed start raises to the caller (``loopfuse serve --nats``)."""
     config = node.config
     auth = auth or Authenticator.from_environment(
         config.daemon.token_env, metrics_auth=config.daemon.metrics_auth
@@ -119,23 +131,38 @@ def create_fleet_app(node: ClusterNode, *, auth: Authenticator | None = None) ->
     api = _FleetApi(node)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with node.running(), anyio.create_task_group() as tg:
-            registry = node.runtime.metrics_registry
-            registry.register(NodeCollector(node))
-            fleet = FleetCollector(node)
-            registry.register(fleet)
-            await tg.start(fleet.run)
-            api.ready = True
+    async def run_node(app: Starlette) -> AsyncIterator[None]:
+        async with running_fleet_app(app):
             yield
-            api.ready = False
-            tg.cancel_scope.cancel()
 
     app = Starlette(
-        routes=run_routes(api), lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS
+        routes=run_routes(api),
+        lifespan=run_node if lifespan else None,
+        exception_handlers=EXCEPTION_HANDLERS,
     )
-    app.add_middleware(_Guard, auth=auth)
+    app.state.node = node
+    app.state.api = api
+    app.add_middleware(_Guard, auth=auth, hosts=HostCheck.from_config(config))
+    add_cors(app, config.daemon.cors_origins)
     return app
+
+
+@asynccontextmanager
+async def running_fleet_app(app: Starlette) -> AsyncIterator[None]:
+    """Run the node of ``app`` (:func:`create_fleet_app`) for the ``async with`` body: it
+    answers once the node has joined the fleet."""
+    node: ClusterNode = app.state.node
+    api: _FleetApi = app.state.api
+    async with node.running(), anyio.create_task_group() as tg:
+        registry = node.runtime.metrics_registry
+        registry.register(NodeCollector(node))
+        fleet = FleetCollector(node)
+        registry.register(fleet)
+        await tg.start(fleet.run)
+        api.ready = True
+        yield
+        api.ready = False
+        tg.cancel_scope.cancel()
 
 
 class _FleetApi:
@@ -146,7 +173,11 @@ class _FleetApi:
     async def submit(self, request: Request) -> Response:
         settings = self._node.config.daemon
         body = await read_body(request, settings.max_body_bytes)
-        run_request = decode_request(body, max_text_chars=settings.max_task_chars)
+        run_request = decode_request(
+            body,
+            max_text_chars=settings.max_task_chars,
+            max_folder_chars=settings.max_folder_chars,
+        )
         state, created = await self._node.submit(run_request)
         status = "running" if state.status == "aborting" else state.status
         accepted = RunAccepted(id=state.run_id, trace_id=state.trace_id, status=status)

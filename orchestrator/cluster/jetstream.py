@@ -22,6 +22,7 @@ from nats.js.errors import APIError, BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 
 from orchestrator.cluster.settings import ClusterSettings
+from orchestrator.errors import ConfigError
 
 __all__ = ["Buckets", "bucket_keys", "connect", "ensure_layout", "retrying"]
 
@@ -29,6 +30,8 @@ logger = logging.getLogger("loopfuse.cluster")
 
 T = TypeVar("T")
 
+FIRST_CONNECT_SECONDS: Final = 10.0
+"""How long a daemon's first connection to NATS may take (later ones are retried for ever)."""
 RETRY_FIRST: Final = 0.05
 RETRY_MAX: Final = 1.0
 EVENTS_PER_RUN: Final = 100_000
@@ -73,6 +76,26 @@ async def connect(settings: ClusterSettings, *, name: str) -> Client:
     async def error(exc: Exception) -> None:
         logger.debug("nats: %s", exc, extra={"node": name})
 
+    # nats-py retries a first connection for ever when reconnects are unbounded: a daemon
+    # started without its NATS would wait, silently, until killed.
+    try:
+        with anyio.fail_after(FIRST_CONNECT_SECONDS):
+            return await _connect(settings, name, disconnected, reconnected, error)
+    except TimeoutError:
+        raise ConfigError(
+            "cluster.nats_url",
+            f"no NATS server answered at {settings.nats_url} within {FIRST_CONNECT_SECONDS:g} s: "
+            "start it (docs/scale-out.md), or fix --nats / cluster.nats_url",
+        ) from None
+
+
+async def _connect(
+    settings: ClusterSettings,
+    name: str,
+    disconnected: Callable[[], Awaitable[None]],
+    reconnected: Callable[[], Awaitable[None]],
+    error: Callable[[Exception], Awaitable[None]],
+) -> Client:
     return await nats.connect(
         settings.nats_url,
         name=name,

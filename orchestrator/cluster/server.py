@@ -1,6 +1,6 @@
 """``loopfuse serve --nats URL``: a fleet member on a socket (uvicorn handles the signals).
 
-On SIGTERM/SIGINT uvicorn stops accepting requests and runs the lifespan's end: the daemon
+On SIGTERM/SIGINT uvicorn stops accepting requests, then the node stops: the daemon
 stops pulling, hands the runs it holds back to the queue (negative acknowledgement: another
 daemon takes them at once and resumes them from their last checkpoint) and leaves.
 """
@@ -14,10 +14,12 @@ from typing import TextIO
 
 import uvicorn
 
-from orchestrator.cluster.app import create_fleet_app
+from orchestrator.cluster.app import create_fleet_app, running_fleet_app
 from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.config import Config
+from orchestrator.daemon.connections import limited_protocol
+from orchestrator.daemon.server import connection_limits
 from orchestrator.daemon.starting import warn_without_model
 from orchestrator.sim import find_scenario
 
@@ -48,19 +50,31 @@ async def serve_fleet_daemon(
     port = port if port is not None else config.daemon.port
     scenarios = [find_scenario(path) for path in config.daemon.scenarios]
     node = ClusterNode(config, settings, name=config.cluster.node_name or None, scenarios=scenarios)
-    app = create_fleet_app(node)
-    warn_without_model(config, logging.getLogger("loopfuse.cluster"))
+    app = create_fleet_app(node, lifespan=False)
     sock = socket.create_server((host, port))
     with sock:
         bound = sock.getsockname()[1]
-        print(
-            f"loopfuse daemon {node.name} listening on http://{host}:{bound} "
-            f"(fleet {settings.subject_prefix} on {settings.nats_url})",
-            file=out,
-            flush=True,
-        )
-        server = uvicorn.Server(
-            uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
-        )
-        await server.serve(sockets=[sock])
+        # The node joins the fleet before uvicorn starts, not in its lifespan: a start that
+        # fails (no NATS, a config key, an MCP server) raises here, to the command line.
+        async with running_fleet_app(app):
+            warn_without_model(config, logging.getLogger("loopfuse.cluster"))
+            print(
+                f"loopfuse daemon {node.name} listening on http://{host}:{bound} "
+                f"(fleet {settings.subject_prefix} on {settings.nats_url})",
+                file=out,
+                flush=True,
+            )
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    app,
+                    log_config=None,
+                    access_log=False,
+                    lifespan="off",
+                    # The daemon's connection limits (docs/security.md, "Connections").
+                    http=limited_protocol(connection_limits(config)),
+                    ws="none",
+                    timeout_keep_alive=config.daemon.keep_alive_seconds,
+                )
+            )
+            await server.serve(sockets=[sock])
     return 0

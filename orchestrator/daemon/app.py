@@ -9,9 +9,11 @@
     GET  /healthz                 alive                        GET /readyz          ready
 
 Every refusal is JSON, ``{"error": {"code", "message", "key"?}}``, with the status that fits:
-400 bad JSON, a body nested too deep or a bad query/header, 401 no/wrong token, 404 unknown
-run or path, 405 wrong method, 409 conflict, 413 body too large, 422 unknown field / wrong
-type / bad value / text too long, 429 full, 503 draining (limits: :mod:`.limits`).
+400 bad JSON, a body nested too deep, a bad query/header or a foreign ``Host``, 401 no/wrong
+token, 404 unknown run or path, 405 wrong method, 409 conflict, 413 body too large, 415 a POST
+body not JSON, 422 unknown field / wrong type / bad value / text too long, 429 full, 503
+draining (limits: :mod:`.limits`, browsers: :mod:`.browsers`; what a connection may hold
+before any of this: :mod:`.connections`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.config import Config
 from orchestrator.daemon import sse
+from orchestrator.daemon.browsers import HostCheck, add_cors, content_type_refusal
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
     EXCEPTION_HANDLERS,
@@ -46,11 +49,11 @@ from orchestrator.daemon.http import (
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.metrics import render
 from orchestrator.daemon.openapi import openapi_document
+from orchestrator.daemon.replay_route import REPLAY_PATH, ReplayApi
 from orchestrator.daemon.schemas import (
     REQUEST_DECODER,
     Health,
     RunAccepted,
-    RunPage,
     RunRequest,
     RunView,
 )
@@ -64,6 +67,10 @@ __all__ = ["create_app"]
 _ENCODER: Final = msgspec.json.Encoder()
 _RESULT: Final = msgspec.json.Decoder(dict[str, Any])
 SUBMIT_PATH: Final = "/v1/runs"
+LIST_PREVIEW_CHARS: Final = 200
+"""A listed run's ``task``, ``system``, ``folder``, ``scenario`` and ``pipeline.goal`` are cut
+to this many characters, and its ``config`` left out (``GET /v1/runs/{id}`` has them)."""
+_PAGE_FRAME: Final = len(b'{"runs":[],"next_cursor":"9223372036854775807"}')
 _TRACEPARENT: Final = TRACEPARENT.lower().encode("latin-1")
 
 
@@ -75,59 +82,86 @@ def _version() -> str:
 
 
 class _Guard:
-    """ASGI middleware: bearer tokens, and :class:`ApiError` as a JSON response. It also
-    serves ``POST /v1/runs`` itself (:meth:`_Api.submit_asgi`): every run comes through
-    there, and Starlette's routing and request objects cost more than the route's own work
-    (routes, methods and errors stay as Starlette's: this path is exactly that route's)."""
+    """ASGI middleware: the ``Host`` header (:mod:`.browsers`), bearer tokens, a POST's
+    content type, and :class:`ApiError` as a JSON response. It also serves ``POST /v1/runs``
+    itself (:meth:`_Api.submit_asgi`): every run comes through there, and Starlette's
+    routing and request objects cost more than the route's own work (routes, methods and
+    errors stay as Starlette's: this path is exactly that route's)."""
 
-    def __init__(self, app: ASGIApp, daemon: Daemon, api: _Api) -> None:
+    def __init__(self, app: ASGIApp, daemon: Daemon, api: _Api, hosts: HostCheck) -> None:
         self._app = app
         self._daemon = daemon
         self._api = api
+        self._hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self._daemon.auth.needs_token(scope["path"]):
-            authorization = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    authorization = value.decode("latin-1")
-            if not self._daemon.auth.accepts(authorization):
-                response = error_response(
-                    ApiError(
-                        401,
-                        "unauthorized",
-                        "a valid bearer token is required (Authorization: Bearer <token>)",
-                        headers={"WWW-Authenticate": "Bearer"},
-                    )
-                )
-                await response(scope, receive, send)
-                return
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
         try:
-            if (
-                scope["type"] == "http"
-                and scope["path"] == SUBMIT_PATH
-                and scope["method"] == "POST"
-            ):
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send)
+            elif scope["path"] == SUBMIT_PATH and scope["method"] == "POST":
                 await self._api.submit_asgi(scope, receive, send)
             else:
                 await self._app(scope, receive, send)
         except ApiError as exc:  # raised before a response started
             await error_response(exc)(scope, receive, send)
 
+    def _refusal(self, scope: Scope) -> ApiError | None:
+        """Why the request is refused before any route sees it, if it is."""
+        hosts: list[bytes] = []
+        authorization = content_type = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                hosts.append(value)
+            elif name == b"authorization":
+                authorization = value
+            elif name == b"content-type":
+                content_type = value
+        host_refusal = self._hosts.refusal(hosts)
+        if host_refusal is not None:
+            return host_refusal
+        auth = self._daemon.auth
+        if auth.needs_token(scope["path"]) and not auth.accepts(authorization):
+            return ApiError(
+                401,
+                "unauthorized",
+                "a valid bearer token is required (Authorization: Bearer <token>)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if scope["method"] == "POST":
+            return content_type_refusal(content_type, required=scope["path"] == SUBMIT_PATH)
+        return None
 
-def create_app(config: Config, *, daemon: Daemon | None = None) -> Starlette:
-    """The daemon's ASGI app; its lifespan runs ``daemon`` (made from ``config`` if none)."""
+
+def create_app(config: Config, *, daemon: Daemon | None = None, lifespan: bool = True) -> Starlette:
+    """The daemon's ASGI app; its lifespan runs ``daemon`` (made from ``config`` if none),
+    for another ASGI server. With ``lifespan`` false the caller runs ``daemon.running()``
+    around serving it, so a failed start raises to the caller, not into the server's
+    lifespan (:func:`~orchestrator.daemon.server.open_daemon`)."""
     daemon = daemon or Daemon(config)
     api = _Api(daemon)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def run_daemon(app: Starlette) -> AsyncIterator[None]:
         async with daemon.running():
             yield
 
-    routes = run_routes(api, Route("/v1/openapi.json", api.openapi, methods=["GET"]))
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS)
-    app.add_middleware(_Guard, daemon=daemon, api=api)
+    replay = ReplayApi(config)
+    routes = run_routes(
+        api,
+        Route("/v1/openapi.json", api.openapi, methods=["GET"]),
+        Route(REPLAY_PATH, replay.replay, methods=["POST"]),
+    )
+    app = Starlette(
+        routes=routes,
+        lifespan=run_daemon if lifespan else None,
+        exception_handlers=EXCEPTION_HANDLERS,
+    )
+    app.add_middleware(_Guard, daemon=daemon, api=api, hosts=HostCheck.from_config(config))
+    add_cors(app, config.daemon.cors_origins)
     app.state.daemon = daemon
     return app
 
@@ -165,7 +199,10 @@ class _Api:
     async def _accept(self, body: bytes, parents: list[str]) -> tuple[int, RunAccepted]:
         """Submit the run ``body`` asks for: 202 and the new run, or 200 and the earlier
         run with the same idempotency key."""
-        run_request = decode_request(body, max_text_chars=self._daemon.config.daemon.max_task_chars)
+        limits = self._daemon.config.daemon
+        run_request = decode_request(
+            body, max_text_chars=limits.max_task_chars, max_folder_chars=limits.max_folder_chars
+        )
         # The caller's span (W3C Trace Context, the ``parents`` headers); absent, repeated or
         # malformed: ignored, as the specification asks (the run starts a trace of its own).
         parent = parse_traceparent(parents[0]) if len(parents) == 1 else None
@@ -178,17 +215,29 @@ class _Api:
         return 200, msgspec.structs.replace(accepted, status=status)
 
     async def list_runs(self, request: Request) -> Response:
+        """A page of run summaries (``RunPage``), cut before it passes
+        ``daemon.max_page_bytes`` (always at least one run)."""
         status, exit_reason, limit, before = list_query(request)
+        config = self._daemon.config
         rows = await self._daemon.store.list_runs(
-            status=status, exit_reason=exit_reason, before=before, limit=limit + 1
+            status=status,
+            exit_reason=exit_reason,
+            before=before,
+            limit=limit + 1,
+            preview_chars=LIST_PREVIEW_CHARS,
         )
-        more = len(rows) > limit
-        rows = rows[:limit]
-        page = RunPage(
-            runs=[_view(row, self._daemon.config, with_result=False) for row in rows],
-            next_cursor=str(rows[-1].cursor) if more and rows else None,
-        )
-        return json_response(page)
+        budget = config.daemon.max_page_bytes - _PAGE_FRAME
+        runs: list[bytes] = []
+        for row in rows[:limit]:
+            encoded = _ENCODER.encode(_view(row, config, with_result=False))
+            budget -= len(encoded) + 1
+            if runs and budget < 0:
+                break
+            runs.append(encoded)
+        more = len(rows) > len(runs)
+        cursor = _ENCODER.encode(str(rows[len(runs) - 1].cursor) if more else None)
+        body = b'{"runs":[' + b",".join(runs) + b'],"next_cursor":' + cursor + b"}"
+        return Response(body, media_type="application/json")
 
     async def get_run(self, request: Request) -> Response:
         return json_response(_view(await self._row(request), self._daemon.config))

@@ -17,9 +17,11 @@ import os
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["OPEN_PATHS", "Authenticator"]
+__all__ = ["OPEN_PATHS", "OPERATOR_PATHS", "Authenticator"]
 
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/v1/openapi.json"})
+OPERATOR_PATHS: Final = frozenset({"/v1/replay"})
+"""Paths that check the operator's tokens themselves (``daemon.operator_token_env``)."""
 
 
 class Authenticator:
@@ -44,7 +46,7 @@ class Authenticator:
         return bool(self._tokens)
 
     def needs_token(self, path: str) -> bool:
-        if not self._tokens or path in OPEN_PATHS:
+        if not self._tokens or path in OPEN_PATHS or path in OPERATOR_PATHS:
             return False
         return path != "/metrics" or self._metrics_auth
 

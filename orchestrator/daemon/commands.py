@@ -17,15 +17,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
+import httpx
 import msgspec
 
+from orchestrator.cli_errors import DaemonUnreachable, one_line
 from orchestrator.config import Config
 from orchestrator.daemon.client import DaemonClient, DaemonError
 from orchestrator.daemon.logs import configure_logging
 from orchestrator.daemon.server import serve_daemon
-from orchestrator.result import SIMULATOR_NOTE
+from orchestrator.result import SIMULATOR_NOTE, ExitStatus
 
-__all__ = ["COMMANDS", "ServeFleet", "add_commands", "run_command"]
+__all__ = ["COMMANDS", "ServeFleet", "add_commands", "port_number", "run_command"]
 
 COMMANDS: Final = ("serve", "runs", "watch")
 _decode = msgspec.json.Decoder(dict[str, Any])
@@ -37,33 +39,58 @@ ServeFleet = Callable[[Config, str, str | None, int | None], Awaitable[int]]
 """Serves a fleet member until a signal: ``(config, nats_url, host, port)`` → exit status."""
 
 
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0-65535 (0: the system picks a free one)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
+    return port
+
+
 def add_commands(commands: Any) -> None:
     """Add the three subcommands to ``loopfuse``'s subparsers."""
     serve = commands.add_parser("serve", help="run the daemon (HTTP API, SSE, /metrics)")
-    serve.add_argument("--config", default=argparse.SUPPRESS, help="TOML config file")
     serve.add_argument("--host", help="address to bind (default: daemon.host, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default: daemon.port; 0 picks one)")
     serve.add_argument(
-        "--nats", help="join the fleet on this NATS (default: cluster.nats_url; none: single-node)"
+        "--port", type=port_number, help="port, 0-65535 (default: daemon.port, 8470; 0 picks one)"
+    )
+    serve.add_argument(
+        "--nats",
+        metavar="URL",
+        help="join the fleet on this NATS (default: cluster.nats_url; none: single-node)",
     )
 
+    url_help = "the daemon (default: $LOOPFUSE_URL, else daemon.host and daemon.port)"
     runs = commands.add_parser("runs", help="list the daemon's runs")
-    runs.add_argument("--url", help="the daemon (default: $LOOPFUSE_URL or the config)")
-    runs.add_argument("--status", choices=("queued", "running", "ended"))
-    runs.add_argument("--exit-reason")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--url", help=url_help)
+    runs.add_argument(
+        "--status", choices=("queued", "running", "ended"), help="only runs in this state"
+    )
+    runs.add_argument(
+        "--exit-reason", metavar="REASON", help="only runs that ended so (e.g. max_turns)"
+    )
+    runs.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="at most N runs (default: 20)"
+    )
     runs.add_argument("--json", action="store_true", help="the API's JSON page")
 
     watch = commands.add_parser("watch", help="follow a run's events live, then its ending")
     watch.add_argument("id", help="the run's id")
-    watch.add_argument("--url", help="the daemon (default: $LOOPFUSE_URL or the config)")
-    watch.add_argument("--after", type=int, help="start after this event id")
+    watch.add_argument("--url", help=url_help)
+    watch.add_argument("--after", type=int, metavar="N", help="start after this event id")
     watch.add_argument("--json", action="store_true", help="each event as a JSON line")
 
 
 def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeFleet) -> int:
     """Run ``serve``, ``runs`` or ``watch``; returns the exit status. ``serve_fleet`` serves
-    ``serve`` when a NATS URL is given (``--nats`` or ``cluster.nats_url``)."""
+    ``serve`` when a NATS URL is given (``--nats`` or ``cluster.nats_url``).
+
+    A daemon that cannot start (a config key, a port, the store) and a client that finds
+    no daemon raise what :func:`orchestrator.cli_errors.explain` makes one line of; a
+    refusal of the daemon (an unknown run) is one line and status 1."""
     if args.command == "serve":
         configure_logging(config.log_level)
         try:
@@ -72,8 +99,14 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
                 return anyio.run(serve_fleet, config, nats_url, args.host, args.port)
             return anyio.run(_serve, config, args.host, args.port)
         except OSError as exc:
-            print(f"loopfuse serve: cannot listen or open the store: {exc}", file=sys.stderr)
-            return 1
+            where = f"{args.host or config.daemon.host}:{_port(args, config)}"
+            print(
+                f"loopfuse serve: cannot listen on {where} or open the store "
+                f"{config.daemon.store_path or '(default)'}: {one_line(str(exc))}; "
+                "change --host/--port (daemon.host, daemon.port) or daemon.store_path",
+                file=sys.stderr,
+            )
+            return ExitStatus.USAGE
     url = args.url or os.environ.get("LOOPFUSE_URL") or _url(config)
     try:
         if args.command == "runs":
@@ -81,10 +114,17 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
         return anyio.run(_watch, url, args)
     except DaemonError as exc:
         print(f"loopfuse {args.command}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"loopfuse {args.command}: cannot reach the daemon at {url}: {exc}", file=sys.stderr)
-        return 1
+        return ExitStatus.FAILED
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
+        raise DaemonUnreachable(url, one_line(str(exc)) or type(exc).__name__) from None
+    except httpx.InvalidURL as exc:
+        raise DaemonUnreachable(url, f"not a URL: {exc}") from None
+    except msgspec.DecodeError:
+        raise DaemonUnreachable(url, "what answers there is not a loopfuse daemon") from None
+
+
+def _port(args: argparse.Namespace, config: Config) -> int:
+    return args.port if args.port is not None else config.daemon.port
 
 
 async def _serve(config: Config, host: str | None, port: int | None) -> int:

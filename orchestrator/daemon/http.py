@@ -6,11 +6,11 @@ the same JSON error body.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple, Protocol
 
 import msgspec
+import re2
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,7 +19,12 @@ from starlette.types import ExceptionHandler, Message, Receive, Send
 
 from bus import ExitReason
 from orchestrator.daemon.errors import ApiError
-from orchestrator.daemon.limits import check_depth, check_text_lengths, parse_integer
+from orchestrator.daemon.limits import (
+    MAX_FOLDER_CHARS,
+    check_depth,
+    check_text_lengths,
+    parse_integer,
+)
 from orchestrator.daemon.schemas import REQUEST_DECODER, ErrorBody, ErrorDetail, RunRequest
 
 __all__ = [
@@ -40,9 +45,10 @@ __all__ = [
 ]
 
 _ENCODER: Final = msgspec.json.Encoder()
-_AT_PATH: Final = re.compile(r"^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
-_UNKNOWN: Final = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
-_MISSING: Final = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
+# RE2 (linear time): a validation message quotes the client's own field names
+_AT_PATH: Final = re2.compile(r"(?s)^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$")
+_UNKNOWN: Final = re2.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
+_MISSING: Final = re2.compile(r"Object missing required field `(?P<field>[^`]+)`")
 _HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed"}
 PAGE_LIMIT: Final = 500
 STATUSES: Final = frozenset({"queued", "running", "ended"})
@@ -153,7 +159,9 @@ async def send_json(
     await send({"type": "http.response.body", "body": content})
 
 
-def decode_request(body: bytes, *, max_text_chars: int) -> RunRequest:
+def decode_request(
+    body: bytes, *, max_text_chars: int, max_folder_chars: int = MAX_FOLDER_CHARS
+) -> RunRequest:
     """A ``POST /v1/runs`` body: 400 when not JSON or nested too deep, 422 naming the bad
     field or a free-text field longer than ``max_text_chars``."""
     check_depth(body)
@@ -162,7 +170,7 @@ def decode_request(body: bytes, *, max_text_chars: int) -> RunRequest:
     except msgspec.ValidationError as exc:
         match = _AT_PATH.match(str(exc))
         assert match is not None
-        reason, path = match["reason"], (match["path"] or "").lstrip(".")
+        reason, path = match.group("reason"), (match["path"] or "").lstrip(".")
         if unknown := _UNKNOWN.match(reason):
             key = ".".join(p for p in (path, unknown["field"]) if p)
             raise ApiError(422, "unknown_field", f"unknown field `{key}`", key=key) from None
@@ -174,7 +182,7 @@ def decode_request(body: bytes, *, max_text_chars: int) -> RunRequest:
         ) from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, "bad_json", f"the body is not valid JSON: {exc}") from None
-    check_text_lengths(request, max_text_chars)
+    check_text_lengths(request, max_text_chars, max_folder_chars=max_folder_chars)
     return request
 
 

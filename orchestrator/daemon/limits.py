@@ -6,7 +6,9 @@
   underscores, no spaces, no other scripts' digits) and at most :data:`MAX_INTEGER` (SQLite's
   largest): anything else is a 400 naming the parameter.
 * **Free text** (``task``, ``system``, ``pipeline.goal``, ``folder``, ``scenario``) is at most
-  ``daemon.max_task_chars`` characters: a 422 naming the field.
+  ``daemon.max_task_chars`` characters: a 422 naming the field. ``folder`` is at most
+  ``daemon.max_folder_chars`` (4,096, Linux's ``PATH_MAX``) besides: resolving a 200,000
+  character path took seconds of the event loop (a ``lstat`` per component).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from orchestrator.daemon.schemas import RunRequest
 
 __all__ = [
     "INTEGER_PATTERN",
+    "MAX_FOLDER_CHARS",
     "MAX_INTEGER",
     "MAX_JSON_DEPTH",
     "check_depth",
@@ -29,6 +32,8 @@ __all__ = [
 
 MAX_JSON_DEPTH: Final = 32
 """The deepest a request body may nest arrays and objects."""
+MAX_FOLDER_CHARS: Final = 4096
+"""``daemon.max_folder_chars``'s default: Linux's ``PATH_MAX``."""
 MAX_INTEGER: Final = 2**63 - 1
 """The largest integer a query parameter or header may carry (SQLite's largest)."""
 INTEGER_PATTERN: Final = "^[0-9]{1,19}$"
@@ -77,8 +82,11 @@ def parse_integer(value: str, name: str, *, low: int = 0, high: int = MAX_INTEGE
     return number
 
 
-def check_text_lengths(request: RunRequest, max_chars: int) -> None:
-    """Refuse a request whose free-text fields are longer than ``max_chars`` characters.
+def check_text_lengths(
+    request: RunRequest, max_chars: int, *, max_folder_chars: int = MAX_FOLDER_CHARS
+) -> None:
+    """Refuse a request whose free-text fields are longer than ``max_chars`` characters,
+    or whose ``folder`` is longer than ``max_folder_chars``.
 
     :raises ApiError: 422 ``too_long`` naming the field.
     """
@@ -90,6 +98,15 @@ def check_text_lengths(request: RunRequest, max_chars: int) -> None:
         "folder": request.folder,
         "scenario": request.scenario,
     }
+    folder = request.folder
+    if folder is not None and len(folder) > max_folder_chars:
+        raise ApiError(
+            422,
+            "too_long",
+            f"`folder` is {len(folder)} characters long; the limit is {max_folder_chars} "
+            "(daemon.max_folder_chars)",
+            key="folder",
+        )
     for key, text in fields.items():
         if text is not None and len(text) > max_chars:
             raise ApiError(

@@ -26,13 +26,14 @@ _REF: Final = "#/components/schemas/{name}"
 _ERRORS: Final = {
     400: (
         "Malformed JSON, a body nested more than "
-        f"{MAX_JSON_DEPTH} levels deep, or a bad query parameter or header; `error.key` "
-        "names the parameter."
+        f"{MAX_JSON_DEPTH} levels deep, a bad query parameter or header, or a Host header "
+        "that does not name the daemon (any route); `error.key` names the parameter."
     ),
     401: "Missing or wrong bearer token (only when tokens are configured).",
     404: "No such run.",
     409: "Conflict (run already ended, idempotency key reused).",
     413: "Request body too large (daemon.max_body_bytes).",
+    415: "A body that is not `application/json` (a POST's Content-Type).",
     422: (
         "Unknown field, wrong type, bad value, or a text longer than daemon.max_task_chars; "
         "`error.key` names it."
@@ -186,7 +187,7 @@ def openapi_document(version: str, max_text_chars: int) -> dict[str, Any]:
                         "The run made earlier with this idempotency key.",
                         Location="The run.",
                     ),
-                    **_errors(400, 401, 409, 413, 422, 429, 503),
+                    **_errors(400, 401, 409, 413, 415, 422, 429, 503),
                 },
             },
             "get": {
@@ -237,7 +238,7 @@ def openapi_document(version: str, max_text_chars: int) -> dict[str, Any]:
                 "parameters": [_RUN_ID],
                 "responses": {
                     "202": _json("RunAccepted", "Abort requested."),
-                    **_errors(401, 404, 409),
+                    **_errors(401, 404, 409, 415),
                 },
             }
         },

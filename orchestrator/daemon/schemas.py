@@ -92,7 +92,13 @@ class RunView(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RunPage(msgspec.Struct, frozen=True, kw_only=True):
-    """``GET /v1/runs``: newest first; pass ``next_cursor`` as ``cursor`` for the next page."""
+    """``GET /v1/runs``: newest first; pass ``next_cursor`` as ``cursor`` for the next page.
+
+    Each run is a summary: its request's ``task``, ``system``, ``folder``, ``scenario`` and
+    ``pipeline.goal`` cut to 200 characters, its ``config`` empty, no ``result``
+    (``GET /v1/runs/{id}`` has them whole). A page ends before it passes
+    ``daemon.max_page_bytes`` (it always holds one run), so it may hold fewer than ``limit``
+    runs with a ``next_cursor``."""
 
     runs: list[RunView]
     next_cursor: str | None = None

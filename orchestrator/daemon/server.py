@@ -28,12 +28,13 @@ import uvicorn
 
 from orchestrator.config import Config
 from orchestrator.daemon.app import create_app
+from orchestrator.daemon.connections import ConnectionLimits, limited_protocol
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.starting import warn_without_model
 from orchestrator.sim import Scenario
 from orchestrator.web.serving import serve_on
 
-__all__ = ["RunningDaemon", "open_daemon", "serve_daemon"]
+__all__ = ["RunningDaemon", "connection_limits", "open_daemon", "serve_daemon"]
 
 logger = logging.getLogger("loopfuse.daemon")
 
@@ -69,28 +70,49 @@ async def open_daemon(
     host = host if host is not None else config.daemon.host
     port = port if port is not None else config.daemon.port
     daemon = Daemon(config, scenarios=scenarios)
-    app = create_app(config, daemon=daemon)
     sock = socket.create_server((host, port))
     with sock:
-        uv_config = uvicorn.Config(
-            app,
-            log_config=None,
-            access_log=False,
-            # Nothing here reads the client's address or scheme: X-Forwarded-* rewriting
-            # (uvicorn's default) would be a middleware layer on every request for nothing.
-            proxy_headers=False,
-            lifespan="on",
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        )
-        running = RunningDaemon(host=host, port=sock.getsockname()[1], daemon=daemon)
-        async with anyio.create_task_group() as tg:
-            server = await tg.start(functools.partial(serve_on, name="daemon"), uv_config, sock)
-            try:
-                yield running
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await daemon.shutdown(0.0)
-                server.should_exit = True
+        # The daemon starts before uvicorn does, not in its lifespan: a start that fails
+        # (a config key, an MCP server, the otel extra) then raises here, to the caller,
+        # instead of being logged by uvicorn as a traceback and exiting the process (3).
+        async with daemon.running():
+            app = create_app(config, daemon=daemon, lifespan=False)
+            uv_config = uvicorn.Config(
+                app,
+                log_config=None,
+                access_log=False,
+                # Nothing here reads the client's address or scheme: X-Forwarded-* rewriting
+                # (uvicorn's default) would be a middleware layer on every request for nothing.
+                proxy_headers=False,
+                lifespan="off",
+                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+                # The limits every connection is held to before the app sees a request.
+                http=limited_protocol(connection_limits(config)),
+                ws="none",
+                timeout_keep_alive=config.daemon.keep_alive_seconds,
+            )
+            running = RunningDaemon(host=host, port=sock.getsockname()[1], daemon=daemon)
+            async with anyio.create_task_group() as tg:
+                server = await tg.start(functools.partial(serve_on, name="daemon"), uv_config, sock)
+                try:
+                    yield running
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await daemon.shutdown(0.0)
+                    server.should_exit = True
+
+
+def connection_limits(config: Config) -> ConnectionLimits:
+    """The ``[daemon]`` connection limits of ``config``."""
+    daemon = config.daemon
+    return ConnectionLimits(
+        max_header_bytes=daemon.max_header_bytes,
+        max_headers=daemon.max_headers,
+        header_timeout=daemon.header_timeout_seconds,
+        body_timeout=daemon.body_timeout_seconds,
+        max_connections=daemon.max_connections,
+        max_connections_per_client=daemon.max_connections_per_client,
+    )
 
 
 async def serve_daemon(

@@ -151,6 +151,32 @@ it writes no page of ``runs`` for it), the events' index has the newest one."""
 _COLUMNS: Final = ", ".join(_LAST_EVENT if name == "last_event" else name for name in _NAMES)
 
 
+_TEXT: Final = "CAST(request AS TEXT)"
+_CUT_TEXTS: Final = ("task", "system", "folder", "scenario", "pipeline.goal")
+_SUMMARY_REQUEST: Final = (
+    f"CASE WHEN json_valid({_TEXT}) THEN CAST(json_replace({_TEXT}, "
+    + ", ".join(f"'$.{key}', substr(json_extract({_TEXT}, '$.{key}'), 1, ?)" for key in _CUT_TEXTS)
+    + ", '$.config', json('{}')) AS BLOB) ELSE request END"
+)
+_SUMMARY_CHARS_PARAMETERS: Final = len(_CUT_TEXTS)
+_SUMMARY_RESULT: Final = (
+    "CASE WHEN result IS NULL THEN NULL "
+    "WHEN json_valid(CAST(result AS TEXT)) "
+    "AND json_type(CAST(result AS TEXT), '$.simulated') = 'true' "
+    "THEN CAST('{\"simulated\":true}' AS BLOB) ELSE CAST('{}' AS BLOB) END"
+)
+_SUMMARY_COLUMNS: Final = ", ".join(
+    _LAST_EVENT
+    if name == "last_event"
+    else _SUMMARY_REQUEST
+    if name == "request"
+    else _SUMMARY_RESULT
+    if name == "result"
+    else name
+    for name in _NAMES
+)
+""":data:`_COLUMNS` with the request and result as summaries (:meth:`Store.list_runs`)."""
+
 _T = TypeVar("_T")
 
 
@@ -600,8 +626,15 @@ class Store:
         exit_reason: str | None = None,
         before: int | None = None,
         limit: int = 50,
+        preview_chars: int | None = None,
     ) -> list[RunRow]:
-        """Runs newest first, filtered, with ``cursor < before``; at most ``limit``."""
+        """Runs newest first, filtered, with ``cursor < before``; at most ``limit``.
+
+        With ``preview_chars``, each row is a summary read so by SQLite (the whole request
+        and result never reach Python): the request's free texts cut to ``preview_chars``
+        characters and its ``config`` empty, the result only ``{"simulated": true}`` or
+        ``{}``.
+        """
         where, args = ["1 = 1"], list[Any]()
         for column, value in (("status", status), ("exit_reason", exit_reason)):
             if value is not None:
@@ -610,9 +643,10 @@ class Store:
         if before is not None:
             where.append("cursor < ?")
             args.append(before)
-        sql = (
-            f"SELECT {_COLUMNS} FROM runs WHERE {' AND '.join(where)} ORDER BY cursor DESC LIMIT ?"
-        )
+        columns = _COLUMNS if preview_chars is None else _SUMMARY_COLUMNS
+        sql = f"SELECT {columns} FROM runs WHERE {' AND '.join(where)} ORDER BY cursor DESC LIMIT ?"
+        if preview_chars is not None:
+            args = [preview_chars] * _SUMMARY_CHARS_PARAMETERS + args
         rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall())
         return [_row(row) for row in rows]
 

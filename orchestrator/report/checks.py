@@ -5,27 +5,35 @@ A draft that fails is not patched; the draft stage retries it with a firmer inst
 
 from __future__ import annotations
 
-import re
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
+
+import re2
+
+if TYPE_CHECKING:
+    from re2 import _Regexp
 
 __all__ = ["ReportFormat", "draft_problems", "leaked_markup", "structure_problems"]
 
 ReportFormat = Literal["markdown", "latex"]
 
-# Tool-call markup models leak into text when they "call" a tool they do not have.
-_MARKUP: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+# Tool-call markup models leak into text when they "call" a tool they do not have. RE2
+# (linear time): the text is the model's.
+_MARKUP: Final[tuple[tuple[str, _Regexp[str]], ...]] = (
     # DeepSeek's DSML tags, with ASCII or fullwidth bars: <｜DSML｜function_calls>
-    ("DeepSeek DSML tag", re.compile(r"<\s*/?\s*[|｜]\s*DSML\s*[|｜]", re.IGNORECASE)),
-    ("DeepSeek tool-call token", re.compile(r"<[|｜]tool[▁_ ]?calls?[▁_ ]?(begin|end)[|｜]>")),
-    ("<tool_call> tag", re.compile(r"<\s*/?\s*(tool_call|function_call|invoke)\b", re.I)),
-    ("tool_calls JSON", re.compile(r"[\"']tool_calls[\"']\s*:\s*\[")),
+    ("DeepSeek DSML tag", re2.compile(r"(?i)<\s*/?\s*[|｜]\s*DSML\s*[|｜]")),
+    ("DeepSeek tool-call token", re2.compile(r"<[|｜]tool[▁_ ]?calls?[▁_ ]?(begin|end)[|｜]>")),
+    ("<tool_call> tag", re2.compile(r"(?i)<\s*/?\s*(tool_call|function_call|invoke)\b")),
+    ("tool_calls JSON", re2.compile(r"[\"']tool_calls[\"']\s*:\s*\[")),
     (
         "function-call JSON",
-        re.compile(
+        re2.compile(
             r"\{\s*\"(name|function)\"\s*:\s*\"[^\"]+\"\s*,\s*\"(arguments|parameters)\"\s*:"
         ),
     ),
 )
+
+_TITLE: Final = re2.compile(r"(?m)^# \S")
+_SECTIONS: Final = re2.compile(r"(?m)^## \S")
 
 
 def leaked_markup(text: str) -> str | None:
@@ -43,9 +51,9 @@ def structure_problems(text: str, fmt: ReportFormat) -> list[str]:
     if len(stripped) < 200:
         problems.append(f"the document is too short ({len(stripped)} characters)")
     if fmt == "markdown":
-        if not re.search(r"^# \S", stripped, re.MULTILINE):
+        if not _TITLE.search(stripped):
             problems.append("no '# ' title")
-        if len(re.findall(r"^## \S", stripped, re.MULTILINE)) < 2:
+        if len(_SECTIONS.findall(stripped)) < 2:
             problems.append("fewer than two '## ' sections")
     else:
         for required in (r"\documentclass", r"\begin{document}", r"\end{document}"):

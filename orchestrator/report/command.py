@@ -68,7 +68,9 @@ async def run_report_command(
         reflect_rounds=args.reflect,
         models=dict(models or {}),
     )
-    view = ProgressView(sys.stderr, live=sys.stderr.isatty())
+    # On a terminal the command line's live line shows the stages (Follower); elsewhere
+    # a plain line per stage event.
+    view = None if sys.stderr.isatty() else ProgressView(sys.stderr, live=False)
     async with Runtime(config) as runtime:
         await warn_about_figure_sandbox(logger, runtime.tools, config.tools.figure_sandbox)
         handle = await start_report(runtime, folder, options)
@@ -76,12 +78,11 @@ async def run_report_command(
 
             async def show() -> None:
                 async for event in handle.events():
-                    if isinstance(event, Progress):
+                    if isinstance(event, Progress) and view is not None:
                         view.show(event)
 
             tg.start_soon(show)
             result = await follow(handle)
-        view.close()
     if args.json:
         sys.stdout.write(msgspec.json.encode(result_summary(result)).decode() + "\n")
     else:

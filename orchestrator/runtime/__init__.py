@@ -3,6 +3,7 @@ with what it keeps per process: the in-memory event log, the heap kept out of th
 collector's way, and which modules run compiled."""
 
 from orchestrator.runtime.runtime import (
+    FOLDER_SYSTEM_PROMPT,
     ModelActor,
     RunHandle,
     RunJournal,
@@ -11,4 +12,12 @@ from orchestrator.runtime.runtime import (
     StartPoint,
 )
 
-__all__ = ["ModelActor", "RunHandle", "RunJournal", "RunSpec", "Runtime", "StartPoint"]
+__all__ = [
+    "FOLDER_SYSTEM_PROMPT",
+    "ModelActor",
+    "RunHandle",
+    "RunJournal",
+    "RunSpec",
+    "Runtime",
+    "StartPoint",
+]

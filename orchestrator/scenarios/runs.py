@@ -9,6 +9,7 @@ tool's result came back.
 
 from __future__ import annotations
 
+import enum
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -100,7 +101,7 @@ def expectation_mismatches(scenario: Scenario, result: RunResult) -> list[str]:
 
     def check(name: str, wanted: object, got: object) -> None:
         if wanted is not None and wanted != got:
-            mismatches.append(f"{name}: expected {wanted!r}, got {got!r}")
+            mismatches.append(f"{name}: expected {_shown(wanted)}, got {_shown(got)}")
 
     check("exit_reason", expect.exit_reason, result.exit_reason)
     check("cause", expect.cause, result.cause)
@@ -119,6 +120,11 @@ def expectation_mismatches(scenario: Scenario, result: RunResult) -> list[str]:
         text = getattr(result, field)
         mismatches += [f"{field}: {t!r} not in {text!r}" for t in wanted_texts if t not in text]
     return mismatches
+
+
+def _shown(value: object) -> str:
+    """A value as a person reads it: an enum by its value (``'completed'``), not its repr."""
+    return repr(value.value if isinstance(value, enum.Enum) else value)
 
 
 def call_mismatches(calls: Sequence[CallExpectation], result: RunResult) -> list[str]:

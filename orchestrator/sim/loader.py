@@ -32,11 +32,17 @@ __all__ = [
     "find_scenario",
     "load_scenario",
     "load_scenarios",
+    "optional_scenarios",
     "parse_scenario",
     "shipped_scenarios",
 ]
 
 SCENARIO_DIR: Final = Path(__file__).resolve().parent.parent / "scenarios"
+OPTIONAL_SCENARIO_DIRS: Final = (SCENARIO_DIR / "mcp",)
+"""Shipped scenarios that need an extra and an operator's config (``mcp_git``: the mcp
+extra and a git server, docs/mcp.md): found by name like the others, but not among
+:func:`shipped_scenarios`, so ``loopfuse demo`` and the daemon's list are the same with or
+without the extra."""
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
@@ -88,21 +94,38 @@ def shipped_scenarios() -> tuple[Scenario, ...]:
     return tuple(s for p in sorted(SCENARIO_DIR.glob("*.toml")) for s in load_scenarios(p))
 
 
+def optional_scenarios() -> tuple[Scenario, ...]:
+    """The shipped scenarios that need an extra (:data:`OPTIONAL_SCENARIO_DIRS`)."""
+    return tuple(
+        s
+        for d in OPTIONAL_SCENARIO_DIRS
+        for p in sorted(d.glob("*.toml"))
+        for s in load_scenarios(p)
+    )
+
+
 def find_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
-    """Load a scenario file, or the shipped scenario of that name."""
+    """Load a scenario file, or the shipped scenario of that name (an optional one too:
+    ``mcp_git``)."""
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists():
         return _single(load_scenario(candidate))
-    shipped = SCENARIO_DIR / f"{candidate.name}.toml"
-    if str(name_or_path) == candidate.name and shipped.exists():
-        return _single(load_scenario(shipped))
+    if str(name_or_path) == candidate.name:
+        for folder in (SCENARIO_DIR, *OPTIONAL_SCENARIO_DIRS):
+            shipped = folder / f"{candidate.name}.toml"
+            if shipped.exists():
+                return _single(load_scenario(shipped))
     stem, _, label = candidate.name.rpartition(".")
     shipped = SCENARIO_DIR / f"{stem}.toml"
     if label and str(name_or_path) == candidate.name and shipped.exists():
         for scenario in load_scenarios(shipped):
             if scenario.name == candidate.name:
                 return scenario
-    names = ", ".join(p.stem for p in sorted(SCENARIO_DIR.glob("*.toml")))
+    files = [
+        *SCENARIO_DIR.glob("*.toml"),
+        *(p for d in OPTIONAL_SCENARIO_DIRS for p in d.glob("*.toml")),
+    ]
+    names = ", ".join(sorted(p.stem for p in files))
     raise ScenarioError(str(name_or_path), "", f"no such file or shipped scenario ({names})")
 
 

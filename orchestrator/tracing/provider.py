@@ -15,11 +15,18 @@ Nothing here ever blocks a run: ``span.end()`` hands the span to a queue, and a 
 loses the span and counts it (:attr:`CountingProcessor.dropped`) instead of waiting. (The
 SDK's own queue would drop its oldest span and log a warning for each; this one refuses the
 newest, counted, and logs nothing per span.)
+
+A backend that is down is one warning line (:data:`EXPORT_FAILED`, logged when exports
+start failing, again only after one succeeded), not the OTLP exporter's three multi-line
+records per batch: those are silenced, the failures counted
+(``loopfuse_trace_spans_failed_total``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
@@ -33,6 +40,7 @@ from orchestrator.config import TracingSettings
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
+    "EXPORT_FAILED",
     "CountingProcessor",
     "ExportCounts",
     "RunTraceIds",
@@ -43,6 +51,17 @@ __all__ = [
 DEFAULT_SERVICE_NAME: Final = "loopfuse"
 INSTRUMENTATION: Final = "loopfuse"
 """The instrumentation scope's name on every span."""
+
+EXPORT_FAILED: Final = (
+    "spans not exported to %s (the backend refused them or did not answer); "
+    "they are counted in loopfuse_trace_spans_failed_total; is the backend up, and is "
+    "tracing.endpoint (or $OTEL_EXPORTER_OTLP_ENDPOINT) its address?"
+)
+"""The one warning a failing backend gets, until an export succeeds again."""
+
+_OTLP_LOGGER: Final = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+
+logger = logging.getLogger("loopfuse.tracing")
 
 _DEFAULT_QUEUE: Final = 2048
 _DEFAULT_BATCH: Final = 512
@@ -73,11 +92,27 @@ class ExportCounts(NamedTuple):
     """Spans in batches the exporter gave up on."""
 
 
-class _CountingExporter(SpanExporter):
-    """Counts what the batch thread takes from the queue and how each batch fared."""
+class _Silenced(logging.Filter):
+    """Drops the OTLP exporter's own records (a retry warning per attempt, an error per
+    batch, each with the connection error's text): :data:`EXPORT_FAILED` says it once."""
 
-    def __init__(self, exporter: SpanExporter) -> None:
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
+_SILENCED: Final = _Silenced()
+
+
+class _CountingExporter(SpanExporter):
+    """Counts what the batch thread takes from the queue and how each batch fared; warns
+    once (:data:`EXPORT_FAILED`) when batches start failing."""
+
+    def __init__(self, exporter: SpanExporter, *, target: str = "the backend") -> None:
         self._exporter = exporter
+        self._target = target
+        self._lock = threading.Lock()
+        self._closed = False
+        self.warned = False  # since the last export that succeeded
         self.taken = 0  # written by the batch thread only
         self.exported = 0
         self.failed = 0
@@ -87,11 +122,26 @@ class _CountingExporter(SpanExporter):
         result = self._exporter.export(spans)
         if result is SpanExportResult.SUCCESS:
             self.exported += len(spans)
+            self.warned = False
         else:
             self.failed += len(spans)
+            self.warn()
         return result
 
+    def warn(self) -> None:
+        """Log :data:`EXPORT_FAILED`, unless it was since the last export that succeeded."""
+        with self._lock:
+            if self.warned:
+                return
+            self.warned = True
+        logger.warning(EXPORT_FAILED, self._target)
+
     def shutdown(self) -> None:
+        """Shut the exporter down once (it aborts an export waiting to retry)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._exporter.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -107,8 +157,9 @@ class CountingProcessor(SpanProcessor):
         *,
         queue_size: int,
         schedule_delay_millis: float | None = None,
+        target: str = "the backend",
     ) -> None:
-        self._exporter = _CountingExporter(exporter)
+        self._exporter = _CountingExporter(exporter, target=target)
         self._queue_size = queue_size
         batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", _DEFAULT_BATCH), queue_size)
         self._batch = BatchSpanProcessor(
@@ -137,6 +188,13 @@ class CountingProcessor(SpanProcessor):
     def shutdown(self) -> None:
         self._batch.shutdown()  # type: ignore[no-untyped-call]
 
+    def abandon(self) -> None:
+        """Give up on what is still queued or being sent (a shutdown that takes too long):
+        the exporter stops retrying, and the loss is warned about once."""
+        if self.queued > self._exporter.exported + self._exporter.failed:
+            self._exporter.warn()
+        self._exporter.shutdown()
+
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self._batch.force_flush(timeout_millis)
 
@@ -155,10 +213,13 @@ def open_pipeline(
     """The provider for ``settings``; spans go to ``exporter`` (default: OTLP over HTTP to
     ``settings.endpoint``, or where the ``OTEL_*`` variables say). Close it with
     ``provider.shutdown()`` (it flushes what is queued)."""
+    target = "the backend"
     if exporter is None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=settings.endpoint or None)
+        logging.getLogger(_OTLP_LOGGER).addFilter(_SILENCED)  # once: the same filter
+        target = _endpoint(settings)
     name = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
     resource = Resource.create({"service.name": name})
     queue_size = settings.queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", _DEFAULT_QUEUE)
@@ -167,11 +228,24 @@ def open_pipeline(
         exporter,
         queue_size=queue_size,
         schedule_delay_millis=delay * 1000 if delay is not None else None,
+        target=target,
     )
     ids = RunTraceIds()
-    provider = TracerProvider(resource=resource, id_generator=ids)
+    # No shutdown at interpreter exit: the runtime shuts the provider down, bounded
+    # (orchestrator.tracing.wiring); the SDK's own would wait up to 30 s for a dead backend.
+    provider = TracerProvider(resource=resource, id_generator=ids, shutdown_on_exit=False)
     provider.add_span_processor(processor)
     return TracingPipeline(provider, ids, processor)
+
+
+def _endpoint(settings: TracingSettings) -> str:
+    """Where the OTLP exporter sends spans, as it decides (for messages)."""
+    if settings.endpoint:
+        return settings.endpoint
+    if traces := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return traces
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
+    return f"{base.rstrip('/')}/v1/traces"
 
 
 def _env_int(name: str, default: int) -> int:

@@ -18,15 +18,17 @@ from orchestrator.config import TracingSettings
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
 
     from orchestrator.tracing.exporter import TraceExporter
+    from orchestrator.tracing.provider import TracingPipeline
 
 __all__ = ["FLUSH_SECONDS", "open_tracing", "require_tracing"]
 
-FLUSH_SECONDS: Final = 5.0
-"""How long a stopping runtime waits for its queued spans to be exported."""
+FLUSH_SECONDS: Final = 2.0
+"""How long a stopping runtime waits for its queued spans to be exported: a command-line
+run exits at most this late when the backend is down (then the spans are lost, one
+warning line says so)."""
 
 _EXTRA: Final = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http")
 
@@ -64,7 +66,7 @@ def open_tracing(
     from orchestrator.tracing.provider import open_pipeline
 
     pipeline = open_pipeline(settings, exporter)
-    stack.push_async_callback(_shut_down, pipeline.provider)
+    stack.push_async_callback(_shut_down, pipeline)
     tracer = TraceExporter(
         bus,
         pipeline,
@@ -76,8 +78,11 @@ def open_tracing(
     return tracer
 
 
-async def _shut_down(provider: TracerProvider) -> None:
-    """Flush and close ``provider`` in a thread (the export is blocking I/O), waiting at
-    most :data:`FLUSH_SECONDS`; a backend that is down loses what was queued."""
-    with anyio.move_on_after(FLUSH_SECONDS, shield=True):
-        await anyio.to_thread.run_sync(provider.shutdown, abandon_on_cancel=True)
+async def _shut_down(pipeline: TracingPipeline) -> None:
+    """Flush and close the pipeline's provider in a thread (the export is blocking I/O),
+    waiting at most :data:`FLUSH_SECONDS`; then a backend that is down loses what was
+    queued: the exporter is shut down (it stops retrying) and one line warns."""
+    with anyio.move_on_after(FLUSH_SECONDS, shield=True) as waited:
+        await anyio.to_thread.run_sync(pipeline.provider.shutdown, abandon_on_cancel=True)
+    if waited.cancelled_caught:
+        pipeline.processor.abandon()

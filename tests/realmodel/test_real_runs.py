@@ -14,10 +14,12 @@ import anyio
 import pytest
 
 from bench.real_model import (
+    DEFAULT,
     MAX_TURNS,
     N_CTX,
     OFF,
     REAL_TASKS,
+    RealRun,
     RealServer,
     open_recorder,
     real_config,
@@ -25,7 +27,6 @@ from bench.real_model import (
 from bus import ExitReason
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunSpec, Runtime
-from tests.realmodel.conftest import DEFAULT, RealRun
 
 pytestmark = pytest.mark.realmodel
 
@@ -99,7 +100,7 @@ def test_a_task_bigger_than_the_window_ends_blocking_limit_and_sends_nothing(
 ) -> None:
     task = "Summarise this text: " + "the ledger lists another routine transfer. " * 600
 
-    async def play() -> tuple[object, tuple[int, ...]]:
+    async def play() -> tuple[RunResult, tuple[int, ...]]:
         async with open_recorder(real_server) as (base_url, recorder):
             config = real_config(base_url, real_server.model_id)
             async with Runtime(config) as runtime:
@@ -108,7 +109,7 @@ def test_a_task_bigger_than_the_window_ends_blocking_limit_and_sends_nothing(
             return result, tuple(recorder.statuses)
 
     result, statuses = anyio.run(play)
-    assert getattr(result, "exit_reason") is ExitReason.BLOCKING_LIMIT, result
+    assert result.exit_reason is ExitReason.BLOCKING_LIMIT, result
     assert statuses == ()
 
 
@@ -122,9 +123,9 @@ def test_a_window_the_server_refuses_ends_prompt_too_long_not_an_outage(
 
     from orchestrator.config import ContextSettings
 
-    task = "Summarise this text: " + "the ledger lists another routine transfer. " * 250
+    task = "Summarise this text: " + "the ledger lists another routine transfer. " * 400
 
-    async def play() -> tuple[object, tuple[int, ...]]:
+    async def play() -> tuple[RunResult, tuple[int, ...]]:
         async with open_recorder(real_server) as (base_url, recorder):
             config = real_config(base_url, real_server.model_id)
             config = msgspec.structs.replace(
@@ -137,4 +138,4 @@ def test_a_window_the_server_refuses_ends_prompt_too_long_not_an_outage(
 
     result, statuses = anyio.run(play)
     assert 400 in statuses
-    assert getattr(result, "exit_reason") is ExitReason.PROMPT_TOO_LONG, result
+    assert result.exit_reason is ExitReason.PROMPT_TOO_LONG, result

@@ -217,6 +217,11 @@ class McpConnection:
                 try:
                     read, write = await stack.enter_async_context(transport)
                 except OSError as exc:
+                    if spec.cwd is not None and not await anyio.Path(spec.cwd).is_dir():
+                        # the spawn's ENOENT is the directory's, not the command's
+                        raise McpStartError(
+                            spec.name, "cwd", f"no such directory {spec.cwd!r}"
+                        ) from None
                     why = exc.strerror or str(exc)
                     raise McpStartError(
                         spec.name, "command", f"cannot run {spec.command!r}: {why}"

@@ -1,0 +1,245 @@
+"""Connection limits in front of the app: what a client may hold before any request is read.
+
+uvicorn's httptools protocol (the fast parser uvicorn picks when httptools is installed)
+bounds none of these: it reads a request head of any size (httptools concatenates a header
+value chunk by chunk, so a 64 MiB header cost seconds of event loop and kept ~65 MiB of
+heap), waits for a head or a body forever (a keep-alive timer runs only between requests),
+and accepts every connection. :func:`limited_protocol` returns its subclass with
+:class:`ConnectionLimits`:
+
+* **Head size and count**: a request line plus headers longer than ``max_header_bytes``, or
+  more than ``max_headers`` header lines, is answered ``431`` and the connection closed; the
+  bytes past the limit are never given to the parser.
+* **Head timeout**: a request's head must arrive within ``header_timeout`` seconds of the
+  connection opening (or of its first byte, for a later request on a kept-alive
+  connection): else ``408`` and close (slowloris).
+* **Body timeout**: a request's body must arrive within ``body_timeout`` seconds of its
+  head, whether the app reads it or not: else the connection is closed (the app sees the
+  client go away).
+* **Connections**: past ``max_connections`` open connections in all, or
+  ``max_connections_per_client`` from one client address, a new one is answered ``503``
+  and closed at once.
+
+Idle kept-alive connections are closed by uvicorn's own ``timeout_keep_alive``. Every
+refusal is the API's JSON error body with ``Connection: close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any, ClassVar, NamedTuple
+
+import msgspec
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from orchestrator.daemon.schemas import ErrorBody, ErrorDetail
+
+__all__ = ["ConnectionLimits", "limited_protocol"]
+
+_ENCODER = msgspec.json.Encoder()
+_REASONS = {
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+
+
+class ConnectionLimits(NamedTuple):
+    """What one daemon lets its clients hold (``[daemon]`` keys of the same names)."""
+
+    max_header_bytes: int
+    max_headers: int
+    header_timeout: float
+    body_timeout: float
+    max_connections: int
+    max_connections_per_client: int
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop parsing (httptools wraps it)."""
+
+
+def _refusal(status: int, code: str, message: str, key: str) -> bytes:
+    body = _ENCODER.encode(ErrorBody(error=ErrorDetail(code=code, message=message, key=key)))
+    head = (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body))
+    )
+    return head + body
+
+
+class _LimitedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with :class:`ConnectionLimits` (see the module)."""
+
+    limits: ClassVar[ConnectionLimits]
+    per_client: ClassVar[Counter[str]]
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._reading_head = True
+        self._head_room = self.limits.max_header_bytes
+        self._header_lines = 0
+        self._refused: bytes | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._address: str | None = None
+
+    # -- connections ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        address = self.client[0] if self.client else ""
+        limits = self.limits
+        if len(self.connections) > limits.max_connections:
+            self._close_with(
+                _refusal(
+                    503,
+                    "too_many_connections",
+                    f"the daemon holds {limits.max_connections} connections already",
+                    "daemon.max_connections",
+                )
+            )
+            return
+        if self.per_client[address] >= limits.max_connections_per_client:
+            self._close_with(
+                _refusal(
+                    503,
+                    "too_many_connections",
+                    f"this client holds {limits.max_connections_per_client} connections already",
+                    "daemon.max_connections_per_client",
+                )
+            )
+            return
+        self._address = address
+        self.per_client[address] += 1
+        self._head_timer = self.loop.call_later(limits.header_timeout, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        if self._address is not None:
+            self.per_client[self._address] -= 1
+            if self.per_client[self._address] <= 0:
+                del self.per_client[self._address]
+            self._address = None
+        super().connection_lost(exc)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        while data:
+            if not self._reading_head:
+                super().data_received(data)
+                return
+            piece, data = data[: self._head_room], data[self._head_room :]
+            self._head_room -= len(piece)
+            super().data_received(piece)
+            if self.transport.is_closing():
+                return
+            if self._reading_head and self._head_room <= 0:
+                self._close_with(self._head_too_large())
+                return
+
+    def on_message_begin(self) -> None:
+        """A request's first byte: its head's clock starts (the first request's started
+        with the connection), also for one pipelined behind another."""
+        self._header_lines = 0
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(
+                self.limits.header_timeout, self._head_timed_out
+            )
+        super().on_message_begin()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_lines += 1
+        if self._header_lines > self.limits.max_headers:
+            self._refused = _refusal(
+                431,
+                "too_many_headers",
+                f"the request has more than {self.limits.max_headers} header lines",
+                "daemon.max_headers",
+            )
+            raise _HeadRefused
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._reading_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timed_out)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._reading_head = True
+        self._head_room = self.limits.max_header_bytes
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._refused is not None:  # a limit stopped the parser, not a malformed request
+            self._close_with(self._refused)
+            return
+        super().send_400_response(msg)
+
+    # -- refusals --------------------------------------------------------------------------
+
+    def _head_too_large(self) -> bytes:
+        return _refusal(
+            431,
+            "header_too_large",
+            f"the request line and headers are longer than {self.limits.max_header_bytes} bytes",
+            "daemon.max_header_bytes",
+        )
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # a response is under way: no room for another
+            return
+        self._close_with(
+            _refusal(
+                408,
+                "header_timeout",
+                f"the request's head did not arrive within {self.limits.header_timeout} s",
+                "daemon.header_timeout_seconds",
+            )
+        )
+
+    def _body_timed_out(self) -> None:
+        self._body_timer = None
+        self.transport.close()
+
+    def _close_with(self, response: bytes) -> None:
+        self._cancel_timers()
+        if not self.transport.is_closing():
+            self.transport.write(response)
+            self.transport.close()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._head_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = None
+
+
+def limited_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol under ``limits``, for ``uvicorn.Config(http=...)``: one
+    class per server (the per-client connection counts are shared by its connections)."""
+    return type(
+        "LimitedHttpToolsProtocol",
+        (_LimitedHttpTools,),
+        {"limits": limits, "per_client": Counter[str]()},
+    )

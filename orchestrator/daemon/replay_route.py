@@ -1,0 +1,115 @@
+"""``POST /v1/replay``: ``loopfuse replay`` over HTTP, for the operator only.
+
+The body is ``{"runs": [RUN, ...], "presets": [NAME, ...]}``; a ``RUN`` is
+``{"name": ..., "events": [EVENT, ...]}`` (a run's logged events, as ``GET
+/v1/runs/{id}/events`` streams them) or ``{"name": ..., "messages": [...], "tools": [...]}``
+(an OpenAI chat transcript). The answer is ``{"rows": [...], "totals": [...]}`` as
+``loopfuse replay --json`` prints it; runs are replayed under the daemon's own config.
+
+Only a bearer token from ``daemon.operator_token_env``'s variable is accepted: none or a
+wrong one is 401, an API token (``daemon.token_env``) 403, and with no operator token
+configured the endpoint answers 403 to everyone. The body is bounded by
+``daemon.max_body_bytes`` and holds at most :data:`MAX_REPLAY_RUNS` runs (both 413).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, get_args
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from bus import BusMessage, LogReader
+from orchestrator.config import Config, LoopPreset
+from orchestrator.daemon.auth import Authenticator
+from orchestrator.daemon.errors import ApiError
+from orchestrator.daemon.http import json_response, read_body
+from orchestrator.replay.command import replay_rows
+from orchestrator.replay.openai_chat import recording_from_chat
+from orchestrator.replay.recording import Recording, RecordingError, recording_from_events
+from orchestrator.replay.report import totals
+
+__all__ = ["MAX_REPLAY_RUNS", "REPLAY_PATH", "ReplayApi"]
+
+REPLAY_PATH: Final = "/v1/replay"
+MAX_REPLAY_RUNS: Final = 50
+"""Runs one request may replay (times its presets, at most four)."""
+
+_PRESETS: Final = frozenset(get_args(LoopPreset))
+_BODY: Final = msgspec.json.Decoder(dict[str, Any])
+
+
+class ReplayApi:
+    """The route's handler on the daemon's ``config``."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        daemon = config.daemon
+        self._operators = Authenticator.from_environment(
+            daemon.operator_token_env, metrics_auth=False
+        )
+        self._api = Authenticator.from_environment(daemon.token_env, metrics_auth=False)
+
+    async def replay(self, request: Request) -> Response:
+        self._authorise(request.headers.get("authorization"))
+        body = await read_body(request, self._config.daemon.max_body_bytes)
+        try:
+            document = _BODY.decode(body)
+        except msgspec.DecodeError as exc:
+            raise ApiError(400, "bad_json", f"the body is not a JSON object: {exc}") from None
+        runs, presets = document.get("runs"), document.get("presets", [])
+        if not isinstance(runs, list) or not runs:
+            raise ApiError(422, "invalid", "runs: a non-empty list is required", key="runs")
+        if len(runs) > MAX_REPLAY_RUNS:
+            raise ApiError(
+                413, "too_many_runs", f"runs: at most {MAX_REPLAY_RUNS} a request", key="runs"
+            )
+        if (
+            not isinstance(presets, list)
+            or len(presets) > 4
+            or not all(p in _PRESETS for p in presets)
+        ):
+            raise ApiError(
+                422,
+                "invalid",
+                f"presets: at most 4 of {', '.join(sorted(_PRESETS))}",
+                key="presets",
+            )
+        recordings = [_recording(index, run) for index, run in enumerate(runs)]
+        rows = await replay_rows(self._config, recordings, presets)
+        return json_response({"rows": rows, "totals": totals(rows)})
+
+    def _authorise(self, authorization: str | None) -> None:
+        if not self._operators.enabled:
+            raise ApiError(
+                403, "forbidden", "replay needs an operator token (daemon.operator_token_env)"
+            )
+        if self._operators.accepts(authorization):
+            return
+        if self._api.enabled and self._api.accepts(authorization):
+            raise ApiError(403, "forbidden", "replay needs an operator token, not an API token")
+        raise ApiError(
+            401,
+            "unauthorized",
+            "an operator's bearer token is required (Authorization: Bearer <token>)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def _recording(index: int, run: Any) -> Recording:
+    key = f"runs[{index}]"
+    if not isinstance(run, dict):
+        raise ApiError(422, "invalid", f"{key}: an object is required", key=key)
+    name = str(run.get("name") or key)
+    try:
+        if "events" in run:
+            events = run["events"]
+            if not isinstance(events, list):
+                raise RecordingError(f"{key}.events: a list is required")
+            reader = LogReader()
+            messages = [reader.read(msgspec.convert(event, BusMessage)) for event in events]
+            return recording_from_events(name, messages)
+        return recording_from_chat(name, run)
+    except (RecordingError, msgspec.ValidationError, ValueError) as exc:
+        raise ApiError(422, "invalid", f"{key}: {exc}", key=key) from None

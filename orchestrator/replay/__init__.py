@@ -1,0 +1,1 @@
+"""``loopfuse replay``: what another config would have done with recorded runs."""

@@ -1,0 +1,236 @@
+"""Plays a :class:`~orchestrator.replay.recording.Recording` through the real runtime.
+
+A replay is a live run in everything but its model and its tools: the conductor, the loop,
+budget and context monitors, the tool cache, the hooks and the verdicts are the runtime's
+own, on a runtime of its own (:class:`~orchestrator.runtime.Runtime` with a model actor and
+a tool registry given). Only two things are scripted, and nothing is called:
+
+* the **model** (:class:`ReplayModel`) answers the n-th request of each purpose with the
+  recording's n-th answer of that purpose (streamed text first, as the caller publishes
+  it). Past the end of the recording it repeats the last answer (``beyond="repeat"``: a
+  run stopped in a loop goes on looping, so a config that would not have stopped it is
+  seen running on to its next fuse) at most ``max_extra`` times, then answers an empty
+  final reply; with ``beyond="end"`` it answers that reply at once. Answers past the
+  recording are counted (:attr:`ReplayModel.extrapolated`).
+* the **tools** (:func:`replay_registry`): one per tool the run offered, with its schema,
+  answering the n-th run of a call with the recording's n-th result for the same tool and
+  arguments (the last repeats); a result that was an error is the same error again. A
+  call the recording never ran gets an error saying so.
+
+A caller's abort in the recording is played by aborting the replay after the same event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+
+from actors.tools import Tool, ToolContext, ToolError, ToolRegistry, default_registry
+from bus import Bus, Message, ModelCancel, ModelReply, ModelRequest, ModelTextDelta
+from orchestrator.config import Config
+from orchestrator.replay.recording import Answer, Recording, result_key
+from orchestrator.result import RunResult
+from orchestrator.runtime import RunHandle, RunSpec, Runtime
+
+__all__ = ["DEFAULT_MAX_EXTRA", "Beyond", "Played", "ReplayModel", "play", "replay_registry"]
+
+Beyond = Literal["repeat", "end"]
+
+DEFAULT_MAX_EXTRA: Final = 200
+"""Answers past the recording at most (then the model gives a final empty reply)."""
+
+_NO_RESULT: Final = "replay: the recording has no result for this call (it never ran)"
+
+
+class Played(msgspec.Struct, frozen=True, kw_only=True):
+    """A replay's result, how many model answers were past the recording, and the price
+    per million tokens the replay's run was charged."""
+
+    result: RunResult
+    extrapolated: int
+    input_price: float
+    output_price: float
+
+
+class ReplayModel:
+    """The model actor of a replay (see the module docstring)."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        recording: Recording,
+        *,
+        beyond: Beyond = "repeat",
+        max_extra: int = DEFAULT_MAX_EXTRA,
+    ) -> None:
+        self._bus = bus
+        self._answers = recording.answers
+        self._beyond = beyond
+        self._max_extra = max_extra
+        self._asked: dict[str, int] = {}
+        self._held: dict[tuple[str, int], ModelReply] = {}
+        self.extrapolated = 0
+        """Requests answered past the end of the recording."""
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Answer requests until the bus subscription closes."""
+        handlers = self.handlers()
+        sub = self._bus.subscribe(*handlers, name="replay_model", inline=True)
+        try:
+            await sub.serve_by_type(handlers, task_status=task_status)
+        finally:
+            self._bus.unsubscribe(sub)
+
+    def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
+        """The function of each message type the actor handles."""
+        return {ModelRequest: self._request, ModelCancel: self._cancel}
+
+    def _request(self, request: ModelRequest) -> None:
+        publish = self._bus.publish_nowait
+        answer = self._next(request.purpose)
+        if answer.error is not None:
+            publish(msgspec.structs.replace(answer.error, run_id=request.run_id, turn=request.turn))
+            return
+        reply = answer.reply
+        assert reply is not None
+        reply = msgspec.structs.replace(reply, run_id=request.run_id, turn=request.turn)
+        if reply.text:
+            publish(ModelTextDelta(run_id=request.run_id, turn=request.turn, text=reply.text))
+        if reply.aborted:  # the caller aborted it mid-answer: it ends when cancelled again
+            self._held[(request.run_id, request.turn)] = reply
+            return
+        publish(reply)
+
+    def _cancel(self, msg: ModelCancel) -> None:
+        reply = self._held.pop((msg.run_id, msg.turn), None)
+        if reply is not None:
+            self._bus.publish_nowait(reply)
+
+    def _next(self, purpose: str) -> Answer:
+        recorded = self._answers.get(purpose, ())
+        index = self._asked.get(purpose, 0)
+        self._asked[purpose] = index + 1
+        if index < len(recorded):
+            return recorded[index]
+        self.extrapolated += 1
+        if self._beyond == "repeat" and recorded and self.extrapolated <= self._max_extra:
+            last = recorded[-1]
+            if last.reply is not None and not last.reply.aborted:
+                suffix = f"~{index}"
+                calls = tuple(
+                    msgspec.structs.replace(call, id=call.id + suffix)
+                    for call in last.reply.tool_calls
+                )
+                return Answer(reply=msgspec.structs.replace(last.reply, tool_calls=calls))
+            if last.error is not None:
+                return last
+        return Answer(reply=ModelReply(run_id="", turn=0, text="", finish_reason="stop"))
+
+
+def replay_registry(recording: Recording) -> ToolRegistry:
+    """A registry of the tools ``recording``'s run offered, each answering from the
+    recording (a built-in's flags are kept: idempotent, finishing a stage)."""
+    builtins = default_registry()
+    registry = ToolRegistry()
+    for spec in recording.tools:
+        builtin = builtins.get(spec.name)
+        try:
+            schema = msgspec.json.decode(spec.parameters)
+        except msgspec.DecodeError:
+            schema = {"type": "object", "properties": {}}
+        if not isinstance(schema, dict):
+            schema = {"type": "object", "properties": {}}
+        registry.add(
+            Tool.from_json_schema(
+                spec.name,
+                spec.description,
+                schema,
+                _answerer(spec.name, recording),
+                idempotent=spec.name in recording.idempotent
+                or (builtin is not None and builtin.idempotent),
+                finishes_stage=builtin is not None and builtin.finishes_stage,
+            )
+        )
+    return registry
+
+
+def _answerer(name: str, recording: Recording) -> Callable[[dict[str, Any], ToolContext], Any]:
+    results = recording.results
+    encode = msgspec.json.Encoder().encode
+
+    async def answer(params: dict[str, Any], ctx: ToolContext) -> str:
+        key = result_key(name, encode(params).decode())
+        outcomes = results.get(key)
+        if not outcomes:
+            raise ToolError("replay", _NO_RESULT)
+        counts: dict[str, int] = ctx.state.setdefault("replay", {})
+        nth = counts.get(key, 0)
+        counts[key] = nth + 1
+        outcome = outcomes[min(nth, len(outcomes) - 1)]
+        if outcome.aborted:
+            await anyio.sleep_forever()  # it was running when the caller aborted
+        if outcome.is_error:
+            raise ToolError(outcome.error_kind or "replay", outcome.content)
+        return outcome.content
+
+    return answer
+
+
+async def play(
+    config: Config,
+    recording: Recording,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    beyond: Beyond = "repeat",
+    max_extra: int = DEFAULT_MAX_EXTRA,
+) -> Played:
+    """Replay ``recording`` under ``config`` with the run's own overrides, then
+    ``overrides`` (e.g. a ``loop_preset``) over them."""
+    models: list[ReplayModel] = []
+
+    def model_actor(bus: Bus) -> ReplayModel:
+        model = ReplayModel(bus, recording, beyond=beyond, max_extra=max_extra)
+        models.append(model)
+        return model
+
+    settings: dict[str, Any] = {**recording.overrides, **(overrides or {})}
+    settings["tools"] = tuple(spec.name for spec in recording.tools)
+    settings.pop("model", None)  # the replay's model is the recording
+    async with Runtime(config, tools=replay_registry(recording), model_actor=model_actor) as rt:
+        handle = await rt.start(
+            RunSpec(task=recording.task, system=recording.system, overrides=settings),
+            watch=_abort_at(recording) if recording.abort is not None else None,
+        )
+        result = await handle.result()
+        started = rt.event_log.events(handle.run_id)[:1]
+    input_price = output_price = 0.0
+    for msg in started:
+        input_price = getattr(msg, "input_price_per_million", 0.0)
+        output_price = getattr(msg, "output_price_per_million", 0.0)
+    return Played(
+        result=result,
+        extrapolated=models[0].extrapolated if models else 0,
+        input_price=input_price,
+        output_price=output_price,
+    )
+
+
+def _abort_at(recording: Recording) -> Callable[[RunHandle], Any]:
+    """A run watcher that aborts the replay after the event the recording's abort came."""
+    point = recording.abort
+    assert point is not None
+
+    async def watch(handle: RunHandle) -> None:
+        seen = 0
+        async for event in handle.events():
+            if type(event).__name__ == point.after and getattr(event, "turn", 0) == point.turn:
+                seen += 1
+                if seen >= point.count:
+                    await handle.abort(point.detail or "Aborted (replayed from the recording).")
+                    return
+
+    return watch
