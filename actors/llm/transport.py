@@ -430,7 +430,11 @@ class Reply:
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
-        return _bounded(_decoded(self._response.aiter_stream(), self._encoding))
+        reads: AsyncIterator[bytes] = self._response.aiter_stream()
+        encoding = self._encoding
+        if encoding and encoding != b"identity":  # one generator less per read otherwise
+            reads = _decoded(reads, encoding)
+        return _bounded(reads)
 
     @property
     def content(self) -> bytes:
