@@ -15,6 +15,14 @@ cookies, proxies, bounds) costs the real transport a little more than this.
                                                              # sessions per repetition
     python -m bench.aiohttp_probe --steady --batches N       # connections kept: for
                                                              # callgrind, as --steady lean
+    python -m bench.aiohttp_probe --h11 whole|split N        # h11 alone, N cycles (below)
+
+``--h11`` is the floor of any client on ``h11`` (``httpcore2``'s pool or ``h11`` under a
+pool of one's own): :func:`h11_alone` sends one request with the transport's nine headers
+and a 900-byte body through an ``h11.Connection`` and parses a 10-event chunked answer as
+uvicorn sends it, in one read (``whole``) or one read per event (``split``), ``N`` times,
+no socket. Under callgrind, ``N`` = 600 minus ``N`` = 100, ÷ 500, is its instructions per
+request.
 """
 
 from __future__ import annotations
@@ -159,6 +167,40 @@ async def _steady(base_url: str, batches: int, runs: int) -> tuple[float, int]:
     return (time.process_time() - started) * 1e6 / requests, requests
 
 
+def h11_alone(cycles: int, split: bool) -> None:
+    """``cycles`` request/answer cycles of ``h11`` alone (the module docstring)."""
+    import h11
+
+    from bench.http_client import _sample_stream
+
+    events = [event + b"\n\n" for event in _sample_stream(6).split(b"\n\n") if event]
+    head = (
+        b"HTTP/1.1 200 OK\r\ndate: Sat, 05 Dec 2026 13:00:00 GMT\r\nserver: uvicorn\r\n"
+        b"content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    chunks = [b"%x\r\n%s\r\n" % (len(event), event) for event in events] + [b"0\r\n\r\n"]
+    reads = [head, *chunks] if split else [head + b"".join(chunks)]
+    headers = [
+        (b"Host", b"127.0.0.1:8000"),
+        *((name.encode(), value.encode()) for name, value in _FIXED.items()),
+        (b"X-Loopfuse-Run-Id", b"run-1"),
+        (b"traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01"),
+        (b"Content-Length", b"900"),
+    ]
+    connection = h11.Connection(h11.CLIENT)
+    for _ in range(cycles):
+        connection.send(h11.Request(method="POST", target="/v1/chat/completions", headers=headers))
+        connection.send(h11.Data(data=b"x" * 900))
+        connection.send(h11.EndOfMessage())
+        for data in reads:
+            connection.receive_data(data)
+            while True:
+                event = connection.next_event()
+                if event is h11.NEED_DATA or type(event) is h11.EndOfMessage:
+                    break
+        connection.start_next_cycle()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bench.aiohttp_probe``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m bench.aiohttp_probe")
@@ -166,7 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
     parser.add_argument("--steady", action="store_true", help="connections kept (callgrind)")
     parser.add_argument("--batches", type=int, default=20, help="with --steady (default 20)")
+    parser.add_argument("--h11", nargs=2, metavar=("whole|split", "N"), help="h11 alone")
     args = parser.parse_args(argv)
+    if args.h11:
+        h11_alone(int(args.h11[1]), args.h11[0] == "split")
+        return 0
     with simulator_process() as url:
         if args.steady:
             us, requests = anyio.run(_steady, url, args.batches, args.runs)
