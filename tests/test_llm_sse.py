@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
@@ -29,7 +29,7 @@ from actors.llm.caller import LLMCaller
 from actors.llm.chunks import Chunk, decode_chunk, decode_completion, error_frame
 from actors.llm.errors import classify
 from actors.llm.settings import EndpointSettings
-from actors.llm.sse import SSEDecoder
+from actors.llm.sse import MAX_LINE_BYTES, SSEDecoder
 from actors.llm.stream import ChunkReader, StreamTally, read_chunks
 from bus import Bus, ChatMessage, Message, ModelError, ModelReply, ModelRequest, ModelTextDelta
 from tests.loopback import open_loopback
@@ -415,20 +415,18 @@ async def test_transport_failures_mid_stream_come_out_as_the_sdk_raises_them(
     )
 
 
-class DirectResponse(Response):
-    """The same reads offered as the transport's own client offers a body: a coroutine
-    function (``Reply.direct_reader``) giving each read, ``b""`` at the end."""
-
-    def direct_reader(self) -> Callable[[], Awaitable[bytes]]:
-        items = iter([item for item in self._reads if item != b""])
-
-        async def read() -> bytes:
-            item = next(items, b"")
-            if isinstance(item, BaseException):
-                raise item
-            return item
-
-        return read
+@pytest.mark.asyncio
+async def test_a_line_without_end_fails_the_stream_at_the_bound() -> None:
+    piece = b"x" * (1 << 20)
+    reads: Reads = [
+        frame(text_chunk("a")),
+        b"data: ",
+        *[piece] * (MAX_LINE_BYTES // len(piece) + 1),
+    ]
+    exc, text = await failure_after(reads)
+    assert type(exc) is openai.APIConnectionError
+    assert "longer than" in str(exc.__cause__)
+    assert text == "a"
 
 
 class Closing(Response):
@@ -491,9 +489,8 @@ READS: list[Reads] = [
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("reads", READS)
-async def test_a_direct_reader_reads_exactly_as_the_body_iterator(reads: Reads) -> None:
+async def test_read_chunks_reads_exactly_as_the_chunk_reader(reads: Reads) -> None:
     through_iterator = await outcome(Response(reads))
-    assert await outcome(DirectResponse(reads)) == through_iterator
     async with open_response(reads) as response, aclosing(read_chunks(response)) as batches:
         sizes: list[int] = []
         with contextlib.suppress(Exception):

@@ -29,6 +29,7 @@ from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
 from actors.llm.transport import (
     COMPLETIONS,
+    MAX_BODY_BYTES,
     MAX_REDIRECTS,
     RUN_ID_HEADER,
     ChatTransport,
@@ -378,6 +379,17 @@ async def test_a_body_compressed_anyway_is_decoded(encoding: bytes, encode: Any)
             assert await read_text(await transport.post(b"{}", "r", stream=True)) == "hi"
             whole = await transport.post(b"{}", "r", stream=False)
     assert json.loads(whole.content) == completion
+
+
+@pytest.mark.asyncio
+async def test_a_body_that_inflates_past_the_bound_is_cut_not_buffered() -> None:
+    bomb = gzip.compress(b"\0" * (MAX_BODY_BYTES + 1))  # ~64 KiB on the wire
+    assert len(bomb) < MAX_BODY_BYTES // 100
+    app = Server((200, [(b"content-encoding", b"gzip")], bomb))
+    async with open_loopback(app) as url, open_clients(url) as pool:
+        with anyio.fail_after(WAIT), pytest.raises(openai.APIConnectionError) as caught:
+            await pool.transport_for_run("r").post(b"{}", "r", stream=False)
+    assert "longer than" in str(caught.value.__cause__)
 
 
 @pytest.mark.asyncio

@@ -1,9 +1,9 @@
 """The model endpoint's HTTP client: chat-completions POSTs through a connection pool the
 transport owns, with the request head made once per transport.
 
-Direct ``http``/``https`` connections go through loopfuse's own HTTP/1.1 client
-(:mod:`actors.llm.http1_pool`: asyncio protocols, O(1) pool); a proxied endpoint (the
-environment names a proxy) through an ``httpcore2`` pool.
+Every endpoint, proxied (the environment names a proxy) or not, goes through one
+``httpcore2`` pool (its ``h11`` HTTP/1.1 parser; HTTP/2 when negotiated). A 2xx body is read
+decoded up to :data:`MAX_BODY_BYTES`.
 
 Only the public API of ``httpcore2`` (the pool, its request and response, its exceptions),
 of ``httpx2`` (its TLS context; the request and response an SDK exception carries) and of
@@ -20,7 +20,8 @@ the URL), ``OpenAI-Organization``/``OpenAI-Project`` from ``OPENAI_ORG_ID``/
 those), cookies the server set, then per request the run id, a ``traceparent`` and the
 body's length. Proxies come from the environment (``HTTPS_PROXY``, ``NO_PROXY``, …), once.
 A 307/308 to the same origin is followed (five times at most); a body a server compressed
-anyway (gzip, deflate) is decoded.
+anyway (gzip, deflate) is decoded, to :data:`MAX_BODY_BYTES` at most (more is a
+protocol error: a connection failure to the caller).
 
 Failures come out as the ``openai`` SDK raises them: ``APIStatusError`` subclasses for a
 4xx/5xx (any other redirect included), ``APITimeoutError``/``APIConnectionError`` from the
@@ -35,12 +36,11 @@ import http.cookies
 import importlib.metadata
 import json
 import os
-import re
 import ssl
 import time
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Final
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -49,15 +49,13 @@ import httpcore2
 import httpx2
 import openai
 
-from actors.llm.connection import LeanBackend
-from actors.llm.http1_pool import Pool, Timeouts
-from actors.llm.http1_response import Response as Http1Response
 from actors.llm.sdk_errors import connection_error, status_error
 from actors.llm.settings import NO_API_KEY, EndpointSettings
 
 __all__ = [
     "COMPLETIONS",
     "CORE_ERRORS",
+    "MAX_BODY_BYTES",
     "MAX_REDIRECTS",
     "RUN_ID_HEADER",
     "ChatTransport",
@@ -91,6 +89,10 @@ MAX_REDIRECTS: Final = 5
 ERROR_BODY_LIMIT: Final = 1 << 20
 """Bytes of a 4xx/5xx body read (the rest is dropped with the connection)."""
 
+MAX_BODY_BYTES: Final = 64 << 20
+"""Bytes of a 2xx body, after any content coding is undone, read at most; a longer body
+raises ``httpcore2.RemoteProtocolError`` (a compressed body cannot inflate without bound)."""
+
 MAX_CONNECTIONS: Final = 1000
 MAX_KEEPALIVE_CONNECTIONS: Final = 100
 KEEPALIVE_SECONDS: Final = 5.0
@@ -99,7 +101,7 @@ KEEPALIVE_SECONDS: Final = 5.0
 Headers = tuple[tuple[bytes, bytes], ...]
 """Request headers added to the transport's own, as (name, value) bytes."""
 
-_Response = httpcore2.Response | Http1Response
+_Response = httpcore2.Response
 
 _REDACTED: Final = b"***"
 _CONTENT_LENGTH: Final = b"Content-Length"
@@ -107,9 +109,8 @@ _SET_COOKIE: Final = b"set-cookie"
 _CONTENT_ENCODING: Final = b"content-encoding"
 _UNUSUAL: Final = frozenset({_SET_COOKIE, _CONTENT_ENCODING})
 _REDIRECTS: Final = frozenset({307, 308})
+_INFLATE_PIECE: Final = 1 << 20
 _DECODERS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": 0}
-_TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_FIELD_VALUE: Final = re.compile(rb"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
 
 
 def _user_agent() -> bytes:
@@ -145,7 +146,7 @@ def environment_proxy(scheme: str, host: str) -> httpcore2.Proxy | None:
 class _Origin:
     """Where requests go: the URL as the pool takes it, and its origin."""
 
-    __slots__ = ("authority", "origin", "request_line", "url")
+    __slots__ = ("authority", "origin", "url")
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -156,7 +157,6 @@ class _Origin:
         self.url = httpcore2.URL(
             scheme=parts.scheme, host=host.encode("idna"), port=parts.port, target=target
         )
-        self.request_line = b"POST %s HTTP/1.1\r\n" % self.url.target
 
 
 class ChatTransport:
@@ -194,26 +194,10 @@ class ChatTransport:
             }
         )
         self._cookies: dict[str, str] = {}
-        self._head = b""  # the request line and the template's headers, for the own client
-        self._head_error: str | None = None
         self._template = self._make_template()
         self._ssl_context = ssl_context or httpx2.create_ssl_context()
         self._proxy = environment_proxy(parts.scheme, parts.hostname or "")
-        self._direct: Pool | None = None
-        self._pool: httpcore2.AsyncConnectionPool | None = None
-        if self._proxy is None and parts.scheme in ("http", "https"):
-            https = parts.scheme == "https"
-            self._direct = Pool(
-                parts.hostname or "",
-                parts.port or (443 if https else 80),
-                self._ssl_context if https else None,
-                Timeouts(endpoint.connect_timeout_seconds, timeout, timeout, timeout),
-                max_connections=MAX_CONNECTIONS,
-                max_keepalive=MAX_KEEPALIVE_CONNECTIONS,
-                keepalive_expiry=KEEPALIVE_SECONDS,
-            )
-        else:
-            self._pool = self._new_pool(MAX_CONNECTIONS)
+        self._pool = self._new_pool(MAX_CONNECTIONS)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -246,10 +230,7 @@ class ChatTransport:
         connection it used, and the pool learns that only when the close arrives."""
         if self._closed:
             raise RuntimeError("the model transport has been closed")
-        if self._direct is not None:
-            return await self._send_direct(self._direct, body, run_id, stream, headers, fresh)
         if not fresh:
-            assert self._pool is not None
             return await self._send(self._pool, body, run_id, stream, headers)
         pool = self._new_pool(1)
         try:
@@ -301,49 +282,6 @@ class ChatTransport:
             self.error_request(run_id),
         )
 
-    async def _send_direct(
-        self,
-        pool: Pool,
-        body: bytes,
-        run_id: str,
-        stream: bool,
-        headers: Headers,
-        fresh: bool,
-    ) -> Reply:
-        """As :meth:`_send`, through the own HTTP/1.1 client: the request's bytes are the
-        head made once per template, the per-request lines, then the body."""
-        lines = [self._run_id_name, b": ", _header_value(run_id), b"\r\n"]
-        for name, value in headers:
-            lines += (name, b": ", value, b"\r\n")
-        lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
-        tail = b"".join(lines)
-        count = len(headers) + 3  # the run id, the headers, the length, the blank line
-        try:
-            if self._head_error is not None:
-                raise httpcore2.LocalProtocolError(self._head_error)
-            if tail.count(b"\n") != count or tail.count(b"\r") != count or 0 in tail:
-                raise httpcore2.LocalProtocolError("a header value holds CR, LF or NUL")
-        except httpcore2.LocalProtocolError as exc:
-            raise connection_error(exc, self.error_request(run_id)) from exc
-        target = self._target
-        head = self._head
-        for _ in range(MAX_REDIRECTS + 1):
-            try:
-                response = await pool.request(head + tail + body, fresh=fresh)
-            except CORE_ERRORS as exc:
-                raise connection_error(exc, self.error_request(run_id)) from exc
-            answer = await self._answer(response, response.http_version, run_id, stream, target)
-            if isinstance(answer, Reply):
-                return answer
-            target = answer
-            head = target.request_line + self._head[len(self._target.request_line) :]
-        raise status_error(
-            response.status,
-            response.headers,
-            _message(f"more than {MAX_REDIRECTS} redirects"),
-            self.error_request(run_id),
-        )
-
     async def _answer(
         self, response: _Response, http_version: str, run_id: str, stream: bool, target: _Origin
     ) -> Reply | _Origin:
@@ -351,18 +289,13 @@ class ChatTransport:
         follow leads (its body read); any other status raised as the SDK's error."""
         status = response.status
         encoding = None
-        if isinstance(response, Http1Response):  # the parser picked them out
-            for value in response.cookies:
-                self._keep_cookie(value)
-            encoding = response.content_encoding
-        else:
-            for name, value in response.headers:
-                lowered = name.lower()
-                if lowered in _UNUSUAL:
-                    if lowered == _SET_COOKIE:
-                        self._keep_cookie(value)
-                    else:
-                        encoding = value.strip().lower()
+        for name, value in response.headers:
+            lowered = name.lower()
+            if lowered in _UNUSUAL:
+                if lowered == _SET_COOKIE:
+                    self._keep_cookie(value)
+                else:
+                    encoding = value.strip().lower()
         if 200 <= status < 300:
             reply = Reply(self, response, run_id, encoding, http_version)
             if not stream:  # read whole and closed: the connection is free again
@@ -391,10 +324,7 @@ class ChatTransport:
     async def aclose(self) -> None:
         """Close every connection; later requests raise ``RuntimeError``."""
         self._closed = True
-        if self._direct is not None:
-            await self._direct.aclose()
-        if self._pool is not None:
-            await self._pool.aclose()
+        await self._pool.aclose()
 
     # ------------------------------------------------------------------ internals
 
@@ -405,7 +335,6 @@ class ChatTransport:
             max_connections=connections,
             max_keepalive_connections=min(connections, MAX_KEEPALIVE_CONNECTIONS),
             keepalive_expiry=KEEPALIVE_SECONDS,
-            network_backend=LeanBackend(),
         )
 
     def _make_template(self) -> list[tuple[bytes, bytes]]:
@@ -413,9 +342,6 @@ class ChatTransport:
         if self._cookies:
             cookie = "; ".join(f"{k}={v}" for k, v in self._cookies.items())
             template.append((b"Cookie", cookie.encode("latin-1")))
-        self._head = self._target.request_line + b"".join(b"%s: %s\r\n" % pair for pair in template)
-        bad = [name for name, value in template if not _valid_header(name, value)]
-        self._head_error = f"an invalid header: {bad[0].decode('latin-1')!r}" if bad else None
         return template
 
     def _keep_cookie(self, value: bytes) -> None:
@@ -502,20 +428,13 @@ class Reply:
         self.status_code = response.status
         self.http_version = http_version
 
-    def direct_reader(self) -> Callable[[], Awaitable[bytes]] | None:
-        """A coroutine function giving the next piece of the body (``b""`` at its end;
-        raises :data:`CORE_ERRORS` when the connection fails), if the body is read as it
-        arrives, without an iterator: the own HTTP/1.1 client and no content coding.
-        ``None`` otherwise (read :meth:`aiter_bytes`)."""
-        response = self._response
-        if self._encoding is None and isinstance(response, Http1Response):
-            return response.read_some
-        return None
-
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
-        reads = self._response.aiter_stream()
-        return reads if self._encoding is None else _decoded(reads, self._encoding)
+        reads: AsyncIterator[bytes] = self._response.aiter_stream()
+        encoding = self._encoding
+        if encoding and encoding != b"identity":  # one generator less per read otherwise
+            reads = _decoded(reads, encoding)
+        return _bounded(reads)
 
     @property
     def content(self) -> bytes:
@@ -525,36 +444,14 @@ class Reply:
     async def aread(self) -> bytes:
         """The whole body (the SDK's connection exceptions when the connection fails)."""
         try:
-            if self._encoding is None:
-                self._content = await self._response.aread()
-            else:
-                self._content = b"".join([data async for data in self.aiter_bytes()])
+            self._content = b"".join([data async for data in self.aiter_bytes()])
         except CORE_ERRORS as exc:
             raise connection_error(exc, self.request) from exc
         return self._content
 
-    def finish_in_background(self) -> bool:
-        """The reader has what it wants (a stream's ``[DONE]``): true if the connection
-        reads and drops the rest of the body itself and then goes back to the pool (the
-        own client); false if the reader should drain it (``httpcore2``)."""
-        response = self._response
-        if isinstance(response, Http1Response):
-            response.finish_in_background()
-            return True
-        return False
-
     def own(self, pool: httpcore2.AsyncConnectionPool) -> None:
         """Close ``pool`` (the reply's own connection) with the reply."""
         self._pool = pool
-
-    def close_now(self) -> bool:
-        """Close the reply if that needs no waiting (the own client's connection is given
-        back or closed at once); false if :meth:`aclose` must be awaited instead."""
-        response = self._response
-        if self._pool is None and isinstance(response, Http1Response):
-            response.close()
-            return True
-        return False
 
     async def aclose(self) -> None:
         try:
@@ -567,6 +464,18 @@ class Reply:
     def request(self) -> httpx2.Request:
         """The request, for an SDK exception (credentials redacted; made when needed)."""
         return self._transport.error_request(self._run_id)
+
+
+async def _bounded(reads: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``reads``, ended by ``httpcore2.RemoteProtocolError`` past :data:`MAX_BODY_BYTES`."""
+    size = 0
+    async for data in reads:
+        size += len(data)
+        if size > MAX_BODY_BYTES:
+            raise httpcore2.RemoteProtocolError(
+                f"the response body is longer than {MAX_BODY_BYTES} bytes (decoded)"
+            )
+        yield data
 
 
 async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> AsyncIterator[bytes]:
@@ -585,12 +494,15 @@ async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> Async
         if decoder is None:  # deflate: zlib-wrapped, or raw as some servers send it
             raw = data[:1] and (data[0] & 0x0F) != 8
             decoder = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
-        try:
-            out = decoder.decompress(data)
-        except zlib.error as exc:
-            raise httpcore2.RemoteProtocolError(f"undecodable {encoding!r} body: {exc}") from exc
-        if out:
-            yield out
+        while data:  # in bounded pieces: a small read may inflate to a great deal
+            try:
+                out = decoder.decompress(data, _INFLATE_PIECE)
+            except zlib.error as exc:
+                message = f"undecodable {encoding!r} body: {exc}"
+                raise httpcore2.RemoteProtocolError(message) from exc
+            data = decoder.unconsumed_tail
+            if out:
+                yield out
     if decoder is not None and (rest := decoder.flush()):
         yield rest
 
@@ -621,10 +533,6 @@ def _fixed_headers(
     for name, value in endpoint.extra_headers.items():
         headers[name.lower()] = (name.encode("latin-1"), _header_value(value))
     return list(headers.values())
-
-
-def _valid_header(name: bytes, value: bytes) -> bool:
-    return bool(_TOKEN.fullmatch(name)) and bool(_FIELD_VALUE.fullmatch(value))
 
 
 def _expired(morsel: http.cookies.Morsel[str]) -> bool:
