@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
+import aiohttp
 import anyio
-import httpcore2
 import httpx2
 import msgspec
 import openai
@@ -397,10 +397,10 @@ async def test_a_payload_that_is_not_json_is_a_broken_stream() -> None:
 @pytest.mark.parametrize(
     ("cause", "expected"),
     [
-        (httpcore2.ReadError("reset"), openai.APIConnectionError),
-        (httpcore2.RemoteProtocolError("peer closed"), openai.APIConnectionError),
-        (httpcore2.ReadTimeout("slow"), openai.APITimeoutError),
-        (anyio.EndOfStream(), openai.APIConnectionError),
+        (aiohttp.ClientOSError("reset"), openai.APIConnectionError),
+        (aiohttp.ClientPayloadError("peer closed"), openai.APIConnectionError),
+        (aiohttp.SocketTimeoutError("slow"), openai.APITimeoutError),
+        (aiohttp.ServerDisconnectedError(), openai.APIConnectionError),
     ],
 )
 async def test_transport_failures_mid_stream_come_out_as_the_sdk_raises_them(
@@ -482,8 +482,8 @@ READS: list[Reads] = [
     [frame(text_chunk("a")) + frame({"error": {"message": "overloaded"}}), frame(USAGE)],
     [frame({"error": {"message": "at once"}})],
     [frame(text_chunk("a")) + b"data: {not json\n\n"],
-    [frame(text_chunk("a")), httpcore2.ReadError("reset")],
-    [httpcore2.ReadTimeout("slow")],
+    [frame(text_chunk("a")), aiohttp.ClientOSError("reset")],
+    [aiohttp.SocketTimeoutError("slow")],
 ]
 
 

@@ -1,7 +1,8 @@
 """The model transport on the wire against real servers on loopback: raw servers that
 send odd or malformed answers, uvicorn, the project's simulator and a TLS server with a
-certificate made for the test. (These ran against the own HTTP/1.1 client first; they now
-hold for ``httpcore2``'s pool, which every endpoint goes through.)
+certificate made for the test. (These ran against the own HTTP/1.1 client first, then
+``httpcore2``'s pool; they now hold for ``aiohttp``'s client, which every endpoint goes
+through.)
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
-import httpcore2
 import openai
 import pytest
 from anyio.abc import SocketAttribute, SocketStream
@@ -135,7 +136,7 @@ async def test_a_connection_not_made_in_time_is_the_sdks_timeout() -> None:
         finally:
             for filler in fillers:
                 filler.close()
-    assert isinstance(caught.value.__cause__, httpcore2.ConnectTimeout)
+    assert isinstance(caught.value.__cause__, aiohttp.ConnectionTimeoutError)
 
 
 @pytest.mark.asyncio
@@ -158,7 +159,7 @@ async def test_a_malformed_response_is_the_sdks_connection_error(answer: bytes) 
         finally:
             await transport.aclose()
     assert type(caught.value) is openai.APIConnectionError
-    assert isinstance(caught.value.__cause__, httpcore2.RemoteProtocolError)
+    assert isinstance(caught.value.__cause__, aiohttp.ClientResponseError)  # llhttp refused it
 
 
 @pytest.mark.asyncio
@@ -171,9 +172,8 @@ async def test_a_header_value_with_a_line_break_is_refused_before_sending() -> N
                 await transport.post(b"{}", "run\r\nX-Injected: 1", stream=False)
         finally:
             await transport.aclose()
-    assert isinstance(caught.value.__cause__, httpcore2.LocalProtocolError)
-    # h11 refuses the head before writing it; the connection is opened first (the own
-    # client refused before connecting), so only "nothing was sent" holds now.
+    assert isinstance(caught.value.__cause__, ValueError)  # aiohttp refuses it unwritten
+    assert "control character" in str(caught.value.__cause__)
 
 
 @pytest.mark.asyncio
@@ -361,5 +361,5 @@ async def test_https_checks_the_servers_certificate_and_name(tmp_path: Path) -> 
         finally:
             await good.aclose()
             await untrusting.aclose()
-    assert isinstance(caught.value.__cause__, httpcore2.ConnectError)
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorCertificateError)
     assert server.connections == 2  # the good transport's connection was reused

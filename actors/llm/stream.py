@@ -25,7 +25,6 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final, Protocol
 
 import anyio
-import httpcore2
 import httpx2
 import msgspec
 import openai
@@ -34,7 +33,7 @@ from actors.llm.chunks import Chunk, decode_chunk, error_frame
 from actors.llm.errors import IncompleteStream
 from actors.llm.sdk_errors import connection_error
 from actors.llm.sse import LineTooLong, SSEDecoder
-from actors.llm.transport import CORE_ERRORS
+from actors.llm.transport import CORE_ERRORS, BrokenBody
 
 __all__ = [
     "DRAIN_SECONDS",
@@ -168,7 +167,7 @@ class ChunkReader:
         try:
             payloads = self._sse.feed(data)
         except LineTooLong as exc:
-            failure = httpcore2.RemoteProtocolError(str(exc))
+            failure = BrokenBody(str(exc))
             self._failure = connection_error(failure, self._response.request)
             self._failure.__cause__ = failure
             return batch
