@@ -297,6 +297,9 @@ class Response:
     def __init__(self, reads: Reads) -> None:
         self._reads = reads
 
+    def drained_nowait(self) -> bool:
+        return False  # the rest is read through aiter_bytes
+
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         for item in self._reads:
             if isinstance(item, BaseException):

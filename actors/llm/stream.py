@@ -101,6 +101,8 @@ class StreamedResponse(Protocol):
 
     def aiter_bytes(self) -> AsyncIterator[bytes]: ...
 
+    def drained_nowait(self) -> bool: ...
+
 
 class ChunkReader:
     """The chunks of a streamed response, batch by batch: :meth:`next_batch` until it
@@ -143,8 +145,9 @@ class ChunkReader:
         try:
             if self._done:
                 self._ended = True
-                if self._response.http_version == "HTTP/1.1":  # HTTP/2 closes the stream
-                    await self._drain()
+                response = self._response
+                if response.http_version == "HTTP/1.1" and not response.drained_nowait():
+                    await self._drain()  # (HTTP/2 closes the stream)
                 return None
             while True:
                 data = await self._next_read()

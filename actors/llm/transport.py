@@ -422,14 +422,18 @@ class Reply:
         self._session: aiohttp.ClientSession | None = None
         self.status_code = response.status
         version = response.version
-        self.http_version = f"HTTP/{version.major}.{version.minor}" if version else "HTTP/1.1"
+        self.http_version = (
+            "HTTP/1.1"
+            if version is None or version == (1, 1)
+            else f"HTTP/{version.major}.{version.minor}"
+        )
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
         encoding = self._encoding
         if encoding and encoding != b"identity":
             return _bounded(_decoded(_reads(self._response.content), encoding))
-        return _bounded(_reads(self._response.content))
+        return _bounded_reads(self._response.content)  # one generator: the usual body
 
     @property
     def content(self) -> bytes:
@@ -443,6 +447,17 @@ class Reply:
         except CORE_ERRORS as exc:
             raise connection_error(exc, self.request) from exc
         return self._content
+
+    def drained_nowait(self) -> bool:
+        """Drop what has arrived of the body without waiting; whether it has ended (the
+        usual case after ``[DONE]``: the stream reader then waits for no rest)."""
+        content = self._response.content
+        try:
+            while not content.at_eof() and content.read_nowait():
+                pass
+        except CORE_ERRORS:
+            return True  # the answer is complete: a failure after it is no failure of it
+        return content.at_eof()
 
     def own(self, session: aiohttp.ClientSession) -> None:
         """Close ``session`` (the reply's own connection) with the reply."""
@@ -464,6 +479,16 @@ class Reply:
 async def _reads(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
     """The body as it arrives, read by read."""
     while data := await content.readany():
+        yield data
+
+
+async def _bounded_reads(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """``_bounded(_reads(content))`` in one generator."""
+    size = 0
+    while data := await content.readany():
+        size += len(data)
+        if size > MAX_BODY_BYTES:
+            raise BrokenBody(f"the response body is longer than {MAX_BODY_BYTES} bytes")
         yield data
 
 
