@@ -1,7 +1,7 @@
 """``python -m bench.aiohttp_probe``: the ``lean`` loop of :mod:`bench.http_client` on
-``aiohttp``'s client instead of the transport's ``httpcore2`` pool: a measurement for issue
-#31, not a transport. ``aiohttp`` is no dependency of loopfuse: ``pip install aiohttp``
-first (3.14 was measured).
+``aiohttp``'s client with nothing of the transport around it (no SDK exceptions, redirects,
+cookies, proxies or bounds): the measurement for issue #31 that chose ``aiohttp`` for the
+transport (3.14 was measured).
 
 The same bare loop as ``lean`` (the ``completed`` scenario, two streamed requests per run,
 the body encoded by msgspec, the reply read by :class:`actors.llm.stream.ChunkReader` into

@@ -485,13 +485,13 @@ def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
     assert environment_proxy("https", "api.example.com") is None
-    monkeypatch.setenv("HTTPS_PROXY", "http://u%3A1:pw@proxy.local:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://u%201:pw@proxy.local:3128")
     monkeypatch.setenv("NO_PROXY", "localhost,.internal")
     proxy = environment_proxy("https", "api.example.com")
     assert proxy is not None
     assert proxy.url == "http://proxy.local:3128"
-    assert proxy.auth == ("u:1", "pw")
-    assert proxy.headers == {"Proxy-Authorization": "Basic dToxOnB3"}  # u:1:pw
+    assert proxy.auth == ("u 1", "pw")
+    assert proxy.headers == {"Proxy-Authorization": "Basic dSAxOnB3"}  # u 1:pw
     assert environment_proxy("http", "api.example.com") is None  # only HTTPS_PROXY is set
     assert environment_proxy("https", "model.internal") is None
     assert environment_proxy("https", "localhost") is None

@@ -363,3 +363,69 @@ async def test_https_checks_the_servers_certificate_and_name(tmp_path: Path) -> 
             await untrusting.aclose()
     assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorCertificateError)
     assert server.connections == 2  # the good transport's connection was reused
+
+
+@pytest.mark.asyncio
+async def test_a_proxied_endpoint_goes_through_the_environments_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ``http`` endpoint behind ``HTTP_PROXY``: the request goes to the proxy in absolute
+    form with the proxy's credentials; the endpoint's host is never resolved."""
+    seen: list[bytes] = []
+
+    async def proxy(stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        while True:
+            seen.append(await read_request(reader))
+            await stream.send(OK)
+
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    async with raw_server(proxy) as server:
+        monkeypatch.setenv("HTTP_PROXY", f"http://u:pw@127.0.0.1:{server.port}")
+        endpoint = EndpointSettings(base_url="http://model.invalid/v1", api_key="k")
+        transport = ChatTransport(endpoint)
+        try:
+            with anyio.fail_after(WAIT):
+                reply = await transport.post(b"{}", "r", stream=False)
+        finally:
+            await transport.aclose()
+    assert reply.content == b"ok"
+    (request,) = seen
+    assert request.startswith(b"POST http://model.invalid/v1/chat/completions HTTP/1.1\r\n")
+    assert b"\r\nProxy-Authorization: Basic dTpwdw==\r\n" in request  # u:pw, not the key
+    assert b"\r\nAuthorization: Bearer k\r\n" in request
+
+
+@pytest.mark.asyncio
+async def test_an_https_endpoints_key_never_reaches_its_proxy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ``CONNECT`` to the proxy carries the proxy's credentials and nothing of the
+    endpoint's headers (aiohttp adds a session's default headers to it)."""
+    seen: list[bytes] = []
+
+    async def proxy(stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        seen.append(await read_request(reader))
+        await stream.send(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    async with raw_server(proxy) as server:
+        monkeypatch.setenv("HTTPS_PROXY", f"http://u:pw@127.0.0.1:{server.port}")
+        endpoint = EndpointSettings(
+            base_url="https://model.invalid/v1", api_key="sk-key", extra_headers={"X-K": "sk-2"}
+        )
+        transport = ChatTransport(endpoint)
+        try:
+            with anyio.fail_after(WAIT), pytest.raises(openai.APIConnectionError) as caught:
+                await transport.post(b"{}", "r", stream=False)
+        finally:
+            await transport.aclose()
+    assert isinstance(caught.value.__cause__, aiohttp.ClientHttpProxyError)
+    (connect,) = seen
+    assert connect.startswith(b"CONNECT model.invalid:443 HTTP/1.1\r\n")
+    assert b"\r\nProxy-Authorization: Basic dTpwdw==\r\n" in connect
+    assert b"sk-key" not in connect
+    assert b"sk-2" not in connect

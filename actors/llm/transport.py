@@ -117,18 +117,16 @@ _USER_AGENT: Final = _user_agent()
 
 
 class Proxy(NamedTuple):
-    """A proxy the environment names: its URL (no credentials) and its credentials, sent
-    as ``Proxy-Authorization: Basic`` (``proxy_headers``: ``aiohttp.BasicAuth`` refuses a
-    user name with a colon, which a percent-encoded proxy URL may hold)."""
+    """A proxy the environment names: its URL (no credentials) and its credentials."""
 
     url: str
     auth: tuple[str, str] | None
 
     @property
-    def headers(self) -> dict[str, str] | None:
-        """The ``Proxy-Authorization`` header for :attr:`auth`, if any."""
+    def headers(self) -> dict[str, str]:
+        """``Proxy-Authorization: Basic`` for :attr:`auth` (none without credentials)."""
         if self.auth is None:
-            return None
+            return {}
         pair = base64.b64encode(":".join(self.auth).encode()).decode("ascii")
         return {"Proxy-Authorization": f"Basic {pair}"}
 
@@ -191,7 +189,16 @@ class ChatTransport:
         self._ssl_context = ssl_context or httpx2.create_ssl_context()
         proxy = environment_proxy(parts.scheme, parts.hostname or "")
         self._proxy = proxy.url if proxy else None
-        self._proxy_headers = proxy.headers if proxy else None
+        # Proxy credentials: on the CONNECT for an https endpoint, on each request for http.
+        secure = parts.scheme == "https"
+        self._proxy_headers = proxy.headers if proxy and secure else None
+        # Proxied, the fixed headers go with each request, not as the session's: aiohttp
+        # adds a session's headers to a proxy's CONNECT too (the key would reach the proxy).
+        fixed = [(k.decode("latin-1"), v.decode()) for k, v in self._fixed]
+        if proxy and not secure:
+            fixed.extend(proxy.headers.items())
+        self._proxied = tuple(fixed) if proxy else ()
+        self._defaults = None if proxy else fixed
         self._session: aiohttp.ClientSession | None = None  # made on the loop, at first use
         self._closed = False
 
@@ -251,7 +258,7 @@ class ChatTransport:
         stream: bool,
         headers: Headers,
     ) -> Reply:
-        own = [*self._cookie, (self._run_id_name, run_id)]
+        own = [*self._proxied, *self._cookie, (self._run_id_name, run_id)]
         own.extend([(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers])
         url = self._url_text
         for _ in range(MAX_REDIRECTS + 1):
@@ -332,7 +339,7 @@ class ChatTransport:
             )
         return aiohttp.ClientSession(
             connector=connector,
-            headers=[(k.decode("latin-1"), v.decode()) for k, v in self._fixed],
+            headers=self._defaults,
             timeout=self._timeout,
             auto_decompress=False,  # decoded here, in bounded pieces
             cookie_jar=aiohttp.DummyCookieJar(),  # kept here: every request goes to one URL
