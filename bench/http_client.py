@@ -11,7 +11,7 @@ answer), with the same number of concurrent runs:
   stream=True)``, chunks iterated, the tool call answered by hand;
 * **lean**: the same raw loop on the LLM caller's transport path: the body encoded by
   msgspec and sent by :class:`actors.llm.transport.ChatTransport` (headers made once per
-  transport, its own HTTP/1.1 client and connection pool, the SDK's exceptions) on the caller's
+  transport, aiohttp's connection pool and C parser, the SDK's exceptions) on the caller's
   transports (:mod:`actors.llm.clients`: runs spread over a few connection pools),
   the reply read by :class:`actors.llm.stream.ChunkReader` into the caller's accumulator.
   What the HTTP stack alone costs on that path, without the caller and the runtime;
@@ -237,8 +237,7 @@ async def _lean_turn(
                 acc.feed_chunk(chunk)
     finally:
         await reader.aclose()
-        if not response.close_now():
-            await response.aclose()
+        await response.aclose()
     return acc
 
 

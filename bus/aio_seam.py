@@ -17,6 +17,10 @@ returns at once, and no protocol classes, and its event is dearer (figures:
   thread until the loop has run the call.
 * :class:`Protocol`, :class:`Transport`, :class:`TimerHandle`, :class:`AbstractEventLoop`:
   the types of uvicorn's asyncio protocol, which the daemon's connection limits subclass.
+
+The one other asyncio-bound code is the model client, ``aiohttp``'s session, which only
+``actors/llm/transport.py`` imports (ruff bans ``aiohttp`` elsewhere; ``bus`` may not hold
+it: it imports no HTTP package).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Contract tests: what loopfuse relies on in ``openai``, ``httpx2`` and ``httpcore2`` (their
+"""Contract tests: what loopfuse relies on in ``openai``, ``httpx2`` and ``aiohttp`` (their
 public API only; ``tests/test_no_private_access.py`` holds that). A release of one of them
 that changes a signature, a class or the wire behaviour used here fails these tests,
 loudly and by name, before it can break a run. ``docs/transport.md`` has the version policy.
@@ -15,8 +15,8 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anyio
-import httpcore2
 import httpx2
 import openai
 import pytest
@@ -30,7 +30,7 @@ from actors.llm.stream import read_chunks
 from orchestrator.sim import open_simulator, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-BOUNDED = ("openai", "httpx2", "httpcore2")
+BOUNDED = ("openai", "httpx2", "aiohttp")
 WAIT = 10.0
 
 
@@ -112,54 +112,42 @@ def test_the_sdk_exceptions_are_built_as_the_transport_builds_them() -> None:
     assert (frame.code, frame.request) == ("c", request)
 
 
-# --------------------------------------------------------------------------- httpx2, httpcore2
+# --------------------------------------------------------------------------- httpx2, aiohttp
 
 
-def test_httpcore2_as_the_transport_uses_it() -> None:
-    pool = parameters(httpcore2.AsyncConnectionPool.__init__)
-    for name in (
-        "ssl_context",
-        "proxy",
-        "max_connections",
-        "max_keepalive_connections",
-        "keepalive_expiry",
-    ):
-        assert pool.get(name) is POSITIONAL, name
-    assert inspect.iscoroutinefunction(httpcore2.AsyncConnectionPool.handle_async_request)
-    assert inspect.iscoroutinefunction(httpcore2.AsyncConnectionPool.aclose)
-    assert parameters(httpcore2.Request.__init__) == {
-        "method": POSITIONAL,
-        "url": POSITIONAL,
-        "headers": KEYWORD,
-        "content": KEYWORD,
-        "extensions": KEYWORD,
-    }
-    url = httpcore2.URL(scheme="https", host=b"model.test", port=8443, target="/v1/x?a=1")
-    assert (url.scheme, url.host, url.port, url.target) == (
-        b"https",
-        b"model.test",
-        8443,
-        b"/v1/x?a=1",
+def test_aiohttp_as_the_transport_uses_it() -> None:
+    session = parameters(aiohttp.ClientSession.__init__)
+    for name in ("connector", "headers", "timeout", "auto_decompress", "cookie_jar"):
+        assert session.get(name) is KEYWORD, name
+    request = parameters(aiohttp.ClientSession._request)  # what post(**kwargs) takes
+    for name in ("data", "headers", "allow_redirects", "proxy", "proxy_headers"):
+        assert request.get(name) is KEYWORD, name
+    assert inspect.iscoroutinefunction(aiohttp.ClientSession.close)
+    connector = parameters(aiohttp.TCPConnector.__init__)
+    for name in ("ssl", "limit", "keepalive_timeout", "force_close"):
+        assert connector.get(name) is KEYWORD, name
+    timeout = aiohttp.ClientTimeout(connect=1.0, sock_connect=2.0, sock_read=3.0)
+    assert (timeout.total, timeout.connect, timeout.sock_connect, timeout.sock_read) == (
+        None,
+        1.0,
+        2.0,
+        3.0,
     )
-    proxy = httpcore2.Proxy("http://proxy.test:3128", auth=("u", "p"))
-    assert (proxy.url.host, proxy.auth) == (b"proxy.test", (b"u", b"p"))
-    assert inspect.isasyncgenfunction(httpcore2.Response.aiter_stream)
-    for method in ("aread", "aclose"):
-        assert inspect.iscoroutinefunction(getattr(httpcore2.Response, method)), method
-    response = httpcore2.Response(200, headers=[(b"a", b"b")], extensions={})
-    assert (response.status, response.headers) == (200, [(b"a", b"b")])
-    families = {
-        httpcore2.TimeoutException: (
-            httpcore2.ConnectTimeout,
-            httpcore2.ReadTimeout,
-            httpcore2.WriteTimeout,
-            httpcore2.PoolTimeout,
-        ),
-        httpcore2.NetworkError: (httpcore2.ConnectError, httpcore2.ReadError, httpcore2.WriteError),
-        httpcore2.ProtocolError: (httpcore2.RemoteProtocolError, httpcore2.LocalProtocolError),
-    }
-    for base, members in families.items():
-        assert all(issubclass(member, base) for member in members), base
+    for attribute in ("status", "raw_headers", "headers", "version", "content"):
+        assert hasattr(aiohttp.ClientResponse, attribute), attribute
+    assert not inspect.iscoroutinefunction(aiohttp.ClientResponse.release)
+    assert inspect.iscoroutinefunction(aiohttp.StreamReader.readany)
+    for member in (
+        aiohttp.ClientConnectorError,
+        aiohttp.ClientConnectorCertificateError,
+        aiohttp.ClientPayloadError,
+        aiohttp.ClientResponseError,  # what llhttp refuses
+        aiohttp.ServerDisconnectedError,
+        aiohttp.ClientOSError,
+    ):
+        assert issubclass(member, aiohttp.ClientError), member
+    for timeout_error in (aiohttp.ConnectionTimeoutError, aiohttp.SocketTimeoutError):
+        assert issubclass(timeout_error, TimeoutError), timeout_error  # APITimeoutError
 
 
 def test_httpx2_as_the_transport_uses_it() -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
+import aiohttp
 import anyio
-import httpcore2
 import httpx2
 import msgspec
 import openai
@@ -29,7 +29,7 @@ from actors.llm.caller import LLMCaller
 from actors.llm.chunks import Chunk, decode_chunk, decode_completion, error_frame
 from actors.llm.errors import classify
 from actors.llm.settings import EndpointSettings
-from actors.llm.sse import SSEDecoder
+from actors.llm.sse import MAX_LINE_BYTES, SSEDecoder
 from actors.llm.stream import ChunkReader, StreamTally, read_chunks
 from bus import Bus, ChatMessage, Message, ModelError, ModelReply, ModelRequest, ModelTextDelta
 from tests.loopback import open_loopback
@@ -297,6 +297,9 @@ class Response:
     def __init__(self, reads: Reads) -> None:
         self._reads = reads
 
+    def drained_nowait(self) -> bool:
+        return False  # the rest is read through aiter_bytes
+
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         for item in self._reads:
             if isinstance(item, BaseException):
@@ -397,10 +400,10 @@ async def test_a_payload_that_is_not_json_is_a_broken_stream() -> None:
 @pytest.mark.parametrize(
     ("cause", "expected"),
     [
-        (httpcore2.ReadError("reset"), openai.APIConnectionError),
-        (httpcore2.RemoteProtocolError("peer closed"), openai.APIConnectionError),
-        (httpcore2.ReadTimeout("slow"), openai.APITimeoutError),
-        (anyio.EndOfStream(), openai.APIConnectionError),
+        (aiohttp.ClientOSError("reset"), openai.APIConnectionError),
+        (aiohttp.ClientPayloadError("peer closed"), openai.APIConnectionError),
+        (aiohttp.SocketTimeoutError("slow"), openai.APITimeoutError),
+        (aiohttp.ServerDisconnectedError(), openai.APIConnectionError),
     ],
 )
 async def test_transport_failures_mid_stream_come_out_as_the_sdk_raises_them(
@@ -415,20 +418,18 @@ async def test_transport_failures_mid_stream_come_out_as_the_sdk_raises_them(
     )
 
 
-class DirectResponse(Response):
-    """The same reads offered as the transport's own client offers a body: a coroutine
-    function (``Reply.direct_reader``) giving each read, ``b""`` at the end."""
-
-    def direct_reader(self) -> Callable[[], Awaitable[bytes]]:
-        items = iter([item for item in self._reads if item != b""])
-
-        async def read() -> bytes:
-            item = next(items, b"")
-            if isinstance(item, BaseException):
-                raise item
-            return item
-
-        return read
+@pytest.mark.asyncio
+async def test_a_line_without_end_fails_the_stream_at_the_bound() -> None:
+    piece = b"x" * (1 << 20)
+    reads: Reads = [
+        frame(text_chunk("a")),
+        b"data: ",
+        *[piece] * (MAX_LINE_BYTES // len(piece) + 1),
+    ]
+    exc, text = await failure_after(reads)
+    assert type(exc) is openai.APIConnectionError
+    assert "longer than" in str(exc.__cause__)
+    assert text == "a"
 
 
 class Closing(Response):
@@ -484,16 +485,15 @@ READS: list[Reads] = [
     [frame(text_chunk("a")) + frame({"error": {"message": "overloaded"}}), frame(USAGE)],
     [frame({"error": {"message": "at once"}})],
     [frame(text_chunk("a")) + b"data: {not json\n\n"],
-    [frame(text_chunk("a")), httpcore2.ReadError("reset")],
-    [httpcore2.ReadTimeout("slow")],
+    [frame(text_chunk("a")), aiohttp.ClientOSError("reset")],
+    [aiohttp.SocketTimeoutError("slow")],
 ]
 
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("reads", READS)
-async def test_a_direct_reader_reads_exactly_as_the_body_iterator(reads: Reads) -> None:
+async def test_read_chunks_reads_exactly_as_the_chunk_reader(reads: Reads) -> None:
     through_iterator = await outcome(Response(reads))
-    assert await outcome(DirectResponse(reads)) == through_iterator
     async with open_response(reads) as response, aclosing(read_chunks(response)) as batches:
         sizes: list[int] = []
         with contextlib.suppress(Exception):

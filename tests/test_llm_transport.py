@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, cast
 
+import aiohttp
 import anyio
-import httpcore2
 import httpx2
 import openai
 import pytest
@@ -29,6 +29,7 @@ from actors.llm.settings import EndpointSettings
 from actors.llm.stream import read_chunks
 from actors.llm.transport import (
     COMPLETIONS,
+    MAX_BODY_BYTES,
     MAX_REDIRECTS,
     RUN_ID_HEADER,
     ChatTransport,
@@ -272,7 +273,7 @@ async def test_connection_refused_is_a_connection_error_not_a_timeout() -> None:
         with anyio.fail_after(WAIT), pytest.raises(openai.APIConnectionError) as caught:
             await pool.transport_for_run("r").post(b"{}", "r", stream=True)
     assert type(caught.value) is openai.APIConnectionError
-    assert isinstance(caught.value.__cause__, httpcore2.ConnectError)
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectorError)
     assert classify(caught.value, streaming=False).kind == "connection"
 
 
@@ -283,7 +284,7 @@ async def test_no_answer_in_time_is_a_timeout() -> None:
         async with open_clients(url, timeout_seconds=0.2) as pool:
             with anyio.fail_after(WAIT), pytest.raises(openai.APITimeoutError) as caught:
                 await pool.transport_for_run("r").post(b"{}", "r", stream=True)
-    assert isinstance(caught.value.__cause__, httpcore2.ReadTimeout)
+    assert isinstance(caught.value.__cause__, aiohttp.SocketTimeoutError)
     assert classify(caught.value, streaming=False).kind == "timeout"
 
 
@@ -307,7 +308,7 @@ async def test_a_connection_lost_mid_stream_is_the_sdks_connection_error() -> No
             with pytest.raises(openai.APIConnectionError) as caught:
                 await read_into(acc, response)
     assert type(caught.value) is openai.APIConnectionError
-    assert isinstance(caught.value.__cause__, httpcore2.RemoteProtocolError)
+    assert isinstance(caught.value.__cause__, aiohttp.ClientPayloadError)
     assert caught.value.request.headers[RUN_ID_HEADER] == "r7"
     assert acc.text == "par"
     assert classify(caught.value, streaming=True).kind == "stream"
@@ -378,6 +379,17 @@ async def test_a_body_compressed_anyway_is_decoded(encoding: bytes, encode: Any)
             assert await read_text(await transport.post(b"{}", "r", stream=True)) == "hi"
             whole = await transport.post(b"{}", "r", stream=False)
     assert json.loads(whole.content) == completion
+
+
+@pytest.mark.asyncio
+async def test_a_body_that_inflates_past_the_bound_is_cut_not_buffered() -> None:
+    bomb = gzip.compress(b"\0" * (MAX_BODY_BYTES + 1))  # ~64 KiB on the wire
+    assert len(bomb) < MAX_BODY_BYTES // 100
+    app = Server((200, [(b"content-encoding", b"gzip")], bomb))
+    async with open_loopback(app) as url, open_clients(url) as pool:
+        with anyio.fail_after(WAIT), pytest.raises(openai.APIConnectionError) as caught:
+            await pool.transport_for_run("r").post(b"{}", "r", stream=False)
+    assert "longer than" in str(caught.value.__cause__)
 
 
 @pytest.mark.asyncio
@@ -473,12 +485,13 @@ def test_proxies_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
     assert environment_proxy("https", "api.example.com") is None
-    monkeypatch.setenv("HTTPS_PROXY", "http://u%3A1:pw@proxy.local:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://u%201:pw@proxy.local:3128")
     monkeypatch.setenv("NO_PROXY", "localhost,.internal")
     proxy = environment_proxy("https", "api.example.com")
     assert proxy is not None
-    assert (proxy.url.scheme, proxy.url.host, proxy.url.port) == (b"http", b"proxy.local", 3128)
-    assert proxy.auth == (b"u:1", b"pw")
+    assert proxy.url == "http://proxy.local:3128"
+    assert proxy.auth == ("u 1", "pw")
+    assert proxy.headers == {"Proxy-Authorization": "Basic dSAxOnB3"}  # u 1:pw
     assert environment_proxy("http", "api.example.com") is None  # only HTTPS_PROXY is set
     assert environment_proxy("https", "model.internal") is None
     assert environment_proxy("https", "localhost") is None

@@ -1,11 +1,11 @@
 """loopfuse uses only the public API of the HTTP and SDK packages it depends on (issue #18):
-no private module of ``openai``, ``httpx2``, ``httpcore2`` or ``httpx`` is imported, and a
-module that imports one of them reads no ``_``-prefixed attribute of anything but its own
-``self``/``cls`` (the packages' objects are not told apart by type here: in such a module
-every private attribute access counts). A ``getattr`` with a private name, or a string that
-names a private module, counts too. A release of one of those packages may then change
-anything private without breaking loopfuse; what is public and relied on is pinned by
-``tests/test_llm_contract.py``.
+no private module of ``openai``, ``httpx2``, ``httpcore2``, ``httpx`` or ``aiohttp`` is
+imported, and a module that imports one of them reads no ``_``-prefixed attribute of
+anything but its own ``self``/``cls`` (the packages' objects are not told apart by type
+here: in such a module every private attribute access counts). A ``getattr`` with a
+private name, or a string that names a private module, counts too. A release of
+one of those packages may then change anything private without breaking loopfuse; what is
+public and relied on is pinned by ``tests/test_llm_contract.py``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("actors", "orchestrator", "bus", "bench")
-PACKAGES = frozenset({"openai", "httpx2", "httpcore2", "httpx"})
+PACKAGES = frozenset({"openai", "httpx2", "httpcore2", "httpx", "aiohttp"})
 NAMED_TUPLE_API = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
-PRIVATE_MODULE = re.compile(r"^(?:openai|httpx2|httpcore2|httpx)(?:\.\w+)*\._\w")
+PRIVATE_MODULE = re.compile(r"^(?:openai|httpx2|httpcore2|httpx|aiohttp)(?:\.\w+)*\._\w")
 
 
 def private(name: str) -> bool:

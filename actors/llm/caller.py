@@ -442,9 +442,8 @@ class LLMCaller:
             try:
                 await reader.aclose()
             finally:
-                if not response.close_now():  # the own client's closes never wait
-                    with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
-                        await response.aclose()
+                with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
+                    await response.aclose()
         if acc.finish_reason is None:
             raise stream_end(tally)
 

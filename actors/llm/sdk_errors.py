@@ -20,7 +20,6 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-import httpcore2
 import httpx2
 import openai
 
@@ -66,6 +65,6 @@ def status_error(
 
 def connection_error(cause: BaseException, request: httpx2.Request) -> openai.APIConnectionError:
     """What the SDK raises when the connection fails (raise it ``from cause``)."""
-    if isinstance(cause, httpcore2.TimeoutException):
+    if isinstance(cause, TimeoutError):  # aiohttp's timeouts are TimeoutError
         return openai.APITimeoutError(request=request)
     return openai.APIConnectionError(request=request)

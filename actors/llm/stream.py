@@ -10,9 +10,9 @@ chunk. Failures come out as the SDK's own stream would raise them::
     a payload that is not JSON         -> msgspec.DecodeError
 
 ``data: [DONE]`` ends the stream; over HTTP/1.1 the rest of the body is then read and
-ignored (so the connection can be reused, as the SDK does): by the transport's own client
-in the background if the response offers it (``finish_in_background``), else here,
-briefly. A body that ends without ``[DONE]`` simply ends. What ended it is counted in a
+ignored here, briefly (so the connection can be reused, as the SDK does). A line longer
+than :data:`actors.llm.sse.MAX_LINE_BYTES` fails the stream as a lost connection. A body
+that ends without ``[DONE]`` simply ends. What ended it is counted in a
 :class:`StreamTally`, from which :func:`stream_end` tells the caller why a stream without a
 finish reason ended:
 :class:`EmptyStream` (no event at all), :class:`StreamInterrupted` (``[DONE]`` before any
@@ -21,7 +21,7 @@ finish reason) or :class:`~actors.llm.errors.IncompleteStream` (the body just st
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final, Protocol
 
 import anyio
@@ -32,8 +32,8 @@ import openai
 from actors.llm.chunks import Chunk, decode_chunk, error_frame
 from actors.llm.errors import IncompleteStream
 from actors.llm.sdk_errors import connection_error
-from actors.llm.sse import SSEDecoder
-from actors.llm.transport import CORE_ERRORS
+from actors.llm.sse import LineTooLong, SSEDecoder
+from actors.llm.transport import CORE_ERRORS, BrokenBody
 
 __all__ = [
     "DRAIN_SECONDS",
@@ -101,16 +101,15 @@ class StreamedResponse(Protocol):
 
     def aiter_bytes(self) -> AsyncIterator[bytes]: ...
 
+    def drained_nowait(self) -> bool: ...
+
 
 class ChunkReader:
     """The chunks of a streamed response, batch by batch: :meth:`next_batch` until it
     returns ``None``, then :meth:`aclose` (and close the response).
 
-    A batch holds the chunks of one network read that completed any (never empty). The
-    body is read through the coroutine function the response's ``direct_reader()`` gives,
-    if it has one that gives one (:meth:`~actors.llm.transport.Reply.direct_reader`: the
-    own HTTP/1.1 client, no content coding; no async generator per response), else through
-    ``aiter_bytes``. ``tally``, if given, counts what was read.
+    A batch holds the chunks of one network read that completed any (never empty), read
+    through ``aiter_bytes``. ``tally``, if given, counts what was read.
     """
 
     __slots__ = (
@@ -118,7 +117,6 @@ class ChunkReader:
         "_ended",
         "_failure",
         "_iterator",
-        "_read",
         "_response",
         "_sse",
         "_tally",
@@ -128,11 +126,7 @@ class ChunkReader:
         self._response = response
         self._tally = tally
         self._sse = SSEDecoder()
-        direct = getattr(response, "direct_reader", None)
-        self._read: Callable[[], Awaitable[bytes]] | None = direct() if direct else None
-        self._iterator: AsyncIterator[bytes] | None = None
-        if self._read is None:
-            self._iterator = response.aiter_bytes()
+        self._iterator: AsyncIterator[bytes] | None = response.aiter_bytes()
         self._failure: Exception | None = None  # raised at the next call (after a batch)
         self._done = False  # [DONE] came: the next call finishes the body and ends
         self._ended = False
@@ -151,8 +145,9 @@ class ChunkReader:
         try:
             if self._done:
                 self._ended = True
-                if self._response.http_version == "HTTP/1.1":  # HTTP/2 closes the stream
-                    await self._drain()
+                response = self._response
+                if response.http_version == "HTTP/1.1" and not response.drained_nowait():
+                    await self._drain()  # (HTTP/2 closes the stream)
                 return None
             while True:
                 data = await self._next_read()
@@ -172,7 +167,14 @@ class ChunkReader:
         """The chunks ``data`` completes, up to ``[DONE]`` or a failure (kept for the next
         call)."""
         batch: list[Chunk | Any] = []
-        for payload in self._sse.feed(data):
+        try:
+            payloads = self._sse.feed(data)
+        except LineTooLong as exc:
+            failure = BrokenBody(str(exc))
+            self._failure = connection_error(failure, self._response.request)
+            self._failure.__cause__ = failure
+            return batch
+        for payload in payloads:
             if payload.startswith(_DONE):
                 self._done = True
                 break
@@ -194,16 +196,11 @@ class ChunkReader:
         return batch
 
     async def _next_read(self) -> bytes | None:
-        read = self._read
-        if read is not None:
-            return (await read()) or None
-        assert self._iterator is not None
+        if self._iterator is None:  # closed
+            return None
         return await anext(self._iterator, None)
 
     async def _drain(self) -> None:
-        hand_over = getattr(self._response, "finish_in_background", None)
-        if hand_over is not None and hand_over():
-            return  # the connection reads the rest itself, no task waiting on it
         with anyio.move_on_after(DRAIN_SECONDS):
             try:
                 while await self._next_read() is not None:

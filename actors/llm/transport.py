@@ -1,16 +1,18 @@
 """The model endpoint's HTTP client: chat-completions POSTs through a connection pool the
 transport owns, with the request head made once per transport.
 
-Direct ``http``/``https`` connections go through loopfuse's own HTTP/1.1 client
-(:mod:`actors.llm.http1_pool`: asyncio protocols, O(1) pool); a proxied endpoint (the
-environment names a proxy) through an ``httpcore2`` pool.
+Every endpoint, proxied (the environment names a proxy) or not, goes through one
+``aiohttp.ClientSession`` (its ``TCPConnector`` pool and its C HTTP/1.1 parser, ``llhttp``).
+A 2xx body is read decoded up to :data:`MAX_BODY_BYTES`.
 
-Only the public API of ``httpcore2`` (the pool, its request and response, its exceptions),
-of ``httpx2`` (its TLS context; the request and response an SDK exception carries) and of
-``openai`` (its exception classes, :mod:`actors.llm.sdk_errors`) is used;
-``tests/test_llm_contract.py`` pins what is relied on, and ``tests/test_no_private_access.py``
-that nothing private is. Why not ``AsyncOpenAI``: it builds every request anew, and its
-stream builds a pydantic object per chunk (``docs/transport.md``, ``docs/performance.md``).
+This module is the model client's asyncio seam: ``aiohttp`` is asyncio-bound (its session
+belongs to the loop it was made on, anyio's asyncio backend's), and no other module of the
+packages imports it (ruff's banned-api). Only its public API (the session, the connector,
+the response's ``content.readany``, its exceptions) is used, and of ``httpx2`` the
+request and response an SDK exception carries and of ``openai`` its exception classes
+(:mod:`actors.llm.sdk_errors`); ``tests/test_llm_contract.py`` pins what is relied on.
+Why not ``AsyncOpenAI``: it builds every request anew, and its stream builds a pydantic
+object per chunk (``docs/transport.md``, ``docs/performance.md``).
 
 On the wire: ``POST <base_url>/chat/completions`` with ``Host``, ``Accept`` and
 ``Content-Type: application/json``, ``Accept-Encoding: identity``, ``User-Agent:
@@ -20,11 +22,12 @@ the URL), ``OpenAI-Organization``/``OpenAI-Project`` from ``OPENAI_ORG_ID``/
 those), cookies the server set, then per request the run id, a ``traceparent`` and the
 body's length. Proxies come from the environment (``HTTPS_PROXY``, ``NO_PROXY``, …), once.
 A 307/308 to the same origin is followed (five times at most); a body a server compressed
-anyway (gzip, deflate) is decoded.
+anyway (gzip, deflate) is decoded, to :data:`MAX_BODY_BYTES` at most (more is a
+broken body: a connection failure to the caller).
 
 Failures come out as the ``openai`` SDK raises them: ``APIStatusError`` subclasses for a
 4xx/5xx (any other redirect included), ``APITimeoutError``/``APIConnectionError`` from the
-``httpcore2`` error for a connection that fails.
+``aiohttp`` error for a connection that fails.
 """
 
 from __future__ import annotations
@@ -35,33 +38,32 @@ import http.cookies
 import importlib.metadata
 import json
 import os
-import re
 import ssl
 import time
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from collections.abc import AsyncIterator
+from typing import Final, NamedTuple
 from urllib.parse import unquote, urljoin, urlsplit
 
+import aiohttp
 import anyio
-import httpcore2
 import httpx2
 import openai
 
-from actors.llm.connection import LeanBackend
-from actors.llm.http1_pool import Pool, Timeouts
-from actors.llm.http1_response import Response as Http1Response
 from actors.llm.sdk_errors import connection_error, status_error
 from actors.llm.settings import NO_API_KEY, EndpointSettings
 
 __all__ = [
     "COMPLETIONS",
     "CORE_ERRORS",
+    "MAX_BODY_BYTES",
     "MAX_REDIRECTS",
     "RUN_ID_HEADER",
+    "BrokenBody",
     "ChatTransport",
     "Headers",
+    "Proxy",
     "Reply",
     "environment_proxy",
 ]
@@ -72,18 +74,13 @@ RUN_ID_HEADER: Final = "X-Loopfuse-Run-Id"
 COMPLETIONS: Final = "/chat/completions"
 """The path of the chat-completions endpoint, under the base URL."""
 
-CORE_ERRORS: Final = (
-    httpcore2.TimeoutException,
-    httpcore2.NetworkError,
-    httpcore2.ProtocolError,
-    httpcore2.ProxyError,
-    httpcore2.UnsupportedProtocol,
-    ssl.SSLError,
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    OSError,
-)
-"""What sending a request or reading a response may raise when the connection fails."""
+BrokenBody: Final = aiohttp.ClientPayloadError
+"""Raised for a body past a bound, undecodable or of a coding not asked for (and by the
+stream reader for an event-stream line past its bound): a broken connection's class."""
+
+CORE_ERRORS: Final = (aiohttp.ClientError, TimeoutError, OSError)
+"""What sending a request or reading a response may raise when the connection fails
+(``ssl.SSLError`` is an ``OSError``; aiohttp's timeouts are ``TimeoutError``)."""
 
 MAX_REDIRECTS: Final = 5
 """307/308 redirects to the same origin followed per request."""
@@ -91,25 +88,21 @@ MAX_REDIRECTS: Final = 5
 ERROR_BODY_LIMIT: Final = 1 << 20
 """Bytes of a 4xx/5xx body read (the rest is dropped with the connection)."""
 
+MAX_BODY_BYTES: Final = 64 << 20
+"""Bytes of a 2xx body, after any content coding is undone, read at most; a longer body
+raises :data:`BrokenBody` (a compressed body cannot inflate without bound)."""
+
 MAX_CONNECTIONS: Final = 1000
-MAX_KEEPALIVE_CONNECTIONS: Final = 100
 KEEPALIVE_SECONDS: Final = 5.0
 """The pool's limits (the ``openai`` SDK's defaults)."""
 
 Headers = tuple[tuple[bytes, bytes], ...]
 """Request headers added to the transport's own, as (name, value) bytes."""
 
-_Response = httpcore2.Response | Http1Response
-
 _REDACTED: Final = b"***"
-_CONTENT_LENGTH: Final = b"Content-Length"
-_SET_COOKIE: Final = b"set-cookie"
-_CONTENT_ENCODING: Final = b"content-encoding"
-_UNUSUAL: Final = frozenset({_SET_COOKIE, _CONTENT_ENCODING})
 _REDIRECTS: Final = frozenset({307, 308})
+_INFLATE_PIECE: Final = 1 << 20
 _DECODERS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": 0}
-_TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_FIELD_VALUE: Final = re.compile(rb"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
 
 
 def _user_agent() -> bytes:
@@ -123,7 +116,22 @@ def _user_agent() -> bytes:
 _USER_AGENT: Final = _user_agent()
 
 
-def environment_proxy(scheme: str, host: str) -> httpcore2.Proxy | None:
+class Proxy(NamedTuple):
+    """A proxy the environment names: its URL (no credentials) and its credentials."""
+
+    url: str
+    auth: tuple[str, str] | None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """``Proxy-Authorization: Basic`` for :attr:`auth` (none without credentials)."""
+        if self.auth is None:
+            return {}
+        pair = base64.b64encode(":".join(self.auth).encode()).decode("ascii")
+        return {"Proxy-Authorization": f"Basic {pair}"}
+
+
+def environment_proxy(scheme: str, host: str) -> Proxy | None:
     """The proxy the environment names for ``scheme``://``host`` (``HTTPS_PROXY``,
     ``HTTP_PROXY``, ``ALL_PROXY``, lower case too; ``NO_PROXY`` exempts), or ``None``."""
     proxies = urllib.request.getproxies()
@@ -139,24 +147,12 @@ def environment_proxy(scheme: str, host: str) -> httpcore2.Proxy | None:
     if parts.username is not None:
         auth = (unquote(parts.username), unquote(parts.password or ""))
     address = parts.netloc.rpartition("@")[2]
-    return httpcore2.Proxy(f"{parts.scheme}://{address}{parts.path}", auth=auth)
+    return Proxy(f"{parts.scheme}://{address}{parts.path}", auth)
 
 
-class _Origin:
-    """Where requests go: the URL as the pool takes it, and its origin."""
-
-    __slots__ = ("authority", "origin", "request_line", "url")
-
-    def __init__(self, url: str) -> None:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        self.authority = parts.netloc.rpartition("@")[2].encode("idna")
-        self.origin = (parts.scheme, host, parts.port)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self.url = httpcore2.URL(
-            scheme=parts.scheme, host=host.encode("idna"), port=parts.port, target=target
-        )
-        self.request_line = b"POST %s HTTP/1.1\r\n" % self.url.target
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return (parts.scheme, parts.hostname or "", parts.port)
 
 
 class ChatTransport:
@@ -174,17 +170,12 @@ class ChatTransport:
         address = parts.netloc.rpartition("@")[2]  # credentials become the Authorization
         query = f"?{parts.query}" if parts.query else ""
         self._url_text = f"{parts.scheme}://{address}{parts.path.rstrip('/')}{path}{query}"
-        self._target = _Origin(self._url_text)
-        self._run_id_name = run_id_header.encode("ascii")
-        timeout = endpoint.timeout_seconds
-        self._extensions: dict[str, Any] = {
-            "timeout": {
-                "connect": endpoint.connect_timeout_seconds,
-                "read": timeout,
-                "write": timeout,
-                "pool": timeout,
-            }
-        }
+        self._run_id_name = run_id_header
+        self._timeout = aiohttp.ClientTimeout(
+            connect=endpoint.timeout_seconds,  # waiting for the pool, and connecting
+            sock_connect=endpoint.connect_timeout_seconds,
+            sock_read=endpoint.timeout_seconds,
+        )
         self._fixed = _fixed_headers(endpoint, parts.username, parts.password)
         self._secrets = frozenset(
             {
@@ -194,26 +185,21 @@ class ChatTransport:
             }
         )
         self._cookies: dict[str, str] = {}
-        self._head = b""  # the request line and the template's headers, for the own client
-        self._head_error: str | None = None
-        self._template = self._make_template()
+        self._cookie: tuple[tuple[str, str], ...] = ()  # the Cookie header, if any
         self._ssl_context = ssl_context or httpx2.create_ssl_context()
-        self._proxy = environment_proxy(parts.scheme, parts.hostname or "")
-        self._direct: Pool | None = None
-        self._pool: httpcore2.AsyncConnectionPool | None = None
-        if self._proxy is None and parts.scheme in ("http", "https"):
-            https = parts.scheme == "https"
-            self._direct = Pool(
-                parts.hostname or "",
-                parts.port or (443 if https else 80),
-                self._ssl_context if https else None,
-                Timeouts(endpoint.connect_timeout_seconds, timeout, timeout, timeout),
-                max_connections=MAX_CONNECTIONS,
-                max_keepalive=MAX_KEEPALIVE_CONNECTIONS,
-                keepalive_expiry=KEEPALIVE_SECONDS,
-            )
-        else:
-            self._pool = self._new_pool(MAX_CONNECTIONS)
+        proxy = environment_proxy(parts.scheme, parts.hostname or "")
+        self._proxy = proxy.url if proxy else None
+        # Proxy credentials: on the CONNECT for an https endpoint, on each request for http.
+        secure = parts.scheme == "https"
+        self._proxy_headers = proxy.headers if proxy and secure else None
+        # Proxied, the fixed headers go with each request, not as the session's: aiohttp
+        # adds a session's headers to a proxy's CONNECT too (the key would reach the proxy).
+        fixed = [(k.decode("latin-1"), v.decode()) for k, v in self._fixed]
+        if proxy and not secure:
+            fixed.extend(proxy.headers.items())
+        self._proxied = tuple(fixed) if proxy else ()
+        self._defaults = None if proxy else fixed
+        self._session: aiohttp.ClientSession | None = None  # made on the loop, at first use
         self._closed = False
 
     def __repr__(self) -> str:
@@ -246,133 +232,80 @@ class ChatTransport:
         connection it used, and the pool learns that only when the close arrives."""
         if self._closed:
             raise RuntimeError("the model transport has been closed")
-        if self._direct is not None:
-            return await self._send_direct(self._direct, body, run_id, stream, headers, fresh)
         if not fresh:
-            assert self._pool is not None
-            return await self._send(self._pool, body, run_id, stream, headers)
-        pool = self._new_pool(1)
+            session = self._session
+            if session is None:
+                session = self._session = self._new_session(MAX_CONNECTIONS)
+            return await self._send(session, body, run_id, stream, headers)
+        session = self._new_session(1)
         try:
-            reply = await self._send(pool, body, run_id, stream, headers)
+            reply = await self._send(session, body, run_id, stream, headers)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await pool.aclose()
+                await session.close()
             raise
         if stream:
-            reply.own(pool)
+            reply.own(session)
         else:
-            await pool.aclose()
+            await session.close()
         return reply
 
     async def _send(
         self,
-        pool: httpcore2.AsyncConnectionPool,
+        session: aiohttp.ClientSession,
         body: bytes,
         run_id: str,
         stream: bool,
         headers: Headers,
     ) -> Reply:
-        own = [(self._run_id_name, _header_value(run_id)), *headers]
-        own.append((_CONTENT_LENGTH, b"%d" % len(body)))
-        target = self._target
-        for _ in range(MAX_REDIRECTS + 1):
-            request = httpcore2.Request(
-                b"POST",
-                target.url,
-                headers=[*self._template, *own],
-                content=body,
-                extensions=self._extensions,
-            )
-            try:
-                response = await pool.handle_async_request(request)
-            except CORE_ERRORS as exc:
-                raise connection_error(exc, self.error_request(run_id)) from exc
-            version = response.extensions.get("http_version", b"HTTP/1.1")
-            answer = await self._answer(
-                response, version.decode("ascii", "replace"), run_id, stream, target
-            )
-            if isinstance(answer, Reply):
-                return answer
-            target = answer
-        raise status_error(
-            response.status,
-            response.headers,
-            _message(f"more than {MAX_REDIRECTS} redirects"),
-            self.error_request(run_id),
-        )
-
-    async def _send_direct(
-        self,
-        pool: Pool,
-        body: bytes,
-        run_id: str,
-        stream: bool,
-        headers: Headers,
-        fresh: bool,
-    ) -> Reply:
-        """As :meth:`_send`, through the own HTTP/1.1 client: the request's bytes are the
-        head made once per template, the per-request lines, then the body."""
-        lines = [self._run_id_name, b": ", _header_value(run_id), b"\r\n"]
-        for name, value in headers:
-            lines += (name, b": ", value, b"\r\n")
-        lines.append(b"Content-Length: %d\r\n\r\n" % len(body))
-        tail = b"".join(lines)
-        count = len(headers) + 3  # the run id, the headers, the length, the blank line
-        try:
-            if self._head_error is not None:
-                raise httpcore2.LocalProtocolError(self._head_error)
-            if tail.count(b"\n") != count or tail.count(b"\r") != count or 0 in tail:
-                raise httpcore2.LocalProtocolError("a header value holds CR, LF or NUL")
-        except httpcore2.LocalProtocolError as exc:
-            raise connection_error(exc, self.error_request(run_id)) from exc
-        target = self._target
-        head = self._head
+        own = [*self._proxied, *self._cookie, (self._run_id_name, run_id)]
+        own.extend([(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers])
+        url = self._url_text
         for _ in range(MAX_REDIRECTS + 1):
             try:
-                response = await pool.request(head + tail + body, fresh=fresh)
-            except CORE_ERRORS as exc:
+                response = await session.post(
+                    url,
+                    data=body,
+                    headers=own,
+                    allow_redirects=False,
+                    proxy=self._proxy,
+                    proxy_headers=self._proxy_headers,
+                )
+            except (*CORE_ERRORS, ValueError) as exc:  # ValueError: a header aiohttp refuses
                 raise connection_error(exc, self.error_request(run_id)) from exc
-            answer = await self._answer(response, response.http_version, run_id, stream, target)
+            answer = await self._answer(response, run_id, stream, url)
             if isinstance(answer, Reply):
                 return answer
-            target = answer
-            head = target.request_line + self._head[len(self._target.request_line) :]
+            url = answer
         raise status_error(
             response.status,
-            response.headers,
+            response.raw_headers,
             _message(f"more than {MAX_REDIRECTS} redirects"),
             self.error_request(run_id),
         )
 
     async def _answer(
-        self, response: _Response, http_version: str, run_id: str, stream: bool, target: _Origin
-    ) -> Reply | _Origin:
+        self, response: aiohttp.ClientResponse, run_id: str, stream: bool, url: str
+    ) -> Reply | str:
         """A 2xx as a :class:`Reply` (read whole unless ``stream``); where a redirect to
         follow leads (its body read); any other status raised as the SDK's error."""
         status = response.status
-        encoding = None
-        if isinstance(response, Http1Response):  # the parser picked them out
-            for value in response.cookies:
+        head = response.headers
+        if "Set-Cookie" in head:
+            for value in head.getall("Set-Cookie"):
                 self._keep_cookie(value)
-            encoding = response.content_encoding
-        else:
-            for name, value in response.headers:
-                lowered = name.lower()
-                if lowered in _UNUSUAL:
-                    if lowered == _SET_COOKIE:
-                        self._keep_cookie(value)
-                    else:
-                        encoding = value.strip().lower()
+        encoding = head.get("Content-Encoding")
+        coding = encoding.strip().lower().encode("latin-1") if encoding else None
         if 200 <= status < 300:
-            reply = Reply(self, response, run_id, encoding, http_version)
+            reply = Reply(self, response, run_id, coding)
             if not stream:  # read whole and closed: the connection is free again
                 try:
                     await reply.aread()
                 finally:
                     await reply.aclose()
             return reply
-        following = self._redirect(response, target) if status in _REDIRECTS else None
-        content = await self._error_body(response, run_id, encoding)
+        following = self._redirect(response, url) if status in _REDIRECTS else None
+        content = await self._error_body(response, run_id, coding)
         if following is None:
             raise self._status_error(response, content, run_id)
         return following
@@ -382,47 +315,41 @@ class ChatTransport:
         credentials (authorization, cookies, operator headers) replaced by ``***``."""
         secrets = self._secrets
         headers = [
-            (name, _REDACTED if name.lower() in secrets else value)
-            for name, value in self._template
+            (name, _REDACTED if name.lower() in secrets else value) for name, value in self._fixed
         ]
-        headers.append((self._run_id_name, _header_value(run_id)))
+        if self._cookie:
+            headers.append((b"Cookie", _REDACTED))
+        headers.append((self._run_id_name.encode("ascii"), _header_value(run_id)))
         return httpx2.Request("POST", self._url_text, headers=headers)
 
     async def aclose(self) -> None:
         """Close every connection; later requests raise ``RuntimeError``."""
         self._closed = True
-        if self._direct is not None:
-            await self._direct.aclose()
-        if self._pool is not None:
-            await self._pool.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     # ------------------------------------------------------------------ internals
 
-    def _new_pool(self, connections: int) -> httpcore2.AsyncConnectionPool:
-        return httpcore2.AsyncConnectionPool(
-            ssl_context=self._ssl_context,
-            proxy=self._proxy,
-            max_connections=connections,
-            max_keepalive_connections=min(connections, MAX_KEEPALIVE_CONNECTIONS),
-            keepalive_expiry=KEEPALIVE_SECONDS,
-            network_backend=LeanBackend(),
+    def _new_session(self, connections: int) -> aiohttp.ClientSession:
+        if connections == 1:  # a fresh request's own: closed with its reply
+            connector = aiohttp.TCPConnector(ssl=self._ssl_context, limit=1, force_close=True)
+        else:
+            connector = aiohttp.TCPConnector(
+                ssl=self._ssl_context, limit=connections, keepalive_timeout=KEEPALIVE_SECONDS
+            )
+        return aiohttp.ClientSession(
+            connector=connector,
+            headers=self._defaults,
+            timeout=self._timeout,
+            auto_decompress=False,  # decoded here, in bounded pieces
+            cookie_jar=aiohttp.DummyCookieJar(),  # kept here: every request goes to one URL
         )
 
-    def _make_template(self) -> list[tuple[bytes, bytes]]:
-        template = [(b"Host", self._target.authority), *self._fixed]
-        if self._cookies:
-            cookie = "; ".join(f"{k}={v}" for k, v in self._cookies.items())
-            template.append((b"Cookie", cookie.encode("latin-1")))
-        self._head = self._target.request_line + b"".join(b"%s: %s\r\n" % pair for pair in template)
-        bad = [name for name, value in template if not _valid_header(name, value)]
-        self._head_error = f"an invalid header: {bad[0].decode('latin-1')!r}" if bad else None
-        return template
-
-    def _keep_cookie(self, value: bytes) -> None:
+    def _keep_cookie(self, value: str) -> None:
         """Remember (or forget) a cookie the server set; sent on later requests."""
         jar: http.cookies.SimpleCookie = http.cookies.SimpleCookie()
         try:
-            jar.load(value.decode("latin-1"))
+            jar.load(value)
         except http.cookies.CookieError:
             return
         for name, morsel in jar.items():
@@ -430,23 +357,25 @@ class ChatTransport:
                 self._cookies.pop(name, None)
             else:
                 self._cookies[name] = morsel.value
-        self._template = self._make_template()
+        cookie = "; ".join(f"{k}={v}" for k, v in self._cookies.items())
+        self._cookie = (("Cookie", cookie),) if cookie else ()
 
-    def _redirect(self, response: _Response, current: _Origin) -> _Origin | None:
+    def _redirect(self, response: aiohttp.ClientResponse, url: str) -> str | None:
         """Where a 307/308 leads, if it stays on this origin."""
-        location = next((v for k, v in response.headers if k.lower() == b"location"), None)
+        location = response.headers.get("Location")
         if location is None:
             return None
-        base = f"{current.origin[0]}://{current.authority.decode('ascii')}"
-        following = _Origin(urljoin(base + current.url.target.decode("ascii"), location.decode()))
-        return following if following.origin == current.origin else None
+        following = urljoin(url, location)
+        return following if _origin(following) == _origin(url) else None
 
-    async def _error_body(self, response: _Response, run_id: str, encoding: bytes | None) -> bytes:
+    async def _error_body(
+        self, response: aiohttp.ClientResponse, run_id: str, encoding: bytes | None
+    ) -> bytes:
         """Up to :data:`ERROR_BODY_LIMIT` bytes of a response that is not a 2xx."""
         pieces: list[bytes] = []
         size = 0
         try:
-            async for data in _decoded(response.aiter_stream(), encoding):
+            async for data in _decoded(_reads(response.content), encoding):
                 pieces.append(data)
                 size += len(data)
                 if size >= ERROR_BODY_LIMIT:
@@ -454,21 +383,21 @@ class ChatTransport:
         except CORE_ERRORS as exc:
             raise connection_error(exc, self.error_request(run_id)) from exc
         finally:
-            await response.aclose()
+            response.release()
         return b"".join(pieces)[:ERROR_BODY_LIMIT]
 
     def _status_error(
-        self, response: _Response, content: bytes, run_id: str
+        self, response: aiohttp.ClientResponse, content: bytes, run_id: str
     ) -> openai.APIStatusError:
         status = response.status
         if 300 <= status < 400:
-            location = next((v for k, v in response.headers if k.lower() == b"location"), b"")
+            location = response.headers.get("Location", "")
             content = _message(
-                f"the endpoint redirected ({status}) to {location.decode('latin-1')!r}; only "
+                f"the endpoint redirected ({status}) to {location!r}; only "
                 "307/308 within the same origin are followed: set model.base_url to the "
                 "new address"
             )
-        return status_error(status, response.headers, content, self.error_request(run_id))
+        return status_error(status, response.raw_headers, content, self.error_request(run_id))
 
 
 class Reply:
@@ -477,9 +406,9 @@ class Reply:
     __slots__ = (
         "_content",
         "_encoding",
-        "_pool",
         "_response",
         "_run_id",
+        "_session",
         "_transport",
         "http_version",
         "status_code",
@@ -488,34 +417,30 @@ class Reply:
     def __init__(
         self,
         transport: ChatTransport,
-        response: _Response,
+        response: aiohttp.ClientResponse,
         run_id: str,
         encoding: bytes | None = None,
-        http_version: str = "HTTP/1.1",
     ) -> None:
         self._transport = transport
         self._response = response
         self._run_id = run_id
         self._encoding = encoding
         self._content = b""
-        self._pool: httpcore2.AsyncConnectionPool | None = None
+        self._session: aiohttp.ClientSession | None = None
         self.status_code = response.status
-        self.http_version = http_version
-
-    def direct_reader(self) -> Callable[[], Awaitable[bytes]] | None:
-        """A coroutine function giving the next piece of the body (``b""`` at its end;
-        raises :data:`CORE_ERRORS` when the connection fails), if the body is read as it
-        arrives, without an iterator: the own HTTP/1.1 client and no content coding.
-        ``None`` otherwise (read :meth:`aiter_bytes`)."""
-        response = self._response
-        if self._encoding is None and isinstance(response, Http1Response):
-            return response.read_some
-        return None
+        version = response.version
+        self.http_version = (
+            "HTTP/1.1"
+            if version is None or version == (1, 1)
+            else f"HTTP/{version.major}.{version.minor}"
+        )
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
-        reads = self._response.aiter_stream()
-        return reads if self._encoding is None else _decoded(reads, self._encoding)
+        encoding = self._encoding
+        if encoding and encoding != b"identity":
+            return _bounded(_decoded(_reads(self._response.content), encoding))
+        return _bounded_reads(self._response.content)  # one generator: the usual body
 
     @property
     def content(self) -> bytes:
@@ -525,48 +450,63 @@ class Reply:
     async def aread(self) -> bytes:
         """The whole body (the SDK's connection exceptions when the connection fails)."""
         try:
-            if self._encoding is None:
-                self._content = await self._response.aread()
-            else:
-                self._content = b"".join([data async for data in self.aiter_bytes()])
+            self._content = b"".join([data async for data in self.aiter_bytes()])
         except CORE_ERRORS as exc:
             raise connection_error(exc, self.request) from exc
         return self._content
 
-    def finish_in_background(self) -> bool:
-        """The reader has what it wants (a stream's ``[DONE]``): true if the connection
-        reads and drops the rest of the body itself and then goes back to the pool (the
-        own client); false if the reader should drain it (``httpcore2``)."""
-        response = self._response
-        if isinstance(response, Http1Response):
-            response.finish_in_background()
-            return True
-        return False
+    def drained_nowait(self) -> bool:
+        """Drop what has arrived of the body without waiting; whether it has ended (the
+        usual case after ``[DONE]``: the stream reader then waits for no rest)."""
+        content = self._response.content
+        try:
+            while not content.at_eof() and content.read_nowait():
+                pass
+        except CORE_ERRORS:
+            return True  # the answer is complete: a failure after it is no failure of it
+        return content.at_eof()
 
-    def own(self, pool: httpcore2.AsyncConnectionPool) -> None:
-        """Close ``pool`` (the reply's own connection) with the reply."""
-        self._pool = pool
-
-    def close_now(self) -> bool:
-        """Close the reply if that needs no waiting (the own client's connection is given
-        back or closed at once); false if :meth:`aclose` must be awaited instead."""
-        response = self._response
-        if self._pool is None and isinstance(response, Http1Response):
-            response.close()
-            return True
-        return False
+    def own(self, session: aiohttp.ClientSession) -> None:
+        """Close ``session`` (the reply's own connection) with the reply."""
+        self._session = session
 
     async def aclose(self) -> None:
-        try:
-            await self._response.aclose()
-        finally:
-            if self._pool is not None:
-                await self._pool.aclose()
+        """Done with the body: the connection goes back to the pool if it was read to its
+        end, else it is closed."""
+        self._response.release()
+        if self._session is not None:
+            await self._session.close()
 
     @property
     def request(self) -> httpx2.Request:
         """The request, for an SDK exception (credentials redacted; made when needed)."""
         return self._transport.error_request(self._run_id)
+
+
+async def _reads(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """The body as it arrives, read by read."""
+    while data := await content.readany():
+        yield data
+
+
+async def _bounded_reads(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """``_bounded(_reads(content))`` in one generator."""
+    size = 0
+    while data := await content.readany():
+        size += len(data)
+        if size > MAX_BODY_BYTES:
+            raise BrokenBody(f"the response body is longer than {MAX_BODY_BYTES} bytes")
+        yield data
+
+
+async def _bounded(reads: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``reads``, ended by :data:`BrokenBody` past :data:`MAX_BODY_BYTES`."""
+    size = 0
+    async for data in reads:
+        size += len(data)
+        if size > MAX_BODY_BYTES:
+            raise BrokenBody(f"the response body is longer than {MAX_BODY_BYTES} bytes (decoded)")
+        yield data
 
 
 async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> AsyncIterator[bytes]:
@@ -577,7 +517,7 @@ async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> Async
         return
     wbits = _DECODERS.get(encoding)
     if wbits is None:
-        raise httpcore2.RemoteProtocolError(
+        raise BrokenBody(
             f"the response is encoded as {encoding.decode('latin-1')!r} (asked for identity)"
         )
     decoder = zlib.decompressobj(wbits) if wbits else None
@@ -585,12 +525,14 @@ async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> Async
         if decoder is None:  # deflate: zlib-wrapped, or raw as some servers send it
             raw = data[:1] and (data[0] & 0x0F) != 8
             decoder = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
-        try:
-            out = decoder.decompress(data)
-        except zlib.error as exc:
-            raise httpcore2.RemoteProtocolError(f"undecodable {encoding!r} body: {exc}") from exc
-        if out:
-            yield out
+        while data:  # in bounded pieces: a small read may inflate to a great deal
+            try:
+                out = decoder.decompress(data, _INFLATE_PIECE)
+            except zlib.error as exc:
+                raise BrokenBody(f"undecodable {encoding!r} body: {exc}") from exc
+            data = decoder.unconsumed_tail
+            if out:
+                yield out
     if decoder is not None and (rest := decoder.flush()):
         yield rest
 
@@ -621,10 +563,6 @@ def _fixed_headers(
     for name, value in endpoint.extra_headers.items():
         headers[name.lower()] = (name.encode("latin-1"), _header_value(value))
     return list(headers.values())
-
-
-def _valid_header(name: bytes, value: bytes) -> bool:
-    return bool(_TOKEN.fullmatch(name)) and bool(_FIELD_VALUE.fullmatch(value))
 
 
 def _expired(morsel: http.cookies.Morsel[str]) -> bool:
