@@ -107,32 +107,28 @@ _PLAIN_TYPES: dict[str, tuple[type, ...]] = {
     "boolean": (bool,),
 }
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
+_OBJECT_KEYS = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties", "$schema"}
 _PlainFields = tuple[dict[str, tuple[type, ...]], tuple[str, ...], bool]
 
 
 def _plain_fields(schema: dict[str, Any]) -> _PlainFields | None:
-    """(field -> exact Python types, required, closed) when ``schema`` is an object of
-    plain fields and nothing else; ``None`` otherwise."""
-    if schema.get("type") != "object" or not set(schema) <= _ANNOTATIONS | {
-        "type",
-        "properties",
-        "required",
-        "additionalProperties",
-        "$schema",
-    }:
-        return None
+    """(field -> exact Python types, required, closed) when ``schema`` (a valid one) is an
+    object of plain fields and nothing else; ``None`` otherwise."""
     closed = schema.get("additionalProperties", True)
+    if (
+        schema.get("type") != "object"
+        or not set(schema) <= _OBJECT_KEYS
+        or not isinstance(closed, bool)
+    ):
+        return None
     fields: dict[str, tuple[type, ...]] = {}
     for name, field in schema.get("properties", {}).items():
-        if not (isinstance(field, dict) and set(field) <= _ANNOTATIONS | {"type"}):
+        kind = field.get("type") if isinstance(field, dict) else None
+        if not (
+            isinstance(kind, str) and kind in _PLAIN_TYPES and set(field) <= _ANNOTATIONS | {"type"}
+        ):
             return None
-        kind = field.get("type")
-        types = _PLAIN_TYPES.get(kind) if isinstance(kind, str) else None
-        if types is None:
-            return None
-        fields[name] = types
-    if not isinstance(closed, bool):
-        return None
+        fields[name] = _PLAIN_TYPES[kind]
     return fields, tuple(schema.get("required", ())), not closed
 
 
