@@ -24,21 +24,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal
 
+from bus import messages as m
 from bus.exit import ExitReason
-from bus.messages import (
-    Message,
-    ModelReplied,
-    ModelRequest,
-    ModelTextDelta,
-    RunStarted,
-    StopSignal,
-    ToolCallProposed,
-    ToolExecute,
-    ToolResult,
-    ToolVerdict,
-    TurnEnded,
-    TurnStarted,
-)
+from bus.messages import Message, StopSignal
 
 __all__ = [
     "CAUSES",
@@ -282,14 +270,10 @@ def abort_cause(source: Literal["caller", "api", "shutdown", "crash"]) -> str:
 
 # The steps of a turn, by whose they are: the model's from the run's or turn's start to its
 # reply, the tools' from the reply to the turn's end (the conductor's PLAN / ACT, OBSERVE).
-_MODEL_STEPS: Final = (RunStarted, TurnStarted, ModelRequest, ModelTextDelta)
+_MODEL_STEPS: Final = (m.RunStarted, m.TurnStarted, m.ModelRequest, m.ModelTextDelta)
 _TOOL_STEPS: Final = (
-    ModelReplied,
-    ToolCallProposed,
-    ToolVerdict,
-    ToolExecute,
-    ToolResult,
-    TurnEnded,
+    (m.ModelReplied, m.ToolCallProposed, m.ToolVerdict),
+    (m.ToolExecute, m.ToolResult, m.TurnEnded),
 )
 
 
