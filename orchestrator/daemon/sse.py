@@ -16,11 +16,7 @@ follower that keeps up costs no database read and no thread hop per commit.
 
 :class:`EventStreamResponse` sends the frames: one write per frame, the heartbeat and the
 client's leaving watched by one task per stream (one timer per heartbeat, none per event).
-It is not sse-starlette's ``EventSourceResponse`` (tried for #31): that one always ends the
-body with a write of its own (``test_the_last_frames_complete_the_body_in_the_same_write``),
-pings on a fixed clock rather than after a silence, runs four tasks per stream, and on import
-patches uvicorn's exit handler and polls for shutdown from an asyncio task that may cancel
-a stream before its ``event: shutdown`` frame.
+Why not sse-starlette's ``EventSourceResponse``: docs/daemon.md, "How it is built".
 """
 
 from __future__ import annotations
