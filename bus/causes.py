@@ -19,13 +19,14 @@ metrics, recovery and the result read the declaration.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final, Literal
 
+from bus import messages as m
 from bus.exit import ExitReason
-from bus.messages import StopSignal
+from bus.messages import Message, StopSignal
 
 __all__ = [
     "CAUSES",
@@ -33,6 +34,7 @@ __all__ = [
     "HOOK",
     "Cause",
     "abort_cause",
+    "abort_reason_after",
     "cause_hint",
     "cause_of",
     "is_known_cause",
@@ -264,6 +266,29 @@ def reason_of(cause: str, reason: ExitReason | None = None) -> ExitReason:
 def abort_cause(source: Literal["caller", "api", "shutdown", "crash"]) -> str:
     """The cause of an abort asked for by ``source``."""
     return "abort.caller" if source in ("caller", "api") else f"abort.{source}"
+
+
+# The steps of a turn, by whose they are: the model's from the run's or turn's start to its
+# reply, the tools' from the reply to the turn's end (the conductor's PLAN / ACT, OBSERVE).
+_MODEL_STEPS: Final = (m.RunStarted, m.TurnStarted, m.ModelRequest, m.ModelTextDelta)
+_TOOL_STEPS: Final = (
+    (m.ModelReplied, m.ToolCallProposed, m.ToolVerdict),
+    (m.ToolExecute, m.ToolResult, m.TurnEnded),
+)
+
+
+def abort_reason_after(steps: Iterable[Message], cause: str = "abort.crash") -> ExitReason:
+    """The exit reason of an abort (``cause``) that came after ``steps`` (newest first): the
+    declaration's tools reason if the newest step of a turn is the tools', else its first
+    (the model was being asked, or nothing had happened yet). Messages of neither kind
+    (progress, nudges, notices) are passed over."""
+    streaming, tools = CAUSE_TABLE[cause].reasons
+    for step in steps:
+        if isinstance(step, _TOOL_STEPS):
+            return tools
+        if isinstance(step, _MODEL_STEPS):
+            return streaming
+    return streaming
 
 
 _PROMPT_TOO_LONG_AFTER_SHORTENING: Final = (

@@ -175,6 +175,8 @@ class Progress(Message, frozen=True, kw_only=True):
     total: int
     status: ProgressStatus
     detail: str = ""
+    turn: int = 0
+    """The turn a ``running`` event reports (the progress reporter's, one per turn); 0: none."""
     tokens: int = 0
     """Tokens the run used so far (pipelines report it at every stage boundary)."""
     elapsed_seconds: float = 0.0

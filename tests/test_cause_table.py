@@ -14,8 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from bus import CAUSE_TABLE, ExitReason, StopSignal, is_known_cause, reason_of, stop_signal
+from bus import (
+    CAUSE_TABLE,
+    ENCODER,
+    MESSAGE_TYPES,
+    ExitReason,
+    StopSignal,
+    is_known_cause,
+    reason_of,
+    stop_signal,
+)
 from bus.causes import HOOK, cause_of
+from orchestrator.daemon.recovery import phase_of
+from orchestrator.daemon.store import StoredEvent
+from tests.messages_examples import examples
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bus", "actors", "orchestrator")
@@ -153,3 +165,94 @@ def test_the_flags_are_those_the_stop_sites_set_before_the_table() -> None:
         assert cause.per_call is (family == "loop" or name == "budget.max_tool_calls"), name
     assert HOOK.per_call
     assert not HOOK.answerable
+
+
+# ------------------------------------------------- no meaning read from text or type names
+
+MESSAGE_NAMES = {kind.__name__ for kind in MESSAGE_TYPES}
+STR_METHODS = {"startswith", "endswith", "split", "rsplit", "partition", "rpartition", "find"}
+STR_METHODS |= {"rfind", "index", "removeprefix", "removesuffix", "count", "splitlines"}
+# ``.detail`` that is not a message's text: an image part's detail level (a Literal).
+NOT_A_TEXT = {"image_url.detail"}
+
+
+def _is_detail(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "detail"
+        and ast.unparse(node) not in NOT_A_TEXT
+    )
+
+
+def detail_parses(tree: ast.Module) -> Iterator[int]:
+    """Lines that read meaning from a ``detail`` text: a comparison with it, a string
+    method on it, a regular expression run on it."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+            _is_detail(side) for side in (node.left, *node.comparators)
+        ):
+            yield node.lineno
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in STR_METHODS and _is_detail(node.func.value):
+                yield node.lineno
+            if node.func.attr in {"match", "search", "fullmatch", "findall", "finditer"} and any(
+                _is_detail(arg) for arg in node.args
+            ):
+                yield node.lineno
+
+
+def test_no_product_code_parses_a_detail_text() -> None:
+    """A detail is for people: the recorder folds a turn's progress by its ``turn`` field,
+    recovery and metrics read the cause table, nobody parses ``Progress.detail`` (or a
+    stop's)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path, tree in product_files()
+        for line in detail_parses(tree)
+    ]
+    assert found == []
+
+
+def test_the_guard_finds_a_detail_parse() -> None:
+    parsed = ast.parse('if p.detail.startswith("turn 3"): pass\nok = p.detail == f"turn {n}"')
+    assert list(detail_parses(parsed)) == [1, 2]
+    assert list(detail_parses(ast.parse('image_url.detail != "auto"'))) == []
+
+
+def message_names(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in MESSAGE_NAMES:
+            yield node.lineno, node.value
+
+
+def test_no_abort_reason_is_picked_by_a_message_type_name() -> None:
+    """Whether an abort (a crash's too) is ``aborted_streaming`` or ``aborted_tools`` is
+    the cause table's (bus.abort_reason_after, on typed messages): a module outside it that
+    names ``aborted_tools`` names no message type as a string."""
+    found = []
+    for path, tree in product_files():
+        where = str(path.relative_to(ROOT))
+        if where == "bus/causes.py" or "ABORTED_TOOLS" not in ast.unparse(tree):
+            continue
+        found += [f"{where}:{line}: {name!r}" for line, name in message_names(tree)]
+    assert found == []
+    assert list(message_names(ast.parse('TOOLS = {"ToolResult", "TurnEnded"}'))) != []
+
+
+def test_a_crash_s_reason_follows_the_newest_step_of_a_turn() -> None:
+    by_kind = {type(msg).__name__: msg for msg in examples()}
+
+    def tail(*kinds: str) -> list[StoredEvent]:
+        return [StoredEvent(n, k, ENCODER.encode(by_kind[k])) for n, k in enumerate(kinds, 1)]
+
+    tools, streaming = ExitReason.ABORTED_TOOLS, ExitReason.ABORTED_STREAMING
+    assert phase_of(tail("RunStarted", "TurnStarted", "ModelRequest")) is streaming
+    assert phase_of(tail("TurnStarted", "ModelReplied", "ToolExecute", "Progress")) is tools
+    assert phase_of(tail("ToolResult", "TurnEnded", "TurnStarted", "Nudge")) is streaming
+    assert phase_of(tail("Progress", "Notice")) is streaming
+    assert phase_of([]) is streaming
+    # the type column is not read: an event's own data says what it is
+    assert (
+        phase_of([StoredEvent(1, "ModelRequest", ENCODER.encode(by_kind["ToolResult"]))]) is tools
+    )
+    assert phase_of([*tail("ToolResult"), StoredEvent(2, "Gone", b'{"type": "Gone"}')]) is tools

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from bus import (
@@ -43,6 +44,7 @@ def running(n: int, **extra: Any) -> Progress:
         total=1,
         status="running",
         detail=f"turn {n} of at most 5",
+        turn=n,
         **extra,
     )
 
@@ -186,6 +188,8 @@ async def test_a_progress_that_restates_the_turn_is_folded_and_others_are_kept(
         await rec.publish(turn(2), running(3))  # says another turn: kept
         await rec.publish(turn(4), running(4, tokens=1200))  # carries tokens: kept
         await rec.publish(running(4))  # a second one for the same turn: kept
+        # a text that reads like the turn's but no turn field: kept (the text is not parsed)
+        await rec.publish(turn(5), msgspec.structs.replace(running(5), turn=0))
         await rec.publish(FINISHED)
         stored = await rec.stored()
     assert kinds(stored) == [
@@ -196,6 +200,8 @@ async def test_a_progress_that_restates_the_turn_is_folded_and_others_are_kept(
         "TurnStarted",
         "Progress",
         "Progress",
+        "TurnStarted",
+        "Progress",
         "RunFinished",
     ]
     assert [e.get("detail") for e in stored if e["type"] == "Progress"] == [
@@ -203,6 +209,7 @@ async def test_a_progress_that_restates_the_turn_is_folded_and_others_are_kept(
         "turn 3 of at most 5",
         "turn 4 of at most 5",
         "turn 4 of at most 5",
+        "turn 5 of at most 5",
     ]
     assert rec.recorder.statistics.folded_progress == 1
 

@@ -17,7 +17,7 @@ def _position(stages: tuple[str, ...], stage: str) -> int:
 
 
 def _progress(
-    run_id: str, stages: tuple[str, ...], stage: str, status: str, detail: str
+    run_id: str, stages: tuple[str, ...], stage: str, status: str, detail: str, turn: int = 0
 ) -> Progress:
     index = _position(stages, stage)
     if status in ("finished", "skipped") and stage == stages[-1]:
@@ -29,6 +29,7 @@ def _progress(
         total=len(stages),
         status=status,  # type: ignore[arg-type]
         detail=detail,
+        turn=turn,
     )
 
 
@@ -48,7 +49,7 @@ def expected(messages: list[RunStarted | TurnStarted | RunEnding]) -> list[Progr
             plans[msg.run_id] = (stages, msg.stage, max_turns)
             limit = f" of at most {max_turns}" if max_turns else ""
             detail = f"turn {msg.turn}{limit}"
-            out.append(_progress(msg.run_id, stages, msg.stage, "running", detail))
+            out.append(_progress(msg.run_id, stages, msg.stage, "running", detail, msg.turn))
         else:
             if msg.run_id not in plans:
                 continue

@@ -9,10 +9,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bus import ENCODER, for_the_log
+from bus import ENCODER, ToolSpec, for_the_log
 from orchestrator.cli import main
 from orchestrator.config import Config
-from orchestrator.replay.player import play
+from orchestrator.replay.player import play, replay_registry
 from orchestrator.replay.recording import Recording, recording_from_events
 from orchestrator.replay.report import compare
 from orchestrator.replay.sources import recording_from_jsonl
@@ -253,3 +253,11 @@ def test_a_listed_folder_is_recreated_by_name_only(tmp_path: Path) -> None:
     assert len(names) == 2 + 3  # the "more" are placeholders sorted after the shown names
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]  # nothing outside
     assert player._recreate_folder(None, scratch) is None
+
+
+def test_a_recorded_tool_whose_schema_is_not_valid_still_replays() -> None:
+    """A recording may predate the schema check: its tool is offered with an open schema."""
+    bad = ToolSpec(name="f", description="", parameters='{"type": "object", "required": 5}')
+    registry = replay_registry(Recording(name="r", task="t", tools=(bad,)))
+    assert registry.names() == ("f",)
+    assert json.loads(registry.specs()[0].parameters) == {"type": "object", "properties": {}}

@@ -144,6 +144,12 @@ BAD = [
         "tools[0].parameters.q: expected a type name",
     ),
     (
+        'task = "t"\n[[tools]]\nname = "f"\n[tools.parameters]\ntype = "object"\n'
+        '[tools.parameters.properties.q]\ntype = "text"\n[[steps]]\ntext = "a"\n'
+        '[expect]\nexit_reason = "completed"',
+        "tools[0].parameters: invalid JSON schema at `$.properties.q.type`",
+    ),
+    (
         'task = "t"\n[[steps]]\ntext = "a"\n[expect]\nexit_reason = "completed"\ncause = "x.y"',
         "expect.cause: unknown cause 'x.y'",
     ),

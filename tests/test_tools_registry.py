@@ -267,3 +267,22 @@ def test_public_api_is_pinned() -> None:
 def test_registry_from_nothing_is_empty() -> None:
     assert len(ToolRegistry()) == 0
     assert ToolRegistry().specs() == ()
+
+
+def test_raw_schema_checked_in_depth_and_a_bad_schema_refused() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
+    }
+    tool = Tool.from_json_schema("ids", "", schema, _echo)
+    assert tool.decode('{"ids": [1, 2]}') == {"ids": [1, 2]}
+    with pytest.raises(actors.tools.ToolError) as info:
+        tool.decode('{"ids": [1, "x"]}')
+    assert info.value.message == (
+        "invalid arguments for ids: Expected `integer`, got `string` - at `$.ids[1]`"
+    )
+    bad = {"type": "object", "properties": {"a": {"type": "text"}}}
+    with pytest.raises(
+        ValueError, match=r"tool 'bad': invalid JSON schema at `\$\.properties\.a\.type`"
+    ):
+        Tool.from_json_schema("bad", "", bad, _echo)

@@ -68,6 +68,7 @@ class ProgressReporter:
                 total=len(running.stages),
                 status="running",
                 detail=f"turn {msg.turn}{running.limit}",
+                turn=msg.turn,
             )
         )
 

@@ -120,15 +120,18 @@ class Tool(Generic[P]):
     ) -> Tool[dict[str, Any]]:
         """A tool whose parameters are a raw JSON object schema; ``fn`` gets a ``dict``.
 
-        Arguments are checked shallowly (:func:`~actors.tools.schema.check_arguments`).
+        Arguments are checked by :mod:`jsonschema` (:func:`~actors.tools.schema.argument_checker`).
 
-        :raises ValueError: on a bad name or a schema that is not an object schema.
+        :raises ValueError: on a bad name, a schema that is not an object schema or not a
+            valid JSON schema.
         """
         flat = inline_refs(dict(schema))
         if flat.get("type") != "object":
             raise ValueError(f"tool {name!r}: parameters schema must have type 'object'")
-
-        check = argument_checker(flat)
+        try:
+            check = argument_checker(flat)
+        except ValueError as exc:
+            raise ValueError(f"tool {name!r}: {exc}") from None
 
         def decode(arguments: bytes) -> dict[str, Any]:
             value = _DECODE_ANY(arguments)

@@ -1,4 +1,5 @@
-"""JSON schemas for tool parameters, as the model sees them.
+"""JSON schemas for tool parameters, as the model sees them, and the check of a call's
+arguments against one (by :mod:`jsonschema`).
 
 msgspec writes a schema with ``$ref``/``$defs``; many OpenAI-compatible endpoints reject
 references, so :func:`parameters_schema` inlines every reference into one flat object
@@ -11,8 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from jsonschema.validators import Draft202012Validator, validator_for
 
-__all__ = ["argument_checker", "check_arguments", "inline_refs", "parameters_schema"]
+__all__ = ["argument_checker", "inline_refs", "parameters_schema"]
 
 _REF_PREFIX = "#/$defs/"
 _NAME_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
@@ -66,104 +69,106 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-    "null": (type(None),),
-}
-
-
-def check_arguments(schema: dict[str, Any], arguments: Any) -> None:
-    """A shallow check of decoded ``arguments`` against an object ``schema``.
-
-    Checks what matters for hand-written tool schemas (the simulator's fake tools): an
-    object, its required fields, unknown fields when ``additionalProperties`` is false, and
-    the JSON ``type`` of each top-level field. Messages read like msgspec's.
-
-    :raises ValueError: naming the field and the reason.
-    """
-    if not isinstance(arguments, dict):
-        raise ValueError(f"Expected `object`, got `{_json_type(arguments)}`")
-    properties: dict[str, Any] = schema.get("properties", {})
-    for name in schema.get("required", ()):
-        if name not in arguments:
-            raise ValueError(f"Object missing required field `{name}`")
-    for name, value in arguments.items():
-        field = properties.get(name)
-        if field is None:
-            if schema.get("additionalProperties", True) is False:
-                raise ValueError(f"Object contains unknown field `{name}`")
-            continue
-        expected = field.get("type") if isinstance(field, dict) else None
-        kinds = [expected] if isinstance(expected, str) else list(expected or ())
-        if kinds and not any(_is_type(value, kind) for kind in kinds):
-            wanted = " | ".join(f"`{kind}`" for kind in kinds)
-            raise ValueError(f"Expected {wanted}, got `{_json_type(value)}` - at `$.{name}`")
-
-
 def argument_checker(schema: dict[str, Any]) -> Callable[[Any], None]:
-    """:func:`check_arguments` against ``schema``, with what it reads of the schema read
-    once: the same checks in the same order, the same messages. A schema whose parts are
-    not what a JSON schema has there (``properties`` not an object, ...) is checked by
-    :func:`check_arguments` itself at each call, as before.
+    """A check of decoded arguments against ``schema`` by :mod:`jsonschema`, its validator
+    built once. It raises :class:`ValueError` with a message that reads like msgspec's
+    (``Expected `string`, got `integer` - at `$.order_id```, ``Object missing required
+    field `x```, ``Object contains unknown field `x```; jsonschema's own text for other
+    keywords), so the model can fix its call.
+
+    A schema of plain fields (an object of ``string``/``integer``/``number``/``boolean``
+    properties, ``required`` and a boolean ``additionalProperties``) first tries a fast
+    test that accepts only arguments the validator accepts; anything else goes to it.
+
+    :raises ValueError: if ``schema`` is not a valid JSON schema, naming where and why.
     """
+    cls = validator_for(schema, default=Draft202012Validator)
     try:
-        properties = schema.get("properties", {})
-        required = tuple(schema.get("required", ()))
-        closed = schema.get("additionalProperties", True) is False
-        fields: dict[str, tuple[tuple[type, ...], bool, str] | None] = {}
-        for name, field in properties.items():
-            if field is None:
-                continue  # read as no schema for the field: an unknown field
-            expected = field.get("type") if isinstance(field, dict) else None
-            kinds = [expected] if isinstance(expected, str) else list(expected or ())
-            if not kinds:
-                fields[name] = None  # any value
-                continue
-            types = tuple(t for kind in kinds for t in _JSON_TYPES.get(kind, (object,)))
-            takes_bool = any(_is_type(True, kind) for kind in kinds)
-            fields[name] = (types, takes_bool, " | ".join(f"`{kind}`" for kind in kinds))
-    except (AttributeError, TypeError):
-
-        def check_each_time(arguments: Any) -> None:
-            check_arguments(schema, arguments)
-
-        return check_each_time
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        raise ValueError(f"invalid JSON schema at `{exc.json_path}`: {exc.message}") from None
+    iter_errors = cls(schema).iter_errors
+    fast = _plain_fields(schema)
 
     def check(arguments: Any) -> None:
-        if not isinstance(arguments, dict):
-            raise ValueError(f"Expected `object`, got `{_json_type(arguments)}`")
-        for name in required:
-            if name not in arguments:
-                raise ValueError(f"Object missing required field `{name}`")
-        for name, value in arguments.items():
-            if name not in fields:
-                if closed:
-                    raise ValueError(f"Object contains unknown field `{name}`")
-                continue
-            field = fields[name]
-            if field is None:
-                continue
-            types, takes_bool, wanted = field
-            if takes_bool if isinstance(value, bool) else isinstance(value, types):
-                continue
-            raise ValueError(f"Expected {wanted}, got `{_json_type(value)}` - at `$.{name}`")
+        if fast is not None and _matches(fast, arguments):
+            return
+        error = best_match(iter_errors(arguments))
+        if error is not None:
+            raise ValueError(_message(error))
 
     return check
 
 
-def _is_type(value: Any, kind: str) -> bool:
-    if isinstance(value, bool) and kind in ("integer", "number"):
+_PLAIN_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+}
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
+_OBJECT_KEYS = _ANNOTATIONS | {"type", "properties", "required", "additionalProperties", "$schema"}
+_PlainFields = tuple[dict[str, tuple[type, ...]], tuple[str, ...], bool]
+
+
+def _plain_fields(schema: dict[str, Any]) -> _PlainFields | None:
+    """(field -> exact Python types, required, closed) when ``schema`` (a valid one) is an
+    object of plain fields and nothing else; ``None`` otherwise."""
+    closed = schema.get("additionalProperties", True)
+    if (
+        schema.get("type") != "object"
+        or not set(schema) <= _OBJECT_KEYS
+        or not isinstance(closed, bool)
+    ):
+        return None
+    fields: dict[str, tuple[type, ...]] = {}
+    for name, field in schema.get("properties", {}).items():
+        kind = field.get("type") if isinstance(field, dict) else None
+        if not (
+            isinstance(kind, str) and kind in _PLAIN_TYPES and set(field) <= _ANNOTATIONS | {"type"}
+        ):
+            return None
+        fields[name] = _PLAIN_TYPES[kind]
+    return fields, tuple(schema.get("required", ())), not closed
+
+
+def _matches(fast: _PlainFields, arguments: Any) -> bool:
+    """Whether ``arguments`` surely matches (exact types: ``bool`` is not an ``int``)."""
+    fields, required, closed = fast
+    if type(arguments) is not dict or not all(name in arguments for name in required):
         return False
-    return isinstance(value, _JSON_TYPES.get(kind, (object,)))
+    for name, value in arguments.items():
+        types = fields.get(name)
+        if types is None:
+            if closed:
+                return False
+        elif type(value) not in types:
+            return False
+    return True
+
+
+def _message(error: ValidationError) -> str:
+    at = "" if error.json_path == "$" else f" - at `{error.json_path}`"
+    instance: Any = error.instance  # the types say "maybe unset": never, for an error
+    value: Any = error.validator_value
+    schema: Any = error.schema
+    if error.validator == "type":
+        kinds = [value] if isinstance(value, str) else list(value)
+        wanted = " | ".join(f"`{kind}`" for kind in kinds)
+        return f"Expected {wanted}, got `{_json_type(instance)}`{at}"
+    if error.validator == "required":
+        missing = next(name for name in value if name not in instance)
+        return f"Object missing required field `{missing}`{at}"
+    if error.validator == "additionalProperties" and "patternProperties" not in schema:
+        known = schema.get("properties", {})
+        extra = next(name for name in instance if name not in known)
+        return f"Object contains unknown field `{extra}`{at}"
+    return f"{error.message}{at}"
 
 
 def _json_type(value: Any) -> str:
-    for kind in ("null", "boolean", "integer", "number", "string", "array", "object"):
-        if _is_type(value, kind):
-            return kind
-    return type(value).__name__
+    kinds = ("null", "boolean", "integer", "number", "string", "array", "object")
+    return next((k for k in kinds if _TYPES.is_type(value, k)), type(value).__name__)
+
+
+_TYPES = Draft202012Validator.TYPE_CHECKER

@@ -639,7 +639,7 @@ class ClusterNode:
         self, state: RunState, newest: ClusterEvent | None, checkpoint: RunCheckpoint | None
     ) -> RunState:
         assert self._publisher is not None
-        tail = [StoredEvent(newest.seq, newest.type, b"")] if newest is not None else []
+        tail = [StoredEvent(newest.seq, newest.type, newest.data)] if newest is not None else []
         events, result = crash_ending(
             state.run_id, state.trace_id, phase_of(tail), checkpoint, crash_detail()
         )

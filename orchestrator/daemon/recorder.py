@@ -21,9 +21,9 @@ What is stored is the run's messages, less what would be stored twice:
   text is still held, and its ``text`` ends with that text, the held text is dropped: the
   reply carries it (the whole answer), committed at the same moment.
 * **A ``Progress`` that restates the turn is folded into it.** The progress reporter's
-  ``running`` event for a turn (``detail`` "turn N" or "turn N of at most M", no tokens or
-  time) says what the ``TurnStarted`` just before it says (its stage; the plan and
-  the limit are in ``RunStarted``); it is not stored. ``started``, ``finished``,
+  ``running`` event for a turn (its ``turn`` field that turn, no tokens or time) says what
+  the ``TurnStarted`` just before it says (its stage; the plan and the limit are in
+  ``RunStarted``); it is not stored. ``started``, ``finished``,
   ``skipped`` and pipelines' progress with tokens or time are.
 
 So a follower, and a replay, sees the streamed text as ``ModelTextDelta`` events, each the
@@ -230,7 +230,4 @@ def _restates(progress: Progress, turn: TurnStarted | None) -> bool:
     """Whether ``progress`` is the reporter's ``running`` event for ``turn`` and nothing more."""
     if turn is None or progress.status != "running" or progress.stage != turn.stage:
         return False
-    if progress.tokens or progress.elapsed_seconds:
-        return False
-    said = f"turn {turn.turn}"
-    return progress.detail == said or progress.detail.startswith(said + " of at most ")
+    return progress.turn == turn.turn and not (progress.tokens or progress.elapsed_seconds)

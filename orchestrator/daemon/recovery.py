@@ -6,9 +6,10 @@ newest checkpoint (:meth:`~orchestrator.daemon.store.Store.save_checkpoint`), an
 daemon starts again after a crash is handed the checkpoint to resume from.
 
 A run that was running when the process died either resumes (``on_crash = "resume"``, the
-default) or is ended as it would have been by an abort at that moment: ``aborted_streaming``
-if the model was being asked, ``aborted_tools`` if tools were running, cause
-``abort.crash``. :func:`crash_ending` builds the events and the result for that ending.
+default) or is ended as it would have been by an abort at that moment: cause ``abort.crash``,
+with the exit reason the cause table gives after the run's last stored steps
+(:func:`bus.abort_reason_after`: ``aborted_tools`` if tools were running).
+:func:`crash_ending` builds the events and the result for that ending.
 
 A stored request that no longer passes validation (a value an older version accepted is
 now out of range) is not started: it ends the same way, with a detail naming the key and
@@ -18,16 +19,12 @@ why (:func:`refused_detail`), and the other runs are recovered.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 import msgspec
 
-from bus import (
-    AbortRequested,
-    ExitReason,
-    Message,
-)
+from bus import DECODER, AbortRequested, ExitReason, Message, abort_reason_after
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.daemon.store import Store, StoredEvent
 from orchestrator.result import RunResult, TraceEntry, end_result, finished_message
@@ -44,12 +41,6 @@ __all__ = [
 
 CHECKPOINT_DECODER: Final = msgspec.json.Decoder(RunCheckpoint)
 _ENCODER: Final = msgspec.json.Encoder()
-
-# Which abort a crash amounts to, from the last step the run was seen taking.
-_STREAMING: Final = frozenset({"RunStarted", "TurnStarted", "ModelRequest", "ModelTextDelta"})
-_TOOLS: Final = frozenset(
-    {"ModelReplied", "ToolCallProposed", "ToolVerdict", "ToolExecute", "ToolResult", "TurnEnded"}
-)
 
 
 class StoreJournal:
@@ -74,14 +65,20 @@ class StoreJournal:
 
 
 def phase_of(tail: Sequence[StoredEvent]) -> ExitReason:
-    """``aborted_tools`` if the newest step in ``tail`` belongs to tools, else
-    ``aborted_streaming`` (the model was being asked, or nothing had happened yet)."""
+    """The exit reason of a crash after ``tail`` (a run's newest stored events, oldest
+    first), from the cause table: ``aborted_tools`` if its newest step was the tools',
+    else ``aborted_streaming``."""
+    return abort_reason_after(_newest_first(tail))
+
+
+def _newest_first(tail: Sequence[StoredEvent]) -> Iterator[Message]:
+    """``tail``'s messages, decoded newest first as they are asked for; an event this
+    version cannot decode (stored by another) is passed over."""
     for event in reversed(tail):
-        if event.type in _TOOLS:
-            return ExitReason.ABORTED_TOOLS
-        if event.type in _STREAMING:
-            return ExitReason.ABORTED_STREAMING
-    return ExitReason.ABORTED_STREAMING
+        try:
+            yield DECODER.decode(event.data)
+        except msgspec.DecodeError:
+            continue
 
 
 def crash_ending(

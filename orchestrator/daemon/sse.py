@@ -16,6 +16,7 @@ follower that keeps up costs no database read and no thread hop per commit.
 
 :class:`EventStreamResponse` sends the frames: one write per frame, the heartbeat and the
 client's leaving watched by one task per stream (one timer per heartbeat, none per event).
+Why not sse-starlette's ``EventSourceResponse``: docs/daemon.md, "How it is built".
 """
 
 from __future__ import annotations

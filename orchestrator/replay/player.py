@@ -30,6 +30,7 @@ from anyio.abc import TaskStatus
 
 from actors.loop.monitor import LISTING_MAX
 from actors.tools import Tool, ToolContext, ToolError, ToolRegistry, default_registry
+from actors.tools.schema import argument_checker, inline_refs
 from bus import Bus, Message, ModelCancel, ModelReply, ModelRequest, ModelTextDelta
 from orchestrator.config import Config
 from orchestrator.replay.recording import Answer, Decision, Recording, decisions, result_key
@@ -144,7 +145,7 @@ def replay_registry(recording: Recording) -> ToolRegistry:
             schema = msgspec.json.decode(spec.parameters)
         except msgspec.DecodeError:
             schema = {"type": "object", "properties": {}}
-        if not isinstance(schema, dict):
+        if not isinstance(schema, dict) or not _valid(schema):
             schema = {"type": "object", "properties": {}}
         registry.add(
             Tool.from_json_schema(
@@ -158,6 +159,15 @@ def replay_registry(recording: Recording) -> ToolRegistry:
             )
         )
     return registry
+
+
+def _valid(schema: dict[str, Any]) -> bool:
+    """Whether ``schema`` is one a tool can take (a recording's may predate the check)."""
+    try:
+        argument_checker(inline_refs(schema))
+    except ValueError:
+        return False
+    return schema.get("type") == "object"
 
 
 def _answerer(name: str, recording: Recording) -> Callable[[dict[str, Any], ToolContext], Any]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 from typing import Final
 
+from actors.tools.schema import argument_checker, inline_refs
 from bus import is_known_cause
 from orchestrator.sim.scenario import (
     MAIN_TRACK,
@@ -70,7 +71,12 @@ def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
         if tool.name in seen:
             yield f"{at}.name", f"duplicate tool {tool.name!r}"
         seen.add(tool.name)
-        if not tool.has_json_schema:
+        if tool.has_json_schema:
+            try:
+                argument_checker(inline_refs(tool.json_schema()))
+            except ValueError as exc:
+                yield f"{at}.parameters", str(exc)
+        else:
             for arg, kind in tool.parameters.items():
                 if not isinstance(kind, str) or kind.removesuffix("?") not in PARAMETER_TYPES:
                     allowed = ", ".join(sorted(PARAMETER_TYPES))
