@@ -9,13 +9,14 @@ environment variable named by ``model.api_key_env`` when the endpoint is opened.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NamedTuple, TypeVar
 
 import msgspec
 
@@ -54,6 +55,7 @@ from orchestrator.config_ranges import range_at
 from orchestrator.errors import ConfigError
 
 __all__ = [
+    "RUN_KEYS",
     "BudgetSettings",
     "ClientCeilings",
     "ClientOverrides",
@@ -66,6 +68,7 @@ __all__ = [
     "ModelCapabilities",
     "ModelPrice",
     "ModelSettings",
+    "RunKey",
     "RunSettings",
     "RuntimeSettings",
     "ToolSettings",
@@ -138,6 +141,7 @@ Price = Annotated[float, msgspec.Meta(ge=0, le=PRICE_MAX)]
 CacheHits = Annotated[int, msgspec.Meta(ge=0, le=CACHE_HITS_MAX)]
 CacheEntries = Annotated[int, msgspec.Meta(ge=0, le=CACHE_ENTRIES_MAX)]
 Recoveries = Annotated[int, msgspec.Meta(ge=0, le=RECOVERIES_MAX)]
+Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
 
 
 class _Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -294,7 +298,7 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     safety_buffer_tokens: Reserve = SAFETY_BUFFER
     output_reserve_tokens: Reserve = OUTPUT_RESERVE
     """Reserved for the answer when ``model.max_output_tokens`` is not set (else that)."""
-    collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)] = _POLICY.collapse_at
+    collapse_at: Share = _POLICY.collapse_at
     """Fold old tool results once the estimate passes this share of the limit; 0: only
     after the endpoint refused a prompt."""
     collapse_to: Annotated[float, msgspec.Meta(gt=0, le=1)] = _POLICY.collapse_to
@@ -308,7 +312,7 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     )
     """Reported prompt tokens below this share of the estimate are flagged as a silent
     truncation (an event, not a stop)."""
-    tool_result_share: Annotated[float, msgspec.Meta(ge=0, le=1)] = _POLICY.tool_result_share
+    tool_result_share: Share = _POLICY.tool_result_share
     """The tool results of one turn the model has not answered yet may take together at most
     this share of the room the system prompt, task and tool schemas leave under the limit;
     past it they are cut to fit, each with a note on how to read the rest (0: never cut)."""
@@ -316,40 +320,95 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
 
 OnCrash = Literal["resume", "abort"]
 
-ClientKey = Literal[
-    "model",
-    "max_turns",
-    "max_tool_calls",
-    "deadline_seconds",
-    "max_output_tokens",
-    "output_token_budget",
-    "input_token_budget",
-    "cost_budget",
-    "answer_max_tokens",
-    "budget_mode",
-    "on_stop",
-    "loop_preset",
-    "loop",
-    "tools",
-    "on_crash",
-]
-"""The run settings an operator may let API clients set (``docs/security.md``). Hooks,
-prices, tool limits, context and cache settings are not among them: no policy lets a
-request set those."""
 
-DEFAULT_CLIENT_KEYS: Final[tuple[ClientKey, ...]] = (
-    "model",
-    "max_turns",
-    "max_tool_calls",
-    "deadline_seconds",
-    "max_output_tokens",
-    "output_token_budget",
-    "input_token_budget",
-    "cost_budget",
-    "loop_preset",
-    "loop",
-    "on_crash",
-)
+class RunKey(NamedTuple):
+    """The declaration of one run setting (a key of :class:`RunSettings`, whose field is its
+    type and range): where its default comes from, who may set it, and its doc line. The
+    default, the client policy and the docs table (``docs/scenarios.md``) derive from it."""
+
+    default: str | None
+    """The config key whose value is the run's default; ``None``: the field's own default."""
+    doc: str
+    client: Literal["default", "allowed", "operator"] = "operator"
+    """``default``: a request may set it unless the operator says no; ``allowed``: if the
+    operator allows it (``daemon.client_overrides.allowed``); ``operator``: never."""
+    never: str = ""
+    """Why no policy can let a request set it (said in the refusal)."""
+
+
+_BUDGETS: Final = "([budgets.md](budgets.md))"
+_CONTEXT: Final = "the context gatekeeper ([context.md](context.md))"
+_CACHE: Final = "the idempotent result cache ([truncation-and-cache.md](truncation-and-cache.md))"
+RUN_KEYS: Final[dict[str, RunKey]] = {
+    "model": RunKey("model.model", "the model the run asks (a scenario: its name)", "default"),
+    "max_turns": RunKey("budget.max_turns", "turn budget (`budget.max_turns`)", "default"),
+    "max_tool_calls": RunKey("budget.max_tool_calls", "tool-call budget", "default"),
+    "deadline_seconds": RunKey("budget.deadline_seconds", "wall-clock budget", "default"),
+    "max_output_tokens": RunKey(
+        "model.max_output_tokens", "`max_tokens` of each request (not a budget)", "default"
+    ),
+    "output_token_budget": RunKey(
+        "budget.max_output_tokens", f"completion tokens of the run {_BUDGETS}", "default"
+    ),
+    "input_token_budget": RunKey(
+        "budget.max_input_tokens", "prompt tokens summed over the run", "default"
+    ),
+    "cost_budget": RunKey("budget.max_cost", "cost of the run (needs `[prices]`)", "default"),
+    "answer_max_tokens": RunKey(
+        "budget.answer_max_tokens", "`max_tokens` of the last answer", "allowed"
+    ),
+    "budget_mode": RunKey("budget.mode", "`ceiling` or `target`", "allowed"),
+    "on_stop": RunKey(
+        "budget.on_stop", f"`answer`: one last answer after a limit {_BUDGETS}", "allowed"
+    ),
+    "loop_preset": RunKey(
+        "loop.preset", "loop detection preset ([loop-detection.md](loop-detection.md))", "default"
+    ),
+    "loop": RunKey(None, "per-detector overrides merged onto `loop_preset`", "default"),
+    "tools": RunKey("tools.enabled", "the tools the run may call", "allowed"),
+    "on_crash": RunKey("daemon.on_crash", "after a daemon crash: resume, or end", "default"),
+    "escalated_max_tokens": RunKey(
+        "model.escalated_max_tokens", "the silent retry's `max_tokens` after a `length` cut"
+    ),
+    "truncation_recoveries": RunKey(None, "recovery messages before `truncation.gave_up`"),
+    "tool_timeout_seconds": RunKey("tools.timeout_seconds", "a tool call's deadline"),
+    "abort_grace_seconds": RunKey(
+        "tools.abort_grace_seconds", "how long running tools may finish after an abort"
+    ),
+    "max_cache_hits": RunKey("tools.max_cache_hits", f"hits per cached result; {_CACHE}"),
+    "cache_ttl_seconds": RunKey("tools.cache_ttl_seconds", "how long a result is cached"),
+    "cache_max_entries": RunKey("tools.cache_max_entries", "cached results (0: no cache)"),
+    "context_window": RunKey(None, f"the model's window (unset: by model name); {_CONTEXT}"),
+    "context_safety_buffer": RunKey("context.safety_buffer_tokens", "tokens kept free"),
+    "context_output_reserve": RunKey(
+        "context.output_reserve_tokens", "reserved for the answer without `max_output_tokens`"
+    ),
+    "context_collapse_at": RunKey("context.collapse_at", "share of the limit that folds"),
+    "context_keep_turns": RunKey("context.keep_recent_turns", "turns a compaction keeps"),
+    "answer_deadline_seconds": RunKey(
+        "budget.answer_deadline_seconds", "deadline of the last answer"
+    ),
+    "input_price_per_million": RunKey(
+        None, "prices for the cost budget (from `[prices]`)", never="prices are the operator's"
+    ),
+    "output_price_per_million": RunKey(
+        None, "prices for the cost budget (from `[prices]`)", never="prices are the operator's"
+    ),
+    "hooks": RunKey(
+        "hooks",
+        "the run's hooks, replacing the config's ([hooks.md](hooks.md))",
+        never="hooks run commands on the daemon's host: only the operator sets them",
+    ),
+}
+"""Every run setting, once (a test checks the keys are :class:`RunSettings`'s)."""
+
+CLIENT_KEYS: Final = tuple(key for key, run in RUN_KEYS.items() if run.client != "operator")
+if TYPE_CHECKING:
+    ClientKey = str
+else:
+    ClientKey = Literal[CLIENT_KEYS]
+"""The run settings an operator may let API clients set (``docs/security.md``)."""
+DEFAULT_CLIENT_KEYS: Final = tuple(k for k, run in RUN_KEYS.items() if run.client == "default")
 
 
 class ClientCeilings(_Settings, frozen=True, kw_only=True):
@@ -544,9 +603,9 @@ class Config(_Settings, frozen=True, kw_only=True):
 class RunSettings(_Settings, frozen=True, kw_only=True):
     """The effective, flat settings of one run: the config's defaults plus run overrides.
 
-    Scenario files and API requests override these keys by name. :func:`run_settings`
-    fills every key that has a config section from that section, so those keys have no
-    default here: the sections' defaults are the only ones.
+    Scenario files and API requests override these keys by name. Each key is declared in
+    :data:`RUN_KEYS`; :func:`run_settings` fills every key that has a config section from
+    that section, so those keys have no default here: the sections' defaults are the only ones.
     """
 
     model: str
@@ -564,23 +623,18 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     cache_max_entries: CacheEntries
     loop_preset: LoopPreset
     context_window: Window | None = None
-    """The model's context window in tokens; ``None``: ``[context]`` by model name."""
     context_safety_buffer: Reserve
     context_output_reserve: Reserve
-    """Reserved for the answer when ``max_output_tokens`` is not set."""
-    context_collapse_at: Annotated[float, msgspec.Meta(ge=0, le=1)]
+    context_collapse_at: Share
     context_keep_turns: Turns
     hooks: tuple[Hook, ...]
-    """Pre-tool and stop hooks (``docs/hooks.md``); a run's list replaces the config's."""
     on_crash: OnCrash
     loop: dict[str, Any] = {}
-    """Loop config keys merged onto ``loop_preset`` (see :func:`merge_loop_overrides`)."""
     output_token_budget: RunTokens | None
     input_token_budget: RunTokens | None
     cost_budget: Cost | None
     budget_mode: BudgetMode
     input_price_per_million: Price | None = None
-    """From ``[prices."<model>"]`` unless overridden."""
     output_price_per_million: Price | None = None
     on_stop: OnStop
     answer_max_tokens: ReplyTokens
@@ -864,37 +918,14 @@ def run_settings(
     :raises ConfigError: an override names an unknown key or has a bad value, or a cost
         budget is set for a model with no price (key ``prices."<model>"``).
     """
-    data: dict[str, Any] = {
-        "model": config.model.model,
-        "max_turns": config.budget.max_turns,
-        "max_tool_calls": config.budget.max_tool_calls,
-        "deadline_seconds": config.budget.deadline_seconds,
-        "max_output_tokens": config.model.max_output_tokens,
-        "escalated_max_tokens": config.model.escalated_max_tokens,
-        "tools": config.tools.enabled,
-        "tool_timeout_seconds": config.tools.timeout_seconds,
-        "abort_grace_seconds": config.tools.abort_grace_seconds,
-        "loop_preset": config.loop.preset,
-        "context_safety_buffer": config.context.safety_buffer_tokens,
-        "context_output_reserve": config.context.output_reserve_tokens,
-        "context_collapse_at": config.context.collapse_at,
-        "context_keep_turns": config.context.keep_recent_turns,
-        "hooks": config.hooks,
-        "on_crash": config.daemon.on_crash,
-        "max_cache_hits": config.tools.max_cache_hits,
-        "cache_ttl_seconds": config.tools.cache_ttl_seconds,
-        "cache_max_entries": config.tools.cache_max_entries,
-        "output_token_budget": config.budget.max_output_tokens,
-        "input_token_budget": config.budget.max_input_tokens,
-        "cost_budget": config.budget.max_cost,
-        "budget_mode": config.budget.mode,
-        "on_stop": config.budget.on_stop,
-        "answer_max_tokens": config.budget.answer_max_tokens,
-        "answer_deadline_seconds": config.budget.answer_deadline_seconds,
-    }
+    data = {key: _at(config, run.default) for key, run in RUN_KEYS.items() if run.default}
     data.update(overrides or {})
     settings = _convert(data, RunSettings, prefix="config", source=source)
     return _with_prices(config, settings, source=source)
+
+
+def _at(config: Config, key: str) -> Any:
+    return functools.reduce(getattr, key.split("."), config)
 
 
 def _merged(base: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,21 @@
-"""The tables of ``docs/security.md`` ("Bounded configuration"), generated from the config
-types: ``python -m orchestrator.config_docs`` prints them (a test compares)."""
+"""The docs tables generated from the config types and the run settings' declaration:
+``docs/security.md``'s ("Bounded configuration") and ``docs/scenarios.md``'s (``[config]``).
+``python -m orchestrator.config_docs`` prints them (a test compares)."""
 
 from __future__ import annotations
 
+import functools
+
 import msgspec
+import msgspec.inspect as mi
 
 from actors.loop import LoopConfig
-from orchestrator.config import Config, RunSettings
-from orchestrator.config_ranges import range_table
+from orchestrator.config import RUN_KEYS, Config, RunSettings
+from orchestrator.config_ranges import range_at, range_table
 
-__all__ = ["config_roots", "doc_tables"]
+__all__ = ["config_roots", "doc_tables", "run_keys_table"]
+
+_WHO: dict[str, str] = {"default": "yes", "allowed": "if allowed", "operator": "no"}
 
 
 def config_roots() -> tuple[tuple[str, type[msgspec.Struct]], ...]:
@@ -24,5 +30,34 @@ def doc_tables() -> list[str]:
     return [range_table(kind, prefix) for prefix, kind in config_roots()]
 
 
+def _value(value: object) -> str:
+    return "none" if value is None else f"`{msgspec.json.encode(value).decode()}`"
+
+
+def run_keys_table() -> str:
+    """``docs/scenarios.md``'s table of a run's keys, from :data:`RUN_KEYS`."""
+    lines = [
+        "| key | default | range | a request may set it | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    info = mi.type_info(RunSettings)
+    assert isinstance(info, mi.StructType)
+    own = {field.name: field for field in info.fields}
+    for key, run in RUN_KEYS.items():
+        if run.default:
+            value = functools.reduce(getattr, run.default.split("."), Config())
+            default = f"`{run.default}` ({_value(value)})"
+        else:
+            field = own[key]
+            default = _value(
+                field.default_factory() if field.default is msgspec.NODEFAULT else field.default
+            )
+        bounds = range_at(RunSettings, key)
+        notation = bounds.notation() if bounds is not None else ""
+        who = f"no ({run.never})" if run.never else _WHO[run.client]
+        lines.append(f"| `{key}` | {default} | {notation} | {who} | {run.doc} |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print("\n\n".join(doc_tables()))
+    print("\n\n".join([*doc_tables(), run_keys_table()]))
