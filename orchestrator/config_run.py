@@ -1,0 +1,201 @@
+"""The settings of one run, each declared once (:data:`RUN_KEYS`): its type and range
+(:class:`RunSettings`' field), the config key it defaults to, who may set it from an API
+request and its doc line. The client policy's types derive from the declaration."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
+
+import msgspec
+
+from actors.budget.tokens import BudgetMode
+from actors.hooks import Hook
+from orchestrator.config_types import (
+    CacheEntries,
+    CacheHits,
+    Cost,
+    Grace,
+    LoopPreset,
+    OnCrash,
+    OnStop,
+    Price,
+    Recoveries,
+    ReplyTokens,
+    Reserve,
+    RunTokens,
+    Seconds,
+    Share,
+    ToolCalls,
+    Turns,
+    Window,
+    _Settings,
+)
+
+__all__ = [
+    "CLIENT_KEYS",
+    "DEFAULT_CLIENT_KEYS",
+    "RUN_KEYS",
+    "ClientCeilings",
+    "ClientKey",
+    "ClientOverrides",
+    "RunKey",
+    "RunSettings",
+]
+
+
+class RunKey(NamedTuple):
+    """The declaration of one run setting (a key of :class:`RunSettings`, whose field is its
+    type and range): where its default comes from, who may set it, and its doc line. The
+    default, the client policy and the docs table (``docs/scenarios.md``) derive from it."""
+
+    default: str | None
+    """The config key whose value is the run's default; ``None``: the field's own default."""
+    doc: str
+    client: Literal["default", "allowed", "operator"] = "operator"
+    """``default``: a request may set it unless the operator says no; ``allowed``: if the
+    operator allows it (``daemon.client_overrides.allowed``); ``operator``: never."""
+    never: str = ""
+    """Why no policy can let a request set it (said in the refusal)."""
+
+
+_BUDGETS: Final = "([budgets.md](budgets.md))"
+_CONTEXT: Final = "the context gatekeeper ([context.md](context.md))"
+_CACHE: Final = "the idempotent result cache ([truncation-and-cache.md](truncation-and-cache.md))"
+RUN_KEYS: Final[dict[str, RunKey]] = {
+    "model": RunKey("model.model", "the model the run asks (a scenario: its name)", "default"),
+    "max_turns": RunKey("budget.max_turns", "turn budget (`budget.max_turns`)", "default"),
+    "max_tool_calls": RunKey("budget.max_tool_calls", "tool-call budget", "default"),
+    "deadline_seconds": RunKey("budget.deadline_seconds", "wall-clock budget", "default"),
+    "max_output_tokens": RunKey(
+        "model.max_output_tokens", "`max_tokens` of each request (not a budget)", "default"
+    ),
+    "output_token_budget": RunKey(
+        "budget.max_output_tokens", f"completion tokens of the run {_BUDGETS}", "default"
+    ),
+    "input_token_budget": RunKey(
+        "budget.max_input_tokens", "prompt tokens summed over the run", "default"
+    ),
+    "cost_budget": RunKey("budget.max_cost", "cost of the run (needs `[prices]`)", "default"),
+    "answer_max_tokens": RunKey(
+        "budget.answer_max_tokens", "`max_tokens` of the last answer", "allowed"
+    ),
+    "budget_mode": RunKey("budget.mode", "`ceiling` or `target`", "allowed"),
+    "on_stop": RunKey(
+        "budget.on_stop", f"`answer`: one last answer after a limit {_BUDGETS}", "allowed"
+    ),
+    "loop_preset": RunKey(
+        "loop.preset", "loop detection preset ([loop-detection.md](loop-detection.md))", "default"
+    ),
+    "loop": RunKey(None, "per-detector overrides merged onto `loop_preset`", "default"),
+    "tools": RunKey("tools.enabled", "the tools the run may call", "allowed"),
+    "on_crash": RunKey("daemon.on_crash", "after a daemon crash: resume, or end", "default"),
+    "escalated_max_tokens": RunKey(
+        "model.escalated_max_tokens", "the silent retry's `max_tokens` after a `length` cut"
+    ),
+    "truncation_recoveries": RunKey(None, "recovery messages before `truncation.gave_up`"),
+    "tool_timeout_seconds": RunKey("tools.timeout_seconds", "a tool call's deadline"),
+    "abort_grace_seconds": RunKey(
+        "tools.abort_grace_seconds", "how long running tools may finish after an abort"
+    ),
+    "max_cache_hits": RunKey("tools.max_cache_hits", f"hits per cached result; {_CACHE}"),
+    "cache_ttl_seconds": RunKey("tools.cache_ttl_seconds", "how long a result is cached"),
+    "cache_max_entries": RunKey("tools.cache_max_entries", "cached results (0: no cache)"),
+    "context_window": RunKey(None, f"the model's window (unset: by model name); {_CONTEXT}"),
+    "context_safety_buffer": RunKey("context.safety_buffer_tokens", "tokens kept free"),
+    "context_output_reserve": RunKey(
+        "context.output_reserve_tokens", "reserved for the answer without `max_output_tokens`"
+    ),
+    "context_collapse_at": RunKey("context.collapse_at", "share of the limit that folds"),
+    "context_keep_turns": RunKey("context.keep_recent_turns", "turns a compaction keeps"),
+    "answer_deadline_seconds": RunKey(
+        "budget.answer_deadline_seconds", "deadline of the last answer"
+    ),
+    "input_price_per_million": RunKey(
+        None, "prices for the cost budget (from `[prices]`)", never="prices are the operator's"
+    ),
+    "output_price_per_million": RunKey(
+        None, "prices for the cost budget (from `[prices]`)", never="prices are the operator's"
+    ),
+    "hooks": RunKey(
+        "hooks",
+        "the run's hooks, replacing the config's ([hooks.md](hooks.md))",
+        never="hooks run commands on the daemon's host: only the operator sets them",
+    ),
+}
+"""Every run setting, once (a test checks the keys are :class:`RunSettings`'s)."""
+
+CLIENT_KEYS: Final = tuple(key for key, run in RUN_KEYS.items() if run.client != "operator")
+if TYPE_CHECKING:
+    ClientKey = str
+else:
+    ClientKey = Literal[CLIENT_KEYS]
+"""The run settings an operator may let API clients set (``docs/security.md``)."""
+DEFAULT_CLIENT_KEYS: Final = tuple(k for k, run in RUN_KEYS.items() if run.client == "default")
+
+
+class ClientCeilings(_Settings, frozen=True, kw_only=True):
+    """``[daemon.client_overrides.ceilings]``: the most a request may ask for. Unset: the
+    operator's own value for the run (a request may lower a budget, never raise it)."""
+
+    max_turns: Turns | None = None
+    max_tool_calls: ToolCalls | None = None
+    deadline_seconds: Seconds | None = None
+    max_output_tokens: ReplyTokens | None = None
+    output_token_budget: RunTokens | None = None
+    input_token_budget: RunTokens | None = None
+    cost_budget: Cost | None = None
+    answer_max_tokens: ReplyTokens | None = None
+
+
+class ClientOverrides(_Settings, frozen=True, kw_only=True):
+    """``[daemon.client_overrides]``: what a request's ``config`` may set (the CLI and the
+    library are the operator and may set anything)."""
+
+    allowed: tuple[ClientKey, ...] = DEFAULT_CLIENT_KEYS
+    models: tuple[str, ...] = ()
+    """Models a request may choose besides ``model.model`` and those named under
+    ``[models]`` and ``[prices]``."""
+    loop_presets: tuple[LoopPreset, ...] = ("strict", "openclaw", "gemini")
+    """Loop presets a request may choose (``off`` turns loop detection off)."""
+    ceilings: ClientCeilings = ClientCeilings()
+
+
+class RunSettings(_Settings, frozen=True, kw_only=True):
+    """The effective, flat settings of one run: the config's defaults plus run overrides.
+
+    Scenario files and API requests override these keys by name. Each key is declared in
+    :data:`RUN_KEYS`; :func:`run_settings` fills every key that has a config section from
+    that section, so those keys have no default here: the sections' defaults are the only ones.
+    """
+
+    model: str
+    max_turns: Turns
+    max_tool_calls: ToolCalls
+    deadline_seconds: Seconds
+    max_output_tokens: ReplyTokens | None
+    escalated_max_tokens: ReplyTokens | None
+    tools: tuple[str, ...]
+    tool_timeout_seconds: Seconds
+    abort_grace_seconds: Grace
+    truncation_recoveries: Recoveries = 3
+    max_cache_hits: CacheHits
+    cache_ttl_seconds: Seconds
+    cache_max_entries: CacheEntries
+    loop_preset: LoopPreset
+    context_window: Window | None = None
+    context_safety_buffer: Reserve
+    context_output_reserve: Reserve
+    context_collapse_at: Share
+    context_keep_turns: Turns
+    hooks: tuple[Hook, ...]
+    on_crash: OnCrash
+    loop: dict[str, Any] = msgspec.field(default_factory=dict)
+    output_token_budget: RunTokens | None
+    input_token_budget: RunTokens | None
+    cost_budget: Cost | None
+    budget_mode: BudgetMode
+    input_price_per_million: Price | None = None
+    output_price_per_million: Price | None = None
+    on_stop: OnStop
+    answer_max_tokens: ReplyTokens
+    answer_deadline_seconds: Seconds
