@@ -1,8 +1,8 @@
 """Typed configuration (a TOML file, then ``LOOPFUSE_*`` environment overrides, then
 defaults) and what is derived from it for a run.
 
-Its parts: the value types and ranges (:mod:`orchestrator.config_types`), the run settings'
-declaration and the client policy (:mod:`orchestrator.config_run`), the sections
+Its parts: the settings declaration (:mod:`orchestrator.settings`: the value types with their
+ranges, every run setting once, the client policy), the sections
 (:mod:`orchestrator.config_sections`), loading and its errors
 (:mod:`orchestrator.config_load`). This module gives them one name and derives a run's
 settings, context policy and request options from a :class:`Config`.
@@ -24,27 +24,10 @@ from actors.context import (
     warn_default_window,
     window_for,
 )
-from actors.context.policy import (
-    OUTPUT_SHARE,
-    SAFETY_SHARE,
-    scaled_reserve,
-)
-from actors.llm.settings import (
-    TOOL_CHOICE_MODES,
-    RequestOptions,
-)
+from actors.context.policy import OUTPUT_SHARE, SAFETY_SHARE, scaled_reserve
+from actors.llm.settings import TOOL_CHOICE_MODES, RequestOptions
 from actors.loop import LoopConfig, LoopConfigError, ResultPattern, check_config
-from orchestrator.config_load import _config_error, _convert, load_config
-from orchestrator.config_run import (
-    CLIENT_KEYS,
-    DEFAULT_CLIENT_KEYS,
-    RUN_KEYS,
-    ClientCeilings,
-    ClientKey,
-    ClientOverrides,
-    RunKey,
-    RunSettings,
-)
+from orchestrator.config_load import config_error, convert, load_config
 from orchestrator.config_sections import (
     BudgetSettings,
     Config,
@@ -60,8 +43,21 @@ from orchestrator.config_sections import (
     ToolSettings,
     TracingSettings,
 )
-from orchestrator.config_types import CACHE_HITS_MAX, MAX_OUTPUT_TOKENS, OUTPUT_RESERVE, LoopPreset
 from orchestrator.errors import ConfigError
+from orchestrator.settings import (
+    CACHE_HITS_MAX,
+    CLIENT_KEYS,
+    DEFAULT_CLIENT_KEYS,
+    MAX_OUTPUT_TOKENS,
+    OUTPUT_RESERVE,
+    RUN_KEYS,
+    ClientCeilings,
+    ClientKey,
+    ClientOverrides,
+    LoopPreset,
+    RunKey,
+    RunSettings,
+)
 
 __all__ = [
     "CACHE_HITS_MAX",
@@ -241,7 +237,7 @@ def run_settings(
     """
     data = {key: _at(config, run.default) for key, run in RUN_KEYS.items() if run.default}
     data.update(overrides or {})
-    settings = _convert(data, RunSettings, prefix="config", source=source)
+    settings = convert(data, RunSettings, prefix="config", source=source)
     return _with_prices(config, settings, source=source)
 
 
@@ -303,9 +299,7 @@ def merge_loop_overrides(
     try:
         config = msgspec.convert(data, LoopConfig)
     except msgspec.ValidationError as exc:
-        raise _config_error(
-            str(exc), prefix="config.loop", source=source, kind=LoopConfig
-        ) from None
+        raise config_error(str(exc), prefix="config.loop", source=source, kind=LoopConfig) from None
     try:
         return check_config(config, notes=notes)
     except LoopConfigError as exc:

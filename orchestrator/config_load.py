@@ -1,4 +1,4 @@
-"""Typed configuration: a TOML file, then ``LOOPFUSE_*`` environment overrides, then defaults.
+"""Loading the config: a TOML file, then ``LOOPFUSE_*`` environment overrides, then defaults.
 
 A nested key is written ``LOOPFUSE_SECTION__KEY`` in the environment (``LOOPFUSE_BUDGET__
 MAX_TURNS=5``); values are read as TOML scalars (``5``, ``true``, ``"text"``) and as plain
@@ -19,15 +19,11 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from actors.context.policy import (
-    WINDOW_MAX,
-)
+from actors.context.policy import WINDOW_MAX
 from actors.tools.mcp import INSTALL_HINT, mcp_installed
 from orchestrator.config_ranges import range_at
 from orchestrator.config_sections import Config, ModelCapabilities, ModelPrice
 from orchestrator.errors import ConfigError
-
-__all__ = ["load_config"]
 
 ENV_PREFIX: Final = "LOOPFUSE_"
 ENV_CONFIG_FILE: Final = "LOOPFUSE_CONFIG"
@@ -50,11 +46,12 @@ _AT_PATH = re.compile(r"^(?P<reason>.*?) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
 
 
-def _convert(data: Mapping[str, Any], kind: type[_S], *, prefix: str, source: str | None) -> _S:
+def convert(data: Mapping[str, Any], kind: type[_S], *, prefix: str, source: str | None) -> _S:
+    """``data`` as a ``kind``; else a :class:`ConfigError` naming the key under ``prefix``."""
     try:
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as exc:
-        raise _config_error(str(exc), prefix=prefix, source=source, kind=kind) from None
+        raise config_error(str(exc), prefix=prefix, source=source, kind=kind) from None
 
 
 def _choices(kind: type[msgspec.Struct], key: str) -> tuple[object, ...]:
@@ -74,9 +71,11 @@ def _choices(kind: type[msgspec.Struct], key: str) -> tuple[object, ...]:
     return ()
 
 
-def _config_error(
+def config_error(
     message: str, *, prefix: str, source: str | None, kind: type[msgspec.Struct] | None = None
 ) -> ConfigError:
+    """msgspec's validation ``message`` as a :class:`ConfigError` naming the whole key, with
+    the allowed values (a choice) or the range (a number) of ``kind``'s field there."""
     reason, path = message, ""
     match = _AT_PATH.match(message)
     if match:
@@ -144,7 +143,7 @@ def load_config(
     _check_context_windows(data.get("context"), source=source or "env")
     _check_prices(data.get("prices"), source=source or "env")
     _check_models(data.get("models"), source=source or "env")
-    config = _convert(data, Config, prefix="", source=source or "env")
+    config = convert(data, Config, prefix="", source=source or "env")
     if config.mcp.servers and not mcp_installed():
         raise ConfigError("mcp.servers", INSTALL_HINT, source=source or "env")
     return config
@@ -154,14 +153,14 @@ def _check_prices(prices: Any, *, source: str) -> None:
     """Check each ``[prices."<model>"]`` table alone, so an error names its model."""
     if isinstance(prices, Mapping):
         for model, price in prices.items():
-            _convert(price, ModelPrice, prefix=f'prices."{model}"', source=source)
+            convert(price, ModelPrice, prefix=f'prices."{model}"', source=source)
 
 
 def _check_models(models: Any, *, source: str) -> None:
     """Check each ``[models."<name>"]`` table alone, so an error names its model."""
     if isinstance(models, Mapping):
         for model, capabilities in models.items():
-            _convert(capabilities, ModelCapabilities, prefix=f'models."{model}"', source=source)
+            convert(capabilities, ModelCapabilities, prefix=f'models."{model}"', source=source)
 
 
 def _check_context_windows(context: Any, *, source: str) -> None:

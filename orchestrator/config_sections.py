@@ -7,25 +7,15 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from actors.budget.tokens import BudgetMode
-from actors.context import (
-    DEFAULT_WINDOW,
-    SAFETY_BUFFER,
-    ContextPolicy,
-)
+from actors.context import DEFAULT_WINDOW, SAFETY_BUFFER, ContextPolicy
 from actors.hooks import Hook
-from actors.llm.settings import (
-    EndpointLimits,
-    Seed,
-    Temperature,
-    ToolChoice,
-)
+from actors.llm.settings import EndpointLimits, Seed, Temperature, ToolChoice
 from actors.loop import LoopConfigError, ResultPattern
 from actors.loop.config import PATTERNS_MAX, compile_pattern
 from actors.tools.cache import DEFAULT_CACHE_SETTINGS
 from actors.tools.limits import FigureSandbox, ToolExecutorSettings
 from actors.tools.mcp import McpServer
-from orchestrator.config_run import ClientOverrides
-from orchestrator.config_types import (
+from orchestrator.settings import (
     CONCURRENT_RUNS_MAX,
     IMAGE_BYTES_MAX,
     MAX_OUTPUT_TOKENS,
@@ -34,6 +24,7 @@ from orchestrator.config_types import (
     RETENTION_MAX,
     CacheEntries,
     CacheHits,
+    ClientOverrides,
     Cost,
     Grace,
     LoopPreset,
@@ -50,22 +41,6 @@ from orchestrator.config_types import (
     Window,
     _Settings,
 )
-
-__all__ = [
-    "BudgetSettings",
-    "Config",
-    "ContextSettings",
-    "DaemonSettings",
-    "FleetSettings",
-    "LoopSettings",
-    "McpSettings",
-    "ModelCapabilities",
-    "ModelPrice",
-    "ModelSettings",
-    "RuntimeSettings",
-    "ToolSettings",
-    "TracingSettings",
-]
 
 
 class ModelSettings(EndpointLimits, frozen=True, kw_only=True):
