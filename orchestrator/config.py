@@ -102,28 +102,19 @@ def model_reads_images(config: Config, model: str) -> bool:
 def request_options(config: Config) -> tuple[RequestOptions, dict[str, RequestOptions]]:
     """How requests are shaped: ``[model]``'s options, and each ``[models."<id>"]`` that
     sets one of them (its unset keys ``[model]``'s)."""
-    model = config.model
     default = RequestOptions(
-        stream=model.stream,
-        tool_choice=model.tool_choice,
-        reset_tool_choice=model.reset_tool_choice,
-        temperature=model.temperature,
-        seed=model.seed,
+        **{k: getattr(config.model, k) for k in RequestOptions.__struct_fields__}
     )
     own: dict[str, RequestOptions] = {}
     for name, caps in config.models.items():
-        if caps.stream is None and caps.tool_choice is None and caps.reset_tool_choice is None:
-            continue
-        own[name] = RequestOptions(
-            stream=default.stream if caps.stream is None else caps.stream,
-            tool_choice=default.tool_choice if caps.tool_choice is None else caps.tool_choice,
-            reset_tool_choice=default.reset_tool_choice
-            if caps.reset_tool_choice is None
-            else caps.reset_tool_choice,
-            temperature=default.temperature,
-            seed=default.seed,
-        )
+        changes = {k: getattr(caps, k) for k in _PER_MODEL if getattr(caps, k) is not None}
+        if changes:
+            own[name] = msgspec.structs.replace(default, **changes)
     return default, own
+
+
+_PER_MODEL: Final = ("stream", "tool_choice", "reset_tool_choice")
+"""The request options a ``[models."<id>"]`` table may set."""
 
 
 def check_tool_choice(config: Config, model: str, tools: tuple[str, ...]) -> None:
@@ -151,18 +142,11 @@ def _with_prices(config: Config, settings: RunSettings, *, source: str) -> RunSe
     """``settings`` with the run model's prices filled in; a cost budget needs them."""
     price = config.prices.get(settings.model)
     if price is not None:
+        own_in, own_out = settings.input_price_per_million, settings.output_price_per_million
         settings = msgspec.structs.replace(
             settings,
-            input_price_per_million=(
-                price.input_per_million
-                if settings.input_price_per_million is None
-                else settings.input_price_per_million
-            ),
-            output_price_per_million=(
-                price.output_per_million
-                if settings.output_price_per_million is None
-                else settings.output_price_per_million
-            ),
+            input_price_per_million=price.input_per_million if own_in is None else own_in,
+            output_price_per_million=price.output_per_million if own_out is None else own_out,
         )
     if settings.cost_budget is not None and (
         settings.input_price_per_million is None or settings.output_price_per_million is None

@@ -141,26 +141,19 @@ def load_config(
             raise ConfigError("(file)", f"not valid TOML: {exc}", source=source) from None
     _apply_environment(data, environ)
     _check_context_windows(data.get("context"), source=source or "env")
-    _check_prices(data.get("prices"), source=source or "env")
-    _check_models(data.get("models"), source=source or "env")
+    _check_each(data.get("prices"), ModelPrice, "prices", source=source or "env")
+    _check_each(data.get("models"), ModelCapabilities, "models", source=source or "env")
     config = convert(data, Config, prefix="", source=source or "env")
     if config.mcp.servers and not mcp_installed():
         raise ConfigError("mcp.servers", INSTALL_HINT, source=source or "env")
     return config
 
 
-def _check_prices(prices: Any, *, source: str) -> None:
-    """Check each ``[prices."<model>"]`` table alone, so an error names its model."""
-    if isinstance(prices, Mapping):
-        for model, price in prices.items():
-            convert(price, ModelPrice, prefix=f'prices."{model}"', source=source)
-
-
-def _check_models(models: Any, *, source: str) -> None:
-    """Check each ``[models."<name>"]`` table alone, so an error names its model."""
-    if isinstance(models, Mapping):
-        for model, capabilities in models.items():
-            convert(capabilities, ModelCapabilities, prefix=f'models."{model}"', source=source)
+def _check_each(tables: Any, kind: type[msgspec.Struct], section: str, *, source: str) -> None:
+    """Check each ``[section."<model>"]`` table alone, so an error names its model."""
+    if isinstance(tables, Mapping):
+        for model, table in tables.items():
+            convert(table, kind, prefix=f'{section}."{model}"', source=source)
 
 
 def _check_context_windows(context: Any, *, source: str) -> None:
