@@ -85,67 +85,43 @@ class RunKey(NamedTuple):
     """Why no policy can let a request set it (said in the refusal)."""
 
 
-_BUDGETS: Final = "([budgets.md](budgets.md))"
-_CONTEXT: Final = "the context gatekeeper ([context.md](context.md))"
-_CACHE: Final = "the idempotent result cache ([truncation-and-cache.md](truncation-and-cache.md))"
+_LOOPS: Final = "([loop-detection.md](loop-detection.md))"
+_CACHE: Final = "([truncation-and-cache.md](truncation-and-cache.md))"
+_NO_PRICE: Final = "prices are the operator's"
 RUN_KEYS: Final[dict[str, RunKey]] = {
     "model": RunKey("model.model", "the model the run asks (a scenario: its name)", "default"),
-    "max_turns": RunKey("budget.max_turns", "turn budget (`budget.max_turns`)", "default"),
+    "max_turns": RunKey("budget.max_turns", "turn budget", "default"),
     "max_tool_calls": RunKey("budget.max_tool_calls", "tool-call budget", "default"),
     "deadline_seconds": RunKey("budget.deadline_seconds", "wall-clock budget", "default"),
-    "max_output_tokens": RunKey(
-        "model.max_output_tokens", "`max_tokens` of each request (not a budget)", "default"
-    ),
-    "output_token_budget": RunKey(
-        "budget.max_output_tokens", f"completion tokens of the run {_BUDGETS}", "default"
-    ),
-    "input_token_budget": RunKey(
-        "budget.max_input_tokens", "prompt tokens summed over the run", "default"
-    ),
+    "max_output_tokens": RunKey("model.max_output_tokens", "`max_tokens` of a request", "default"),
+    "output_token_budget": RunKey("budget.max_output_tokens", "completion tokens", "default"),
+    "input_token_budget": RunKey("budget.max_input_tokens", "prompt tokens, summed", "default"),
     "cost_budget": RunKey("budget.max_cost", "cost of the run (needs `[prices]`)", "default"),
-    "answer_max_tokens": RunKey(
-        "budget.answer_max_tokens", "`max_tokens` of the last answer", "allowed"
-    ),
+    "answer_max_tokens": RunKey("budget.answer_max_tokens", "the answer's `max_tokens`", "allowed"),
     "budget_mode": RunKey("budget.mode", "`ceiling` or `target`", "allowed"),
-    "on_stop": RunKey(
-        "budget.on_stop", f"`answer`: one last answer after a limit {_BUDGETS}", "allowed"
-    ),
-    "loop_preset": RunKey(
-        "loop.preset", "loop detection preset ([loop-detection.md](loop-detection.md))", "default"
-    ),
+    "on_stop": RunKey("budget.on_stop", "`answer`: the answer after a limit", "allowed"),
+    "loop_preset": RunKey("loop.preset", f"loop detection preset {_LOOPS}", "default"),
     "loop": RunKey(None, "per-detector overrides merged onto `loop_preset`", "default"),
     "tools": RunKey("tools.enabled", "the tools the run may call", "allowed"),
     "on_crash": RunKey("daemon.on_crash", "after a daemon crash: resume, or end", "default"),
-    "escalated_max_tokens": RunKey(
-        "model.escalated_max_tokens", "the silent retry's `max_tokens` after a `length` cut"
-    ),
+    "escalated_max_tokens": RunKey("model.escalated_max_tokens", "retry after a `length` cut"),
     "truncation_recoveries": RunKey(None, "recovery messages before `truncation.gave_up`"),
     "tool_timeout_seconds": RunKey("tools.timeout_seconds", "a tool call's deadline"),
-    "abort_grace_seconds": RunKey(
-        "tools.abort_grace_seconds", "how long running tools may finish after an abort"
-    ),
-    "max_cache_hits": RunKey("tools.max_cache_hits", f"hits per cached result; {_CACHE}"),
+    "abort_grace_seconds": RunKey("tools.abort_grace_seconds", "tools may finish after an abort"),
+    "max_cache_hits": RunKey("tools.max_cache_hits", f"hits per cached result {_CACHE}"),
     "cache_ttl_seconds": RunKey("tools.cache_ttl_seconds", "how long a result is cached"),
     "cache_max_entries": RunKey("tools.cache_max_entries", "cached results (0: no cache)"),
-    "context_window": RunKey(None, f"the model's window (unset: by model name); {_CONTEXT}"),
+    "context_window": RunKey(None, "the model's window ([context.md](context.md))"),
     "context_safety_buffer": RunKey("context.safety_buffer_tokens", "tokens kept free"),
-    "context_output_reserve": RunKey(
-        "context.output_reserve_tokens", "reserved for the answer without `max_output_tokens`"
-    ),
+    "context_output_reserve": RunKey("context.output_reserve_tokens", "kept for the answer"),
     "context_collapse_at": RunKey("context.collapse_at", "share of the limit that folds"),
     "context_keep_turns": RunKey("context.keep_recent_turns", "turns a compaction keeps"),
-    "answer_deadline_seconds": RunKey(
-        "budget.answer_deadline_seconds", "deadline of the last answer"
-    ),
-    "input_price_per_million": RunKey(
-        None, "prices for the cost budget (from `[prices]`)", never="prices are the operator's"
-    ),
-    "output_price_per_million": RunKey(
-        None, "prices for the cost budget (from `[prices]`)", never="prices are the operator's"
-    ),
+    "answer_deadline_seconds": RunKey("budget.answer_deadline_seconds", "the answer's deadline"),
+    "input_price_per_million": RunKey(None, "from `[prices]`", never=_NO_PRICE),
+    "output_price_per_million": RunKey(None, "from `[prices]`", never=_NO_PRICE),
     "hooks": RunKey(
         "hooks",
-        "the run's hooks, replacing the config's ([hooks.md](hooks.md))",
+        "the run's hooks ([hooks.md](hooks.md))",
         never="hooks run commands on the daemon's host: only the operator sets them",
     ),
 }
