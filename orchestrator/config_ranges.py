@@ -2,9 +2,8 @@
 
 Every integer and float setting carries its bounds on its type, where decoding enforces
 them. This module reads them back: to say the whole range in an error message, to list
-every numeric key (:mod:`orchestrator.config_docs`), and to find a numeric setting with
-no upper bound (which a test refuses). It knows no config type: :mod:`orchestrator.config`
-imports it.
+every numeric key (the docs' tables: ``python -m tests.config_docs``), and to find a numeric
+setting with no upper bound (which a test refuses). It knows no config type.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Literal, NamedTuple
 import msgspec
 import msgspec.inspect as mi
 
-__all__ = ["NumericRange", "numeric_ranges", "range_at", "range_table"]
+__all__ = ["NumericRange", "numeric_ranges", "range_at"]
 
 Number = int | float
 
@@ -147,12 +146,3 @@ def range_at(kind: type[msgspec.Struct], key: str) -> NumericRange | None:
         if node is None:
             return None
     return None if node is None else _numeric(node, key)
-
-
-def range_table(kind: type[msgspec.Struct], prefix: str = "") -> str:
-    """A Markdown table of every numeric key of ``kind``, named under ``prefix``."""
-    lines = ["| key | range | or null |", "| --- | --- | --- |"]
-    for found in numeric_ranges(kind, prefix):
-        nullable = "yes" if found.nullable else ""
-        lines.append(f"| `{found.key}` | {found.notation()} | {nullable} |")
-    return "\n".join(lines)

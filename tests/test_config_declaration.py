@@ -17,8 +17,8 @@ from orchestrator.config import (
     RunSettings,
     run_settings,
 )
-from orchestrator.config_docs import run_keys_table
 from orchestrator.daemon.policy import CEILINGED
+from tests.config_docs import run_keys_table
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -58,5 +58,5 @@ def test_the_scenarios_docs_table_is_generated_from_the_declaration() -> None:
     text = (DOCS / "scenarios.md").read_text(encoding="utf-8")
     assert run_keys_table() in text, (
         "docs/scenarios.md is out of date: regenerate its [config] table with "
-        "`python -m orchestrator.config_docs`"
+        "`python -m tests.config_docs`"
     )

@@ -1,6 +1,7 @@
 """The docs tables generated from the config types and the run settings' declaration:
 ``docs/security.md``'s ("Bounded configuration") and ``docs/scenarios.md``'s (``[config]``).
-``python -m orchestrator.config_docs`` prints them (a test compares)."""
+``python -m tests.config_docs`` prints them (a test compares). A tool for the docs, not
+part of the product."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import msgspec.inspect as mi
 
 from actors.loop import LoopConfig
 from orchestrator.config import RUN_KEYS, Config, RunSettings
-from orchestrator.config_ranges import range_at, range_table
+from orchestrator.config_ranges import numeric_ranges, range_at
 
-__all__ = ["config_roots", "doc_tables", "run_keys_table"]
+__all__ = ["config_roots", "doc_tables", "range_table", "run_keys_table"]
 
 _WHO: dict[str, str] = {"default": "yes", "allowed": "if allowed", "operator": "no"}
 
@@ -56,6 +57,15 @@ def run_keys_table() -> str:
         notation = bounds.notation() if bounds is not None else ""
         who = f"no ({run.never})" if run.never else _WHO[run.client]
         lines.append(f"| `{key}` | {default} | {notation} | {who} | {run.doc} |")
+    return "\n".join(lines)
+
+
+def range_table(kind: type[msgspec.Struct], prefix: str = "") -> str:
+    """A Markdown table of every numeric key of ``kind``, named under ``prefix``."""
+    lines = ["| key | range | or null |", "| --- | --- | --- |"]
+    for found in numeric_ranges(kind, prefix):
+        nullable = "yes" if found.nullable else ""
+        lines.append(f"| `{found.key}` | {found.notation()} | {nullable} |")
     return "\n".join(lines)
 
 
