@@ -6,15 +6,23 @@ part of the product."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import msgspec
 import msgspec.inspect as mi
 
 from actors.loop import LoopConfig
 from orchestrator.config import RUN_KEYS, Config, RunSettings
-from orchestrator.config_ranges import numeric_ranges, range_at
+from orchestrator.config_ranges import NumericRange, children, node_range, number_text, range_at
 
-__all__ = ["config_roots", "doc_tables", "range_table", "run_keys_table"]
+__all__ = [
+    "config_roots",
+    "doc_tables",
+    "notation",
+    "numeric_ranges",
+    "range_table",
+    "run_keys_table",
+]
 
 _WHO: dict[str, str] = {"default": "yes", "allowed": "if allowed", "operator": "no"}
 
@@ -54,9 +62,9 @@ def run_keys_table() -> str:
                 field.default_factory() if field.default is msgspec.NODEFAULT else field.default
             )
         bounds = range_at(RunSettings, key)
-        notation = bounds.notation() if bounds is not None else ""
+        inequality = notation(bounds) if bounds is not None else ""
         who = f"no ({run.never})" if run.never else _WHO[run.client]
-        lines.append(f"| `{key}` | {default} | {notation} | {who} | {run.doc} |")
+        lines.append(f"| `{key}` | {default} | {inequality} | {who} | {run.doc} |")
     return "\n".join(lines)
 
 
@@ -65,8 +73,39 @@ def range_table(kind: type[msgspec.Struct], prefix: str = "") -> str:
     lines = ["| key | range | or null |", "| --- | --- | --- |"]
     for found in numeric_ranges(kind, prefix):
         nullable = "yes" if found.nullable else ""
-        lines.append(f"| `{found.key}` | {found.notation()} | {nullable} |")
+        lines.append(f"| `{found.key}` | {notation(found)} | {nullable} |")
     return "\n".join(lines)
+
+
+def notation(self: NumericRange) -> str:
+    """As an inequality, for tables: ``1 ≤ n ≤ 100``, ``0 < x ≤ 86,400``."""
+    var = "n" if self.kind == "integer" else "x"
+    left = ""
+    if self.ge is not None:
+        left = f"{number_text(self.ge)} ≤ "
+    elif self.gt is not None:
+        left = f"{number_text(self.gt)} < "
+    right = ""
+    if self.le is not None:
+        right = f" ≤ {number_text(self.le)}"
+    elif self.lt is not None:
+        right = f" < {number_text(self.lt)}"
+    return f"{left}{var}{right}"
+
+
+def _walk(node: mi.Type, key: str) -> Iterator[NumericRange]:
+    found = node_range(node, key)
+    if found is not None:
+        yield found
+        return
+    for part, child in children(node):
+        yield from _walk(child, f"{key}.{part}" if key else part)
+
+
+def numeric_ranges(kind: type[msgspec.Struct], prefix: str = "") -> list[NumericRange]:
+    """Every numeric key of ``kind`` (nested sections, array items as ``N``, table values
+    as ``<name>``), named under ``prefix``, in declaration order."""
+    return list(_walk(mi.type_info(kind), prefix))
 
 
 if __name__ == "__main__":
