@@ -46,7 +46,6 @@ from orchestrator.config_sections import (
 from orchestrator.errors import ConfigError
 from orchestrator.settings import (
     CACHE_HITS_MAX,
-    CLIENT_KEYS,
     DEFAULT_CLIENT_KEYS,
     MAX_OUTPUT_TOKENS,
     OUTPUT_RESERVE,
@@ -61,7 +60,6 @@ from orchestrator.settings import (
 
 __all__ = [
     "CACHE_HITS_MAX",
-    "CLIENT_KEYS",
     "DEFAULT_CLIENT_KEYS",
     "RUN_KEYS",
     "BudgetSettings",

@@ -99,16 +99,15 @@ class ModelPrice(_Settings, frozen=True, kw_only=True):
 
 
 class ModelCapabilities(_Settings, frozen=True, kw_only=True):
-    """What a model can do, by its exact name (``[models."gpt-4o"]``)."""
+    """What a model can do, by its exact name (``[models."gpt-4o"]``); ``stream``,
+    ``tool_choice`` and ``reset_tool_choice`` replace ``[model]``'s for this model (unset:
+    ``[model]``'s stand)."""
 
     vision: bool = False
     """It reads images: the report workflow offers ``read_image`` to its explore stage."""
     stream: bool | None = None
-    """``model.stream`` for this model (unset: ``[model]``'s)."""
     tool_choice: ToolChoice | None = None
-    """``model.tool_choice`` for this model (unset: ``[model]``'s)."""
     reset_tool_choice: bool | None = None
-    """``model.reset_tool_choice`` for this model (unset: ``[model]``'s)."""
 
 
 class LoopSettings(_Settings, frozen=True, kw_only=True):

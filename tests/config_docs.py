@@ -77,19 +77,19 @@ def range_table(kind: type[msgspec.Struct], prefix: str = "") -> str:
     return "\n".join(lines)
 
 
-def notation(self: NumericRange) -> str:
+def notation(found: NumericRange) -> str:
     """As an inequality, for tables: ``1 ≤ n ≤ 100``, ``0 < x ≤ 86,400``."""
-    var = "n" if self.kind == "integer" else "x"
+    var = "n" if found.kind == "integer" else "x"
     left = ""
-    if self.ge is not None:
-        left = f"{number_text(self.ge)} ≤ "
-    elif self.gt is not None:
-        left = f"{number_text(self.gt)} < "
+    if found.ge is not None:
+        left = f"{number_text(found.ge)} ≤ "
+    elif found.gt is not None:
+        left = f"{number_text(found.gt)} < "
     right = ""
-    if self.le is not None:
-        right = f" ≤ {number_text(self.le)}"
-    elif self.lt is not None:
-        right = f" < {number_text(self.lt)}"
+    if found.le is not None:
+        right = f" ≤ {number_text(found.le)}"
+    elif found.lt is not None:
+        right = f" < {number_text(found.lt)}"
     return f"{left}{var}{right}"
 
 
