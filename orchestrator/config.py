@@ -10,7 +10,7 @@ settings, context policy and request options from a :class:`Config`.
 
 from __future__ import annotations
 
-import functools
+import operator
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -209,6 +209,12 @@ def context_policy(config: Config, settings: RunSettings) -> ContextPolicy:
     return policy
 
 
+_DEFAULTS: Final = tuple(
+    (key, operator.attrgetter(run.default)) for key, run in RUN_KEYS.items() if run.default
+)
+"""Each run key with a config default, and the getter of that config key."""
+
+
 def run_settings(
     config: Config, overrides: Mapping[str, Any] | None = None, *, source: str = "run"
 ) -> RunSettings:
@@ -217,14 +223,10 @@ def run_settings(
     :raises ConfigError: an override names an unknown key or has a bad value, or a cost
         budget is set for a model with no price (key ``prices."<model>"``).
     """
-    data = {key: _at(config, run.default) for key, run in RUN_KEYS.items() if run.default}
+    data = {key: default(config) for key, default in _DEFAULTS}
     data.update(overrides or {})
     settings = convert(data, RunSettings, prefix="config", source=source)
     return _with_prices(config, settings, source=source)
-
-
-def _at(config: Config, key: str) -> Any:
-    return functools.reduce(getattr, key.split("."), config)
 
 
 def _merged(base: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
