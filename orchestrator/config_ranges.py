@@ -1,10 +1,8 @@
 """The numeric ranges of the config types, read from their ``msgspec.Meta`` constraints.
 
 Every integer and float setting carries its bounds on its type, where decoding enforces
-them. This module reads them back: to say the whole range in an error message, to list
-every numeric key (:mod:`orchestrator.config_docs`), and to find a numeric setting with
-no upper bound (which a test refuses). It knows no config type: :mod:`orchestrator.config`
-imports it.
+them. This module reads them back, to say the whole range in an error message (and for the docs'
+tables, ``python -m tests.config_docs``). It knows no config type.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from typing import Literal, NamedTuple
 import msgspec
 import msgspec.inspect as mi
 
-__all__ = ["NumericRange", "numeric_ranges", "range_at", "range_table"]
+__all__ = ["NumericRange", "children", "node_range", "number_text", "range_at"]
 
 Number = int | float
 
@@ -40,11 +38,11 @@ class NumericRange(NamedTuple):
 
     def describe(self) -> str:
         """In words, for error messages: ``a positive integer, at most 100``."""
-        low, high = _number(self.ge if self.ge is not None else self.gt), ""
+        low, high = number_text(self.ge if self.ge is not None else self.gt), ""
         if self.le is not None:
-            high = _number(self.le)
+            high = number_text(self.le)
         elif self.lt is not None:
-            high = _number(self.lt)
+            high = number_text(self.lt)
         article = "an" if self.kind == "integer" else "a"
         positive = (self.kind == "integer" and self.ge == 1) or self.gt == 0
         if positive:
@@ -63,23 +61,9 @@ class NumericRange(NamedTuple):
             text += f", below {high}"
         return text
 
-    def notation(self) -> str:
-        """As an inequality, for tables: ``1 ≤ n ≤ 100``, ``0 < x ≤ 86,400``."""
-        var = "n" if self.kind == "integer" else "x"
-        left = ""
-        if self.ge is not None:
-            left = f"{_number(self.ge)} ≤ "
-        elif self.gt is not None:
-            left = f"{_number(self.gt)} < "
-        right = ""
-        if self.le is not None:
-            right = f" ≤ {_number(self.le)}"
-        elif self.lt is not None:
-            right = f" < {_number(self.lt)}"
-        return f"{left}{var}{right}"
 
-
-def _number(value: Number | None) -> str:
+def number_text(value: Number | None) -> str:
+    """``value`` for a person: ``100,000``, ``0.5``; empty for none."""
     if value is None:
         return ""
     if isinstance(value, float) and value.is_integer():
@@ -87,7 +71,7 @@ def _number(value: Number | None) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
-def _numeric(node: mi.Type, key: str) -> NumericRange | None:
+def node_range(node: mi.Type, key: str) -> NumericRange | None:
     """The range of ``node`` if it is a number (or a number or null)."""
     nullable = False
     if isinstance(node, mi.UnionType):
@@ -102,7 +86,7 @@ def _numeric(node: mi.Type, key: str) -> NumericRange | None:
     return None
 
 
-def _children(node: mi.Type) -> Iterator[tuple[str, mi.Type]]:
+def children(node: mi.Type) -> Iterator[tuple[str, mi.Type]]:
     """``(key part, type)`` below ``node``: a Struct's fields, ``N`` for an array's items,
     ``<name>`` for a table's values; a union's members' children, each key once."""
     if isinstance(node, mi.StructType):
@@ -115,25 +99,10 @@ def _children(node: mi.Type) -> Iterator[tuple[str, mi.Type]]:
     elif isinstance(node, mi.UnionType):
         seen: set[str] = set()
         for member in node.types:
-            for part, child in _children(member):
+            for part, child in children(member):
                 if part not in seen:
                     seen.add(part)
                     yield part, child
-
-
-def _walk(node: mi.Type, key: str) -> Iterator[NumericRange]:
-    found = _numeric(node, key)
-    if found is not None:
-        yield found
-        return
-    for part, child in _children(node):
-        yield from _walk(child, f"{key}.{part}" if key else part)
-
-
-def numeric_ranges(kind: type[msgspec.Struct], prefix: str = "") -> list[NumericRange]:
-    """Every numeric key of ``kind`` (nested sections, array items as ``N``, table values
-    as ``<name>``), named under ``prefix``, in declaration order."""
-    return list(_walk(mi.type_info(kind), prefix))
 
 
 def range_at(kind: type[msgspec.Struct], key: str) -> NumericRange | None:
@@ -142,17 +111,8 @@ def range_at(kind: type[msgspec.Struct], key: str) -> NumericRange | None:
     node: mi.Type | None = mi.type_info(kind)
     for part in key.split(".") if key else ():
         assert node is not None
-        children = dict(_children(node))
-        node = children.get("N" if part.isdigit() else part, children.get("<name>"))
+        below = dict(children(node))
+        node = below.get("N" if part.isdigit() else part, below.get("<name>"))
         if node is None:
             return None
-    return None if node is None else _numeric(node, key)
-
-
-def range_table(kind: type[msgspec.Struct], prefix: str = "") -> str:
-    """A Markdown table of every numeric key of ``kind``, named under ``prefix``."""
-    lines = ["| key | range | or null |", "| --- | --- | --- |"]
-    for found in numeric_ranges(kind, prefix):
-        nullable = "yes" if found.nullable else ""
-        lines.append(f"| `{found.key}` | {found.notation()} | {nullable} |")
-    return "\n".join(lines)
+    return None if node is None else node_range(node, key)

@@ -42,12 +42,12 @@ from actors.loop.history import CallRecord, Window
 from actors.loop.ping_pong import PingPong
 from actors.loop.poll import PollNoProgress
 from orchestrator.config import Config, RunSettings, load_config
-from orchestrator.config_docs import config_roots, doc_tables
-from orchestrator.config_ranges import NumericRange, numeric_ranges
+from orchestrator.config_ranges import NumericRange
 from orchestrator.errors import ConfigError
 from orchestrator.runtime import Runtime
 from orchestrator.scenarios.runs import start_scenario
 from orchestrator.sim import Scenario, shipped_scenarios
+from tests.config_docs import config_roots, doc_tables, numeric_ranges
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}
@@ -113,7 +113,7 @@ def test_the_docs_table_is_generated_from_the_types() -> None:
     for table in doc_tables():
         assert table in section, (
             "docs/security.md is out of date: regenerate its tables with "
-            "`python -m orchestrator.config_docs`"
+            "`python -m tests.config_docs`"
         )
 
 

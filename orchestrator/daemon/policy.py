@@ -32,6 +32,7 @@ import msgspec
 from actors.loop import PRESETS, LoopConfig, check_config
 from actors.loop.presets import OFF
 from orchestrator.config import (
+    RUN_KEYS,
     ClientCeilings,
     ClientOverrides,
     Config,
@@ -50,11 +51,7 @@ __all__ = ["Admitted", "Policy", "admit", "allowed_models", "resolve_folder"]
 CEILINGED: Final = frozenset(ClientCeilings.__struct_fields__)
 """Numbers a request may lower but not raise above the operator's value or ceiling."""
 
-_OPERATOR_ONLY: Final = {
-    "hooks": "hooks run commands on the daemon's host: only the operator sets them",
-    "input_price_per_million": "prices are the operator's",
-    "output_price_per_million": "prices are the operator's",
-}
+_OPERATOR_ONLY: Final = {key: run.never for key, run in RUN_KEYS.items() if run.never}
 _PIPELINE_KEYS: Final = frozenset({"on_crash"})
 
 

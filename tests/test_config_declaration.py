@@ -1,0 +1,62 @@
+"""The run settings are declared once (``orchestrator.config.RUN_KEYS``): the defaults a run
+gets, who may set a key from a request, and the docs table all derive from it."""
+
+from __future__ import annotations
+
+import functools
+import typing
+from pathlib import Path
+
+from orchestrator.config import (
+    DEFAULT_CLIENT_KEYS,
+    RUN_KEYS,
+    ClientCeilings,
+    ClientKey,
+    Config,
+    ContextSettings,
+    RunSettings,
+    run_settings,
+)
+from orchestrator.daemon.policy import CEILINGED
+from tests.config_docs import run_keys_table
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_every_run_setting_is_declared_once() -> None:
+    assert tuple(sorted(RUN_KEYS)) == tuple(sorted(RunSettings.__struct_fields__))
+
+
+def test_a_declared_default_is_read_from_its_config_key() -> None:
+    config = Config(context=ContextSettings(keep_recent_turns=7, collapse_at=0.5))
+    settings = run_settings(config)
+    for key, run in RUN_KEYS.items():
+        if run.default:
+            value = functools.reduce(getattr, run.default.split("."), config)
+            assert getattr(settings, key) == value, key
+    assert (settings.context_keep_turns, settings.context_collapse_at) == (7, 0.5)
+
+
+def test_the_client_policy_derives_from_the_declaration() -> None:
+    keys = typing.get_args(ClientKey)
+    assert keys == tuple(key for key, run in RUN_KEYS.items() if run.client != "operator")
+    assert set(DEFAULT_CLIENT_KEYS) < set(keys)
+    assert "hooks" not in keys
+    assert "max_cache_hits" not in keys
+    assert set(keys) >= CEILINGED
+
+
+def test_a_ceiling_has_its_run_setting_s_type_and_range() -> None:
+    run = typing.get_type_hints(RunSettings, include_extras=True)
+    ceilings = typing.get_type_hints(ClientCeilings, include_extras=True)
+    for key, kind in ceilings.items():
+        own = run[key]
+        assert kind in (own | None, own), key
+
+
+def test_the_scenarios_docs_table_is_generated_from_the_declaration() -> None:
+    text = (DOCS / "scenarios.md").read_text(encoding="utf-8")
+    assert run_keys_table() in text, (
+        "docs/scenarios.md is out of date: regenerate its [config] table with "
+        "`python -m tests.config_docs`"
+    )
