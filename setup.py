@@ -47,6 +47,7 @@ COMPILED = [
     "actors/context/calibration.py",
     "actors/context/ledger.py",
     "actors/context/planning.py",
+    "actors/context/probing.py",
     "actors/context/tokens.py",
     "actors/context/windows.py",
     "actors/hooks/runner.py",

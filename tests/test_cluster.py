@@ -26,6 +26,7 @@ from nats.js.errors import NotFoundError
 from orchestrator.cluster import ClusterError, ClusterNode, ClusterSettings
 from orchestrator.cluster.jetstream import bucket_keys
 from orchestrator.config import Config
+from orchestrator.daemon import starting
 from orchestrator.daemon.schemas import RunRequest
 from orchestrator.sim import Scenario, find_scenario, parse_scenario
 from tests.fleet_support import NEEDS_NATS_SERVER
@@ -505,10 +506,10 @@ async def test_a_run_that_cannot_start_ends_after_its_last_delivery(
 ) -> None:
     async with fleet(settings_for(server, max_deliver=2, ack_wait_seconds=1.0), 1) as (node,):
 
-        async def broken_start(run_id: str, request: RunRequest) -> object:
+        async def broken_start(*args: object, **kwargs: object) -> object:
             raise RuntimeError("cannot start")
 
-        monkeypatch.setattr(node, "_start", broken_start)
+        monkeypatch.setattr(starting, "start_scenario", broken_start)
         with anyio.fail_after(30):
             state, _ = await node.submit(RunRequest(scenario="completed"))
             await wait_until(node, {state.run_id}, "ended")

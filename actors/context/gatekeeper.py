@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from actors.context import (
     SUMMARY_NUDGE_KIND,
@@ -53,7 +53,8 @@ from actors.context import (
 )
 from actors.context.calibration import HIGH
 from actors.context.cutting import NOTE_CHARS, cut_result, next_offset
-from actors.context.server import ServerEndpoint, ServerReport, probe
+from actors.context.probing import ServerProbes
+from actors.context.server import ServerEndpoint, ServerReport
 from bus import (
     NUDGE_MARKER,
     Bus,
@@ -99,23 +100,8 @@ class GatekeeperStatistics(NamedTuple):
 
 MAX_ESTIMATORS: Final = 256
 """Models whose token estimators are kept (one each, shared by the model's runs)."""
-MAX_PROBED: Final = 256
-"""Models the server is asked about (once each); more are not asked."""
-SAMPLE_TASK_CHARS: Final = 8_192
-"""Characters of a run's task in the tokenizer sample."""
 CUT_ROUNDS: Final = 3
 """Attempts at a cut result that fits (each shorter): head text can be denser than the rest."""
-
-CALIBRATION_SAMPLE: Final = (
-    "The build finished in 3 min 12 s; 1,284 tests passed and 3 failed (see log 20240517).\n"
-    "def parse(line: str) -> dict[str, int]:\n    return {k: int(v) for k, v in pairs(line)}\n"
-    '{"id": 48213, "status": "ok", "items": [{"sku": "A-17", "qty": 2, "price": 19.99}]}\n'
-    "name,region,revenue\nAcme,EU,1203344.50\nGlobex,US,998001.00\n"
-    "Der Bericht fasst die Ergebnisse zusammen. Отчёт подводит итоги. 报告总结了结果。\n"
-    "sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n"
-)
-"""Mixed text (prose, code, JSON, CSV, numbers, three scripts, hex) sent to a server's
-tokenizer with the run's own text, so one ratio covers more than one kind of content."""
 
 
 @dataclass(slots=True)
@@ -173,13 +159,10 @@ class ContextGatekeeper:
         server: ServerEndpoint | None = None,
     ) -> None:
         self._bus = bus
-        self._server = server
-        self._probes: dict[str, ServerReport | None] = {}  # None: asked, no answer yet
-        self._probed: dict[str, anyio.Event] = {}
-        self._task_group: TaskGroup | None = None
         self._policy_for = policy_for
         self._counter = counter
         self.calibration = calibration or Calibration()
+        self._probes = ServerProbes(server, self.calibration, self._window_reported)
         self._runs: dict[str, _Run] = {}
         self._estimators: dict[str, Estimator] = {}
         self._counted_before = 0  # texts counted by estimators dropped from the table
@@ -190,15 +173,15 @@ class ContextGatekeeper:
         """Serve until the bus closes this subscription; started once subscribed."""
         handlers = self.handlers()
         subscription = self._bus.subscribe(*handlers, name=SOURCE, answers=True, inline=True)
-        if self._server is None:
+        if self._probes.server is None:
             await subscription.serve_by_type(handlers, task_status=task_status)
             return
         async with anyio.create_task_group() as task_group:  # the server probes run here
-            self._task_group = task_group
+            self._probes.task_group = task_group
             try:
                 await subscription.serve_by_type(handlers, task_status=task_status)
             finally:
-                self._task_group = None
+                self._probes.task_group = None
                 task_group.cancel_scope.cancel()
 
     def statistics(self) -> GatekeeperStatistics:
@@ -216,11 +199,7 @@ class ContextGatekeeper:
     async def server_report(self, model: str) -> ServerReport | None:
         """What the server said about ``model``, once it has answered (``None``: it was
         never asked: no operator endpoint, or too many models)."""
-        done = self._probed.get(model)
-        if done is None:
-            return None
-        await done.wait()
-        return self._probes.get(model)
+        return await self._probes.report(model)
 
     def estimate(self, run_id: str) -> int | None:
         """The current calibrated prompt estimate of a watched run (tokens)."""
@@ -246,7 +225,7 @@ class ContextGatekeeper:
             return
         estimator = self._estimator(msg.model)
         window = policy.window
-        report = self._probes.get(msg.model)
+        report = self._probes.known(msg.model)
         if report is not None and report.window is not None and not policy.window_configured:
             window = report.window
         self._runs[msg.run_id] = _Run(
@@ -257,12 +236,7 @@ class ContextGatekeeper:
             tools=estimator.tools(msg.tool_specs),
             window=window,
         )
-        probes = self._probes
-        if self._task_group is not None and msg.model not in probes and len(probes) < MAX_PROBED:
-            probes[msg.model] = None
-            self._probed[msg.model] = anyio.Event()
-            sample = _sample(msg.task, msg.tool_specs)
-            self._task_group.start_soon(self._probe, msg.model, sample, estimator)
+        self._probes.start(msg.model, msg.task, msg.tool_specs, estimator)
 
     def _estimator(self, model: str) -> Estimator:
         estimator = self._estimators.get(model)
@@ -280,48 +254,12 @@ class ContextGatekeeper:
         what the server said, and the probe never competes with the run's own requests
         (llama-cpp-python, ``--interrupt_requests`` on by default, cuts a stream short when
         another request waits). Bounded by the probe's time limits."""
-        if self._server is None:
-            return
-        done = self._probed.get(model)
-        if done is not None:
-            if not done.is_set():
-                await done.wait()
-            return
-        if len(self._probes) >= MAX_PROBED:
-            return
-        self._probes[model] = None
-        self._probed[model] = anyio.Event()
-        await self._probe(model, _sample(task, tool_specs), self._estimator(model))
+        await self._probes.prepare(model, task, tool_specs, self._estimator(model))
 
-    async def _probe(self, model: str, sample: str, estimator: Estimator) -> None:
-        """Ask the server about ``model`` once; what it says applies to the model's runs."""
-        assert self._server is not None
-        try:
-            report = await probe(self._server, model, sample)
-            self._learn(model, report, estimator.text(sample))
-        finally:
-            self._probed[model].set()  # even when cancelled: nobody waits forever
-
-    def _learn(self, model: str, report: ServerReport, sample: Estimate) -> None:
-        self._probes[model] = report
-        estimated = sample.tokens
-        if report.sample_tokens is not None:
-            count = report.sample_tokens
-            self.calibration.observe(model, estimated, count, "tokenizer", sample.bound)
-            logger.info(
-                "model %r: the server's tokenizer (%s) counts %d tokens where %d were "
-                "estimated (bound %d)",
-                model,
-                report.tokenizer,
-                count,
-                estimated,
-                sample.bound,
-            )
-        if report.window is not None:
-            logger.info("model %r: the server reports a window of %d tokens", model, report.window)
-            for run in self._runs.values():
-                if run.model == model and not run.policy.window_configured:
-                    run.window, run.cut_chars = report.window, -1
+    def _window_reported(self, model: str, window: int) -> None:
+        for run in self._runs.values():
+            if run.model == model and not run.policy.window_configured:
+                run.window, run.cut_chars = window, -1
 
     def _finished(self, msg: RunFinished) -> None:
         self._runs.pop(msg.run_id, None)
@@ -401,7 +339,7 @@ class ContextGatekeeper:
             "never above the bound"
         )
         if source == "tokenizer":
-            report = self._probes.get(model)
+            report = self._probes.known(model)
             path = report.tokenizer if report is not None else None
             return (
                 f"Prompt tokens of {model!r} are estimated from what its server's tokenizer "
@@ -756,15 +694,6 @@ class ContextGatekeeper:
 
 def _turns(first: int, last: int) -> str:
     return f"turn {first}" if first == last else f"turns {first}-{last}"
-
-
-def _sample(task: str, tool_specs: Sequence[ToolSpec]) -> str:
-    """The text a server's tokenizer is asked to count: a mixed sample, the run's task and
-    its tool schemas (no chat framing: a tokenizer endpoint counts text only)."""
-    parts = [CALIBRATION_SAMPLE, task[:SAMPLE_TASK_CHARS]]
-    for spec in tool_specs:
-        parts += (spec.name, spec.description, spec.parameters)
-    return "\n".join(part for part in parts if part)
 
 
 NEVER_CUT: Final = 2**62

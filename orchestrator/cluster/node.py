@@ -47,33 +47,21 @@ from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 from bus import ExitReason, RunFinished
 from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.events import ClusterEvent, last_event, run_events
-from orchestrator.cluster.jetstream import (
-    Buckets,
-    bucket_keys,
-    connect,
-    ensure_layout,
-    retrying,
-)
+from orchestrator.cluster.jetstream import Buckets, bucket_keys, connect, ensure_layout, retrying
 from orchestrator.cluster.publisher import EventPublisher, KvJournal
 from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.cluster.state import STATE_DECODER, STATE_ENCODER, RunState
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.config import Config
+from orchestrator.daemon import starting
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.lifespan import default_store_path
 from orchestrator.daemon.policy import admit
 from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash_ending, phase_of
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
-from orchestrator.daemon.starting import answered_by_simulator, start_request
 from orchestrator.daemon.store import StoredEvent
-from orchestrator.result import (
-    RunResult,
-    end_result,
-    finished_result,
-    result_summary,
-    simulator_answered,
-)
-from orchestrator.runtime import RunHandle, Runtime, StartPoint
+from orchestrator.result import RunResult, end_result, finished_result
+from orchestrator.runtime import Runtime, StartPoint
 from orchestrator.sim import Scenario, shipped_scenarios
 
 __all__ = ["ClusterNode", "NodeStatistics"]
@@ -85,8 +73,6 @@ CONSUMER: Final = "workers"
 FETCH_SECONDS: Final = 0.5
 ACK_ATTEMPTS: Final = 20
 KEEP_FINISHED_IN_MEMORY: Final = 32
-_REQUEST: Final = msgspec.json.Encoder(order="sorted")
-_FINISHED: Final = msgspec.json.Decoder(RunFinished)
 
 
 class NodeStatistics(NamedTuple):
@@ -136,7 +122,7 @@ class ClusterNode:
         self._runtime: Runtime | None = None
         self._publisher: EventPublisher | None = None
         self._journal: KvJournal | None = None
-        self._live: dict[str, RunHandle] = {}
+        self._runs: starting.LiveRuns | None = None
         # Deliveries of each run this daemon is running: a run delivered again while it
         # runs here (its ack lost to a NATS restart) is not started twice, and every
         # delivery is kept in progress and acknowledged at its end.
@@ -146,19 +132,8 @@ class ClusterNode:
         self._idle = anyio.Event()
         self._idle.set()
         self._stopping = False
-        self._counts: dict[str, int] = dict.fromkeys(
-            (
-                "submitted",
-                "duplicates",
-                "taken",
-                "finished",
-                "resumed",
-                "crash_ended",
-                "redelivered",
-                "ownership_conflicts",
-            ),
-            0,
-        )
+        # The counters: every field of NodeStatistics after ``node``, ``in_flight``, ``slots``.
+        self._counts: dict[str, int] = dict.fromkeys(NodeStatistics._fields[3:], 0)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -199,6 +174,9 @@ class ClusterNode:
             ) as runtime:
                 self._runtime = runtime
                 self._publisher = EventPublisher(runtime.bus, self._js, self.settings)
+                self._runs = starting.LiveRuns(
+                    self.config, self._scenarios, self._reports, self._journal, self._publisher
+                )
                 async with anyio.create_task_group() as tg:
                     await tg.start(self._publisher.run)
                     await tg.start(self._journal.run)
@@ -260,10 +238,7 @@ class ClusterNode:
             (:mod:`~orchestrator.daemon.policy`), 409 key reused for a different request.
         """
         on_crash = self._on_crash(request)
-        digest = hashlib.blake2b(
-            _REQUEST.encode(msgspec.structs.replace(request, idempotency_key=None)),
-            digest_size=16,
-        ).hexdigest()
+        digest = starting.request_digest(request)
         key = request.idempotency_key
         run_id = (
             hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
@@ -296,7 +271,7 @@ class ClusterNode:
             if existing.status != "queued":
                 return existing, False
             state, new = existing, False  # publish again: the first publish may have been lost
-        payload = _REQUEST.encode(request)
+        payload = starting.SORTED_JSON.encode(request)
         headers = {"Nats-Msg-Id": run_id, RUN_HEADER: run_id}
         await retrying(
             "submit",
@@ -344,6 +319,15 @@ class ClusterNode:
         assert entry.revision is not None
         return STATE_DECODER.decode(entry.value), entry.revision
 
+    async def _update(self, what: str, state: RunState, revision: int) -> int:
+        """Store ``state`` over revision ``revision`` of its entry; the new revision.
+
+        :raises KeyWrongLastSequenceError: the entry changed since ``revision``.
+        """
+        encoded = STATE_ENCODER.encode(state)
+        update = partial(self.buckets.state.update, state.run_id, encoded, last=revision)
+        return await retrying(what, update)
+
     async def abort(self, run_id: str) -> RunState:
         """Ask ``run_id`` to stop, wherever it runs: its entry becomes ``aborting`` (the
         owner reads it on its next progress beat) and ``<prefix>.run.<id>.abort`` tells the
@@ -357,21 +341,11 @@ class ClusterNode:
                 raise ClusterError(409, "run_ended", f"run {run_id!r} has already ended")
             aborting = msgspec.structs.replace(state, status="aborting")
             try:
-                await retrying(
-                    "abort",
-                    partial(
-                        self.buckets.state.update,
-                        run_id,
-                        STATE_ENCODER.encode(aborting),
-                        last=revision,
-                    ),
-                )
+                await self._update("abort", aborting, revision)
             except KeyWrongLastSequenceError:
                 continue  # changed meanwhile: read again
             break
-        nc = self._nc
-        assert nc is not None
-        await retrying("abort", lambda: nc.publish(self.settings.abort_subject(run_id), b""))
+        await retrying("abort", lambda: self.nc.publish(self.settings.abort_subject(run_id), b""))
         logger.info("run abort requested", extra={"run_id": run_id, "node": self.name})
         return aborting
 
@@ -411,14 +385,12 @@ class ClusterNode:
     # ------------------------------------------------------------------ aborts
 
     async def _listen_for_aborts(self) -> None:
-        nc = self._nc
-        assert nc is not None
 
         async def on_message(msg: Msg) -> None:
             run_id = msg.subject.split(".")[-2]
             await self._abort_local(run_id)
 
-        await nc.subscribe(self.settings.abort_subject("*"), cb=on_message)
+        await self.nc.subscribe(self.settings.abort_subject("*"), cb=on_message)
 
     async def _check_state(self, run_id: str) -> None:
         """Catch an abort whose message was missed: the run's entry says ``aborting``."""
@@ -430,9 +402,8 @@ class ClusterNode:
             await self._abort_local(run_id)
 
     async def _abort_local(self, run_id: str) -> None:
-        handle = self._live.get(run_id)
-        if handle is not None and not handle.done:
-            await handle.abort("Aborted through the API.", source="api")
+        if self._runs is not None:
+            await self._runs.abort(run_id)
 
     # ------------------------------------------------------------------ taking runs
 
@@ -524,12 +495,7 @@ class ClusterNode:
             attempts=state.attempts + 1,
         )
         try:
-            revision = await retrying(
-                "claim",
-                partial(
-                    self.buckets.state.update, run_id, STATE_ENCODER.encode(mine), last=revision
-                ),
-            )
+            revision = await self._update("claim", mine, revision)
         except KeyWrongLastSequenceError:
             self._counts["ownership_conflicts"] += 1
             await retrying("nak", lambda: msg.nak())
@@ -580,53 +546,30 @@ class ClusterNode:
 
     async def _run(self, state: RunState, took_over: bool) -> RunState:
         """Run ``state``'s run to its end; its final state (not yet stored)."""
-        assert self._journal is not None
         assert self._publisher is not None
+        assert self._runs is not None
         run_id = state.run_id
-        request = REQUEST_DECODER.decode(_REQUEST.encode(state.request))
+        request = REQUEST_DECODER.decode(starting.SORTED_JSON.encode(state.request))
         point = StartPoint(trace_id=state.trace_id)
         if took_over:
             newest = await last_event(self.js, self.settings, run_id)
             if newest is not None and newest.type == "RunFinished":
-                return _ended_from_finished(state, _FINISHED.decode(newest.data))
+                return _ended_from_finished(state, starting.FINISHED_DECODER.decode(newest.data))
             checkpoint = await self._checkpoint(run_id)
-            if state.on_crash != "resume":
-                return await self._crash_end(state, newest, checkpoint)
-            resume = checkpoint or RunCheckpoint(
-                run_id=run_id, trace_id=state.trace_id, turn=0, elapsed_seconds=0.0, transcript=()
+            restart = starting.restart_point(
+                run_id, state.trace_id, False, state.on_crash, checkpoint
             )
-            point = StartPoint(trace_id=state.trace_id, resume=resume)
+            if restart is None:
+                return await self._crash_end(state, newest, checkpoint)
+            point = restart
             self._counts["resumed"] += 1
-        self._journal.expect(run_id, point)
         published = self._publisher.track(run_id, state.attempts)
-        try:
-            handle = await self._start(run_id, request)
-        except BaseException:
-            self._journal.forget(run_id)
-            self._publisher.forget(run_id)
-            raise
-        self._live[run_id] = handle
-        try:
-            if state.status == "aborting":
-                await handle.abort("Aborted through the API.", source="api")
-            result = await handle.result()
-            if answered_by_simulator(self.config, request):  # a task or pipeline: say so
-                result = simulator_answered(result)
-            await published.wait()
-        finally:
-            self._live.pop(run_id, None)
-            self._journal.forget(run_id)
+        await self._runs.start(self.runtime, run_id, request, point)
+        if state.status == "aborting":
+            await self._runs.abort(run_id)
+        result = await self._runs.result(run_id, request)
+        await published.wait()
         return _ended(state, result)
-
-    async def _start(self, run_id: str, request: RunRequest) -> RunHandle:
-        return await start_request(
-            self.runtime,
-            request,
-            run_id=run_id,
-            config=self.config,
-            scenarios=self._scenarios,
-            reports=self._reports,
-        )
 
     async def _checkpoint(self, run_id: str) -> RunCheckpoint | None:
         try:
@@ -660,15 +603,7 @@ class ClusterNode:
                 )
                 return False
             try:
-                await retrying(
-                    "end",
-                    partial(
-                        self.buckets.state.update,
-                        run_id,
-                        STATE_ENCODER.encode(ended),
-                        last=revision,
-                    ),
-                )
+                await self._update("end", ended, revision)
             except KeyWrongLastSequenceError:
                 continue
             logger.info(
@@ -679,15 +614,7 @@ class ClusterNode:
 
 
 def _ended(state: RunState, result: RunResult) -> RunState:
-    summary = msgspec.to_builtins(result_summary(result))
-    return msgspec.structs.replace(
-        state,
-        status="ended",
-        exit_reason=result.exit_reason.value,
-        cause=result.cause,
-        result=summary,
-        ended_at=time.time(),
-    )
+    return msgspec.structs.replace(state, **starting.ending(result))
 
 
 def _failed_to_start(state: RunState, exc: Exception, deliveries: int) -> RunState:

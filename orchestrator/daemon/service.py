@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import collections
-import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from actors.workers import Workers
 from bus import ENCODER, ExitReason, RunFinished
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.config import Config
+from orchestrator.daemon import starting
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.ids import new_id
 from orchestrator.daemon.policy import Admitted, Policy
@@ -43,20 +43,16 @@ from orchestrator.daemon.recovery import (
     refused_detail,
 )
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
-from orchestrator.daemon.starting import answered_by_simulator, start_request
 from orchestrator.daemon.store import RunRow, Store
 from orchestrator.errors import ConfigError
-from orchestrator.result import RunResult, finished_result, result_summary, simulator_answered
-from orchestrator.runtime import RunHandle, Runtime, StartPoint
+from orchestrator.result import RunResult, finished_result
+from orchestrator.runtime import Runtime, StartPoint
 from orchestrator.sim import Scenario
 from orchestrator.tracing import TraceParent
 
 __all__ = ["RunService", "ServiceStatistics"]
 
 logger = logging.getLogger("loopfuse.daemon")
-
-_ENCODER: Final = msgspec.json.Encoder(order="sorted")
-_FINISHED: Final = msgspec.json.Decoder(RunFinished)
 
 # How long aborted runs get to end during a drain before the runtime's own shutdown.
 ABORT_WAIT_SECONDS: Final = 15.0
@@ -118,7 +114,9 @@ class RunService:
         # The tasks that see runs end, reused: a task started per run would cost more than
         # the rest of its work. Parked ones end when the daemon cancels ``task_group``.
         self._finishers = Workers(task_group)
-        self._reports = store.path.parent / "reports"
+        self._runs = starting.LiveRuns(
+            config, self._scenarios, store.path.parent / "reports", journal, recorder
+        )
         self.capacity = config.runtime.max_concurrent_runs + config.daemon.queue_size
         self.draining = False
         self._in_flight = 0
@@ -126,7 +124,6 @@ class RunService:
         self._idle.set()
         self._claims: dict[str, anyio.Event] = {}
         """Idempotency keys being submitted, each with the event set when its request is done."""
-        self._live: dict[str, RunHandle] = {}
         self._accepted = 0
         self._rejected_full = 0
         self._rejected_draining = 0
@@ -165,15 +162,9 @@ class RunService:
             reused differently, 429 full, 503 draining.
         """
         self._check_open()
-        encoded = _ENCODER.encode(request)
+        encoded = starting.SORTED_JSON.encode(request)
         key = request.idempotency_key
-        # The hash leaves the key out: a request without one is hashed as it is stored.
-        unkeyed = (
-            encoded
-            if key is None
-            else _ENCODER.encode(msgspec.structs.replace(request, idempotency_key=None))
-        )
-        digest = hashlib.blake2b(unkeyed, digest_size=16).hexdigest()
+        digest = starting.request_digest(request, encoded)
         if key is None:
             return await self._create(request, encoded, digest, None, traceparent), True
         # The key is claimed before it is looked up: a lookup made while another request
@@ -218,7 +209,7 @@ class RunService:
         point = StartPoint(trace_id=trace_id, traceparent=parent.header() if parent else None)
         finished = await self._launch(row, request, point, admitted)
         self._store.insert_run(row)  # queued before any of its events can be
-        self._watch(row, finished, answered_by_simulator(self._config, request))
+        self._watch(row, finished, request)
         with anyio.CancelScope(shield=True):  # a started run's row is committed, always
             await self._store.flush()  # committed before the 202
         self._accepted += 1
@@ -268,50 +259,29 @@ class RunService:
         """Start ``row``'s run now (it waits for a slot in the runtime); the returned event is
         set once its last event is queued in the store. ``admitted``: ``request`` as the policy
         let it through just now (a submission); without it, the policy checks it again."""
-        self._journal.expect(row.id, point)
         recorded = self._recorder.track(row.id, last_seq=row.last_event, dropped=row.events_dropped)
         try:
-            handle = await self._start(row.id, request, admitted)
+            await self._runs.start(self._runtime, row.id, request, point, admitted)
         except ConfigError as exc:
-            self._journal.forget(row.id)
-            self._recorder.forget(row.id)
             raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
-        except BaseException:
-            self._journal.forget(row.id)
-            self._recorder.forget(row.id)
-            raise
-        self._live[row.id] = handle
         self._in_flight += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         return recorded
 
-    async def _start(
-        self, run_id: str, request: RunRequest, admitted: Admitted | None
-    ) -> RunHandle:
-        return await start_request(
-            self._runtime,
-            request,
-            run_id=run_id,
-            config=self._config,
-            scenarios=self._scenarios,
-            reports=self._reports,
-            admitted=admitted,
-        )
+    def _watch(self, row: RunRow, recorded: anyio.Event, request: RunRequest) -> None:
+        self._finishers.submit(partial(self._finish, row, recorded, request))
 
-    def _watch(self, row: RunRow, recorded: anyio.Event, simulated: bool) -> None:
-        self._finishers.submit(partial(self._finish, row, recorded, simulated))
-
-    async def _finish(self, row: RunRow, recorded: anyio.Event, simulated: bool) -> None:
-        result = await self._live[row.id].result()
-        if simulated:  # the embedded simulator answered a task or a pipeline: say so
-            result = simulator_answered(result)
+    async def _finish(self, row: RunRow, recorded: anyio.Event, request: RunRequest) -> None:
+        result = await self._runs.result(row.id, request)
         # RunFinished is queued in the store before the row says "ended", so a row that
         # says "ended" always has its stream's last event. (anyio's wait on a set event
         # would yield to the loop once more, for nothing.)
         if not recorded.is_set():
             await recorded.wait()
         self._end(row, result)
-        self._release(row.id)
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
         _log(
             "run ended",
             row.id,
@@ -322,23 +292,11 @@ class RunService:
         )
 
     def _end(self, row: RunRow, result: RunResult, *, count: bool = True) -> None:
-        self._store.update_run(
-            row.id,
-            status="ended",
-            ended_at=time.time(),
-            exit_reason=result.exit_reason.value,
-            cause=result.cause,
-            # The summary leaves the transcript out: it is not made into builtins first.
-            result=_ENCODER.encode(result_summary(msgspec.structs.replace(result, transcript=()))),
-        )
+        columns = starting.ending(result)
+        columns["result"] = starting.SORTED_JSON.encode(columns["result"])
+        self._store.update_run(row.id, **columns)
         if count:  # not a run that had ended before a restart
             self._ended[result.exit_reason.value] += 1
-
-    def _release(self, run_id: str) -> None:
-        self._live.pop(run_id, None)
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            self._idle.set()
 
     async def abort(self, run_id: str) -> RunRow:
         """Ask a live run to stop (``abort.caller``, source ``api``).
@@ -346,12 +304,10 @@ class RunService:
         :raises ApiError: 404 unknown run, 409 it already ended.
         """
         row = await self._store.get_run(run_id)
-        handle = self._live.get(run_id)
         if row is None:
             raise ApiError(404, "unknown_run", f"no run {run_id!r}")
-        if handle is None or handle.done or row.status == "ended":
+        if row.status == "ended" or not await self._runs.abort(run_id):
             raise ApiError(409, "run_ended", f"run {run_id!r} has already ended")
-        await handle.abort("Aborted through the API.", source="api")
         _log("run abort requested", row.id, row.trace_id)
         return row
 
@@ -374,7 +330,7 @@ class RunService:
     async def _recover(self, row: RunRow) -> None:
         tail = await self._store.tail(row.id, CRASH_TAIL)
         if tail and tail[-1].type == "RunFinished":
-            self._end_from_finished(row, _FINISHED.decode(tail[-1].data))
+            self._end_from_finished(row, starting.FINISHED_DECODER.decode(tail[-1].data))
             return
         raw = await self._store.checkpoint(row.id)
         checkpoint = CHECKPOINT_DECODER.decode(raw) if raw is not None else None
@@ -384,16 +340,10 @@ class RunService:
             detail = refused_detail(None, str(exc))
             self._crash_abort(row, phase_of(tail), checkpoint, detail=detail)
             return
-        if row.status == "queued":
-            point = StartPoint(trace_id=row.trace_id)
-            action = "restarted (was queued)"
-        elif row.on_crash == "resume":
-            resume = checkpoint or RunCheckpoint(
-                run_id=row.id, trace_id=row.trace_id, turn=0, elapsed_seconds=0.0, transcript=()
-            )
-            point = StartPoint(trace_id=row.trace_id, resume=resume)
-            action = f"resumed after turn {resume.turn}"
-        else:
+        point = starting.restart_point(
+            row.id, row.trace_id, row.status == "queued", row.on_crash, checkpoint
+        )
+        if point is None:
             self._crash_abort(row, phase_of(tail), checkpoint)
             return
         try:
@@ -410,7 +360,12 @@ class RunService:
             return
         if point.resume is not None:
             self._resumed += 1
-        self._watch(row, recorded, answered_by_simulator(self._config, request))
+        self._watch(row, recorded, request)
+        action = (
+            "restarted (was queued)"
+            if point.resume is None
+            else f"resumed after turn {point.resume.turn}"
+        )
         _log(f"run {action}", row.id, row.trace_id)
 
     def _crash_abort(
@@ -448,9 +403,8 @@ class RunService:
             await self._idle.wait()
         if self._in_flight:
             logger.info("aborting the runs still active", extra={"in_flight": self._in_flight})
-            for handle in list(self._live.values()):
-                if not handle.done:
-                    await handle.abort("The daemon is shutting down.", source="shutdown")
+            for run_id in list(self._runs.handles):
+                await self._runs.abort(run_id, "The daemon is shutting down.", "shutdown")
             with anyio.move_on_after(ABORT_WAIT_SECONDS):
                 await self._idle.wait()
         await self._store.flush()

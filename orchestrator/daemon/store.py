@@ -23,15 +23,31 @@ from __future__ import annotations
 import functools
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, NamedTuple, TypeVar
 
 import anyio
-import msgspec
 from anyio.abc import TaskStatus
 
+from orchestrator.daemon.store_rows import (
+    COLUMNS,
+    SUMMARY_CHARS_PARAMETERS,
+    SUMMARY_COLUMNS,
+    RunRow,
+    read_row,
+)
+from orchestrator.daemon.store_schema import SCHEMA, connect, migrate, next_cursor
+from orchestrator.daemon.store_writes import (
+    INSERT_HEAD,
+    UPDATE_HEAD,
+    UPDATE_TAIL,
+    UPDATED,
+    execute_rows,
+    inserted_row,
+    row_updates,
+)
 from orchestrator.daemon.tail import EventTail, StoredEvent
 from orchestrator.daemon.writer_thread import WriterThread
 
@@ -61,144 +77,7 @@ DEFAULT_TAIL_BYTES: Final = 64 * 1024 * 1024
 READERS: Final = 4
 """Worker threads (and connections) that serve reads."""
 
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS runs (
-    cursor INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    trace_id TEXT NOT NULL,
-    status TEXT NOT NULL,
-    on_crash TEXT NOT NULL,
-    request BLOB NOT NULL,
-    request_hash TEXT NOT NULL,
-    idempotency_key TEXT UNIQUE,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    ended_at REAL,
-    exit_reason TEXT,
-    cause TEXT,
-    result BLOB,
-    last_event INTEGER NOT NULL DEFAULT 0,
-    events_dropped INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, cursor);
-CREATE INDEX IF NOT EXISTS runs_by_end ON runs (ended_at) WHERE status = 'ended';
-CREATE TABLE IF NOT EXISTS run_events (
-    run INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    type TEXT NOT NULL,
-    data BLOB NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS run_events_by_run ON run_events (run, seq);
-CREATE TABLE IF NOT EXISTS run_checkpoints (
-    run INTEGER PRIMARY KEY,
-    data BLOB NOT NULL
-);
-"""
-# Events are appended in commit order (rowid) and found through a small index on (the run's
-# cursor, seq): a commit writes its events to the last pages of the table and touches a few
-# index pages, where a table keyed by (run id, seq) rewrote a page per run per commit (the
-# WAL, then the database, wrote ~8x the data: 143 KiB per 17 KiB run).
-# A run's newest checkpoint is a row of its own in ``run_checkpoints`` (keyed by the run's
-# cursor), not a column of its ``runs`` row: a checkpoint (the transcript: kilobytes, growing
-# every turn) in the row made every change of the row (started, each checkpoint, the end)
-# rewrite all of it, a page of its own and, with the result beside it, overflow pages.
-
-_EVENTS_VIEW: Final = """
-CREATE VIEW IF NOT EXISTS events AS
-    SELECT runs.id AS run_id, run_events.seq, run_events.type, run_events.data
-    FROM run_events JOIN runs ON runs.cursor = run_events.run;
-"""
-"""``events (run_id, seq, type, data)`` as before, for whoever queries the file by hand."""
-
-_MIGRATE_EVENTS: Final = """
-INSERT OR REPLACE INTO run_events (run, seq, type, data)
-    SELECT runs.cursor, events.seq, events.type, events.data
-    FROM events JOIN runs ON runs.id = events.run_id;
-DROP TABLE events;
-"""
-"""A store written by an earlier version (an ``events`` table keyed by run id)."""
-
-_MIGRATE_CHECKPOINTS: Final = """
-INSERT OR REPLACE INTO run_checkpoints (run, data)
-    SELECT cursor, checkpoint FROM runs WHERE checkpoint IS NOT NULL;
-"""
-"""A store written by an earlier version (each run's checkpoint in its ``runs`` row)."""
-
-_NAMES: Final = (
-    "cursor",
-    "id",
-    "trace_id",
-    "status",
-    "on_crash",
-    "request",
-    "request_hash",
-    "idempotency_key",
-    "created_at",
-    "started_at",
-    "ended_at",
-    "exit_reason",
-    "cause",
-    "result",
-    "last_event",
-    "events_dropped",
-)
-_LAST_EVENT: Final = (
-    "max(last_event, (SELECT coalesce(max(seq), 0) FROM run_events WHERE run = runs.cursor))"
-)
-"""A run's last stored event, as read: the row's ``last_event`` is written only with the
-row's other changes (a commit that only appends a run's events leaves its row alone, so
-it writes no page of ``runs`` for it), the events' index has the newest one."""
-_COLUMNS: Final = ", ".join(_LAST_EVENT if name == "last_event" else name for name in _NAMES)
-
-
-_TEXT: Final = "CAST(request AS TEXT)"
-_CUT_TEXTS: Final = ("task", "system", "folder", "scenario", "pipeline.goal")
-_SUMMARY_REQUEST: Final = (
-    f"CASE WHEN json_valid({_TEXT}) THEN CAST(json_replace({_TEXT}, "
-    + ", ".join(f"'$.{key}', substr(json_extract({_TEXT}, '$.{key}'), 1, ?)" for key in _CUT_TEXTS)
-    + ", '$.config', json('{}')) AS BLOB) ELSE request END"
-)
-_SUMMARY_CHARS_PARAMETERS: Final = len(_CUT_TEXTS)
-_SUMMARY_RESULT: Final = (
-    "CASE WHEN result IS NULL THEN NULL "
-    "WHEN json_valid(CAST(result AS TEXT)) "
-    "AND json_type(CAST(result AS TEXT), '$.simulated') = 'true' "
-    "THEN CAST('{\"simulated\":true}' AS BLOB) ELSE CAST('{}' AS BLOB) END"
-)
-_SUMMARY_COLUMNS: Final = ", ".join(
-    _LAST_EVENT
-    if name == "last_event"
-    else _SUMMARY_REQUEST
-    if name == "request"
-    else _SUMMARY_RESULT
-    if name == "result"
-    else name
-    for name in _NAMES
-)
-""":data:`_COLUMNS` with the request and result as summaries (:meth:`Store.list_runs`)."""
-
 _T = TypeVar("_T")
-
-
-class RunRow(msgspec.Struct, kw_only=True):
-    """A run as stored (``request`` and ``result`` are JSON bytes)."""
-
-    id: str
-    trace_id: str
-    status: str
-    on_crash: str
-    request: bytes
-    request_hash: str
-    idempotency_key: str | None = None
-    created_at: float
-    started_at: float | None = None
-    ended_at: float | None = None
-    exit_reason: str | None = None
-    cause: str | None = None
-    result: bytes | None = None
-    last_event: int = 0
-    events_dropped: int = 0
-    cursor: int = 0
 
 
 class StoreFailed(RuntimeError):
@@ -235,15 +114,6 @@ class _Batch:
         return {row.id for row in self.runs} | set(self.last_event) | set(self.updates)
 
 
-def _connect(path: Path, *, same_thread: bool = False) -> sqlite3.Connection:
-    """A connection to ``path``; ``same_thread``: usable only on this thread (the writer's:
-    the sqlite3 module raises if any other thread touches it)."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=same_thread, timeout=30.0)
-    conn.execute("PRAGMA busy_timeout = 30000")
-    conn.execute("PRAGMA synchronous = FULL")
-    return conn
-
-
 class Store:
     """Runs and events in one SQLite file; see the module docstring for the write path."""
 
@@ -252,14 +122,14 @@ class Store:
         self.memory = tail or EventTail(per_run=DEFAULT_TAIL_EVENTS, total_bytes=DEFAULT_TAIL_BYTES)
         """The newest committed events of each run, for the event streams."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        setup = _connect(self.path)
+        setup = connect(self.path)
         try:
             mode = setup.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
-            setup.executescript(_SCHEMA)
-            _migrate(setup)
-            self._next_cursor = _next_cursor(setup)
+            setup.executescript(SCHEMA)
+            migrate(setup)
+            self._next_cursor = next_cursor(setup)
         finally:
             setup.close()
         self._thread = WriterThread("loopfuse-store-writer")
@@ -371,7 +241,7 @@ class Store:
         # every step, and while the event loop is busy each take can wait out the
         # interpreter's switch interval (5 ms). One step per event made a commit of a few
         # hundred events take 50-450 ms under load; one statement per kind takes a few. Each
-        # statement's text depends only on its size class (:func:`_execute_rows`), so the
+        # statement's text depends only on its size class (:func:`execute_rows`), so the
         # connection's statement cache prepares each once instead of parsing a new text
         # (hundreds of placeholders) every commit. The statements go through one cursor
         # (``Connection.execute`` makes a new one each time).
@@ -383,29 +253,29 @@ class Store:
         try:
             # A run inserted by this commit is inserted with its queued changes (no UPDATE
             # of the row just written).
-            _execute_rows(
+            execute_rows(
                 cursor,
-                _INSERT_HEAD,
+                INSERT_HEAD,
                 [
-                    _inserted(r, updates.get(r.id), batch.last_event.get(r.id, 0))
+                    inserted_row(r, updates.get(r.id), batch.last_event.get(r.id, 0))
                     for r in batch.runs
                 ],
                 tail=") LIMIT ?",
             )
-            _execute_rows(
+            execute_rows(
                 cursor,
                 "INSERT OR REPLACE INTO run_events (run, seq, type, data) SELECT * FROM (VALUES ",
                 self._keyed(conn, batch.events),
                 tail=") LIMIT ?",
             )
             inserted = {r.id for r in batch.runs} if batch.runs and updates else set()
-            _execute_rows(
+            execute_rows(
                 cursor,
-                _UPDATE_HEAD,
-                _row_updates(updates, batch.last_event, inserted),
-                tail=_UPDATE_TAIL,
+                UPDATE_HEAD,
+                row_updates(updates, batch.last_event, inserted),
+                tail=UPDATE_TAIL,
             )
-            _execute_rows(
+            execute_rows(
                 cursor,
                 "INSERT OR REPLACE INTO run_checkpoints (run, data) SELECT * FROM (VALUES ",
                 self._keyed_checkpoints(conn, batch.checkpoints, updates),
@@ -465,7 +335,7 @@ class Store:
         return keyed
 
     def _open_writer(self) -> None:
-        self._writer = _connect(self.path, same_thread=True)
+        self._writer = connect(self.path, same_thread=True)
         self._writer_cursor = self._writer.cursor()
 
     def _close_connections(self) -> None:
@@ -501,7 +371,7 @@ class Store:
 
     def update_run(self, run_id: str, **columns: Any) -> None:
         """Queue new values for some of a run's columns (later updates win)."""
-        unknown = set(columns).difference(_UPDATED)
+        unknown = set(columns).difference(UPDATED)
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         self._queued().updates.setdefault(run_id, {}).update(columns)
@@ -582,7 +452,7 @@ class Store:
         self.reads += 1
 
         def work() -> _T:
-            conn = self._readers.pop() if self._readers else _connect(self.path)
+            conn = self._readers.pop() if self._readers else connect(self.path)
             try:
                 return query(conn)
             finally:
@@ -592,18 +462,18 @@ class Store:
 
     async def get_run(self, run_id: str) -> RunRow | None:
         rows = await self._read(
-            lambda c: c.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchall()
+            lambda c: c.execute(f"SELECT {COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchall()
         )
-        return _row(rows[0]) if rows else None
+        return read_row(rows[0]) if rows else None
 
     async def find_key(self, key: str) -> RunRow | None:
         """The run created with idempotency key ``key``."""
         rows = await self._read(
             lambda c: c.execute(
-                f"SELECT {_COLUMNS} FROM runs WHERE idempotency_key = ?", (key,)
+                f"SELECT {COLUMNS} FROM runs WHERE idempotency_key = ?", (key,)
             ).fetchall()
         )
-        return _row(rows[0]) if rows else None
+        return read_row(rows[0]) if rows else None
 
     async def list_runs(
         self,
@@ -629,12 +499,12 @@ class Store:
         if before is not None:
             where.append("cursor < ?")
             args.append(before)
-        columns = _COLUMNS if preview_chars is None else _SUMMARY_COLUMNS
+        columns = COLUMNS if preview_chars is None else SUMMARY_COLUMNS
         sql = f"SELECT {columns} FROM runs WHERE {' AND '.join(where)} ORDER BY cursor DESC LIMIT ?"
         if preview_chars is not None:
-            args = [preview_chars] * _SUMMARY_CHARS_PARAMETERS + args
+            args = [preview_chars] * SUMMARY_CHARS_PARAMETERS + args
         rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall())
-        return [_row(row) for row in rows]
+        return [read_row(row) for row in rows]
 
     async def events(self, run_id: str, *, after: int = 0, limit: int = 500) -> list[StoredEvent]:
         """Committed events of ``run_id`` with ``seq > after``, in order."""
@@ -674,177 +544,11 @@ class Store:
         """Runs that were queued or running when the store was last written, oldest first."""
         rows = await self._read(
             lambda c: c.execute(
-                f"SELECT {_COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
+                f"SELECT {COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
             ).fetchall()
         )
-        return [_row(row) for row in rows]
+        return [read_row(row) for row in rows]
 
     async def journal_mode(self) -> str:
         rows = await self._read(lambda c: c.execute("PRAGMA journal_mode").fetchall())
         return str(rows[0][0])
-
-
-_MAX_VARIABLES: Final = 30_000
-"""Bound parameters per statement (SQLite's limit is 32,766 since 3.32)."""
-_SMALLEST: Final = 4
-"""The smallest size class of a multi-row statement."""
-
-_UPDATED: Final = (
-    "trace_id",
-    "status",
-    "started_at",
-    "ended_at",
-    "exit_reason",
-    "cause",
-    "result",
-    "events_dropped",
-)
-"""The columns :meth:`Store.update_run` sets, in the order of an update row's values."""
-_INSERT_HEAD: Final = (
-    "INSERT INTO runs (cursor, id, trace_id, status, on_crash, request, request_hash, "
-    "idempotency_key, created_at, started_at, ended_at, exit_reason, cause, result, "
-    "last_event, events_dropped) SELECT * FROM (VALUES "
-)
-_UPDATE_HEAD: Final = (
-    "UPDATE runs SET "
-    + ", ".join(
-        f"{name} = CASE WHEN v.column2 & {1 << i} THEN v.column{i + 3} ELSE runs.{name} END"
-        for i, name in enumerate(_UPDATED)
-    )
-    + f", last_event = max(runs.last_event, v.column{len(_UPDATED) + 3})"
-    + " FROM (SELECT * FROM (VALUES "
-)
-_UPDATE_TAIL: Final = ") LIMIT ?) AS v WHERE runs.id = v.column1"
-"""One statement updates every run a commit touches: a row is ``(id, mask, the values of
-:data:`_UPDATED`, last event)``, where bit ``i`` of ``mask`` says the ``i``-th column is set
-(a value may itself be ``NULL``; a column not set has ``0``, left unread) and a last event of
-``0`` leaves ``last_event`` as it is."""
-
-
-@functools.lru_cache(maxsize=256)
-def _statement(head: str, width: int, rows: int, tail: str) -> str:
-    """``head``, ``rows`` rows of ``width`` placeholders, ``tail``: the same string object
-    for the same size, so the statement cache's look-up hashes it once, not every commit."""
-    row = "(" + ", ".join("?" * width) + ")"
-    return head + ", ".join([row] * rows) + tail
-
-
-def _size_class(rows: int, most: int) -> int:
-    """The statement size for ``rows`` rows: a power of two from :data:`_SMALLEST` to ``most``."""
-    return min(most, max(_SMALLEST, 1 << (rows - 1).bit_length()))
-
-
-def _execute_rows(
-    cursor: sqlite3.Cursor, head: str, rows: Sequence[Sequence[Any]], *, tail: str
-) -> None:
-    """``head (…), (…) … tail`` for ``rows``, ``tail`` ending in ``LIMIT ?``: in statements of
-    a few sizes (powers of two, as the variable limit allows), each filled up with rows of
-    zeros that the ``LIMIT`` (the number of real rows) leaves out. A commit's statement texts
-    are then a handful that the connection has prepared before. (Fillers are ``0``, not
-    ``None``: the sqlite3 module binds an ``int`` directly, a ``None`` after an adapter
-    look-up.)"""
-    if not rows:
-        return
-    width = len(rows[0])
-    fit = (_MAX_VARIABLES - 1) // width  # rows per statement, beside the LIMIT's variable
-    most = 1 << (fit.bit_length() - 1)
-    for start in range(0, len(rows), most):
-        chunk = rows[start : start + most]
-        size = _size_class(len(chunk), most)
-        values = [value for row in chunk for value in row]
-        values.extend([0] * (width * (size - len(chunk))))
-        values.append(len(chunk))
-        cursor.execute(_statement(head, width, size, tail), values)
-
-
-def _inserted(row: RunRow, columns: dict[str, Any] | None, last_event: int) -> tuple[Any, ...]:
-    """``row`` as a row for :data:`_INSERT_HEAD`, with the changes ``columns`` queued for it
-    in the same commit and its last event in the batch."""
-    if columns:
-        row = msgspec.structs.replace(row, **columns)
-    return (
-        row.cursor,
-        row.id,
-        row.trace_id,
-        row.status,
-        row.on_crash,
-        row.request,
-        row.request_hash,
-        row.idempotency_key,
-        row.created_at,
-        row.started_at,
-        row.ended_at,
-        row.exit_reason,
-        row.cause,
-        row.result,
-        max(row.last_event, last_event),
-        row.events_dropped,
-    )
-
-
-def _row_updates(
-    updates: dict[str, dict[str, Any]], last_event: dict[str, int], inserted: set[str]
-) -> list[tuple[Any, ...]]:
-    """The batch's row updates as rows for :data:`_UPDATE_HEAD`, each with the run's last
-    event in the batch; none for the runs in ``inserted`` (inserted with their changes). A
-    run with events and no update keeps its row as it is (see :data:`_LAST_EVENT`)."""
-    rows = []
-    for run_id, columns in updates.items():
-        if run_id in inserted:
-            continue
-        mask = 0
-        values = []
-        for i, name in enumerate(_UPDATED):
-            if name in columns:
-                mask |= 1 << i
-                values.append(columns[name])
-            else:
-                values.append(0)
-        rows.append((run_id, mask, *values, last_event.get(run_id, 0)))
-    return rows
-
-
-def _migrate(conn: sqlite3.Connection) -> None:
-    """Move what an earlier version wrote to where this one keeps it: an ``events`` table
-    into ``run_events``, checkpoints in ``runs`` rows into ``run_checkpoints``; make the
-    view."""
-    found = conn.execute("SELECT type FROM sqlite_master WHERE name = 'events'").fetchone()
-    if found is not None and found[0] == "table":
-        _in_transaction(conn, [s for s in _MIGRATE_EVENTS.split(";") if s.strip()])
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-    if "checkpoint" in columns:
-        # Dropping a column needs SQLite 3.35; before it, the column stays, emptied.
-        emptied = (
-            "ALTER TABLE runs DROP COLUMN checkpoint"
-            if sqlite3.sqlite_version_info >= (3, 35, 0)
-            else "UPDATE runs SET checkpoint = NULL WHERE checkpoint IS NOT NULL"
-        )
-        _in_transaction(conn, [_MIGRATE_CHECKPOINTS, emptied])
-    conn.executescript(_EVENTS_VIEW)
-
-
-def _in_transaction(conn: sqlite3.Connection, statements: Sequence[str]) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for statement in statements:
-            conn.execute(statement)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def _next_cursor(conn: sqlite3.Connection) -> int:
-    """The cursor the next run gets: above every cursor ever given (AUTOINCREMENT's
-    ``sqlite_sequence`` remembers those of deleted runs)."""
-    given = conn.execute("SELECT coalesce(max(cursor), 0) FROM runs").fetchone()[0]
-    sequence = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'runs'").fetchone()
-    return int(max(given, sequence[0] if sequence else 0)) + 1
-
-
-def _row(values: tuple[Any, ...]) -> RunRow:
-    fields = dict(zip(_NAMES, values, strict=True))
-    for blob in ("request", "result"):
-        if fields[blob] is not None:
-            fields[blob] = bytes(fields[blob])
-    return RunRow(**fields)

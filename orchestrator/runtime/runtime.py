@@ -24,15 +24,15 @@ import logging
 import os
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, Self
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 from actors.budget.monitor import BudgetMonitor
@@ -50,12 +50,11 @@ from actors.progress.reporter import ProgressReporter
 from actors.tools import ToolExecutorSettings, ToolLimits, ToolRegistry, default_registry
 from actors.tools.executor import ToolExecutor
 from actors.workers import Workers
-from bus import AbortRequested, Bus, ChatMessage, Message, ToolSpec, aio_seam
+from bus import AbortRequested, Bus, ToolSpec
 from orchestrator.conductor import (
     Conductor,
     ConductorSettings,
     ContextFunctions,
-    RunCheckpoint,
     RunInputs,
 )
 from orchestrator.config import (
@@ -73,10 +72,12 @@ from orchestrator.metrics.collectors import ToolCacheCollector
 from orchestrator.result import RunResult, simulator_answered
 from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.folders import SharedFolders
+from orchestrator.runtime.handle import RunHandle
 from orchestrator.runtime.heap import freeze_long_lived
 from orchestrator.runtime.mcp import open_mcp_tools
 from orchestrator.runtime.resume import MonitorStates
 from orchestrator.runtime.slots import RunSlots
+from orchestrator.runtime.spec import ModelActor, RunJournal, RunSpec
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 from orchestrator.sim.inprocess import InProcessModel
 from orchestrator.sim.tools import scripted_tool_from
@@ -92,15 +93,7 @@ if TYPE_CHECKING:  # the otel extra; imported at run time only with tracing on
 if TYPE_CHECKING:  # the mcp extra; imported at run time only with [mcp] servers
     from actors.tools.mcp.servers import McpServers
 
-__all__ = [
-    "FOLDER_SYSTEM_PROMPT",
-    "ModelActor",
-    "RunHandle",
-    "RunJournal",
-    "RunSpec",
-    "Runtime",
-    "StartPoint",
-]
+__all__ = ["FOLDER_SYSTEM_PROMPT", "Runtime"]
 
 logger = logging.getLogger("loopfuse.runtime")
 
@@ -119,60 +112,6 @@ FOLDER_SYSTEM_PROMPT: Final = (
 show a model its tools only inside a system message (llama-cpp-python's
 ``chatml-function-calling`` format drops every tool definition from a prompt without one:
 a real model then invents paths), and a model told nothing does not know where it is."""
-
-HandleStatus = Literal["queued", "running", "finished"]
-"""Where a :class:`RunHandle` is (the daemon's API says ``ended`` for ``finished``)."""
-
-
-class RunSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What to run: a task for the model, with optional per-run overrides.
-
-    ``overrides`` takes the keys of :class:`orchestrator.config.RunSettings`
-    (``max_turns``, ``max_tool_calls``, ``deadline_seconds``, ``model`` …).
-    """
-
-    task: str
-    system: str | None = None
-    folder: str | None = None
-    overrides: dict[str, Any] = {}
-    run_id: str | None = None
-    trace_id: str | None = None
-    traceparent: str | None = None
-    """The W3C ``traceparent`` of the caller's span: the run's span is its child, and the
-    run's trace id its trace id (unless ``trace_id`` says otherwise)."""
-    history: tuple[ChatMessage, ...] = ()
-    """Earlier turns between the system prompt and the task (pipeline retries, revisions)."""
-    stage: str = "agent"
-    plan: tuple[str, ...] = ("agent",)
-
-
-class StartPoint(msgspec.Struct, frozen=True, kw_only=True):
-    """How a :class:`RunJournal` wants a run started: its trace id, and the checkpoint it
-    resumes from (``None``: a first start)."""
-
-    trace_id: str | None = None
-    resume: RunCheckpoint | None = None
-    traceparent: str | None = None
-    """The caller's span the run continues (W3C ``traceparent``), if any."""
-
-
-class RunJournal(Protocol):
-    """Keeps runs durable across restarts (the daemon's store implements it).
-
-    :meth:`start_point` is asked when a run with a given id starts; :meth:`checkpoint` is
-    told every completed turn of every run and must not block.
-    """
-
-    def start_point(self, run_id: str) -> StartPoint | None: ...
-
-    def checkpoint(self, checkpoint: RunCheckpoint) -> None: ...
-
-
-class ModelActor(Protocol):
-    """An actor that answers :class:`bus.ModelRequest` in place of the LLM caller (e.g. the
-    in-process scripted model of ``bench``)."""
-
-    async def run(self, *, task_status: TaskStatus[None] = ...) -> None: ...
 
 
 RESOLVED_CACHE_SIZE: Final = 256
@@ -256,96 +195,6 @@ def tool_executor_settings(config: Config) -> ToolExecutorSettings:
     except ValueError as exc:
         reason = str(exc).removeprefix("limits.image_max_bytes: ")
         raise ConfigError("tools.image_max_bytes", reason) from None
-
-
-class _Done:
-    """Set once when a run ends. Each waiter waits on a future of its own (cancelling one
-    waiter cancels nothing else), made only when someone waits: an event would cost every
-    run in flight a deque."""
-
-    __slots__ = ("_callbacks", "_set", "_waiters")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._waiters: list[aio_seam.Future[None]] | None = None
-        self._callbacks: list[Callable[[], object]] | None = None
-
-    def is_set(self) -> bool:
-        return self._set
-
-    def set(self) -> None:
-        self._set = True
-        waiters, self._waiters = self._waiters, None
-        for waiter in waiters or ():
-            if not waiter.done():
-                waiter.set_result(None)
-        callbacks, self._callbacks = self._callbacks, None
-        for callback in callbacks or ():
-            callback()
-
-    def on_set(self, callback: Callable[[], object]) -> None:
-        """Call ``callback`` when the run ends (now, if it has)."""
-        if self._set:
-            callback()
-        elif self._callbacks is None:
-            self._callbacks = [callback]
-        else:
-            self._callbacks.append(callback)
-
-    async def wait(self) -> None:
-        if self._set:
-            return
-        waiter: aio_seam.Future[None] = aio_seam.Future()
-        if self._waiters is None:
-            self._waiters = []
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        finally:
-            if self._waiters is not None and waiter in self._waiters:
-                self._waiters.remove(waiter)
-
-
-class RunHandle:
-    """A run that was started: follow its events, abort it, await its result."""
-
-    __slots__ = ("_abort", "_done", "_result", "_runtime", "run_id", "status", "trace_id")
-
-    def __init__(self, runtime: Runtime, run_id: str, trace_id: str) -> None:
-        self._runtime = runtime
-        self.run_id = run_id
-        self.trace_id = trace_id
-        self.status: HandleStatus = "queued"
-        self._result: RunResult | None = None
-        self._done = _Done()
-        self._abort: AbortRequested | None = None
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def abort_requested(self) -> AbortRequested | None:
-        """The abort asked for this run, if any (a pipeline checks it between stages)."""
-        return self._abort
-
-    async def result(self) -> RunResult:
-        """Wait for the run to end and return its result (never raises for run failures)."""
-        await self._done.wait()
-        assert self._result is not None
-        return self._result
-
-    def events(self, *, after: int = 0) -> AsyncIterator[Message]:
-        """Every bus message of this run, in order, from position ``after``, live until
-        the run ends (the same events the daemon streams)."""
-        return self._runtime.event_log.follow(self.run_id, after=after)
-
-    async def abort(
-        self, detail: str = "", *, source: Literal["caller", "api", "shutdown"] = "caller"
-    ) -> None:
-        """Ask the run to stop now; idempotent. Streaming is cut and tools get a grace
-        period; everything done so far is kept in the result."""
-        await self._runtime._abort(self, source, detail)
 
 
 class Runtime:
