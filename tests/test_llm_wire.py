@@ -105,8 +105,36 @@ def answering(*answers: bytes, close: bool = False) -> Handler:
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
+_ANSWER = b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+DONE_CHUNK = b"%x\r\n%s\r\n" % (len(_ANSWER + b"data: [DONE]\n\n"), _ANSWER + b"data: [DONE]\n\n")
+
 
 # --------------------------------------------------------------------------- through the transport
+
+
+@pytest.mark.asyncio
+async def test_a_body_that_never_ends_after_the_answer_is_closed_by_the_client() -> None:
+    """``[DONE]``, then the body stays open: the answer is read whole, and the client
+    closes the connection by itself (``DRAIN_SECONDS`` later), not the server."""
+
+    async def handler(stream: SocketStream, reader: BufferedByteReceiveStream) -> None:
+        await read_request(reader)
+        await stream.send(STREAM_HEAD + DONE_CHUNK)
+        assert await reader.receive() == b""  # the client closes; nothing else comes
+
+    async with raw_server(handler) as server:
+        transport = ChatTransport(EndpointSettings(base_url=f"http://127.0.0.1:{server.port}/v1"))
+        try:
+            with anyio.fail_after(WAIT):
+                assert await _streamed_text(transport, b"{}") == "hi"
+                await server.end.wait()
+                assert await _streamed_text(transport, b"{}") == "hi"
+        finally:
+            await transport.aclose()
+    assert server.connections == 2
 
 
 @pytest.mark.asyncio

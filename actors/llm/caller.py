@@ -442,8 +442,9 @@ class LLMCaller:
             try:
                 await reader.aclose()
             finally:
-                with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
-                    await response.aclose()
+                if not response.close_now():  # a pooled connection's release never waits
+                    with anyio.move_on_after(CLOSE_TIMEOUT_SECONDS, shield=True):
+                        await response.aclose()
         if acc.finish_reason is None:
             raise stream_end(tally)
 

@@ -117,6 +117,7 @@ class ChunkReader:
         "_ended",
         "_failure",
         "_iterator",
+        "_read",
         "_response",
         "_sse",
         "_tally",
@@ -127,6 +128,7 @@ class ChunkReader:
         self._tally = tally
         self._sse = SSEDecoder()
         self._iterator: AsyncIterator[bytes] | None = response.aiter_bytes()
+        self._read = self._iterator.__anext__  # awaited directly: no frame of ours between
         self._failure: Exception | None = None  # raised at the next call (after a batch)
         self._done = False  # [DONE] came: the next call finishes the body and ends
         self._ended = False
@@ -150,8 +152,9 @@ class ChunkReader:
                     await self._drain()  # (HTTP/2 closes the stream)
                 return None
             while True:
-                data = await self._next_read()
-                if data is None:
+                try:
+                    data = await self._read()  # (not closed: aclose ends the reader)
+                except StopAsyncIteration:
                     self._ended = True
                     return None
                 batch = self._decode(data)
@@ -198,7 +201,10 @@ class ChunkReader:
     async def _next_read(self) -> bytes | None:
         if self._iterator is None:  # closed
             return None
-        return await anext(self._iterator, None)
+        try:
+            return await self._read()
+        except StopAsyncIteration:
+            return None
 
     async def _drain(self) -> None:
         with anyio.move_on_after(DRAIN_SECONDS):
