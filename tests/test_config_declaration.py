@@ -3,10 +3,15 @@ gets, who may set a key from a request, and the docs table all derive from it.""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing
 from pathlib import Path
 
+import msgspec
+
+from bus import RunStarted
+from orchestrator.conductor import ConductorSettings
 from orchestrator.config import (
     DEFAULT_CLIENT_KEYS,
     RUN_KEYS,
@@ -15,9 +20,11 @@ from orchestrator.config import (
     Config,
     ContextSettings,
     RunSettings,
+    ToolSettings,
     run_settings,
 )
 from orchestrator.daemon.policy import CEILINGED
+from orchestrator.runtime.runtime import conductor_settings
 from tests.config_docs import run_keys_table
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -60,3 +67,29 @@ def test_the_scenarios_docs_table_is_generated_from_the_declaration() -> None:
         "docs/scenarios.md is out of date: regenerate its [config] table with "
         "`python -m tests.config_docs`"
     )
+
+
+def test_the_run_settings_a_run_carries_have_no_default_of_their_own() -> None:
+    # A default beside the declaration's is a twin (RunStarted once had cache_max_entries=0
+    # where the declaration says 256): the conductor fills each of them from the run's settings.
+    message = {f.name: f.required for f in msgspec.structs.fields(RunStarted)}
+    carried = set(message) & set(RUN_KEYS)
+    assert {"max_turns", "cache_max_entries", "budget_mode"} <= carried
+    assert {key for key in carried if not message[key]} == set()
+    conductor = {f.name: f for f in dataclasses.fields(ConductorSettings)}
+    assert set(conductor) <= set(RUN_KEYS)
+    defaulted = [
+        name
+        for name, f in conductor.items()
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    ]
+    assert defaulted == []
+
+
+def test_a_run_carries_the_declared_defaults() -> None:
+    settings = run_settings(Config())
+    conductor = conductor_settings(settings)
+    for f in dataclasses.fields(ConductorSettings):
+        declared = getattr(settings, f.name)
+        assert getattr(conductor, f.name) in (declared, declared or 0), f.name  # None: 0
+    assert conductor.cache_max_entries == ToolSettings().cache_max_entries == 256
