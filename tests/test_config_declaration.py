@@ -54,6 +54,9 @@ def test_the_client_policy_derives_from_the_declaration() -> None:
 
 
 def test_a_ceiling_has_its_run_setting_s_type_and_range() -> None:
+    declared = {key for key, run in RUN_KEYS.items() if run.ceiling}
+    assert set(ClientCeilings.__struct_fields__) == CEILINGED == declared
+    assert {"max_turns", "cost_budget", "answer_max_tokens"} <= declared
     run = typing.get_type_hints(RunSettings, include_extras=True)
     ceilings = typing.get_type_hints(ClientCeilings, include_extras=True)
     for key, kind in ceilings.items():
