@@ -7,7 +7,8 @@
   name, type and range, default, doc line; only the operator sets it.
 * A run setting is declared once in :data:`RUN_KEYS`: its type and range (the field of
   :class:`RunSettings`), the config key it defaults to, who may set it from an API request
-  and its doc line. The run's defaults, the client policy (:class:`ClientOverrides`) and the
+  and its doc line. The run's defaults, the client policy (:class:`ClientOverrides`, its
+  ceilings), what a run carries (``RunStarted``, the conductor's settings) and the
   docs table of a run's keys (``docs/scenarios.md``) derive from it.
 """
 
@@ -84,8 +85,7 @@ class RunKey(NamedTuple):
     never: str = ""
     """Why no policy can let a request set it (said in the refusal)."""
     ceiling: bool = False
-    """A number a request may lower, never raise above the operator's value or
-    ``[daemon.client_overrides.ceilings]`` (:data:`ClientCeilings`'s keys)."""
+    """A request may lower it, not raise it past the operator's (:data:`ClientCeilings`)."""
 
 
 def _capped(default: str, doc: str, client: Literal["default", "allowed"] = "default") -> RunKey:
@@ -104,9 +104,7 @@ RUN_KEYS: Final[dict[str, RunKey]] = {
     "output_token_budget": _capped("budget.max_output_tokens", "completion tokens"),
     "input_token_budget": _capped("budget.max_input_tokens", "prompt tokens, summed"),
     "cost_budget": _capped("budget.max_cost", "cost of the run (needs `[prices]`)"),
-    "answer_max_tokens": _capped(
-        "budget.answer_max_tokens", "the answer's `max_tokens`", "allowed"
-    ),
+    "answer_max_tokens": _capped("budget.answer_max_tokens", "answer's `max_tokens`", "allowed"),
     "budget_mode": RunKey("budget.mode", "`ceiling` or `target`", "allowed"),
     "on_stop": RunKey("budget.on_stop", "`answer`: the answer after a limit", "allowed"),
     "loop_preset": RunKey("loop.preset", f"loop detection preset {_LOOPS}", "default"),

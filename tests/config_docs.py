@@ -1,12 +1,14 @@
 """The docs tables generated from the config types and the run settings' declaration:
-``docs/security.md``'s ("Bounded configuration") and ``docs/scenarios.md``'s (``[config]``).
+``docs/security.md``'s ("Bounded configuration"), ``docs/scenarios.md``'s (``[config]``) and
+``docs/truncation-and-cache.md``'s (the cache's keys).
 ``python -m tests.config_docs`` prints them (a test compares). A tool for the docs, not
 part of the product."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from typing import Final
 
 import msgspec
 import msgspec.inspect as mi
@@ -43,8 +45,8 @@ def _value(value: object) -> str:
     return "none" if value is None else f"`{msgspec.json.encode(value).decode()}`"
 
 
-def run_keys_table() -> str:
-    """``docs/scenarios.md``'s table of a run's keys, from :data:`RUN_KEYS`."""
+def run_keys_table(keys: Collection[str] = RUN_KEYS) -> str:
+    """A table of the run's ``keys`` (all: ``docs/scenarios.md``'s), from :data:`RUN_KEYS`."""
     lines = [
         "| key | default | range | a request may set it | meaning |",
         "| --- | --- | --- | --- | --- |",
@@ -52,7 +54,8 @@ def run_keys_table() -> str:
     info = mi.type_info(RunSettings)
     assert isinstance(info, mi.StructType)
     own = {field.name: field for field in info.fields}
-    for key, run in RUN_KEYS.items():
+    for key in keys:
+        run = RUN_KEYS[key]
         if run.default:
             value = functools.reduce(getattr, run.default.split("."), Config())
             default = f"`{run.default}` ({_value(value)})"
@@ -64,8 +67,21 @@ def run_keys_table() -> str:
         bounds = range_at(RunSettings, key)
         inequality = notation(bounds) if bounds is not None else ""
         who = f"no ({run.never})" if run.never else _WHO[run.client]
+        who += ", up to a ceiling" if run.ceiling else ""
         lines.append(f"| `{key}` | {default} | {inequality} | {who} | {run.doc} |")
     return "\n".join(lines)
+
+
+CACHE_KEYS: Final = tuple(key for key in RUN_KEYS if "cache" in key)
+
+
+def generated_tables() -> dict[str, list[str]]:
+    """The generated tables of each docs page (a test checks each page holds them)."""
+    return {
+        "security.md": doc_tables(),
+        "scenarios.md": [run_keys_table()],
+        "truncation-and-cache.md": [run_keys_table(CACHE_KEYS)],
+    }
 
 
 def range_table(kind: type[msgspec.Struct], prefix: str = "") -> str:
@@ -109,4 +125,5 @@ def numeric_ranges(kind: type[msgspec.Struct], prefix: str = "") -> list[Numeric
 
 
 if __name__ == "__main__":
-    print("\n\n".join([*doc_tables(), run_keys_table()]))
+    for page, tables in generated_tables().items():
+        print(f"<!-- docs/{page} -->", *tables, sep="\n\n", end="\n\n")

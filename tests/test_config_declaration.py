@@ -9,6 +9,7 @@ import typing
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from bus import RunStarted
 from orchestrator.conductor import ConductorSettings
@@ -25,7 +26,7 @@ from orchestrator.config import (
 )
 from orchestrator.daemon.policy import CEILINGED
 from orchestrator.runtime.runtime import conductor_settings
-from tests.config_docs import run_keys_table
+from tests.config_docs import generated_tables
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -64,12 +65,13 @@ def test_a_ceiling_has_its_run_setting_s_type_and_range() -> None:
         assert kind in (own | None, own), key
 
 
-def test_the_scenarios_docs_table_is_generated_from_the_declaration() -> None:
-    text = (DOCS / "scenarios.md").read_text(encoding="utf-8")
-    assert run_keys_table() in text, (
-        "docs/scenarios.md is out of date: regenerate its [config] table with "
-        "`python -m tests.config_docs`"
-    )
+@pytest.mark.parametrize("page", sorted(generated_tables()))
+def test_the_docs_tables_are_generated_from_the_declaration(page: str) -> None:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    for table in generated_tables()[page]:
+        assert table in text, (
+            f"docs/{page} is out of date: regenerate its table with `python -m tests.config_docs`"
+        )
 
 
 def test_the_run_settings_a_run_carries_have_no_default_of_their_own() -> None:
@@ -79,6 +81,8 @@ def test_the_run_settings_a_run_carries_have_no_default_of_their_own() -> None:
     carried = set(message) & set(RUN_KEYS)
     assert {"max_turns", "cache_max_entries", "budget_mode"} <= carried
     assert {key for key in carried if not message[key]} == set()
+    # …and the conductor fills each from its settings (``tools``: the names of the specs)
+    assert carried - {"tools"} <= set(ConductorSettings.__dataclass_fields__)
     conductor = {f.name: f for f in dataclasses.fields(ConductorSettings)}
     assert set(conductor) <= set(RUN_KEYS)
     defaulted = [
