@@ -76,11 +76,8 @@ class Message(msgspec.Struct, frozen=True, tag=True, kw_only=True, gc=False):
 
 
 class RunStarted(Message, frozen=True, kw_only=True):
-    """A run began. Carries what per-run actors need to set up their state.
-
-    Its run settings (``model`` … ``tool_timeout_seconds``, keys of the settings declaration,
-    ``orchestrator/settings.py``) have no default here: the conductor fills each from the
-    run's settings, so a default is never written twice. A budget of 0 means none."""
+    """A run began: what per-run actors need. Its run settings (declared in
+    ``orchestrator/settings.py``) have no default here; a budget of 0 means none."""
 
     trace_id: str
     task: str
