@@ -6,7 +6,10 @@ part of the product."""
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
+import textwrap
 from collections.abc import Collection, Iterator
 from typing import Final
 
@@ -14,7 +17,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from actors.loop import LoopConfig
-from orchestrator.config import RUN_KEYS, Config, RunSettings
+from orchestrator.config import RUN_KEYS, Config, ContextSettings, RunSettings
 from orchestrator.config_ranges import NumericRange, children, node_range, number_text, range_at
 
 __all__ = [
@@ -72,6 +75,32 @@ def run_keys_table(keys: Collection[str] = RUN_KEYS) -> str:
     return "\n".join(lines)
 
 
+def _doc_lines(kind: type) -> dict[str, str]:
+    """Each field's doc line: the docstring after it in the class body, on one line."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(kind))).body[0]
+    assert isinstance(body, ast.ClassDef)
+    lines: dict[str, str] = {}
+    for node, after in zip(body.body, body.body[1:], strict=False):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+            lines[node.target.id] = " ".join(str(after.value.value).split()).replace("``", "`")
+    return lines
+
+
+def section_table(kind: type[msgspec.Struct]) -> str:
+    """A config section's keys: default, range and doc line, from its declaration."""
+    lines = ["| key | default | range | meaning |", "| --- | --- | --- | --- |"]
+    docs = _doc_lines(kind)
+    for field in msgspec.structs.fields(kind):
+        value = field.default_factory() if field.default is msgspec.NODEFAULT else field.default
+        bounds = range_at(kind, field.name)
+        inequality = notation(bounds) if bounds is not None else ""
+        doc = docs.get(field.name, "")
+        lines.append(f"| `{field.name}` | {_value(value)} | {inequality} | {doc} |")
+    return "\n".join(lines)
+
+
 CACHE_KEYS: Final = tuple(key for key in RUN_KEYS if "cache" in key)
 
 
@@ -81,6 +110,7 @@ def generated_tables() -> dict[str, list[str]]:
         "security.md": doc_tables(),
         "scenarios.md": [run_keys_table()],
         "truncation-and-cache.md": [run_keys_table(CACHE_KEYS)],
+        "context.md": [section_table(ContextSettings)],
     }
 
 

@@ -20,13 +20,13 @@ embedded simulator over loopback.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import fields
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self
@@ -142,12 +142,9 @@ CONTEXT_FUNCTIONS: Final = ContextFunctions(
 """How every conductor carries out the context gatekeeper's answers."""
 
 
-_UNSET: Final = {"int": 0, "float": 0.0}
-_CONDUCTOR_KEYS: Final = {
-    f.name: _UNSET.get(str(f.type)) for f in dataclasses.fields(ConductorSettings)
-}
-"""The run settings the conductor reads, by their declared names, and what an unset one
-(``None``) becomes: 0 for a budget or a price (none), else ``None``."""
+_UNSET: Final = {"int": 0, "float": 0.0}  # an unset (None) budget or price: 0, none
+_CONDUCTOR_KEYS: Final = {f.name: _UNSET.get(str(f.type)) for f in fields(ConductorSettings)}
+"""The run settings the conductor reads, by their declared names, and their unset value."""
 
 
 def conductor_settings(
@@ -376,16 +373,13 @@ class Runtime:
         )
 
     def _loop_config(self, run_id: str) -> LoopConfig:
-        live = self._live.get(run_id)
-        return live.loop if live is not None else OFF
+        return live.loop if (live := self._live.get(run_id)) is not None else OFF
 
     def _policy_of(self, run_id: str) -> ContextPolicy | None:
-        live = self._live.get(run_id)
-        return live.policy if live is not None else None
+        return live.policy if (live := self._live.get(run_id)) is not None else None
 
     def _hooks_of(self, run_id: str) -> tuple[Hook, ...]:
-        live = self._live.get(run_id)
-        return live.settings.hooks if live is not None else ()
+        return live.settings.hooks if (live := self._live.get(run_id)) is not None else ()
 
     def add_hook_function(self, name: str, function: HookFunction) -> None:
         """Register ``function`` as the Python hook ``name`` (a hook config's ``function``)."""
