@@ -49,6 +49,7 @@ from bus import (
     ToolCallProposed,
     ToolResult,
 )
+from tests.started import run_started
 
 __all__ = ["LoopMonitorFigures", "main", "measure", "run_messages"]
 
@@ -71,7 +72,7 @@ class LoopMonitorFigures(NamedTuple):
 
 
 def _started(run_id: str) -> RunStarted:
-    return RunStarted(run_id=run_id, trace_id="t", task="Echo the steps.", model="scripted")
+    return run_started(run_id=run_id, trace_id="t", task="Echo the steps.", model="scripted")
 
 
 def _turn(run_id: str, turn: int) -> tuple[ModelReply, ToolCallProposed, ToolResult]:

@@ -34,11 +34,11 @@ from bench.loops import echo_tool
 from bench.scripted_model import ECHO_TOOL, finished_run
 from bus import (
     Bus,
-    RunStarted,
     ToolCall,
     ToolExecute,
     ToolResult,
 )
+from tests.started import run_started
 
 __all__ = ["KINDS", "ExecutorFigures", "main", "measure"]
 
@@ -115,7 +115,7 @@ async def _once(kind: str, runs: int, turns: int) -> float:
         run_id = run[0].run_id
         with bus.open_inbox(run_id) as inbox:
             await bus.publish(
-                RunStarted(run_id=run_id, trace_id="t", task="t", model="m", tools=(ECHO_TOOL,))
+                run_started(run_id=run_id, trace_id="t", task="t", model="m", tools=(ECHO_TOOL,))
             )
             for msg in run:
                 await bus.publish(msg)

@@ -76,7 +76,8 @@ class Message(msgspec.Struct, frozen=True, tag=True, kw_only=True, gc=False):
 
 
 class RunStarted(Message, frozen=True, kw_only=True):
-    """A run began. Carries what per-run actors need to set up their state."""
+    """A run began: what per-run actors need. Its run settings (declared in
+    ``orchestrator/settings.py``) have no default here; a budget of 0 means none."""
 
     trace_id: str
     task: str
@@ -84,33 +85,33 @@ class RunStarted(Message, frozen=True, kw_only=True):
     stage: str = "agent"
     plan: tuple[str, ...] = ("agent",)
     folder: str | None = None
-    tools: tuple[str, ...] = ()
-    max_turns: int = 0
-    max_tool_calls: int = 0
-    deadline_seconds: float = 0.0
+    tools: tuple[str, ...]
+    max_turns: int
+    max_tool_calls: int
+    deadline_seconds: float
     started_at: float = 0.0
     tool_specs: tuple[ToolSpec, ...] = ()
     """The schemas of ``tools`` as the model sees them (the context gatekeeper counts them)."""
-    output_token_budget: int = 0
-    """Completion tokens of the whole run: a ceiling (``budget_mode``), 0 for none."""
-    input_token_budget: int = 0
-    """Prompt tokens summed over the run's requests, 0 for none."""
-    cost_budget: float = 0.0
-    """Cost ceiling in the currency of the prices below, 0 for none."""
-    budget_mode: Literal["ceiling", "target"] = "ceiling"
+    output_token_budget: int
+    """Completion tokens of the whole run: a ceiling (``budget_mode``)."""
+    input_token_budget: int
+    """Prompt tokens summed over the run's requests."""
+    cost_budget: float
+    """Cost ceiling in the currency of the prices below."""
+    budget_mode: Literal["ceiling", "target"]
     """``target``: ``output_token_budget`` is a volume to reach, not a ceiling."""
-    input_price_per_million: float = 0.0
-    output_price_per_million: float = 0.0
+    input_price_per_million: float
+    output_price_per_million: float
     resumed_from_turn: int | None = None
     """Set when a run goes on after a restart: the last turn it had completed before
     (0: it starts over from its task). ``None`` for a run's first start."""
-    max_cache_hits: int = 2
+    max_cache_hits: int
     """Hits allowed on one cached tool result; the next identical call is a loop."""
-    cache_ttl_seconds: float = 300.0
+    cache_ttl_seconds: float
     """How long a cached result of an idempotent tool is served."""
-    cache_max_entries: int = 0
+    cache_max_entries: int
     """Cached results kept for the run (least recently used evicted); 0: no result cache."""
-    tool_timeout_seconds: float = 0.0
+    tool_timeout_seconds: float
     """A tool call's time limit for tools without one of their own (0: the executor's)."""
     traceparent: str = ""
     """The W3C ``traceparent`` of the caller's span this run continues (its trace id is

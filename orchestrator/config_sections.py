@@ -188,10 +188,12 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     """Tokens of a model that neither ``windows`` nor the built-in table names."""
     windows: dict[str, Window] = msgspec.field(default_factory=dict)
     """Model-name prefix → context window in tokens (``"gpt-4o" = 128000``), consulted
-    before the built-in table (``actors.context.MODEL_WINDOWS``)."""
+    before the server's report and the built-in table (``actors.context.MODEL_WINDOWS``)."""
     safety_buffer_tokens: Reserve = SAFETY_BUFFER
+    """Kept free below the window; the default is at most a tenth of the window."""
     output_reserve_tokens: Reserve = OUTPUT_RESERVE
-    """Reserved for the answer when ``model.max_output_tokens`` is not set (else that)."""
+    """Reserved for the answer when ``model.max_output_tokens`` is not set (else that); the
+    default is at most a quarter of the window."""
     collapse_at: Share = _POLICY.collapse_at
     """Fold old tool results once the estimate passes this share of the limit; 0: only
     after the endpoint refused a prompt."""
@@ -200,7 +202,9 @@ class ContextSettings(_Settings, frozen=True, kw_only=True):
     keep_recent_turns: Turns = _POLICY.keep_recent_turns
     """Turns a compaction keeps word for word."""
     fold_min_chars: Annotated[int, msgspec.Meta(ge=1, le=RESULT_CHARS_MAX)] = _POLICY.fold_min_chars
+    """Shorter tool results are never folded."""
     summary_max_tokens: ReplyTokens = _POLICY.summary_max_tokens
+    """The compaction call's ``max_tokens``."""
     silent_truncation_ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] = (
         _POLICY.silent_truncation_ratio
     )

@@ -7,7 +7,8 @@
   name, type and range, default, doc line; only the operator sets it.
 * A run setting is declared once in :data:`RUN_KEYS`: its type and range (the field of
   :class:`RunSettings`), the config key it defaults to, who may set it from an API request
-  and its doc line. The run's defaults, the client policy (:class:`ClientOverrides`) and the
+  and its doc line. The run's defaults, the client policy (:class:`ClientOverrides`, its
+  ceilings), what a run carries (``RunStarted``, the conductor's settings) and the
   docs table of a run's keys (``docs/scenarios.md``) derive from it.
 """
 
@@ -83,6 +84,12 @@ class RunKey(NamedTuple):
     operator allows it (``daemon.client_overrides.allowed``); ``operator``: never."""
     never: str = ""
     """Why no policy can let a request set it (said in the refusal)."""
+    ceiling: bool = False
+    """A request may lower it, not raise it past the operator's (:data:`ClientCeilings`)."""
+
+
+def _capped(default: str, doc: str, client: Literal["default", "allowed"] = "default") -> RunKey:
+    return RunKey(default, doc, client, ceiling=True)
 
 
 _LOOPS: Final = "([loop-detection.md](loop-detection.md))"
@@ -90,14 +97,14 @@ _CACHE: Final = "([truncation-and-cache.md](truncation-and-cache.md))"
 _NO_PRICE: Final = "prices are the operator's"
 RUN_KEYS: Final[dict[str, RunKey]] = {
     "model": RunKey("model.model", "the model the run asks (a scenario: its name)", "default"),
-    "max_turns": RunKey("budget.max_turns", "turn budget", "default"),
-    "max_tool_calls": RunKey("budget.max_tool_calls", "tool-call budget", "default"),
-    "deadline_seconds": RunKey("budget.deadline_seconds", "wall-clock budget", "default"),
-    "max_output_tokens": RunKey("model.max_output_tokens", "`max_tokens` of a request", "default"),
-    "output_token_budget": RunKey("budget.max_output_tokens", "completion tokens", "default"),
-    "input_token_budget": RunKey("budget.max_input_tokens", "prompt tokens, summed", "default"),
-    "cost_budget": RunKey("budget.max_cost", "cost of the run (needs `[prices]`)", "default"),
-    "answer_max_tokens": RunKey("budget.answer_max_tokens", "the answer's `max_tokens`", "allowed"),
+    "max_turns": _capped("budget.max_turns", "turn budget"),
+    "max_tool_calls": _capped("budget.max_tool_calls", "tool-call budget"),
+    "deadline_seconds": _capped("budget.deadline_seconds", "wall-clock budget"),
+    "max_output_tokens": _capped("model.max_output_tokens", "`max_tokens` of a request"),
+    "output_token_budget": _capped("budget.max_output_tokens", "completion tokens"),
+    "input_token_budget": _capped("budget.max_input_tokens", "prompt tokens, summed"),
+    "cost_budget": _capped("budget.max_cost", "cost of the run (needs `[prices]`)"),
+    "answer_max_tokens": _capped("budget.answer_max_tokens", "answer's `max_tokens`", "allowed"),
     "budget_mode": RunKey("budget.mode", "`ceiling` or `target`", "allowed"),
     "on_stop": RunKey("budget.on_stop", "`answer`: the answer after a limit", "allowed"),
     "loop_preset": RunKey("loop.preset", f"loop detection preset {_LOOPS}", "default"),
@@ -132,33 +139,6 @@ if TYPE_CHECKING:
 else:  # the run settings an operator may let API clients set (docs/security.md)
     ClientKey = Literal[tuple(key for key, run in RUN_KEYS.items() if run.client != "operator")]
 DEFAULT_CLIENT_KEYS: Final = tuple(k for k, run in RUN_KEYS.items() if run.client == "default")
-
-
-class ClientCeilings(_Settings, frozen=True, kw_only=True):
-    """``[daemon.client_overrides.ceilings]``: the most a request may ask for. Unset: the
-    operator's own value for the run (a request may lower a budget, never raise it)."""
-
-    max_turns: Turns | None = None
-    max_tool_calls: ToolCalls | None = None
-    deadline_seconds: Seconds | None = None
-    max_output_tokens: ReplyTokens | None = None
-    output_token_budget: RunTokens | None = None
-    input_token_budget: RunTokens | None = None
-    cost_budget: Cost | None = None
-    answer_max_tokens: ReplyTokens | None = None
-
-
-class ClientOverrides(_Settings, frozen=True, kw_only=True):
-    """``[daemon.client_overrides]``: what a request's ``config`` may set (the CLI and the
-    library are the operator and may set anything)."""
-
-    allowed: tuple[ClientKey, ...] = DEFAULT_CLIENT_KEYS
-    models: tuple[str, ...] = ()
-    """Models a request may choose besides ``model.model`` and those named under
-    ``[models]`` and ``[prices]``."""
-    loop_presets: tuple[LoopPreset, ...] = ("strict", "openclaw", "gemini")
-    """Loop presets a request may choose (``off`` turns loop detection off)."""
-    ceilings: ClientCeilings = ClientCeilings()
 
 
 class RunSettings(_Settings, frozen=True, kw_only=True):
@@ -200,3 +180,35 @@ class RunSettings(_Settings, frozen=True, kw_only=True):
     on_stop: OnStop
     answer_max_tokens: ReplyTokens
     answer_deadline_seconds: Seconds
+
+
+if TYPE_CHECKING:
+
+    class ClientCeilings(_Settings, frozen=True):
+        def __getattr__(self, key: str) -> Any: ...
+
+else:  # a field per run setting declared with a ceiling: its type and range, or unset
+    _CEILINGS: Final = [(f.name, f.type | None, None) for f in msgspec.structs.fields(RunSettings)]
+    ClientCeilings = msgspec.defstruct(
+        "ClientCeilings",
+        [field for field in _CEILINGS if RUN_KEYS[field[0]].ceiling],
+        bases=(_Settings,),
+        module=__name__,
+        kw_only=True,
+        frozen=True,
+    )
+    ClientCeilings.__doc__ = """``[daemon.client_overrides.ceilings]``: the most a request
+    may ask for (unset: the operator's own value for the run)."""
+
+
+class ClientOverrides(_Settings, frozen=True, kw_only=True):
+    """``[daemon.client_overrides]``: what a request's ``config`` may set (the CLI and the
+    library are the operator and may set anything)."""
+
+    allowed: tuple[ClientKey, ...] = DEFAULT_CLIENT_KEYS
+    models: tuple[str, ...] = ()
+    """Models a request may choose besides ``model.model`` and those named under
+    ``[models]`` and ``[prices]``."""
+    loop_presets: tuple[LoopPreset, ...] = ("strict", "openclaw", "gemini")
+    """Loop presets a request may choose (``off`` turns loop detection off)."""
+    ceilings: ClientCeilings = ClientCeilings()

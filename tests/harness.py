@@ -42,6 +42,7 @@ from bus import (
 from orchestrator.conductor import ConductorSettings, RunInputs
 from orchestrator.runtime.runtime import CONTEXT_FUNCTIONS
 from tests.published import Published
+from tests.started import NO_BUDGETS
 
 __all__ = [
     "RUN_ID",
@@ -61,7 +62,8 @@ RUN_ID = "run-1"
 
 
 def settings(**overrides: Any) -> ConductorSettings:
-    """The conductor's settings for a test: generous limits, ``overrides`` on top."""
+    """The conductor's settings for a test: generous limits, no token or cost budget, no
+    result cache, ``overrides`` on top."""
     values: dict[str, Any] = {
         "model": "scripted",
         "max_turns": 50,
@@ -77,6 +79,9 @@ def settings(**overrides: Any) -> ConductorSettings:
         "cache_max_entries": 0,
         "answer_max_tokens": 100,
         "answer_deadline_seconds": 30.0,
+        "on_stop": "keep",
+        "budget_mode": "ceiling",
+        **NO_BUDGETS,
     }
     values.update(overrides)
     return ConductorSettings(**values)

@@ -26,7 +26,6 @@ from bus import (
     PromptRejected,
     RunEnding,
     RunFinished,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolCallProposed,
@@ -39,6 +38,7 @@ from bus import (
     TurnStarted,
     Usage,
 )
+from tests.started import run_started
 
 CALL = ToolCall(id="call_1", name="read_file", arguments='{"path": "a.txt"}')
 USAGE = Usage(prompt_tokens=12, completion_tokens=3)
@@ -47,7 +47,7 @@ USAGE = Usage(prompt_tokens=12, completion_tokens=3)
 def examples(run_id: str = "run-1") -> list[Message]:
     """An instance of every message type, with non-default values where possible."""
     items: list[Message] = [
-        RunStarted(
+        run_started(
             run_id=run_id,
             trace_id="t",
             task="do it",

@@ -21,7 +21,6 @@ from bus import (
     Nudge,
     Outcome,
     RunFinished,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolCallProposed,
@@ -30,6 +29,7 @@ from bus import (
     Usage,
 )
 from tests.harness import serving, settle
+from tests.started import run_started
 
 
 class Clock:
@@ -63,7 +63,7 @@ class Run:
         budgets.setdefault("max_turns", 100)
         budgets.setdefault("max_tool_calls", 100)
         return await self.settle(
-            RunStarted(run_id=self.run_id, trace_id="t", task="x", model="m", **budgets)
+            run_started(run_id=self.run_id, trace_id="t", task="x", model="m", **budgets)
         )
 
     async def settle(self, msg: Message) -> list[Message]:

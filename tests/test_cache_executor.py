@@ -21,7 +21,6 @@ from bus import (
     ExitReason,
     Inbox,
     Message,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolExecute,
@@ -29,6 +28,7 @@ from bus import (
 )
 from tests.harness import serving
 from tests.messages_examples import finished
+from tests.started import run_started
 
 WAIT = 5.0
 
@@ -90,7 +90,7 @@ async def open_executor(
 async def start(bus: Bus, run_id: str = "r1", **cache: Any) -> None:
     settings = {"cache_max_entries": 16, **cache}
     await bus.publish(
-        RunStarted(
+        run_started(
             run_id=run_id,
             trace_id="t",
             task="Has order A1001 arrived?",
@@ -269,9 +269,7 @@ async def test_no_cache_when_run_started_sets_no_entries() -> None:
     tools = Tools()
     async with open_executor(tools.registry()) as (bus, _):
         with bus.open_inbox("r1") as inbox:
-            await bus.publish(
-                RunStarted(run_id="r1", trace_id="t", task="t", model="m", tools=("query_order",))
-            )  # RunStarted's default: cache_max_entries = 0
+            await bus.publish(run_started(run_id="r1", tools=("query_order",), cache_max_entries=0))
             caller = Caller(bus, inbox)
             results = [await caller.one() for _ in range(5)]
             assert [r.cache for r in results] == ["none"] * 5

@@ -3,10 +3,16 @@ gets, who may set a key from a request, and the docs table all derive from it.""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import typing
 from pathlib import Path
 
+import msgspec
+import pytest
+
+from bus import RunStarted
+from orchestrator.conductor import ConductorSettings
 from orchestrator.config import (
     DEFAULT_CLIENT_KEYS,
     RUN_KEYS,
@@ -15,10 +21,12 @@ from orchestrator.config import (
     Config,
     ContextSettings,
     RunSettings,
+    ToolSettings,
     run_settings,
 )
 from orchestrator.daemon.policy import CEILINGED
-from tests.config_docs import run_keys_table
+from orchestrator.runtime.runtime import conductor_settings
+from tests.config_docs import generated_tables
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -47,6 +55,9 @@ def test_the_client_policy_derives_from_the_declaration() -> None:
 
 
 def test_a_ceiling_has_its_run_setting_s_type_and_range() -> None:
+    declared = {key for key, run in RUN_KEYS.items() if run.ceiling}
+    assert set(ClientCeilings.__struct_fields__) == CEILINGED == declared
+    assert {"max_turns", "cost_budget", "answer_max_tokens"} <= declared
     run = typing.get_type_hints(RunSettings, include_extras=True)
     ceilings = typing.get_type_hints(ClientCeilings, include_extras=True)
     for key, kind in ceilings.items():
@@ -54,9 +65,38 @@ def test_a_ceiling_has_its_run_setting_s_type_and_range() -> None:
         assert kind in (own | None, own), key
 
 
-def test_the_scenarios_docs_table_is_generated_from_the_declaration() -> None:
-    text = (DOCS / "scenarios.md").read_text(encoding="utf-8")
-    assert run_keys_table() in text, (
-        "docs/scenarios.md is out of date: regenerate its [config] table with "
-        "`python -m tests.config_docs`"
-    )
+@pytest.mark.parametrize("page", sorted(generated_tables()))
+def test_the_docs_tables_are_generated_from_the_declaration(page: str) -> None:
+    text = (DOCS / page).read_text(encoding="utf-8")
+    for table in generated_tables()[page]:
+        assert table in text, (
+            f"docs/{page} is out of date: regenerate its table with `python -m tests.config_docs`"
+        )
+
+
+def test_the_run_settings_a_run_carries_have_no_default_of_their_own() -> None:
+    # A default beside the declaration's is a twin (RunStarted once had cache_max_entries=0
+    # where the declaration says 256): the conductor fills each of them from the run's settings.
+    message = {f.name: f.required for f in msgspec.structs.fields(RunStarted)}
+    carried = set(message) & set(RUN_KEYS)
+    assert {"max_turns", "cache_max_entries", "budget_mode"} <= carried
+    assert {key for key in carried if not message[key]} == set()
+    # …and the conductor fills each from its settings (``tools``: the names of the specs)
+    assert carried - {"tools"} <= set(ConductorSettings.__dataclass_fields__)
+    conductor = {f.name: f for f in dataclasses.fields(ConductorSettings)}
+    assert set(conductor) <= set(RUN_KEYS)
+    defaulted = [
+        name
+        for name, f in conductor.items()
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    ]
+    assert defaulted == []
+
+
+def test_a_run_carries_the_declared_defaults() -> None:
+    settings = run_settings(Config())
+    conductor = conductor_settings(settings)
+    for f in dataclasses.fields(ConductorSettings):
+        declared = getattr(settings, f.name)
+        assert getattr(conductor, f.name) in (declared, declared or 0), f.name  # None: 0
+    assert conductor.cache_max_entries == ToolSettings().cache_max_entries == 256

@@ -31,7 +31,6 @@ from bus import (
     Outcome,
     PromptRejected,
     RunFinished,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolSpec,
@@ -39,6 +38,7 @@ from bus import (
     Usage,
 )
 from tests.harness import drain, serving
+from tests.started import run_started
 
 TOOLS = (ToolSpec(name="read", description="Read a file.", parameters='{"type":"object"}'),)
 
@@ -103,7 +103,7 @@ class Conductor:
 
     async def start(self) -> None:
         await self.bus.publish_settled(
-            RunStarted(
+            run_started(
                 run_id=self.run_id, trace_id="t", task="x", model=self.model, tool_specs=TOOLS
             )
         )

@@ -28,13 +28,13 @@ from bus import (
     ContextAction,
     Message,
     ModelRequest,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolSpec,
     TurnStarted,
 )
 from tests.harness import drain, serving
+from tests.started import run_started
 
 TOOLS = (
     ToolSpec(
@@ -71,7 +71,7 @@ class Run:
 
     async def start(self) -> None:
         await self.bus.publish_settled(
-            RunStarted(run_id="r", trace_id="t", task="x", model=MODEL, tool_specs=TOOLS)
+            run_started(run_id="r", trace_id="t", task="x", model=MODEL, tool_specs=TOOLS)
         )
 
     async def turn_started(self) -> list[Message]:

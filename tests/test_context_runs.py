@@ -264,7 +264,7 @@ async def test_without_a_gatekeeper_a_refusal_ends_the_run_at_once() -> None:
     chosen = SHIPPED["prompt_too_long_recovers"]
     async with Runtime() as runtime:
         handle = await start_scenario(runtime, chosen)
-        runtime._context_policies.pop(handle.run_id)  # before the run's first message
+        runtime._live.pop(handle.run_id)  # before the run's first message: no policy
         with anyio.fail_after(60):
             result = await handle.result()
     assert (result.exit_reason, result.cause) == (
@@ -393,7 +393,7 @@ async def test_the_collapse_target_follows_a_lower_trigger_and_must_be_positive(
     config = Config(context=ContextSettings(collapse_at=0.5, collapse_to=0.6))
     async with Runtime(config) as runtime:
         handle = await runtime.start(RunSpec(task="x", overrides={"context_collapse_at": 0.4}))
-        assert runtime._context_policies[handle.run_id].collapse_to == 0.4
+        assert runtime._live[handle.run_id].policy.collapse_to == 0.4
         await handle.abort()
         await handle.result()
         broken = Runtime(Config(context=ContextSettings(collapse_to=0.0)))

@@ -19,10 +19,11 @@ from starlette.routing import Route
 from actors.context import Calibration, ContextPolicy
 from actors.context.gatekeeper import ContextGatekeeper
 from actors.context.server import MAX_ANSWER_BYTES, ServerEndpoint, ServerReport, probe
-from bus import Bus, ContextAction, RunStarted, ToolSpec, TurnStarted
+from bus import Bus, ContextAction, ToolSpec, TurnStarted
 from bus.transcript import ChatMessage
 from tests.harness import drain, serving
 from tests.loopback import open_loopback
+from tests.started import run_started
 
 TOOLS = (ToolSpec(name="read", description="Read a file.", parameters='{"type":"object"}'),)
 
@@ -137,7 +138,9 @@ async def keeper_for(
 async def first_turn(bus: Bus, run_id: str, model: str) -> list[ContextAction]:
     with bus.open_inbox(run_id) as inbox:
         await bus.publish_settled(
-            RunStarted(run_id=run_id, trace_id="t", task="Say hello", model=model, tool_specs=TOOLS)
+            run_started(
+                run_id=run_id, trace_id="t", task="Say hello", model=model, tool_specs=TOOLS
+            )
         )
         await bus.publish_settled(
             TurnStarted(

@@ -41,7 +41,6 @@ from bus import (
     ModelReplied,
     ModelReply,
     Nudge,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolCallProposed,
@@ -50,6 +49,7 @@ from bus import (
 )
 from tests.harness import drain, serving
 from tests.messages_examples import finished
+from tests.started import run_started
 
 PY = sys.executable
 
@@ -315,7 +315,7 @@ async def hooked(
         with anyio.fail_after(30), ExitStack() as stack:
             inboxes = {run_id: stack.enter_context(bus.open_inbox(run_id)) for run_id in runs}
             for run_id in runs:
-                await bus.publish(RunStarted(run_id=run_id, trace_id="t", task="x", model="m"))
+                await bus.publish(run_started(run_id=run_id, trace_id="t", task="x", model="m"))
             yield bus, runner, inboxes
             for run_id in runs:
                 await bus.publish_settled(finished(run_id))

@@ -21,7 +21,6 @@ from bus import (
     ModelRequest,
     Notice,
     Nudge,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolResult,
@@ -31,6 +30,7 @@ from orchestrator.config import Config, LoopSettings, merge_loop_overrides
 from orchestrator.errors import ConfigError
 from orchestrator.runtime import RunSpec, Runtime
 from tests.published import Published, feed
+from tests.started import run_started
 
 
 def with_check(base: LoopConfig = STRICT, **keys: Any) -> LoopConfig:
@@ -133,7 +133,7 @@ def test_the_monitor_asks_the_configured_model_and_acts_on_the_answers() -> None
     config = with_check(first_turn=2, interval=1, min_interval=1, max_interval=1, model="cheap")
     monitor = LoopMonitor(published.bus, config)
     handlers = monitor.handlers()
-    feed(handlers, RunStarted(run_id="r", trace_id="t", task="Count the rows.", model="big"))
+    feed(handlers, run_started(run_id="r", trace_id="t", task="Count the rows.", model="big"))
     call = ToolCall(id="c1", name="count", arguments="{}")
     feed(
         handlers,
@@ -284,7 +284,7 @@ def test_the_monitor_asks_again_once_then_ignores_the_check_with_a_notice() -> N
     config = with_check(first_turn=2, interval=1, min_interval=1, max_interval=1)
     monitor = LoopMonitor(published.bus, config)
     handlers = monitor.handlers()
-    feed(handlers, RunStarted(run_id="r", trace_id="t", task="Count.", model="big"))
+    feed(handlers, run_started(run_id="r", trace_id="t", task="Count.", model="big"))
     call = ToolCall(id="c1", name="count", arguments="{}")
     feed(handlers, ModelReply(run_id="r", turn=2, text="", tool_calls=(call,)))
     feed(handlers, ModelReply(run_id="r", turn=-2, text=answer(5)))  # malformed: asked again

@@ -25,7 +25,6 @@ from bus import (
     Nudge,
     Outcome,
     RunFinished,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolCallProposed,
@@ -36,6 +35,7 @@ from bus import (
 from tests.harness import drain, serving
 from tests.messages_examples import finished
 from tests.published import Published
+from tests.started import run_started
 
 PARAGRAPH = (
     "I will now check the configuration once more to be sure that everything is in order "
@@ -62,7 +62,7 @@ class Caller:
 
     async def start(self) -> None:
         await self.bus.publish_settled(
-            RunStarted(run_id=self.run_id, trace_id="t", task="x", model="m")
+            run_started(run_id=self.run_id, trace_id="t", task="x", model="m")
         )
 
     async def propose(
@@ -243,7 +243,7 @@ async def test_content_loop_cancels_and_nudges_then_stops() -> None:
     monitor = LoopMonitor(bus, GEMINI)
     async with serving(bus, monitor, probe):
         with bus.open_inbox("r1") as inbox:
-            await bus.publish_settled(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+            await bus.publish_settled(run_started(run_id="r1", trace_id="t", task="x", model="m"))
             for turn in (1, 2):
                 arrived = probe.arrived
                 answered: Message | None = None
@@ -290,7 +290,7 @@ def test_a_run_holds_no_state_until_its_first_call_and_none_after_it_finishes() 
         return STRICT
 
     monitor = LoopMonitor(Bus(), config)
-    monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+    monitor.handle(run_started(run_id="r1", trace_id="t", task="x", model="m"))
     # a parked run, a reply without calls, a stray result: still nothing held
     monitor.handle(ModelReply(run_id="r1", turn=1, text=""))
     monitor.handle(ToolResult(run_id="r1", turn=1, call_id="c", tool="read_file", content="x"))
@@ -305,7 +305,7 @@ def test_a_run_holds_no_state_until_its_first_call_and_none_after_it_finishes() 
 
 def test_a_run_that_only_streams_text_gets_its_state_at_the_first_delta() -> None:
     monitor = LoopMonitor(Bus(), GEMINI)
-    monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+    monitor.handle(run_started(run_id="r1", trace_id="t", task="x", model="m"))
     assert monitor.active_runs() == 0
     monitor.handle(ModelTextDelta(run_id="r1", turn=1, text="Hello"))
     assert monitor.active_runs() == 1
@@ -317,10 +317,10 @@ def test_an_override_is_used_at_the_first_call_and_dropped_with_a_run_that_made_
     published = Published()
     monitor = LoopMonitor(published.bus, OPENCLAW)
     monitor.override("quiet", STRICT)
-    monitor.handle(RunStarted(run_id="quiet", trace_id="t", task="x", model="m"))
+    monitor.handle(run_started(run_id="quiet", trace_id="t", task="x", model="m"))
     monitor.handle(finished("quiet"))  # never called a tool: the override goes too
     monitor.override("r1", STRICT)
-    monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+    monitor.handle(run_started(run_id="r1", trace_id="t", task="x", model="m"))
     for n in range(1, 4):
         monitor.handle(_proposed("r1", n))
         monitor.handle(_proposed("quiet", n))  # a new run "quiet": the monitor's config
@@ -336,7 +336,7 @@ def test_run_started_again_starts_the_run_afresh() -> None:
     for n in range(1, 5):
         monitor.handle(_proposed("r1", n))
     assert [type(m) for m in published.messages] == [ToolVerdict, Nudge]
-    monitor.handle(RunStarted(run_id="r1", trace_id="t", task="x", model="m"))
+    monitor.handle(run_started(run_id="r1", trace_id="t", task="x", model="m"))
     assert monitor.active_runs() == 0
     monitor.handle(_proposed("r1", 5))  # would have been the 5th identical call: a stop
     assert [type(m) for m in published.messages] == [ToolVerdict, Nudge]
@@ -346,7 +346,7 @@ def test_a_parked_run_and_a_looping_run_interleaved() -> None:
     published = Published()
     monitor = LoopMonitor(published.bus, STRICT)
     for run_id in ("parked", "looping"):
-        monitor.handle(RunStarted(run_id=run_id, trace_id="t", task="x", model="m"))
+        monitor.handle(run_started(run_id=run_id, trace_id="t", task="x", model="m"))
     for n in range(1, 6):
         monitor.handle(_proposed("looping", n))
         monitor.handle(ModelReply(run_id="parked", turn=n, text=""))
@@ -363,7 +363,7 @@ def test_a_parked_run_and_a_looping_run_interleaved() -> None:
 def test_a_parked_run_costs_the_monitor_at_most_300_bytes(preset: LoopConfig) -> None:
     monitor = LoopMonitor(Bus(), preset)
     runs = 500
-    started = [RunStarted(run_id=f"r{n}", trace_id="t", task="x", model="m") for n in range(runs)]
+    started = [run_started(run_id=f"r{n}", trace_id="t", task="x", model="m") for n in range(runs)]
     replies = [ModelReply(run_id=f"r{n}", turn=1, text="") for n in range(runs)]
     monitor.handle(_proposed("warm", 1))  # code paths and caches once, outside the measure
     monitor.handle(finished("warm"))

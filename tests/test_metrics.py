@@ -37,6 +37,7 @@ from bus import (
 from orchestrator.metrics import OTHER, SUBSCRIBER, MetricsRecorder, RunCounts, new_registry
 from orchestrator.metrics.labels import EXIT_REASONS, MESSAGE_TYPE_NAMES, exemplar, expected_pairs
 from tests.harness import serving
+from tests.started import run_started
 
 MODEL = "gpt-test"
 
@@ -66,7 +67,7 @@ def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None
 
 
 def started(run_id: str = "r1", model: str = MODEL) -> RunStarted:
-    return RunStarted(run_id=run_id, trace_id="t" * 32, task="x", model=model)
+    return run_started(run_id=run_id, trace_id="t" * 32, task="x", model=model)
 
 
 def finished(
@@ -416,7 +417,7 @@ def test_blocked_requests_are_counted_per_model() -> None:
 def test_spend_is_usage_times_the_runs_prices() -> None:
     rec, registry = recorder()
     rec.handle(
-        RunStarted(
+        run_started(
             run_id="r1",
             trace_id="t",
             task="x",

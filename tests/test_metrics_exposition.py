@@ -33,7 +33,6 @@ from bus import (
     Outcome,
     Progress,
     RunFinished,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolCallProposed,
@@ -44,6 +43,7 @@ from bus import (
     Usage,
 )
 from orchestrator.metrics import MetricsRecorder, new_registry
+from tests.started import run_started
 
 FROZEN: Final = 1_700_000_000.5
 HERE: Final = Path(__file__).parent
@@ -105,7 +105,7 @@ def scripted_registry() -> CollectorRegistry:
 
     # r1: priced, two turns, a retried error, an escalation, tools of every outcome.
     rec.handle(
-        RunStarted(
+        run_started(
             run_id="r1",
             trace_id="t" * 32,
             task="x",
@@ -189,7 +189,7 @@ def scripted_registry() -> CollectorRegistry:
     rec.handle(_finished("r1", ExitReason.MAX_TURNS, "budget.max_turns", 2))
 
     # r2: an unconfigured model, truncation recovery that gives up, a silent truncation.
-    rec.handle(RunStarted(run_id="r2", trace_id="u" * 200, task="x", model="mystery-model"))
+    rec.handle(run_started(run_id="r2", trace_id="u" * 200, task="x", model="mystery-model"))
     for _ in range(5):
         rec.handle(_replied("r2", "length"))
         rec.handle(ModelReply(run_id="r2", turn=1, text="", usage=Usage(prompt_tokens=16_384)))
@@ -200,7 +200,7 @@ def scripted_registry() -> CollectorRegistry:
     rec.handle(_finished("r2", ExitReason.COMPLETED, "truncation.gave_up", 5))
 
     # r3: loops, nudges of every kind, a stop, a blocking limit.
-    rec.handle(RunStarted(run_id="r3" * 70, trace_id="v" * 32, task="x", model="gpt-4o"))
+    rec.handle(run_started(run_id="r3" * 70, trace_id="v" * 32, task="x", model="gpt-4o"))
     rec.handle(Nudge(run_id="r3" * 70, kind="loop.content", text="t", source=LOOP_MONITOR))
     rec.handle(Nudge(run_id="r3" * 70, kind="budget.warning", text="t", source="budget"))
     rec.handle(Nudge(run_id="r3" * 70, kind="hook.lint", text="t", source="hook.lint"))

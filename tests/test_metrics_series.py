@@ -18,12 +18,13 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from bus import MESSAGE_TYPES, Bus, ModelReply, RunStarted, ToolResult, TurnStarted, Usage
+from bus import MESSAGE_TYPES, Bus, ModelReply, ToolResult, TurnStarted, Usage
 from orchestrator.metrics import MetricsRecorder, new_registry
 from orchestrator.metrics.labels import EXEMPLAR_MAX_CHARS, exemplar
 from orchestrator.metrics.recorder import COUNTED_ONLY
 from orchestrator.metrics.series import CounterFamily, Family, HistogramFamily
 from tests.messages_examples import examples
+from tests.started import run_started
 
 BUCKETS = (0.01, 0.5, 1, 2.5, 300)
 FROZEN = 1_700_000_000.25
@@ -119,7 +120,7 @@ def test_exemplars_stay_within_the_openmetrics_limit(run_id: str, trace_id: str 
     assert sum(len(k) + len(v) for k, v in labels.items()) <= EXEMPLAR_MAX_CHARS
     registry = new_registry(process=False)
     rec = MetricsRecorder(Bus(), registry)
-    rec.handle(RunStarted(run_id=run_id, trace_id=trace_id or "", task="x", model="m"))
+    rec.handle(run_started(run_id=run_id, trace_id=trace_id or "", task="x", model="m"))
     rec.handle(ModelReply(run_id=run_id, turn=1, text="", latency_seconds=0.3))
     _, openmetrics = _scrapes(registry)
     # The parser refuses exemplars over 128 characters; each sample keeps the last one.
@@ -194,7 +195,7 @@ def test_a_scrape_from_another_thread_while_recording() -> None:
     try:
         for index in range(4000):
             run_id = f"r{index}"
-            rec.handle(RunStarted(run_id=run_id, trace_id="t", task="x", model="m"))
+            rec.handle(run_started(run_id=run_id, trace_id="t", task="x", model="m"))
             rec.handle(TurnStarted(run_id=run_id, turn=1, stage="agent", prompt_messages=1))
             rec.handle(
                 ModelReply(

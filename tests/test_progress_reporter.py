@@ -10,6 +10,7 @@ import pytest
 from actors.progress.reporter import ProgressReporter
 from bus import ExitReason, Progress, RunEnding, RunStarted, TurnStarted
 from tests.published import Published, feed
+from tests.started import run_started
 
 
 def _position(stages: tuple[str, ...], stage: str) -> int:
@@ -70,7 +71,7 @@ def random_messages(rng: random.Random) -> list[RunStarted | TurnStarted | RunEn
         if action < 0.1:
             plan = tuple(rng.sample(names[:4], rng.randint(0, 3)))
             messages.append(
-                RunStarted(
+                run_started(
                     run_id=run_id,
                     trace_id="t",
                     task="x",
@@ -103,7 +104,7 @@ def test_a_stage_plan_is_reported_with_its_denominator_and_skips() -> None:
     plan = ("plan", "draft", "review")
     feed(
         ProgressReporter(published.bus).handlers(),
-        RunStarted(run_id="r", trace_id="t", task="x", model="m", stage="plan", plan=plan),
+        run_started(run_id="r", trace_id="t", task="x", model="m", stage="plan", plan=plan),
         TurnStarted(run_id="r", turn=1, stage="plan", prompt_messages=1),
         TurnStarted(run_id="r", turn=2, stage="draft", prompt_messages=1),
         RunEnding(run_id="r", exit_reason=ExitReason.MAX_TURNS, cause="c"),

@@ -27,7 +27,6 @@ from actors.tools.executor import ToolExecutor
 from bus import (
     Bus,
     Inbox,
-    RunStarted,
     ToolCall,
     ToolExecute,
     ToolResult,
@@ -35,6 +34,7 @@ from bus import (
 )
 from tests.harness import serving
 from tests.messages_examples import finished
+from tests.started import run_started
 
 WAIT = 5.0
 
@@ -63,7 +63,7 @@ async def open_executor(
 
 async def _start(bus: Bus, run_id: str, tools: tuple[str, ...], folder: Path | None = None) -> None:
     await bus.publish(
-        RunStarted(
+        run_started(
             run_id=run_id,
             trace_id="t",
             task="task",

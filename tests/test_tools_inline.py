@@ -23,7 +23,6 @@ from bus import (
     Message,
     ModelReply,
     ModelRequest,
-    RunStarted,
     StopSignal,
     ToolCall,
     ToolExecute,
@@ -33,6 +32,7 @@ from orchestrator.config import Config
 from orchestrator.result import RunResult
 from orchestrator.runtime import RunSpec, Runtime
 from tests.harness import serving
+from tests.started import run_started
 
 WAIT = 5.0
 
@@ -104,7 +104,7 @@ async def open_executor(
 
 async def start(bus: Bus, run_id: str, tools: tuple[str, ...], **settings: Any) -> None:
     await bus.publish(
-        RunStarted(run_id=run_id, trace_id="t", task="t", model="m", tools=tools, **settings)
+        run_started(run_id=run_id, trace_id="t", task="t", model="m", tools=tools, **settings)
     )
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import NoReturn
+from typing import Final, NoReturn
 
 import anyio
 
@@ -41,7 +41,7 @@ from bus import (
 from orchestrator.conductor.context_recovery import ContextRecovery
 from orchestrator.conductor.final_answer import FinalAnswer
 from orchestrator.conductor.inbox import ControlInbox, Stopped
-from orchestrator.conductor.inputs import RunInputs
+from orchestrator.conductor.inputs import ConductorSettings, RunInputs
 from orchestrator.conductor.model_call import ModelCall, cut_mid_json
 from orchestrator.conductor.state import RunRecord
 from orchestrator.conductor.tool_phase import ToolPhase
@@ -227,28 +227,24 @@ class Conductor:
             trace_id=inputs.trace_id,
             traceparent=inputs.traceparent,
             task=inputs.task,
-            model=settings.model,
             stage=inputs.stage,
             plan=inputs.plan,
             folder=inputs.folder,
             tools=tuple(spec.name for spec in inputs.tool_specs),
             tool_specs=inputs.tool_specs,
-            max_turns=settings.max_turns,
             max_tool_calls=max(1, settings.max_tool_calls - len(run.call_log)),
-            deadline_seconds=settings.deadline_seconds,
-            max_cache_hits=settings.max_cache_hits,
-            cache_ttl_seconds=settings.cache_ttl_seconds,
-            cache_max_entries=settings.cache_max_entries,
-            tool_timeout_seconds=settings.tool_timeout_seconds,
             started_at=time.time() - (time.monotonic() - run.started),
             resumed_from_turn=resume.turn if resume is not None else None,
-            output_token_budget=settings.output_token_budget,
-            input_token_budget=settings.input_token_budget,
-            cost_budget=settings.cost_budget,
-            budget_mode=settings.budget_mode,
-            input_price_per_million=settings.input_price_per_million,
-            output_price_per_million=settings.output_price_per_million,
+            **{key: getattr(settings, key) for key in _CARRIED},
         )
+
+
+_CARRIED: Final = tuple(
+    key
+    for key in RunStarted.__struct_fields__
+    if key in ConductorSettings.__dataclass_fields__ and key != "max_tool_calls"
+)
+"""The run settings ``RunStarted`` carries as they are (the tool-call budget is what is left)."""
 
 
 def joined(texts: list[str]) -> str:

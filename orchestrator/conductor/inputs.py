@@ -53,7 +53,8 @@ class RunCheckpoint(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ConductorSettings:
     """What the conductor reads of a run's settings (the runtime makes it from the config's
-    ``RunSettings``). The budgets are only passed on, in ``RunStarted``; 0 means none."""
+    ``RunSettings``; no defaults here, so none is written twice). The budgets are only passed
+    on, in ``RunStarted``; 0 means none."""
 
     model: str
     max_turns: int
@@ -69,13 +70,13 @@ class ConductorSettings:
     cache_max_entries: int
     answer_max_tokens: int
     answer_deadline_seconds: float
-    on_stop: Literal["keep", "answer"] = "keep"
-    output_token_budget: int = 0
-    input_token_budget: int = 0
-    cost_budget: float = 0.0
-    budget_mode: Literal["ceiling", "target"] = "ceiling"
-    input_price_per_million: float = 0.0
-    output_price_per_million: float = 0.0
+    on_stop: Literal["keep", "answer"]
+    output_token_budget: int
+    input_token_budget: int
+    cost_budget: float
+    budget_mode: Literal["ceiling", "target"]
+    input_price_per_million: float
+    output_price_per_million: float
 
 
 class CompactionPrompt(Protocol):

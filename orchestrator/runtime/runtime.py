@@ -26,6 +26,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from dataclasses import fields
 from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self
@@ -141,6 +142,11 @@ CONTEXT_FUNCTIONS: Final = ContextFunctions(
 """How every conductor carries out the context gatekeeper's answers."""
 
 
+_UNSET: Final = {"int": 0, "float": 0.0}  # an unset (None) budget or price: 0, none
+_CONDUCTOR_KEYS: Final = {f.name: _UNSET.get(str(f.type)) for f in fields(ConductorSettings)}
+"""The run settings the conductor reads, by their declared names, and their unset value."""
+
+
 def conductor_settings(
     settings: RunSettings, policy: ContextPolicy | None = None
 ) -> ConductorSettings:
@@ -153,29 +159,9 @@ def conductor_settings(
     if policy is not None:
         reply = min(reply, max(policy.output_reserve, 1)) if reply is not None else None
         answer = min(answer, max(policy.window // OUTPUT_SHARE, 1))
-    return ConductorSettings(
-        model=settings.model,
-        max_turns=settings.max_turns,
-        max_tool_calls=settings.max_tool_calls,
-        deadline_seconds=settings.deadline_seconds,
-        max_output_tokens=reply,
-        escalated_max_tokens=settings.escalated_max_tokens,
-        tool_timeout_seconds=settings.tool_timeout_seconds,
-        abort_grace_seconds=settings.abort_grace_seconds,
-        truncation_recoveries=settings.truncation_recoveries,
-        max_cache_hits=settings.max_cache_hits,
-        cache_ttl_seconds=settings.cache_ttl_seconds,
-        cache_max_entries=settings.cache_max_entries,
-        answer_max_tokens=answer,
-        answer_deadline_seconds=settings.answer_deadline_seconds,
-        on_stop=settings.on_stop,
-        output_token_budget=settings.output_token_budget or 0,
-        input_token_budget=settings.input_token_budget or 0,
-        cost_budget=settings.cost_budget or 0.0,
-        budget_mode=settings.budget_mode,
-        input_price_per_million=settings.input_price_per_million or 0.0,
-        output_price_per_million=settings.output_price_per_million or 0.0,
-    )
+    named = {key: getattr(settings, key) for key in _CONDUCTOR_KEYS}
+    named = {key: _CONDUCTOR_KEYS[key] if value is None else value for key, value in named.items()}
+    return ConductorSettings(**named | {"max_output_tokens": reply, "answer_max_tokens": answer})
 
 
 def tool_executor_settings(config: Config) -> ToolExecutorSettings:
@@ -249,12 +235,11 @@ class Runtime:
         self._active = 0
         self._idle = anyio.Event()
         self._idle.set()
-        self._loop_configs: dict[str, LoopConfig] = {}
+        self._live: dict[str, _Resolved] = {}
+        """The settings of each active run: what its actors look up at ``RunStarted``."""
         self._resolved: dict[bytes, _Resolved] = {}
         self._pipelines: set[str] = set()  # ids of the pipeline runs among the handles
-        self._context_policies: dict[str, ContextPolicy] = {}
         self._hook_functions: dict[str, HookFunction] = dict(hook_functions or {})
-        self._run_hooks: dict[str, tuple[Hook, ...]] = {}
         self.hook_runner = HookRunner(
             self.bus,
             self._hooks_of,
@@ -314,7 +299,7 @@ class Runtime:
                 {"loop": self._loop_monitor, "budget": budget_monitor}
             )
             self.context_gatekeeper = ContextGatekeeper(
-                self.bus, self._context_policies.get, server=self._context_server()
+                self.bus, self._policy_of, server=self._context_server()
             )
             executor = self.tool_executor = ToolExecutor(self.bus, self.tools, self._tool_settings)
             self.metrics_registry.register(ToolCacheCollector(executor.cache_statistics))
@@ -388,10 +373,13 @@ class Runtime:
         )
 
     def _loop_config(self, run_id: str) -> LoopConfig:
-        return self._loop_configs.get(run_id, OFF)
+        return live.loop if (live := self._live.get(run_id)) is not None else OFF
+
+    def _policy_of(self, run_id: str) -> ContextPolicy | None:
+        return live.policy if (live := self._live.get(run_id)) is not None else None
 
     def _hooks_of(self, run_id: str) -> tuple[Hook, ...]:
-        return self._run_hooks.get(run_id, ())
+        return live.settings.hooks if (live := self._live.get(run_id)) is not None else ()
 
     def add_hook_function(self, name: str, function: HookFunction) -> None:
         """Register ``function`` as the Python hook ``name`` (a hook config's ``function``)."""
@@ -454,7 +442,7 @@ class Runtime:
         if workers is None or self._stack is None:
             raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
         resolved = self._resolve(spec.overrides)
-        settings, loop_config, policy = resolved.settings, resolved.loop, resolved.policy
+        settings = resolved.settings
         folder = spec.folder or self.config.tools.folder
         tool_specs = resolved.tool_specs if folder else resolved.folderless_specs
         if tool_specs is not resolved.tool_specs:  # folder tools left out: a forced one too?
@@ -491,12 +479,9 @@ class Runtime:
             finishing_tools=resolved.finishing_tools,
             notes=resolved.loop_notes,
         )
-        self._loop_configs[run_id] = loop_config
+        self._live[run_id] = resolved
         if inputs.resume is not None:  # the fuses go on where they were
             self._monitor_states.restore(run_id, inputs.resume.monitors)
-        if settings.hooks:
-            self._run_hooks[run_id] = settings.hooks
-        self._context_policies[run_id] = policy
         handle = RunHandle(self, run_id, inputs.trace_id)
         self._handles[run_id] = handle
         self.event_log.open_run(run_id)
@@ -671,9 +656,7 @@ class Runtime:
             if on_finished is not None:
                 on_finished()
             handle.status = "finished"
-            self._loop_configs.pop(handle.run_id, None)
-            self._context_policies.pop(handle.run_id, None)
-            self._run_hooks.pop(handle.run_id, None)
+            self._live.pop(handle.run_id, None)
             handle._done.set()
             self._active -= 1
             if self._active == 0:
