@@ -1,6 +1,8 @@
 """The docs tables generated from the config types and the run settings' declaration:
-``docs/security.md``'s ("Bounded configuration"), ``docs/scenarios.md``'s (``[config]``) and
-``docs/truncation-and-cache.md``'s (the cache's keys).
+``docs/security.md``'s ("Bounded configuration"), ``docs/scenarios.md``'s (``[config]``),
+``docs/truncation-and-cache.md``'s (the cache's keys), ``docs/context.md``'s
+(``[context]``), ``docs/budgets.md``'s (the limits), ``docs/hooks.md``'s (a ``[[hooks]]``
+entry) and ``docs/mcp.md``'s (an ``[[mcp.servers]]`` entry).
 ``python -m tests.config_docs`` prints them (a test compares). A tool for the docs, not
 part of the product."""
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import operator
 import textwrap
 from collections.abc import Collection, Iterator
 from typing import Final
@@ -16,13 +19,19 @@ from typing import Final
 import msgspec
 import msgspec.inspect as mi
 
+from actors.hooks import CommandHook, PythonHook
 from actors.loop import LoopConfig
+from actors.tools.mcp import McpServer
+from bus.causes import CAUSE_TABLE
 from orchestrator.config import RUN_KEYS, Config, ContextSettings, RunSettings
 from orchestrator.config_ranges import NumericRange, children, node_range, number_text, range_at
+from orchestrator.config_sections import BUDGET_LIMITS
 
 __all__ = [
+    "budget_table",
     "config_roots",
     "doc_tables",
+    "entry_table",
     "notation",
     "numeric_ranges",
     "range_table",
@@ -76,15 +85,20 @@ def run_keys_table(keys: Collection[str] = RUN_KEYS) -> str:
 
 
 def _doc_lines(kind: type) -> dict[str, str]:
-    """Each field's doc line: the docstring after it in the class body, on one line."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(kind))).body[0]
-    assert isinstance(body, ast.ClassDef)
+    """Each field's doc line: the docstring after it in the class body (or a base's), on one
+    line."""
     lines: dict[str, str] = {}
-    for node, after in zip(body.body, body.body[1:], strict=False):
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+    for owner in reversed(kind.__mro__):
+        if not issubclass(owner, msgspec.Struct) or owner is msgspec.Struct:
             continue
-        if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
-            lines[node.target.id] = " ".join(str(after.value.value).split()).replace("``", "`")
+        body = ast.parse(textwrap.dedent(inspect.getsource(owner))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        for node, after in zip(body.body, body.body[1:], strict=False):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                text = " ".join(str(after.value.value).split()).replace("``", "`")
+                lines[node.target.id] = text
     return lines
 
 
@@ -101,6 +115,88 @@ def section_table(kind: type[msgspec.Struct]) -> str:
     return "\n".join(lines)
 
 
+def budget_table() -> str:
+    """``docs/budgets.md``'s limits: each ``budget.*`` cause of the cause table, with the
+    ``[budget]`` key that sets it (:data:`BUDGET_LIMITS`) and the run key it defaults."""
+    lines = [
+        "| limit | config key | run key (`[config]` of a scenario, `RunSpec.overrides`) "
+        "| cause | checked |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    run_keys = {run.default: key for key, run in RUN_KEYS.items() if run.default}
+    for cause in CAUSE_TABLE:
+        if not cause.startswith("budget."):
+            continue
+        limit = BUDGET_LIMITS[cause]
+        config_key = f"budget.{limit.key}"
+        value = "" if limit.value is None else f" = {_json(limit.value)}"
+        lines.append(
+            f"| {limit.limit} | `{config_key}{value}` | `{run_keys[config_key]}{value}` "
+            f"| `{cause}` | {limit.checked} |"
+        )
+    return "\n".join(lines)
+
+
+def _json(value: object) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def _type_text(node: mi.Type) -> str:
+    """A setting's type for people: its declared description, else spelled from the type."""
+    if isinstance(node, mi.Metadata):
+        described = (node.extra_json_schema or {}).get("description")
+        return str(described) if described else _type_text(node.type)
+    if isinstance(node, mi.UnionType):
+        return " or ".join(_type_text(t) for t in node.types if not isinstance(t, mi.NoneType))
+    if isinstance(node, mi.LiteralType):
+        return " \\| ".join(f"`{value}`" for value in node.values)
+    if isinstance(node, mi.StrType):
+        return "non-empty string" if node.min_length == 1 and not node.pattern else "string"
+    if isinstance(node, mi.BoolType):
+        return "boolean"
+    found = node_range(node, "")
+    if found is not None:
+        return f"{found.kind}, {notation(found)}"
+    if isinstance(node, mi.VarTupleType | mi.ListType):
+        text = f"array of {_type_text(node.item_type)}s"
+        return text + (f", ≥ {node.min_length}" if node.min_length else "")
+    if isinstance(node, mi.DictType):
+        return f"table: {_type_text(node.key_type)} → {_type_text(node.value_type)}"
+    raise TypeError(f"no words for {node!r}")
+
+
+def entry_table(*variants: type[msgspec.Struct]) -> str:
+    """The keys of one entry of an array of tables (``[[mcp.servers]]``; ``[[hooks]]``, whose
+    ``variants`` are tagged): type, default ("required for" the variants that require it)
+    and doc line, from the declaration."""
+    lines = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    infos = [mi.type_info(kind) for kind in variants]
+    structs = [info for info in infos if isinstance(info, mi.StructType)]
+    assert len(structs) == len(variants)
+    if structs[0].tag_field is not None:
+        tags = " \\| ".join(f"`{info.tag}`" for info in structs)
+        lines.append(f"| `{structs[0].tag_field}` | {tags} | required | |")
+    docs = functools.reduce(operator.or_, (_doc_lines(kind) for kind in reversed(variants)))
+    seen: set[str] = set()
+    for info in structs:
+        for field in info.fields:
+            if field.name in seen:
+                continue
+            seen.add(field.name)
+            owners = [f"`{i.tag}`" for i in structs if field.name in {f.name for f in i.fields}]
+            if not field.required:
+                default = _value(
+                    field.default_factory() if field.default is msgspec.NODEFAULT else field.default
+                )
+            elif len(owners) == len(structs):
+                default = "required"
+            else:
+                default = f"required for {', '.join(owners)}"
+            text = _type_text(field.type)
+            lines.append(f"| `{field.name}` | {text} | {default} | {docs.get(field.name, '')} |")
+    return "\n".join(lines)
+
+
 CACHE_KEYS: Final = tuple(key for key in RUN_KEYS if "cache" in key)
 
 
@@ -111,6 +207,9 @@ def generated_tables() -> dict[str, list[str]]:
         "scenarios.md": [run_keys_table()],
         "truncation-and-cache.md": [run_keys_table(CACHE_KEYS)],
         "context.md": [section_table(ContextSettings)],
+        "budgets.md": [budget_table()],
+        "hooks.md": [entry_table(CommandHook, PythonHook)],
+        "mcp.md": [entry_table(McpServer)],
     }
 
 

@@ -12,10 +12,12 @@ import msgspec
 import pytest
 
 from bus import RunStarted
+from bus.causes import CAUSE_TABLE
 from orchestrator.conductor import ConductorSettings
 from orchestrator.config import (
     DEFAULT_CLIENT_KEYS,
     RUN_KEYS,
+    BudgetSettings,
     ClientCeilings,
     ClientKey,
     Config,
@@ -24,6 +26,7 @@ from orchestrator.config import (
     ToolSettings,
     run_settings,
 )
+from orchestrator.config_sections import BUDGET_LIMITS
 from orchestrator.daemon.policy import CEILINGED
 from orchestrator.runtime.runtime import conductor_settings
 from tests.config_docs import generated_tables
@@ -63,6 +66,15 @@ def test_a_ceiling_has_its_run_setting_s_type_and_range() -> None:
     for key, kind in ceilings.items():
         own = run[key]
         assert kind in (own | None, own), key
+
+
+def test_each_budget_cause_names_the_budget_key_that_sets_it() -> None:
+    # docs/budgets.md's table: a budget cause without its key, or a key without its cause,
+    # fails here.
+    assert set(BUDGET_LIMITS) == {cause for cause in CAUSE_TABLE if cause.startswith("budget.")}
+    keys = {f"budget.{limit.key}" for limit in BUDGET_LIMITS.values()}
+    assert {limit.key for limit in BUDGET_LIMITS.values()} <= set(BudgetSettings.__struct_fields__)
+    assert keys <= {run.default for run in RUN_KEYS.values()}
 
 
 @pytest.mark.parametrize("page", sorted(generated_tables()))

@@ -54,7 +54,9 @@ Action = Literal["allow", "block", "deny"]
 OnError = Action
 ACTIONS: Final[tuple[Action, ...]] = get_args(Action)
 
-HookName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+HookName = Annotated[
+    str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="1–64 of `A-Z a-z 0-9 _ -`")
+]
 TIMEOUT_MAX: Final = 86_400.0
 """The longest ``timeout_seconds`` a hook may have: a day."""
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=TIMEOUT_MAX)]
@@ -64,11 +66,13 @@ class _HookBase(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     name: HookName
     """Names the hook in causes (``hook.<name>``), messages and logs; unique in a run."""
     event: HookEvent = "pre_tool"
+    """When the hook runs: on each proposed tool call, or on the final answer."""
     tools: tuple[str, ...] = ()
     """``pre_tool`` only: the tool names this hook judges (empty: every tool)."""
     timeout_seconds: Seconds = 10.0
+    """A hook still running then is a failure (a command is killed)."""
     on_error: OnError = "block"
-    """What a failing hook's answer is: ``allow`` (fail open), ``block`` or ``deny``."""
+    """What a failing hook answers: ``allow`` (fail open), or ``block`` or ``deny`` (closed)."""
 
     def applies_to(self, event: HookEvent, tool: str | None = None) -> bool:
         """Whether this hook judges ``event`` (for ``tool``, when it is a tool call)."""
@@ -81,12 +85,15 @@ class CommandHook(_HookBase, frozen=True, kw_only=True, tag_field="kind", tag="c
     """Runs ``command`` (an argv list, no shell) with the :class:`HookInput` on stdin."""
 
     command: Annotated[tuple[str, ...], msgspec.Meta(min_length=1)]
+    """argv, run without a shell; an element that is exactly ``{python}`` is the
+    interpreter loopfuse runs on."""
 
 
 class PythonHook(_HookBase, frozen=True, kw_only=True, tag_field="kind", tag="python"):
     """Calls the :data:`HookFunction` registered on the runtime as ``function``."""
 
     function: Annotated[str, msgspec.Meta(min_length=1)]
+    """The name the function was registered under on the runtime."""
 
 
 Hook = CommandHook | PythonHook

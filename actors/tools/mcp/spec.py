@@ -32,11 +32,17 @@ MESSAGE_BYTES_MAX: Final = 1024 * 1024 * 1024
 
 McpTransport = Literal["stdio", "http"]
 
-_Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,32}$")]
-_Prefix = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{0,40}$")]
+_Name = Annotated[
+    str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,32}$", description="1–32 of `A-Z a-z 0-9 _ -`")
+]
+_Prefix = Annotated[
+    str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{0,40}$", description="0–40 of `A-Z a-z 0-9 _ -`")
+]
 _Seconds = Annotated[float, msgspec.Meta(gt=0, le=DAY)]
 _Grace = Annotated[float, msgspec.Meta(ge=0, le=DAY)]
-_EnvName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+_EnvName = Annotated[
+    str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="variable name")
+]
 
 
 class McpStartError(Exception):
@@ -60,20 +66,26 @@ class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """
 
     name: _Name
-    """The server's name in logs and errors, and the default tool prefix (``name__``)."""
+    """The server's name in logs and errors, and the default tool prefix (``name__``);
+    unique."""
     transport: McpTransport = "stdio"
+    """A child process (over stdio), or a streamable-HTTP endpoint."""
     command: str = ""
-    """stdio: the program to run (looked up on ``PATH``)."""
+    """stdio, required: the program to run, without a shell (looked up on ``PATH``)."""
     args: tuple[str, ...] = ()
+    """stdio: the program's arguments."""
     cwd: str | None = None
     """stdio: the server's working directory (default: loopfuse's)."""
     env: dict[_EnvName, str] = {}
     """stdio: variables set for the server. The server inherits only ``HOME``, ``LOGNAME``,
     ``PATH``, ``SHELL``, ``TERM`` and ``USER`` of loopfuse's environment besides these."""
     pass_env: tuple[_EnvName, ...] = ()
-    """stdio: names of loopfuse's environment variables passed on to the server (a key)."""
-    url: Annotated[str, msgspec.Meta(pattern=r"^(https?://.+)?$")] = ""
-    """http: the server's MCP endpoint (``http://127.0.0.1:8000/mcp``)."""
+    """stdio: names of loopfuse's environment variables passed on to the server (a key
+    belongs in the environment, not the file)."""
+    url: Annotated[
+        str, msgspec.Meta(pattern=r"^(https?://.+)?$", description="`http://` or `https://` URL")
+    ] = ""
+    """http, required: the server's MCP endpoint (``http://127.0.0.1:8000/mcp``)."""
     headers_env: dict[str, _EnvName] = {}
     """http: header name → the environment variable holding its value
     (``{ Authorization = "GIT_MCP_AUTH" }``)."""
