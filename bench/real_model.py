@@ -266,8 +266,8 @@ def open_real_server(workdir: Path, python: str | None = None) -> Iterator[RealS
         "--interrupt_requests",
         "False",
         # The server's own default generates on half the cores (one thread on a 2-core
-        # runner); every core, so a bigger runner finishes the tier sooner. On 2 shared
-        # cores the difference is within the machine's noise (README).
+        # runner); every core, so a bigger runner finishes the tier sooner (on 2 shared
+        # cores the difference was within the machine's noise).
         "--n_threads",
         "-1",
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -17,6 +18,7 @@ from actors.tools import (
     default_registry,
     invoke,
 )
+from actors.tools.finish import KEY_FINDINGS_MAX
 from actors.tools.fs_list import list_text
 from actors.tools.fs_read import read_text
 
@@ -279,12 +281,30 @@ async def test_finish_exploration_acknowledges(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
+async def test_finish_exploration_offers_a_bounded_findings_list() -> None:
+    # The bound is in the schema the model is offered (a server that generates arguments
+    # under it stops the list there) and the check agrees with it at the edge.
+    finish = default_registry().get("finish_exploration")
+    assert finish is not None
+    findings = json.loads(finish.spec.parameters)["properties"]["key_findings"]
+    assert findings["maxItems"] == KEY_FINDINGS_MAX == 20
+    args = {"experiment": "e", "goal": "g", "key_findings": [f"f{n}" for n in range(20)]}
+    content, kind = await _call(None, "finish_exploration", json.dumps(args))
+    assert kind is None
+    assert "20 key findings" in content
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("arguments", "expected"),
     [
         ('{"experiment": "e", "goal": "g"}', "missing required field `key_findings`"),
         ('{"experiment": "e", "goal": "g", "key_findings": []}', "$.key_findings"),
         ('{"experiment": "e", "goal": "g", "key_findings": "x"}', "$.key_findings"),
+        (
+            '{"experiment": "e", "goal": "g", "key_findings": ' + json.dumps(["x"] * 21) + "}",
+            "length <= 20 - at `$.key_findings`",
+        ),
         ('{"experiment": "e", "goal": "g", "key_findings": ["x"], "z": 1}', "unknown field `z`"),
         ('{"experiment": "e", ', "not valid JSON"),
     ],
