@@ -60,6 +60,7 @@ from bus import (
     Bus,
     ChatMessage,
     ContextAction,
+    ContextActionKind,
     Fold,
     Message,
     ModelReplied,
@@ -67,7 +68,6 @@ from bus import (
     PromptRejected,
     RunFinished,
     RunStarted,
-    StopSignal,
     ToolSpec,
     TurnStarted,
     stop_signal,
@@ -276,7 +276,7 @@ class ContextGatekeeper:
                     run.base = _fixed_prompt(run)
                 run.counting = method
                 detail = self._counting(run)
-                self._publish(
+                self._bus.publish_nowait(
                     ContextAction(run_id=run.run_id, turn=msg.turn, kind="counting", detail=detail)
                 )
             # Most results are far below any share: one comparison (see _cut_chars).
@@ -397,23 +397,12 @@ class ContextGatekeeper:
             self._collapses += 1
             tools = ", ".join(sorted({entries[fold.index].tool or "tool" for fold in folds}))
             together = f" of {len(found)} results" if len(found) > 1 else ""
-            self._publish(
-                ContextAction(
-                    run_id=run.run_id,
-                    turn=msg.turn,
-                    kind="collapse",
-                    estimate_tokens=before,
-                    after_tokens=after,
-                    limit_tokens=run.limit,
-                    folds=tuple(folds),
-                    detail=(
-                        f"Cut the result of {tools} ({len(folds)} result(s)) to "
-                        f"{allowed:,} tokens{together} together, {share:.0%} of the room "
-                        "the system prompt, task and tool schemas leave under the limit: "
-                        f"{before:,} → {after:,} tokens (estimate)."
-                    ),
-                )
+            detail = (
+                f"Cut the result of {tools} ({len(folds)} result(s)) to {allowed:,} tokens"
+                f"{together} together, {share:.0%} of the room the system prompt, task and "
+                f"tool schemas leave under the limit: {before:,} → {after:,} tokens (estimate)."
             )
+            self._act(run, msg.turn, "collapse", detail, before, after, folds=tuple(folds))
 
     def _tokens(self, run: _Run, tokens: int, bound: int) -> int:
         return self.calibration.apply(run.model, tokens, bound)
@@ -462,9 +451,7 @@ class ContextGatekeeper:
             needed = math.ceil(excess / self.calibration.ratio(run.model))
             folds, _ = plan_collapse(run.ledger, min_chars=policy.fold_min_chars, needed=needed)
             if folds:
-                after = self._fold(run, folds)
-                self._collapse_action(run, msg.turn, folds, prompt, after, reactive=False)
-                prompt = after
+                prompt = self._collapse(run, msg.turn, folds, prompt, reactive=False)
         if prompt <= limit:
             return
         bounded = run.counting == "bound"
@@ -484,17 +471,7 @@ class ContextGatekeeper:
                 "unknown, the server reported no usage and loopfuse found no tokenizer "
                 "endpoint on it."
             )
-        self._publish(
-            ContextAction(
-                run_id=msg.run_id,
-                turn=msg.turn,
-                kind="blocked",
-                estimate_tokens=prompt,
-                after_tokens=prompt,
-                limit_tokens=limit,
-                detail=detail,
-            )
-        )
+        self._act(run, msg.turn, "blocked", detail, prompt, prompt)
         self._stop(run, msg.run_id, "context.blocking_limit", detail)
 
     def _first_request_anyway(self, run: _Run, turn: int, bound: int, limit: int) -> None:
@@ -503,51 +480,54 @@ class ContextGatekeeper:
         refusal takes the ``prompt_too_long`` path). A bound blocks only once it is all
         there is (later turns)."""
         typical = run.ledger.tokens + run.tools.tokens
-        self._publish(
-            ContextAction(
-                run_id=run.run_id,
-                turn=turn,
-                kind="counting",
-                estimate_tokens=bound,
-                limit_tokens=limit,
-                detail=(
-                    f"The prompt's upper bound ({bound:,} tokens) is over the limit "
-                    f"({limit:,}) but its typical estimate ({typical:,}) is not, and nothing "
-                    f"has calibrated {run.model!r} yet: the request is sent and the server's "
-                    "answer decides."
-                ),
-            )
+        detail = (
+            f"The prompt's upper bound ({bound:,} tokens) is over the limit ({limit:,}) but "
+            f"its typical estimate ({typical:,}) is not, and nothing has calibrated "
+            f"{run.model!r} yet: the request is sent and the server's answer decides."
         )
+        self._act(run, turn, "counting", detail, bound)
 
-    def _fold(self, run: _Run, folds: Sequence[Fold]) -> int:
+    def _collapse(
+        self, run: _Run, turn: int, folds: tuple[Fold, ...], before: int, *, reactive: bool
+    ) -> int:
+        """Fold ``folds`` in the ledger and say so; returns the prompt's estimate after."""
         for fold in folds:
             run.ledger.fold(fold)
         self._collapses += 1
-        return self._prompt(run)
+        after = self._prompt(run)
+        why = "the endpoint refused the prompt" if reactive else "the prompt neared the limit"
+        detail = f"Folded {len(folds)} old tool result(s) ({why}): {before:,} → {after:,} tokens"
+        self._act(
+            run, turn, "collapse", f"{detail} (estimate).", before, after, folds, reactive=reactive
+        )
+        return after
 
-    def _collapse_action(
+    def _act(
         self,
         run: _Run,
         turn: int,
-        folds: tuple[Fold, ...],
-        before: int,
-        after: int,
+        kind: ContextActionKind,
+        detail: str,
+        estimate: int,
+        after: int = 0,
+        folds: tuple[Fold, ...] = (),
         *,
-        reactive: bool,
+        reactive: bool = False,
+        reported: int = 0,
     ) -> None:
-        why = "the endpoint refused the prompt" if reactive else "the prompt neared the limit"
-        self._publish(
+        """Publish what the gatekeeper did to ``run``'s prompt, against its limit."""
+        self._bus.publish_nowait(
             ContextAction(
                 run_id=run.run_id,
                 turn=turn,
-                kind="collapse",
+                kind=kind,
                 reactive=reactive,
-                estimate_tokens=before,
+                estimate_tokens=estimate,
                 after_tokens=after,
                 limit_tokens=run.limit,
+                reported_tokens=reported,
                 folds=folds,
-                detail=f"Folded {len(folds)} old tool result(s) ({why}): "
-                f"{before:,} → {after:,} tokens (estimate).",
+                detail=detail,
             )
         )
 
@@ -597,22 +577,12 @@ class ContextGatekeeper:
             return
         if reported < run.policy.silent_truncation_ratio * floor:
             self._silent += 1
-            self._publish(
-                ContextAction(
-                    run_id=msg.run_id,
-                    turn=msg.turn,
-                    kind="silent_truncation",
-                    estimate_tokens=floor,
-                    reported_tokens=reported,
-                    limit_tokens=run.limit,
-                    detail=(
-                        f"The endpoint counted {reported:,} prompt tokens where at least "
-                        f"{floor:,} were sent: it probably cut the prompt without an "
-                        "error (Ollama does at num_ctx); the model may not have seen the "
-                        "task or the latest results."
-                    ),
-                )
+            detail = (
+                f"The endpoint counted {reported:,} prompt tokens where at least {floor:,} "
+                "were sent: it probably cut the prompt without an error (Ollama does at "
+                "num_ctx); the model may not have seen the task or the latest results."
             )
+            self._act(run, msg.turn, "silent_truncation", detail, floor, reported=reported)
             return
         self.calibration.observe(run.model, sent, reported, "usage", run.sent_bound)
 
@@ -634,9 +604,7 @@ class ContextGatekeeper:
             run.tried += ("collapse",)
             folds, _ = plan_collapse(run.ledger, min_chars=policy.fold_min_chars)
             if folds:
-                before = self._prompt(run)
-                after = self._fold(run, folds)
-                self._collapse_action(run, msg.turn, folds, before, after, reactive=True)
+                self._collapse(run, msg.turn, folds, self._prompt(run), reactive=True)
                 run.done += ("collapsing",)
                 return
         if not run.stale and "compact" not in run.tried:
@@ -647,7 +615,7 @@ class ContextGatekeeper:
                 run.done += ("compacting",)
                 run.pending = span
                 room = run.window - policy.safety_buffer - policy.summary_max_tokens
-                self._publish(
+                self._bus.publish_nowait(
                     ContextAction(
                         run_id=msg.run_id,
                         turn=msg.turn,
@@ -686,10 +654,7 @@ class ContextGatekeeper:
 
     def _stop(self, run: _Run, run_id: str, cause: str, detail: str) -> None:
         run.stopped = True
-        self._publish(stop_signal(cause, run_id=run_id, source=SOURCE, detail=detail))
-
-    def _publish(self, msg: ContextAction | StopSignal) -> None:
-        self._bus.publish_nowait(msg)
+        self._bus.publish_nowait(stop_signal(cause, run_id=run_id, source=SOURCE, detail=detail))
 
 
 def _turns(first: int, last: int) -> str:
