@@ -50,6 +50,7 @@ from actors.context import (
     TextCounter,
     plan_collapse,
     plan_compaction,
+    turns_text,
 )
 from actors.context.calibration import HIGH
 from actors.context.cutting import NOTE_CHARS, cut_result, next_offset
@@ -630,7 +631,7 @@ class ContextGatekeeper:
                         summary_max_tokens=policy.summary_max_tokens,
                         history_chars=HISTORY_CHARS_PER_TOKEN * max(room, 1_000),
                         detail=(
-                            f"Compacting {_turns(span.first_turn, span.last_turn)} "
+                            f"Compacting {turns_text(span.first_turn, span.last_turn)} "
                             f"({span.end - span.start} messages) into a summary."
                         ),
                     )
@@ -655,10 +656,6 @@ class ContextGatekeeper:
     def _stop(self, run: _Run, run_id: str, cause: str, detail: str) -> None:
         run.stopped = True
         self._bus.publish_nowait(stop_signal(cause, run_id=run_id, source=SOURCE, detail=detail))
-
-
-def _turns(first: int, last: int) -> str:
-    return f"turn {first}" if first == last else f"turns {first}-{last}"
 
 
 NEVER_CUT: Final = 2**62

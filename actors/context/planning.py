@@ -28,6 +28,7 @@ __all__ = [
     "plan_collapse",
     "plan_compaction",
     "summary_message",
+    "turns_text",
 ]
 
 COMPACT_NUDGE_KIND: Final = "context.compact"
@@ -170,27 +171,13 @@ def compaction_prompt(
     names: dict[str, str] = {}
     lines = [_render(message, names) for message in messages]
     if sum(len(line) + 2 for line in lines) > history_chars:
-        half = history_chars // 2
-        head: list[str] = []
-        used = 0
-        for line in lines:
-            if used + len(line) + 2 > half:
-                break
-            head.append(line)
-            used += len(line) + 2
-        tail: list[str] = []
-        used = 0
-        for line in reversed(lines[len(head) :]):
-            if used + len(line) + 2 > half:
-                break
-            tail.append(line)
-            used += len(line) + 2
-        tail.reverse()
+        head = _fitting(lines, history_chars // 2)
+        tail = _fitting(lines[len(head) :][::-1], history_chars // 2)[::-1]
         left_out = len(lines) - len(head) - len(tail)
         lines = [*head, f"[… {left_out} messages left out …]", *tail]
     history = "\n\n".join(lines)
     words = max(summary_max_tokens * 3 // 4, 50)
-    turns = f"turn {first_turn}" if first_turn == last_turn else f"turns {first_turn}-{last_turn}"
+    turns = turns_text(first_turn, last_turn)
     return (
         ChatMessage(role="system", content=_SUMMARY_SYSTEM.format(words=words)),
         ChatMessage(
@@ -202,9 +189,25 @@ def compaction_prompt(
     )
 
 
+def _fitting(lines: list[str], chars: int) -> list[str]:
+    """The first of ``lines`` that fit in ``chars`` (each with its separator)."""
+    used = count = 0
+    for line in lines:
+        used += len(line) + 2
+        if used > chars:
+            break
+        count += 1
+    return lines[:count]
+
+
+def turns_text(first: int, last: int) -> str:
+    """``turn 3`` or ``turns 3-5``."""
+    return f"turn {first}" if first == last else f"turns {first}-{last}"
+
+
 def summary_message(text: str, first_turn: int, last_turn: int) -> ChatMessage:
     """The user message that takes the place of compacted history."""
-    turns = f"turn {first_turn}" if first_turn == last_turn else f"turns {first_turn}-{last_turn}"
+    turns = turns_text(first_turn, last_turn)
     return ChatMessage(
         role="user",
         content=nudge_text(
