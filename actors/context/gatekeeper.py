@@ -2,10 +2,11 @@
 
 It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
 
-* ``TurnStarted``: past ``collapse_at`` of the limit, the prompt's estimate (the run's
-  ledger and tool schemas, calibrated per model) folds old answered tool results
-  (``ContextAction(collapse)``); past the limit, ``ContextAction(blocked)`` and a
-  ``blocking_limit`` stop: the request is never sent.
+* ``TurnStarted``: the turn's new tool results are first cut to take together at most
+  ``tool_result_share`` of the room the run's fixed prompt leaves (a ``collapse`` whose
+  folds keep each result's head); past ``collapse_at`` of the limit, old answered tool
+  results are folded (``ContextAction(collapse)``); past the limit,
+  ``ContextAction(blocked)`` and a ``blocking_limit`` stop: the request is never sent.
 * ``PromptRejected``: a collapse of every answered tool result, then a compaction
   (``ContextAction(compact)``), then a ``prompt_too_long`` stop; a step that changes
   nothing is skipped.
@@ -13,18 +14,11 @@ It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
   tokens calibrate the model's ratio, or far below the estimate are flagged
   (``ContextAction(silent_truncation)``).
 
-Before that ``TurnStarted`` check, the tool results the model has not answered yet may
-take together at most ``tool_result_share`` of the room the run's fixed prompt (system
-prompt, task, tool schemas) leaves: past it, they are cut to fit (the share divided
-evenly, a small result keeping what it needs), each with a note on how to read the rest (a
-``collapse`` whose fold keeps the result's head), so no turn's results make the next
-request ``blocking_limit`` (issue #32: the share was per result, so three results each
-within it ended a run). Each run's first check says how its tokens are counted
-(``ContextAction(counting)``, again when that changes). With an operator's endpoint
-(``server``), each model's first run asks the server once, in a task of the gatekeeper's
-own, for its window and its tokenizer's count of a sample (:mod:`actors.context.server`).
-
-Runs without a policy (``policy_for`` gives ``None``) are not watched (``docs/context.md``).
+Each run's first check says how its tokens are counted (``ContextAction(counting)``, again
+when that changes). With an operator's endpoint (``server``), each model's first run asks
+the server once for its window and its tokenizer's count of a sample
+(:mod:`actors.context.server`). Runs without a policy are not watched. How and why:
+``docs/context.md``.
 """
 
 from __future__ import annotations
