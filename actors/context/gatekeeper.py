@@ -535,13 +535,10 @@ class ContextGatekeeper:
         ledger = run.ledger
         span, run.pending = run.pending, None
         if span is not None and not run.stale:
+            # the request holds the summary at span.start (end <= len(ledger): it is there)
             expected = len(ledger) - (span.end - span.start) + 1
-            summary = msg.messages[span.start] if span.start < len(msg.messages) else None
-            if (
-                summary is not None
-                and len(msg.messages) >= expected
-                and (summary.content or "").startswith(_SUMMARY_PREFIX)
-            ):
+            summary = msg.messages[span.start] if len(msg.messages) >= expected else None
+            if summary is not None and (summary.content or "").startswith(_SUMMARY_PREFIX):
                 ledger.splice(span.start, span.end, summary, span.last_turn)
             else:
                 run.stale = True

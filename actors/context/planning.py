@@ -70,15 +70,13 @@ def plan_collapse(
     saved = 0
     for index in range(start, consumed_before):
         entry = ledger.entries[index]
-        if entry.role != "tool" or entry.folded or entry.chars < min_chars:
-            if settled == index:
-                settled += 1
-            continue
-        stub = fold_stub(entry.tool, entry.chars, entry.turn)
-        after = ledger.estimator.message(
-            ChatMessage(role="tool", tool_call_id=entry.call_id, content=stub)
-        )
-        gain = (entry.estimate - after).tokens
+        gain = 0
+        if entry.role == "tool" and not entry.folded and entry.chars >= min_chars:
+            stub = fold_stub(entry.tool, entry.chars, entry.turn)
+            after = ledger.estimator.message(
+                ChatMessage(role="tool", tool_call_id=entry.call_id, content=stub)
+            )
+            gain = (entry.estimate - after).tokens
         if gain <= 0:
             if settled == index:
                 settled += 1
