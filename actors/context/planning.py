@@ -5,7 +5,7 @@ conductor, which owns the transcript, carries the plan out with the same functio
 (:func:`apply_folds`, :func:`compaction_prompt`, :func:`summary_message`). Both keep the
 tool-call pairing valid: a fold changes only a tool result's content, and a compacted
 span starts after the task and ends where a kept turn's assistant message begins, so no
-call loses its result and no result its call (:func:`pairing_problems` checks it).
+call loses its result and no result its call.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ __all__ = [
     "apply_folds",
     "compaction_prompt",
     "fold_stub",
-    "pairing_problems",
     "plan_collapse",
     "plan_compaction",
     "summary_message",
@@ -214,25 +213,3 @@ def summary_message(text: str, first_turn: int, last_turn: int) -> ChatMessage:
             f"messages are gone):\n{text.strip()}",
         ),
     )
-
-
-def pairing_problems(messages: Sequence[ChatMessage]) -> list[str]:
-    """What makes ``messages`` an invalid request as to tool calls: an assistant's calls
-    must each be answered by a tool message before any other message, and every tool
-    message must answer an open call. Empty when valid."""
-    problems: list[str] = []
-    open_calls: set[str] = set()
-    for index, message in enumerate(messages):
-        if message.role == "tool":
-            if message.tool_call_id in open_calls:
-                open_calls.discard(message.tool_call_id)
-            else:
-                call_id = message.tool_call_id
-                problems.append(f"message {index}: result for no open call {call_id!r}")
-            continue
-        if open_calls:
-            problems.append(f"message {index}: calls {sorted(open_calls)} have no result")
-        open_calls = {call.id for call in message.tool_calls}
-    if open_calls:
-        problems.append(f"end: calls {sorted(open_calls)} have no result")
-    return problems
