@@ -414,12 +414,9 @@ class ContextGatekeeper:
         content = message.content or ""
         call_id = message.tool_call_id or ""
         entry = run.ledger.entries[index]
-        offset = None
-        if entry.tool == "read_file":
-            arguments = next(
-                (c.arguments for m in appended for c in m.tool_calls if c.id == call_id), None
-            )
-            offset = next_offset(entry.tool, arguments)
+        calls = (c for m in appended for c in m.tool_calls if c.id == call_id)
+        arguments = next(calls, None) if entry.tool == "read_file" else None
+        offset = next_offset(entry.tool, None if arguments is None else arguments.arguments)
         estimator = run.ledger.estimator
         keep = len(content) * max(allowed, 0) // max(own, 1) - NOTE_CHARS
         stub = cut_result(content, keep, tool=entry.tool, offset=offset)
@@ -467,7 +464,7 @@ class ContextGatekeeper:
                 "endpoint on it."
             )
         self._act(run, msg.turn, "blocked", detail, prompt, prompt)
-        self._stop(run, msg.run_id, "context.blocking_limit", detail)
+        self._stop(run, "context.blocking_limit", detail)
 
     def _first_request_anyway(self, run: _Run, turn: int, bound: int, limit: int) -> None:
         """Nothing has calibrated the model yet and only its bound is over the limit: the
@@ -634,19 +631,19 @@ class ContextGatekeeper:
             done = "with the transcript out of step, so nothing was folded or compacted"
         else:
             done = "with nothing to fold or compact"
+        refused = f"The endpoint refused the prompt of turn {msg.turn} as too long"
         self._stop(
             run,
-            msg.run_id,
             "context.prompt_too_long",
-            f"The endpoint refused the prompt of turn {msg.turn} as too long {msg.attempt} "
-            f"time(s), {done}: {msg.message or f'status {msg.status}'}",
+            f"{refused} {msg.attempt} time(s), {done}: {msg.message or f'status {msg.status}'}",
         )
 
     # ------------------------------------------------------------------ answers
 
-    def _stop(self, run: _Run, run_id: str, cause: str, detail: str) -> None:
+    def _stop(self, run: _Run, cause: str, detail: str) -> None:
         run.stopped = True
-        self._bus.publish_nowait(stop_signal(cause, run_id=run_id, source=SOURCE, detail=detail))
+        signal = stop_signal(cause, run_id=run.run_id, source=SOURCE, detail=detail)
+        self._bus.publish_nowait(signal)
 
 
 NEVER_CUT: Final = 2**62
