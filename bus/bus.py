@@ -217,10 +217,6 @@ class Subscription:
         else:
             self.mailbox.put_nowait((msg, ticket), force=True)
 
-    def deliverer(self) -> Callable[[Message, _Ticket | None], None]:
-        """Inline: what the bus calls with each message (the handler while serving)."""
-        return self._deliver or self.offer
-
     async def serve(
         self, handler: Handler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -322,10 +318,7 @@ class Subscription:
                         lanes[run_id] = deque((item,))
                         tg.start_soon(self._lane, handler, lanes, run_id, job)
         finally:
-            for lane in lanes.values():  # lanes cancelled before they began
-                for _, ticket in lane:
-                    self._acknowledge(ticket)
-            lanes.clear()
+            self._release(lanes)
             self.mailbox.close()
             self.mailbox.release_all()
 
@@ -378,10 +371,14 @@ class Subscription:
 
                 await self._hold(deliver, task_status)
         finally:
-            for lane in lanes.values():  # lanes cancelled before they began
-                for _, ticket in lane:
-                    self._acknowledge(ticket)
-            lanes.clear()
+            self._release(lanes)
+
+    def _release(self, lanes: dict[str, deque[_Item]]) -> None:
+        """Acknowledge what lanes cancelled before they began still hold."""
+        for lane in lanes.values():
+            for _, ticket in lane:
+                self._acknowledge(ticket)
+        lanes.clear()
 
     async def _hold(
         self, deliver: Callable[[Message, _Ticket | None], None], task_status: TaskStatus[None]
@@ -579,7 +576,7 @@ class Bus:
                 if not s.inline:
                     continue
                 if s.direct is None:
-                    inline.append((s.deliverer(), s, False))
+                    inline.append((s._deliver or s.offer, s, False))
                 elif s.by_type is None:
                     inline.append((s.direct, s, True))
                 elif (function := s.by_type.get(kind)) is not None:

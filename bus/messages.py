@@ -18,7 +18,7 @@ Flow of one turn (who publishes what; the context gatekeeper's part: ``docs/cont
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import msgspec
 
@@ -595,32 +595,8 @@ BusMessage = (
     | ContextAction
 )
 
-MESSAGE_TYPES: tuple[type[Message], ...] = (
-    RunStarted,
-    RunEnding,
-    RunFinished,
-    TurnStarted,
-    TurnEnded,
-    Progress,
-    ModelRequest,
-    ModelTextDelta,
-    ModelError,
-    ModelReply,
-    ModelCancel,
-    ModelReplied,
-    ToolCallProposed,
-    ToolVerdict,
-    ToolExecute,
-    ToolResult,
-    ToolsCancel,
-    Nudge,
-    StopSignal,
-    AbortRequested,
-    ActorFailed,
-    Notice,
-    PromptRejected,
-    ContextAction,
-)
+MESSAGE_TYPES: tuple[type[Message], ...] = get_args(BusMessage)
+"""Every message type, in the order of :data:`BusMessage`."""
 
 # Messages that the bus also delivers to the run's own control inbox (the conductor).
 INBOX_TYPES: frozenset[type[Message]] = frozenset(

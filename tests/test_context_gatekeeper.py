@@ -15,7 +15,6 @@ from actors.context import (
     Estimator,
     TextCounter,
     apply_folds,
-    pairing_problems,
     summary_message,
 )
 from actors.context.gatekeeper import ContextGatekeeper
@@ -38,6 +37,7 @@ from bus import (
     Usage,
 )
 from tests.harness import drain, serving
+from tests.pairing import pairing_problems
 from tests.started import run_started
 
 TOOLS = (ToolSpec(name="read", description="Read a file.", parameters='{"type":"object"}'),)

@@ -13,12 +13,12 @@ from actors.context import (
     apply_folds,
     compaction_prompt,
     fold_stub,
-    pairing_problems,
     plan_collapse,
     plan_compaction,
     summary_message,
 )
 from bus import NUDGE_MARKER, ChatMessage, Fold, ToolCall, nudge_text
+from tests.pairing import pairing_problems
 
 
 def chars(text: str) -> int:

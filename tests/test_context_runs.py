@@ -9,7 +9,7 @@ from typing import TypeVar
 import anyio
 import pytest
 
-from actors.context import SUMMARY_NUDGE_KIND, pairing_problems
+from actors.context import SUMMARY_NUDGE_KIND
 from bus import (
     NUDGE_MARKER,
     ContextAction,
@@ -26,6 +26,7 @@ from orchestrator.result import RunResult
 from orchestrator.runtime import RunSpec, Runtime
 from orchestrator.scenarios.runs import expectation_mismatches, start_scenario
 from orchestrator.sim import Scenario, parse_scenario, shipped_scenarios
+from tests.pairing import pairing_problems
 
 SHIPPED = {scenario.name: scenario for scenario in shipped_scenarios()}
 

@@ -1,21 +1,12 @@
 """Calibration: how many prompt tokens an endpoint counts per estimated token, per model.
 
-Every reply's ``usage.prompt_tokens`` is compared with the estimate of the prompt that was
-sent (source ``usage``); where replies carry no usage, a sample counted by the server's
-own tokenizer endpoint stands in (source ``tokenizer``, :mod:`actors.context.server`).
-The ratio is learned per model (the first sample, then an exponential moving average) and
-applied to later estimates. It is clamped: an endpoint that counts more than estimated
-(an unknown tokenizer with a small vocabulary, framing) raises estimates up to
-:data:`HIGH` times, but estimates are lowered by at most ``1 - LOW``, because the estimate
-of a run's next prompt, unlike the sample, may be made of content the fallback counts
-more closely (see ``tokens``).
-
-For a model whose tokenizer is unknown, an estimate also carries a ``bound`` (see
-``tokens``): before any sample the bound is the estimate, and a calibrated estimate never
-goes above it. Such a model learns a second ratio, counted over the bound, and a calibrated
-estimate is the larger of the two scaled figures: which one tracks a tokenizer across kinds
-of content depends on the tokenizer (a large vocabulary follows the cl100k-based estimate, a
-character-level one the bytes), and the larger is right for both.
+A sample is a reply's ``usage.prompt_tokens`` against the estimate of the prompt sent
+(source ``usage``) or, where replies carry no usage, the server's tokenizer's count of a
+sample (source ``tokenizer``). The ratio is learned per model (the first sample, then an
+exponential moving average), clamped to [:data:`LOW`, :data:`HIGH`], and applied to later
+estimates. A model whose tokenizer is unknown also learns a ratio over the ``bound``: its
+calibrated estimate is the larger of the two scaled figures, never above the bound (before
+any sample, the bound itself). Why: ``docs/context.md`` (Estimating a prompt).
 """
 
 from __future__ import annotations

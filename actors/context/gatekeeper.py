@@ -2,10 +2,11 @@
 
 It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
 
-* ``TurnStarted``: past ``collapse_at`` of the limit, the prompt's estimate (the run's
-  ledger and tool schemas, calibrated per model) folds old answered tool results
-  (``ContextAction(collapse)``); past the limit, ``ContextAction(blocked)`` and a
-  ``blocking_limit`` stop: the request is never sent.
+* ``TurnStarted``: the turn's new tool results are first cut to take together at most
+  ``tool_result_share`` of the room the run's fixed prompt leaves (a ``collapse`` whose
+  folds keep each result's head); past ``collapse_at`` of the limit, old answered tool
+  results are folded (``ContextAction(collapse)``); past the limit,
+  ``ContextAction(blocked)`` and a ``blocking_limit`` stop: the request is never sent.
 * ``PromptRejected``: a collapse of every answered tool result, then a compaction
   (``ContextAction(compact)``), then a ``prompt_too_long`` stop; a step that changes
   nothing is skipped.
@@ -13,18 +14,11 @@ It answers (``answers=True``, only with :meth:`Bus.publish_nowait`):
   tokens calibrate the model's ratio, or far below the estimate are flagged
   (``ContextAction(silent_truncation)``).
 
-Before that ``TurnStarted`` check, the tool results the model has not answered yet may
-take together at most ``tool_result_share`` of the room the run's fixed prompt (system
-prompt, task, tool schemas) leaves: past it, they are cut to fit (the share divided
-evenly, a small result keeping what it needs), each with a note on how to read the rest (a
-``collapse`` whose fold keeps the result's head), so no turn's results make the next
-request ``blocking_limit`` (issue #32: the share was per result, so three results each
-within it ended a run). Each run's first check says how its tokens are counted
-(``ContextAction(counting)``, again when that changes). With an operator's endpoint
-(``server``), each model's first run asks the server once, in a task of the gatekeeper's
-own, for its window and its tokenizer's count of a sample (:mod:`actors.context.server`).
-
-Runs without a policy (``policy_for`` gives ``None``) are not watched (``docs/context.md``).
+Each run's first check says how its tokens are counted (``ContextAction(counting)``, again
+when that changes). With an operator's endpoint (``server``), each model's first run asks
+the server once for its window and its tokenizer's count of a sample
+(:mod:`actors.context.server`). Runs without a policy are not watched. How and why:
+``docs/context.md``.
 """
 
 from __future__ import annotations
@@ -50,6 +44,7 @@ from actors.context import (
     TextCounter,
     plan_collapse,
     plan_compaction,
+    turns_text,
 )
 from actors.context.calibration import HIGH
 from actors.context.cutting import NOTE_CHARS, cut_result, next_offset
@@ -60,6 +55,7 @@ from bus import (
     Bus,
     ChatMessage,
     ContextAction,
+    ContextActionKind,
     Fold,
     Message,
     ModelReplied,
@@ -67,7 +63,6 @@ from bus import (
     PromptRejected,
     RunFinished,
     RunStarted,
-    StopSignal,
     ToolSpec,
     TurnStarted,
     stop_signal,
@@ -276,7 +271,7 @@ class ContextGatekeeper:
                     run.base = _fixed_prompt(run)
                 run.counting = method
                 detail = self._counting(run)
-                self._publish(
+                self._bus.publish_nowait(
                     ContextAction(run_id=run.run_id, turn=msg.turn, kind="counting", detail=detail)
                 )
             # Most results are far below any share: one comparison (see _cut_chars).
@@ -397,23 +392,12 @@ class ContextGatekeeper:
             self._collapses += 1
             tools = ", ".join(sorted({entries[fold.index].tool or "tool" for fold in folds}))
             together = f" of {len(found)} results" if len(found) > 1 else ""
-            self._publish(
-                ContextAction(
-                    run_id=run.run_id,
-                    turn=msg.turn,
-                    kind="collapse",
-                    estimate_tokens=before,
-                    after_tokens=after,
-                    limit_tokens=run.limit,
-                    folds=tuple(folds),
-                    detail=(
-                        f"Cut the result of {tools} ({len(folds)} result(s)) to "
-                        f"{allowed:,} tokens{together} together, {share:.0%} of the room "
-                        "the system prompt, task and tool schemas leave under the limit: "
-                        f"{before:,} → {after:,} tokens (estimate)."
-                    ),
-                )
+            detail = (
+                f"Cut the result of {tools} ({len(folds)} result(s)) to {allowed:,} tokens"
+                f"{together} together, {share:.0%} of the room the system prompt, task and "
+                f"tool schemas leave under the limit: {before:,} → {after:,} tokens (estimate)."
             )
+            self._act(run, msg.turn, "collapse", detail, before, after, folds=tuple(folds))
 
     def _tokens(self, run: _Run, tokens: int, bound: int) -> int:
         return self.calibration.apply(run.model, tokens, bound)
@@ -430,12 +414,9 @@ class ContextGatekeeper:
         content = message.content or ""
         call_id = message.tool_call_id or ""
         entry = run.ledger.entries[index]
-        offset = None
-        if entry.tool == "read_file":
-            arguments = next(
-                (c.arguments for m in appended for c in m.tool_calls if c.id == call_id), None
-            )
-            offset = next_offset(entry.tool, arguments)
+        calls = (c for m in appended for c in m.tool_calls if c.id == call_id)
+        arguments = next(calls, None) if entry.tool == "read_file" else None
+        offset = next_offset(entry.tool, None if arguments is None else arguments.arguments)
         estimator = run.ledger.estimator
         keep = len(content) * max(allowed, 0) // max(own, 1) - NOTE_CHARS
         stub = cut_result(content, keep, tool=entry.tool, offset=offset)
@@ -462,9 +443,7 @@ class ContextGatekeeper:
             needed = math.ceil(excess / self.calibration.ratio(run.model))
             folds, _ = plan_collapse(run.ledger, min_chars=policy.fold_min_chars, needed=needed)
             if folds:
-                after = self._fold(run, folds)
-                self._collapse_action(run, msg.turn, folds, prompt, after, reactive=False)
-                prompt = after
+                prompt = self._collapse(run, msg.turn, folds, prompt, reactive=False)
         if prompt <= limit:
             return
         bounded = run.counting == "bound"
@@ -484,18 +463,8 @@ class ContextGatekeeper:
                 "unknown, the server reported no usage and loopfuse found no tokenizer "
                 "endpoint on it."
             )
-        self._publish(
-            ContextAction(
-                run_id=msg.run_id,
-                turn=msg.turn,
-                kind="blocked",
-                estimate_tokens=prompt,
-                after_tokens=prompt,
-                limit_tokens=limit,
-                detail=detail,
-            )
-        )
-        self._stop(run, msg.run_id, "context.blocking_limit", detail)
+        self._act(run, msg.turn, "blocked", detail, prompt, prompt)
+        self._stop(run, "context.blocking_limit", detail)
 
     def _first_request_anyway(self, run: _Run, turn: int, bound: int, limit: int) -> None:
         """Nothing has calibrated the model yet and only its bound is over the limit: the
@@ -503,51 +472,54 @@ class ContextGatekeeper:
         refusal takes the ``prompt_too_long`` path). A bound blocks only once it is all
         there is (later turns)."""
         typical = run.ledger.tokens + run.tools.tokens
-        self._publish(
-            ContextAction(
-                run_id=run.run_id,
-                turn=turn,
-                kind="counting",
-                estimate_tokens=bound,
-                limit_tokens=limit,
-                detail=(
-                    f"The prompt's upper bound ({bound:,} tokens) is over the limit "
-                    f"({limit:,}) but its typical estimate ({typical:,}) is not, and nothing "
-                    f"has calibrated {run.model!r} yet: the request is sent and the server's "
-                    "answer decides."
-                ),
-            )
+        detail = (
+            f"The prompt's upper bound ({bound:,} tokens) is over the limit ({limit:,}) but "
+            f"its typical estimate ({typical:,}) is not, and nothing has calibrated "
+            f"{run.model!r} yet: the request is sent and the server's answer decides."
         )
+        self._act(run, turn, "counting", detail, bound)
 
-    def _fold(self, run: _Run, folds: Sequence[Fold]) -> int:
+    def _collapse(
+        self, run: _Run, turn: int, folds: tuple[Fold, ...], before: int, *, reactive: bool
+    ) -> int:
+        """Fold ``folds`` in the ledger and say so; returns the prompt's estimate after."""
         for fold in folds:
             run.ledger.fold(fold)
         self._collapses += 1
-        return self._prompt(run)
+        after = self._prompt(run)
+        why = "the endpoint refused the prompt" if reactive else "the prompt neared the limit"
+        detail = f"Folded {len(folds)} old tool result(s) ({why}): {before:,} → {after:,} tokens"
+        self._act(
+            run, turn, "collapse", f"{detail} (estimate).", before, after, folds, reactive=reactive
+        )
+        return after
 
-    def _collapse_action(
+    def _act(
         self,
         run: _Run,
         turn: int,
-        folds: tuple[Fold, ...],
-        before: int,
-        after: int,
+        kind: ContextActionKind,
+        detail: str,
+        estimate: int,
+        after: int = 0,
+        folds: tuple[Fold, ...] = (),
         *,
-        reactive: bool,
+        reactive: bool = False,
+        reported: int = 0,
     ) -> None:
-        why = "the endpoint refused the prompt" if reactive else "the prompt neared the limit"
-        self._publish(
+        """Publish what the gatekeeper did to ``run``'s prompt, against its limit."""
+        self._bus.publish_nowait(
             ContextAction(
                 run_id=run.run_id,
                 turn=turn,
-                kind="collapse",
+                kind=kind,
                 reactive=reactive,
-                estimate_tokens=before,
+                estimate_tokens=estimate,
                 after_tokens=after,
                 limit_tokens=run.limit,
+                reported_tokens=reported,
                 folds=folds,
-                detail=f"Folded {len(folds)} old tool result(s) ({why}): "
-                f"{before:,} → {after:,} tokens (estimate).",
+                detail=detail,
             )
         )
 
@@ -560,13 +532,10 @@ class ContextGatekeeper:
         ledger = run.ledger
         span, run.pending = run.pending, None
         if span is not None and not run.stale:
+            # the request holds the summary at span.start (end <= len(ledger): it is there)
             expected = len(ledger) - (span.end - span.start) + 1
-            summary = msg.messages[span.start] if span.start < len(msg.messages) else None
-            if (
-                summary is not None
-                and len(msg.messages) >= expected
-                and (summary.content or "").startswith(_SUMMARY_PREFIX)
-            ):
+            summary = msg.messages[span.start] if len(msg.messages) >= expected else None
+            if summary is not None and (summary.content or "").startswith(_SUMMARY_PREFIX):
                 ledger.splice(span.start, span.end, summary, span.last_turn)
             else:
                 run.stale = True
@@ -597,22 +566,12 @@ class ContextGatekeeper:
             return
         if reported < run.policy.silent_truncation_ratio * floor:
             self._silent += 1
-            self._publish(
-                ContextAction(
-                    run_id=msg.run_id,
-                    turn=msg.turn,
-                    kind="silent_truncation",
-                    estimate_tokens=floor,
-                    reported_tokens=reported,
-                    limit_tokens=run.limit,
-                    detail=(
-                        f"The endpoint counted {reported:,} prompt tokens where at least "
-                        f"{floor:,} were sent: it probably cut the prompt without an "
-                        "error (Ollama does at num_ctx); the model may not have seen the "
-                        "task or the latest results."
-                    ),
-                )
+            detail = (
+                f"The endpoint counted {reported:,} prompt tokens where at least {floor:,} "
+                "were sent: it probably cut the prompt without an error (Ollama does at "
+                "num_ctx); the model may not have seen the task or the latest results."
             )
+            self._act(run, msg.turn, "silent_truncation", detail, floor, reported=reported)
             return
         self.calibration.observe(run.model, sent, reported, "usage", run.sent_bound)
 
@@ -634,9 +593,7 @@ class ContextGatekeeper:
             run.tried += ("collapse",)
             folds, _ = plan_collapse(run.ledger, min_chars=policy.fold_min_chars)
             if folds:
-                before = self._prompt(run)
-                after = self._fold(run, folds)
-                self._collapse_action(run, msg.turn, folds, before, after, reactive=True)
+                self._collapse(run, msg.turn, folds, self._prompt(run), reactive=True)
                 run.done += ("collapsing",)
                 return
         if not run.stale and "compact" not in run.tried:
@@ -647,7 +604,7 @@ class ContextGatekeeper:
                 run.done += ("compacting",)
                 run.pending = span
                 room = run.window - policy.safety_buffer - policy.summary_max_tokens
-                self._publish(
+                self._bus.publish_nowait(
                     ContextAction(
                         run_id=msg.run_id,
                         turn=msg.turn,
@@ -662,7 +619,7 @@ class ContextGatekeeper:
                         summary_max_tokens=policy.summary_max_tokens,
                         history_chars=HISTORY_CHARS_PER_TOKEN * max(room, 1_000),
                         detail=(
-                            f"Compacting {_turns(span.first_turn, span.last_turn)} "
+                            f"Compacting {turns_text(span.first_turn, span.last_turn)} "
                             f"({span.end - span.start} messages) into a summary."
                         ),
                     )
@@ -674,26 +631,19 @@ class ContextGatekeeper:
             done = "with the transcript out of step, so nothing was folded or compacted"
         else:
             done = "with nothing to fold or compact"
+        refused = f"The endpoint refused the prompt of turn {msg.turn} as too long"
         self._stop(
             run,
-            msg.run_id,
             "context.prompt_too_long",
-            f"The endpoint refused the prompt of turn {msg.turn} as too long {msg.attempt} "
-            f"time(s), {done}: {msg.message or f'status {msg.status}'}",
+            f"{refused} {msg.attempt} time(s), {done}: {msg.message or f'status {msg.status}'}",
         )
 
     # ------------------------------------------------------------------ answers
 
-    def _stop(self, run: _Run, run_id: str, cause: str, detail: str) -> None:
+    def _stop(self, run: _Run, cause: str, detail: str) -> None:
         run.stopped = True
-        self._publish(stop_signal(cause, run_id=run_id, source=SOURCE, detail=detail))
-
-    def _publish(self, msg: ContextAction | StopSignal) -> None:
-        self._bus.publish_nowait(msg)
-
-
-def _turns(first: int, last: int) -> str:
-    return f"turn {first}" if first == last else f"turns {first}-{last}"
+        signal = stop_signal(cause, run_id=run.run_id, source=SOURCE, detail=detail)
+        self._bus.publish_nowait(signal)
 
 
 NEVER_CUT: Final = 2**62

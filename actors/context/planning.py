@@ -5,7 +5,7 @@ conductor, which owns the transcript, carries the plan out with the same functio
 (:func:`apply_folds`, :func:`compaction_prompt`, :func:`summary_message`). Both keep the
 tool-call pairing valid: a fold changes only a tool result's content, and a compacted
 span starts after the task and ends where a kept turn's assistant message begins, so no
-call loses its result and no result its call (:func:`pairing_problems` checks it).
+call loses its result and no result its call.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ __all__ = [
     "apply_folds",
     "compaction_prompt",
     "fold_stub",
-    "pairing_problems",
     "plan_collapse",
     "plan_compaction",
     "summary_message",
+    "turns_text",
 ]
 
 COMPACT_NUDGE_KIND: Final = "context.compact"
@@ -69,15 +69,13 @@ def plan_collapse(
     saved = 0
     for index in range(start, consumed_before):
         entry = ledger.entries[index]
-        if entry.role != "tool" or entry.folded or entry.chars < min_chars:
-            if settled == index:
-                settled += 1
-            continue
-        stub = fold_stub(entry.tool, entry.chars, entry.turn)
-        after = ledger.estimator.message(
-            ChatMessage(role="tool", tool_call_id=entry.call_id, content=stub)
-        )
-        gain = (entry.estimate - after).tokens
+        gain = 0
+        if entry.role == "tool" and not entry.folded and entry.chars >= min_chars:
+            stub = fold_stub(entry.tool, entry.chars, entry.turn)
+            after = ledger.estimator.message(
+                ChatMessage(role="tool", tool_call_id=entry.call_id, content=stub)
+            )
+            gain = (entry.estimate - after).tokens
         if gain <= 0:
             if settled == index:
                 settled += 1
@@ -170,27 +168,13 @@ def compaction_prompt(
     names: dict[str, str] = {}
     lines = [_render(message, names) for message in messages]
     if sum(len(line) + 2 for line in lines) > history_chars:
-        half = history_chars // 2
-        head: list[str] = []
-        used = 0
-        for line in lines:
-            if used + len(line) + 2 > half:
-                break
-            head.append(line)
-            used += len(line) + 2
-        tail: list[str] = []
-        used = 0
-        for line in reversed(lines[len(head) :]):
-            if used + len(line) + 2 > half:
-                break
-            tail.append(line)
-            used += len(line) + 2
-        tail.reverse()
+        head = _fitting(lines, history_chars // 2)
+        tail = _fitting(lines[len(head) :][::-1], history_chars // 2)[::-1]
         left_out = len(lines) - len(head) - len(tail)
         lines = [*head, f"[… {left_out} messages left out …]", *tail]
     history = "\n\n".join(lines)
     words = max(summary_max_tokens * 3 // 4, 50)
-    turns = f"turn {first_turn}" if first_turn == last_turn else f"turns {first_turn}-{last_turn}"
+    turns = turns_text(first_turn, last_turn)
     return (
         ChatMessage(role="system", content=_SUMMARY_SYSTEM.format(words=words)),
         ChatMessage(
@@ -202,9 +186,25 @@ def compaction_prompt(
     )
 
 
+def _fitting(lines: list[str], chars: int) -> list[str]:
+    """The first of ``lines`` that fit in ``chars`` (each with its separator)."""
+    used = count = 0
+    for line in lines:
+        used += len(line) + 2
+        if used > chars:
+            break
+        count += 1
+    return lines[:count]
+
+
+def turns_text(first: int, last: int) -> str:
+    """``turn 3`` or ``turns 3-5``."""
+    return f"turn {first}" if first == last else f"turns {first}-{last}"
+
+
 def summary_message(text: str, first_turn: int, last_turn: int) -> ChatMessage:
     """The user message that takes the place of compacted history."""
-    turns = f"turn {first_turn}" if first_turn == last_turn else f"turns {first_turn}-{last_turn}"
+    turns = turns_text(first_turn, last_turn)
     return ChatMessage(
         role="user",
         content=nudge_text(
@@ -213,25 +213,3 @@ def summary_message(text: str, first_turn: int, last_turn: int) -> ChatMessage:
             f"messages are gone):\n{text.strip()}",
         ),
     )
-
-
-def pairing_problems(messages: Sequence[ChatMessage]) -> list[str]:
-    """What makes ``messages`` an invalid request as to tool calls: an assistant's calls
-    must each be answered by a tool message before any other message, and every tool
-    message must answer an open call. Empty when valid."""
-    problems: list[str] = []
-    open_calls: set[str] = set()
-    for index, message in enumerate(messages):
-        if message.role == "tool":
-            if message.tool_call_id in open_calls:
-                open_calls.discard(message.tool_call_id)
-            else:
-                call_id = message.tool_call_id
-                problems.append(f"message {index}: result for no open call {call_id!r}")
-            continue
-        if open_calls:
-            problems.append(f"message {index}: calls {sorted(open_calls)} have no result")
-        open_calls = {call.id for call in message.tool_calls}
-    if open_calls:
-        problems.append(f"end: calls {sorted(open_calls)} have no result")
-    return problems

@@ -75,10 +75,7 @@ def scaled_reserve(value: int, *, default: int, window: int, share: int) -> int:
     """What a ``window`` keeps free for a reserve set to ``value``: a default value is
     capped at its share of the window (``window // share``); any other value was chosen
     by the operator and is kept as set (a reserve too large for the window is refused).
-
-    With the defaults (a safety buffer of 3,000, share 10; an output reservation of 8,192,
-    share 4), a window of 32,768 or more keeps the defaults, and a 2,048-token window keeps
-    204 + 512 free: it runs with no context settings (``docs/context.md``)."""
+    What the defaults keep for each window: ``docs/context.md``."""
     return min(value, window // share) if value == default else value
 
 

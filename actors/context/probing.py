@@ -62,8 +62,7 @@ class ServerProbes:
         return self._reports.get(model)
 
     async def report(self, model: str) -> ServerReport | None:
-        """What the server said about ``model``, once it has answered (``None``: it was
-        never asked: no operator endpoint, or too many models)."""
+        """See :meth:`ContextGatekeeper.server_report`."""
         done = self._asked.get(model)
         if done is None:
             return None
@@ -81,8 +80,7 @@ class ServerProbes:
     async def prepare(
         self, model: str, task: str, tool_specs: Sequence[ToolSpec], estimator: Estimator
     ) -> None:
-        """Ask about ``model`` now if nobody has yet, or wait for the answer being asked
-        for; return at once once it is known (see :meth:`ContextGatekeeper.prepare`)."""
+        """See :meth:`ContextGatekeeper.prepare`."""
         if self.server is None:
             return
         done = self._asked.get(model)

@@ -64,26 +64,17 @@ class ServerReport(NamedTuple):
     """How many tokens that tokenizer made of the sample."""
 
 
-async def probe(
-    endpoint: ServerEndpoint, model: str, sample: str, *, client: httpx2.AsyncClient | None = None
-) -> ServerReport:
+async def probe(endpoint: ServerEndpoint, model: str, sample: str) -> ServerReport:
     """Ask ``endpoint`` about ``model``: its window and its count of ``sample``."""
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
-    owned = client is None
-    http = client or httpx2.AsyncClient(timeout=TIMEOUT_SECONDS, headers=headers)
-    try:
-        window = await _window(http, endpoint, model, headers)
-        tokenizer, count = await _tokenize(http, endpoint, model, sample, headers)
-    finally:
-        if owned:
-            await http.aclose()
+    async with httpx2.AsyncClient(timeout=TIMEOUT_SECONDS, headers=headers) as http:
+        window = await _window(http, endpoint, model)
+        tokenizer, count = await _tokenize(http, endpoint, model, sample)
     return ServerReport(window, tokenizer, count)
 
 
-async def _window(
-    http: httpx2.AsyncClient, endpoint: ServerEndpoint, model: str, headers: dict[str, str]
-) -> int | None:
-    answer = await _ask(http, "GET", endpoint.base_url.rstrip("/") + "/models", None, headers)
+async def _window(http: httpx2.AsyncClient, endpoint: ServerEndpoint, model: str) -> int | None:
+    answer = await _ask(http, "GET", endpoint.base_url.rstrip("/") + "/models", None)
     entries = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(entries, list):
         return None
@@ -97,18 +88,14 @@ async def _window(
 
 
 async def _tokenize(
-    http: httpx2.AsyncClient,
-    endpoint: ServerEndpoint,
-    model: str,
-    sample: str,
-    headers: dict[str, str],
+    http: httpx2.AsyncClient, endpoint: ServerEndpoint, model: str, sample: str
 ) -> tuple[str | None, int | None]:
     bodies = (
         {"input": sample, "model": model},
         {"content": sample, "prompt": sample, "model": model},
     )
     for path, body in zip(TOKENIZER_PATHS, bodies, strict=True):
-        answer = await _ask(http, "POST", endpoint.root + path, body, headers)
+        answer = await _ask(http, "POST", endpoint.root + path, body)
         count = _token_count(answer)
         if count is not None:
             return path, count
@@ -127,18 +114,10 @@ def _token_count(answer: Any) -> int | None:
     return None
 
 
-async def _ask(
-    http: httpx2.AsyncClient,
-    method: str,
-    url: str,
-    body: dict[str, str] | None,
-    headers: dict[str, str],
-) -> Any:
+async def _ask(http: httpx2.AsyncClient, method: str, url: str, body: dict[str, str] | None) -> Any:
     """The JSON answer of one request, or ``None`` (any failure: not an error here)."""
     try:
-        async with http.stream(
-            method, url, json=body, headers=headers, timeout=TIMEOUT_SECONDS
-        ) as response:
+        async with http.stream(method, url, json=body) as response:
             if response.status_code != 200:
                 return None
             data = bytearray()

@@ -1,19 +1,13 @@
 """Token estimates of prompt pieces: exact for OpenAI models, bounded otherwise.
 
-* **OpenAI models** (:func:`~actors.context.windows.encoding_for`): their own vocabulary
-  (``o200k_base`` or ``cl100k_base``) from the ``bpe-openai`` wheel, offline.
-* **Any other model** gets three figures. ``tokens``: ``cl100k_base`` with every digit
-  counted as one token, plus :data:`FALLBACK_MARGIN`: a typical count, which calibration
-  scales. ``bound``: the text's UTF-8 bytes plus one per text (:func:`text_bound`) and the
-  framing at its largest (:data:`BOUND_MESSAGE_OVERHEAD` and the rest): no byte-fallback
-  tokenizer makes more tokens than bytes. ``floor``: the plain cl100k count, which the
-  silent-truncation check compares with. How each was measured: ``docs/context.md``
-  (Estimating a prompt).
-
-Images are priced by their pixel size (:mod:`actors.context.images`). Chat framing is added
-per message (:data:`MESSAGE_OVERHEAD`), per tool call, per tool schema and once per
-request; the endpoint's reported usage calibrates what is left
-(:mod:`actors.context.calibration`). Vocabularies are loaded on first use, once per process.
+OpenAI models (:func:`~actors.context.windows.encoding_for`) are counted with their own
+vocabulary from the ``bpe-openai`` wheel, offline, loaded on first use. Any other model gets
+three figures: ``tokens`` (the digit-split ``cl100k_base`` count plus
+:data:`FALLBACK_MARGIN`, which calibration scales), ``bound`` (UTF-8 bytes and framing at its
+largest, :func:`text_bound`) and ``floor`` (the plain cl100k count, for the
+silent-truncation check). Images are priced by their pixel size
+(:mod:`actors.context.images`); chat framing is added per message, tool call, tool schema and
+request. How each figure was measured: ``docs/context.md`` (Estimating a prompt).
 """
 
 from __future__ import annotations

@@ -148,11 +148,7 @@ def window_for(
 ) -> int:
     """The context window of ``model``: ``overrides`` (same prefix rules) first, then
     :data:`MODEL_WINDOWS`, then ``default``."""
-    if overrides:
-        found = match_model(model, overrides)
-        if found is not None:
-            return found
-    found = _builtin_window(model)
+    found = configured_window(model, overrides)
     return default if found is None else found
 
 
