@@ -20,7 +20,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.metrics import FleetCollector, NodeCollector
 from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.state import RunState
@@ -50,10 +49,6 @@ def _micros(seconds: float) -> int:
     return round(seconds * 1_000_000)
 
 
-def _api_error(exc: ClusterError) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message, key=exc.key)
-
-
 def _view(state: RunState) -> RunView:
     return RunView(
         id=state.run_id,
@@ -73,7 +68,8 @@ def _view(state: RunState) -> RunView:
 
 class _Guard:
     """The ``Host`` and ``Content-Type`` checks (:mod:`orchestrator.daemon.browsers`), bearer
-    tokens, and :class:`ApiError` / :class:`ClusterError` as JSON responses."""
+    tokens, and :class:`ApiError` (a :class:`~orchestrator.cluster.errors.ClusterError` too) as
+    JSON responses."""
 
     def __init__(self, app: ASGIApp, auth: Authenticator, hosts: HostCheck) -> None:
         self._app = app
@@ -104,8 +100,6 @@ class _Guard:
             await self._app(scope, receive, send)
         except ApiError as exc:
             await error_response(exc)(scope, receive, send)
-        except ClusterError as exc:
-            await error_response(_api_error(exc))(scope, receive, send)
 
 
 def create_fleet_app(

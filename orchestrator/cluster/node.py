@@ -44,7 +44,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
-from bus import ExitReason, RunFinished
+from bus import ExitReason
 from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.events import ClusterEvent, last_event, run_events
 from orchestrator.cluster.jetstream import Buckets, bucket_keys, connect, ensure_layout, retrying
@@ -121,7 +121,6 @@ class ClusterNode:
         self._buckets: Buckets | None = None
         self._runtime: Runtime | None = None
         self._publisher: EventPublisher | None = None
-        self._journal: KvJournal | None = None
         self._runs: starting.LiveRuns | None = None
         # Deliveries of each run this daemon is running: a run delivered again while it
         # runs here (its ack lost to a NATS restart) is not started twice, and every
@@ -165,21 +164,21 @@ class ClusterNode:
         self._nc, self._js = nc, nc.jetstream()
         try:
             self._buckets = await ensure_layout(self._js, self.settings)
-            self._journal = KvJournal(self._buckets.checkpoints)
+            journal = KvJournal(self._buckets.checkpoints)
             async with Runtime(
                 self.config,
                 scenarios=self._extra_scenarios,
-                journal=self._journal,
+                journal=journal,
                 keep_finished_runs=KEEP_FINISHED_IN_MEMORY,
             ) as runtime:
                 self._runtime = runtime
                 self._publisher = EventPublisher(runtime.bus, self._js, self.settings)
                 self._runs = starting.LiveRuns(
-                    self.config, self._scenarios, self._reports, self._journal, self._publisher
+                    self.config, self._scenarios, self._reports, journal, self._publisher
                 )
                 async with anyio.create_task_group() as tg:
                     await tg.start(self._publisher.run)
-                    await tg.start(self._journal.run)
+                    await tg.start(journal.run)
                     await self._beat()
                     tg.start_soon(self._heartbeat)
                     await self._listen_for_aborts()
@@ -387,8 +386,7 @@ class ClusterNode:
     async def _listen_for_aborts(self) -> None:
 
         async def on_message(msg: Msg) -> None:
-            run_id = msg.subject.split(".")[-2]
-            await self._abort_local(run_id)
+            await self._abort_local(msg.subject.split(".")[-2])
 
         await self.nc.subscribe(self.settings.abort_subject("*"), cb=on_message)
 
@@ -445,10 +443,18 @@ class ClusterNode:
 
     async def _take(self, msg: Msg, tg: TaskGroup) -> None:
         run_id = (msg.headers or {}).get(RUN_HEADER, "")
+        deliveries = self._deliveries.get(run_id)
         try:
             if msg.metadata.num_delivered > 1:
                 self._counts["redelivered"] += 1
-            await self._own_and_run(run_id, msg, tg)
+            if deliveries is not None:  # running here already
+                deliveries.append(msg)
+                return
+            self._deliveries[run_id] = [msg]
+            try:
+                await self._claim_and_run(run_id, msg, tg)
+            finally:
+                del self._deliveries[run_id]
         except Exception:
             logger.exception("run could not be taken", extra={"run_id": run_id})
             with anyio.CancelScope(shield=True):
@@ -461,17 +467,6 @@ class ClusterNode:
             self._slot_freed.set()
             if self._in_flight == 0:
                 self._idle.set()
-
-    async def _own_and_run(self, run_id: str, msg: Msg, tg: TaskGroup) -> None:
-        deliveries = self._deliveries.get(run_id)
-        if deliveries is not None:  # running here already
-            deliveries.append(msg)
-            return
-        self._deliveries[run_id] = deliveries = [msg]
-        try:
-            await self._claim_and_run(run_id, msg, tg)
-        finally:
-            del self._deliveries[run_id]
 
     async def _claim_and_run(self, run_id: str, msg: Msg, tg: TaskGroup) -> None:
         try:
@@ -554,7 +549,8 @@ class ClusterNode:
         if took_over:
             newest = await last_event(self.js, self.settings, run_id)
             if newest is not None and newest.type == "RunFinished":
-                return _ended_from_finished(state, starting.FINISHED_DECODER.decode(newest.data))
+                finished = starting.FINISHED_DECODER.decode(newest.data)
+                return _ended(state, finished_result(finished, state.trace_id))
             checkpoint = await self._checkpoint(run_id)
             restart = starting.restart_point(
                 run_id, state.trace_id, False, state.on_crash, checkpoint
@@ -621,7 +617,3 @@ def _failed_to_start(state: RunState, exc: Exception, deliveries: int) -> RunSta
     detail = f"The run could not be started in {deliveries} deliveries: {exc!r}"
     reason = ExitReason.HOOK_STOPPED
     return _ended(state, end_result(state.run_id, state.trace_id, reason, "internal.error", detail))
-
-
-def _ended_from_finished(state: RunState, finished: RunFinished) -> RunState:
-    return _ended(state, finished_result(finished, state.trace_id))
