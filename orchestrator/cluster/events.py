@@ -10,6 +10,7 @@ no duplicates, whichever daemon serves it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from typing import Final, NamedTuple
 
 import nats.errors
@@ -89,7 +90,5 @@ async def run_events(
             if kind == "RunFinished":
                 return
     finally:
-        try:
+        with suppress(nats.errors.Error):
             await sub.unsubscribe()
-        except nats.errors.Error:
-            pass

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Final, NamedTuple
 
 import anyio
@@ -152,10 +153,8 @@ class FleetCollector(Collector):
         if self._revision is None:
             self.snapshot = None
             return
-        try:
+        with suppress(nats.errors.Error, TimeoutError):
             self.snapshot = await fleet_snapshot(self._node)
-        except (nats.errors.Error, TimeoutError):
-            pass
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.snapshot

@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -197,18 +197,14 @@ class ClusterNode:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             for deliveries in list(self._deliveries.values()):
                 for delivery in deliveries:
-                    try:
+                    with suppress(nats.errors.Error):  # delivered again after ack_wait anyway
                         await delivery.nak()
-                    except nats.errors.Error:
-                        pass  # delivered again after ack_wait anyway
 
     async def _leave(self, nc: Client) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             if self._buckets is not None and nc.is_connected:
-                try:
+                with suppress(nats.errors.Error):
                     await self._buckets.nodes.delete(self.name)
-                except nats.errors.Error:
-                    pass
             await nc.close()
         logger.info("left the fleet", extra={"node": self.name})
 
@@ -457,11 +453,8 @@ class ClusterNode:
                 del self._deliveries[run_id]
         except Exception:
             logger.exception("run could not be taken", extra={"run_id": run_id})
-            with anyio.CancelScope(shield=True):
-                try:
-                    await msg.nak(delay=self.settings.ack_wait_seconds)
-                except nats.errors.Error:
-                    pass
+            with anyio.CancelScope(shield=True), suppress(nats.errors.Error):
+                await msg.nak(delay=self.settings.ack_wait_seconds)
         finally:
             self._in_flight -= 1
             self._slot_freed.set()
@@ -518,24 +511,18 @@ class ClusterNode:
         if await self._store_end(run_id, ended):
             self._counts["finished"] += 1
             for delivery in self._deliveries[run_id]:
-                try:
+                with suppress(nats.errors.Error, TimeoutError):  # else acked when delivered again
                     await retrying("ack", delivery.ack_sync, attempts=ACK_ATTEMPTS)
-                except (nats.errors.Error, TimeoutError):
-                    pass  # delivered again later: its stored end is then acknowledged
-        try:
+        with suppress(NotFoundError):
             await retrying("checkpoint delete", lambda: self.buckets.checkpoints.purge(run_id))
-        except NotFoundError:
-            pass
 
     async def _keep_in_progress(self, run_id: str, scope: anyio.CancelScope) -> None:
         with scope:
             while True:
                 await anyio.sleep(self.settings.ack_wait_seconds / 3)
                 for delivery in self._deliveries.get(run_id, ()):
-                    try:
+                    with suppress(nats.errors.Error):  # NATS is away; the next beat tries again
                         await delivery.in_progress()
-                    except nats.errors.Error:
-                        pass  # NATS is away; the next beat tries again
                 with anyio.move_on_after(self.settings.ack_wait_seconds / 3):
                     await self._check_state(run_id)
 
