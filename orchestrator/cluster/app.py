@@ -17,7 +17,7 @@ import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.cluster.metrics import FleetCollector, NodeCollector
@@ -211,20 +211,15 @@ class _FleetApi:
             default=0,
             low=0,
         )
-        return StreamingResponse(
-            self._stream(run_id, after), media_type="text/event-stream", headers=sse.HEADERS
+        heartbeat = self._node.config.daemon.heartbeat_seconds
+        return sse.EventStreamResponse(
+            self._stream(run_id, after), heartbeat=heartbeat, opened=lambda _: None
         )
 
     async def _stream(self, run_id: str, after: int) -> AsyncIterator[bytes]:
         yield b"retry: %d\n\n" % sse.RETRY_MILLISECONDS
         last = after
-        heartbeat = self._node.config.daemon.heartbeat_seconds
-        async for event in self._node.events_with_heartbeats(
-            run_id, after=after, idle_seconds=heartbeat
-        ):
-            if event is None:
-                yield b": ping\n\n"
-                continue
+        async for event in self._node.events(run_id, after=after):
             yield sse.frame(event.data, id=event.seq)
             last = event.seq
         state = await self._node.state(run_id)

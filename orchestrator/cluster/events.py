@@ -52,10 +52,8 @@ async def run_events(
     run_id: str,
     *,
     after: int = 0,
-    idle_seconds: float | None = None,
-) -> AsyncIterator[ClusterEvent | None]:
-    """``run_id``'s events with ids above ``after``, live until its ``RunFinished``; with
-    ``idle_seconds``, a ``None`` each time that long passes without one (a heartbeat).
+) -> AsyncIterator[ClusterEvent]:
+    """``run_id``'s events with ids above ``after``, live until its ``RunFinished``.
 
     Ends at once if the newest stored event is ``RunFinished`` and its id is ``after`` or
     below (a client resuming after the end).
@@ -71,19 +69,12 @@ async def run_events(
     sub = await js.subscribe(
         subject, stream=settings.events_stream, ordered_consumer=True, config=config
     )
-    poll = min(POLL_SECONDS, idle_seconds) if idle_seconds is not None else POLL_SECONDS
-    idle = 0.0
     try:
         while True:
             try:
-                msg = await sub.next_msg(timeout=poll)
+                msg = await sub.next_msg(timeout=POLL_SECONDS)
             except TimeoutError:
-                idle += poll
-                if idle_seconds is not None and idle >= idle_seconds:
-                    idle = 0.0
-                    yield None
                 continue
-            idle = 0.0
             meta = msg.metadata
             kind = (msg.headers or {}).get(TYPE_HEADER, "")
             yield ClusterEvent(meta.sequence.stream, kind, msg.data)

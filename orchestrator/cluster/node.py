@@ -344,17 +344,9 @@ class ClusterNode:
         logger.info("run abort requested", extra={"run_id": run_id, "node": self.name})
         return aborting
 
-    async def events(self, run_id: str, *, after: int = 0) -> AsyncIterator[ClusterEvent]:
+    def events(self, run_id: str, *, after: int = 0) -> AsyncIterator[ClusterEvent]:
         """``run_id``'s events after id ``after``, live until its end (see :mod:`.events`)."""
-        async for event in run_events(self.js, self.settings, run_id, after=after):
-            if event is not None:
-                yield event
-
-    def events_with_heartbeats(
-        self, run_id: str, *, after: int, idle_seconds: float
-    ) -> AsyncIterator[ClusterEvent | None]:
-        """Like :meth:`events`, with a ``None`` after every ``idle_seconds`` of silence."""
-        return run_events(self.js, self.settings, run_id, after=after, idle_seconds=idle_seconds)
+        return run_events(self.js, self.settings, run_id, after=after)
 
     async def wait_idle(self) -> None:
         """Return once this daemon holds no message (every run it took is stored and acked)."""
