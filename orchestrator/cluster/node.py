@@ -1,22 +1,12 @@
 """One daemon of a fleet: takes runs from the work queue, runs them, answers for any run.
 
-:meth:`ClusterNode.running` connects to NATS, creates the layout if needed, starts a
-:class:`~orchestrator.runtime.Runtime` whose journal writes checkpoints to KV, and then:
-
-* pulls submissions from the shared ``workers`` consumer only while it has a free run slot
-  (``runtime.max_concurrent_runs``), so a busy daemon leaves work to the others;
-* takes a run by compare-and-set on its ``runstate`` entry (``queued`` → ``running``,
-  owner = this node); a delivery of a run that another live daemon owns is an ownership
-  conflict and is not run; a run whose owner is gone (no heartbeat key) is taken over
-  and resumed from its last checkpoint or ended with ``abort.crash``, as its ``on_crash``
-  says (the single-node restart rule);
-* signals ``in_progress`` on the message while the run is active, publishes its events,
-  stores its final state in ``runstate``, and only then acknowledges the message: a run
-  whose end was not stored is delivered again;
-* aborts its runs when a message arrives on ``<prefix>.run.<id>.abort``, or, if that
-  message was missed, when its progress beat (every ``ack_wait_seconds / 3``) reads
-  ``aborting`` in the run's entry. (Reading only its own runs' entries keeps a daemon's
-  work independent of the fleet's size; a watch on the whole bucket would not.)
+:meth:`ClusterNode.running` joins the fleet for its body. Meanwhile the node pulls
+submissions only while it has a free run slot (``runtime.max_concurrent_runs``), takes a
+run by compare-and-set on its ``runstate`` entry (a dead owner's run is taken over and
+resumed or ended as its ``on_crash`` says), keeps its message in progress, stores its end
+and only then acknowledges it, and aborts its runs on ``<prefix>.run.<id>.abort`` or when
+its progress beat reads ``aborting`` in their entries (only its own runs' entries: its work
+does not grow with the fleet). A run's whole life: ``docs/scale-out.md``.
 
 :meth:`submit`, :meth:`abort`, :meth:`state` and :meth:`events` work for any run of the
 fleet, wherever it runs.

@@ -385,10 +385,6 @@ class Runtime:
         """Register ``function`` as the Python hook ``name`` (a hook config's ``function``)."""
         self._hook_functions[name] = function
 
-    def _check_hooks(self, hooks: tuple[Hook, ...]) -> None:
-        for key, reason in check_hooks(hooks, self._hook_functions):
-            raise ConfigError(f"config.hooks.{key}", reason)
-
     def _context_server(self) -> ServerEndpoint | None:
         """The operator's endpoint, which the context gatekeeper asks once per model for
         its window and tokenizer (never the embedded simulator, never a request's)."""
@@ -511,7 +507,8 @@ class Runtime:
         unknown = [name for name in settings.tools if self.tools.get(name) is None]
         if unknown:
             raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")
-        self._check_hooks(settings.hooks)
+        for hook, reason in check_hooks(settings.hooks, self._hook_functions):
+            raise ConfigError(f"config.hooks.{hook}", reason)
         check_tool_choice(self.config, settings.model, settings.tools)
         tool_specs = self.tools.specs(settings.tools)
         folderless = tuple(
