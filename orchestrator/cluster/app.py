@@ -113,15 +113,9 @@ def create_fleet_app(
         config.daemon.token_env, metrics_auth=config.daemon.metrics_auth
     )
     api = _FleetApi(node)
-
-    @asynccontextmanager
-    async def run_node(app: Starlette) -> AsyncIterator[None]:
-        async with running_fleet_app(app):
-            yield
-
     app = Starlette(
         routes=run_routes(api),
-        lifespan=run_node if lifespan else None,
+        lifespan=running_fleet_app if lifespan else None,
         exception_handlers=EXCEPTION_HANDLERS,
     )
     app.state.node = node
