@@ -282,10 +282,8 @@ class ClusterNode:
         bucket = self.settings.state_bucket
         states: list[RunState] = []
         for key in await retrying("keys", lambda: bucket_keys(self.nc, bucket)):
-            try:
-                states.append((await self._entry(key))[0])
-            except ClusterError:  # deleted, or pruned between the listing and the read
-                continue
+            with suppress(ClusterError):  # deleted, or pruned between the listing and the read
+                states.append(await self.state(key))
         return states
 
     async def state(self, run_id: str) -> RunState:
@@ -370,12 +368,9 @@ class ClusterNode:
 
     async def _check_state(self, run_id: str) -> None:
         """Catch an abort whose message was missed: the run's entry says ``aborting``."""
-        try:
-            state, _ = await self._entry(run_id)
-        except ClusterError:
-            return
-        if state.status == "aborting":
-            await self._abort_local(run_id)
+        with suppress(ClusterError):
+            if (await self.state(run_id)).status == "aborting":
+                await self._abort_local(run_id)
 
     async def _abort_local(self, run_id: str) -> None:
         if self._runs is not None:
