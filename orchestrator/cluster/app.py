@@ -17,10 +17,9 @@ import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.metrics import FleetCollector, NodeCollector
 from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.state import RunState
@@ -50,10 +49,6 @@ def _micros(seconds: float) -> int:
     return round(seconds * 1_000_000)
 
 
-def _api_error(exc: ClusterError) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message, key=exc.key)
-
-
 def _view(state: RunState) -> RunView:
     return RunView(
         id=state.run_id,
@@ -73,7 +68,8 @@ def _view(state: RunState) -> RunView:
 
 class _Guard:
     """The ``Host`` and ``Content-Type`` checks (:mod:`orchestrator.daemon.browsers`), bearer
-    tokens, and :class:`ApiError` / :class:`ClusterError` as JSON responses."""
+    tokens, and :class:`ApiError` (a :class:`~orchestrator.cluster.errors.ClusterError` too) as
+    JSON responses."""
 
     def __init__(self, app: ASGIApp, auth: Authenticator, hosts: HostCheck) -> None:
         self._app = app
@@ -104,8 +100,6 @@ class _Guard:
             await self._app(scope, receive, send)
         except ApiError as exc:
             await error_response(exc)(scope, receive, send)
-        except ClusterError as exc:
-            await error_response(_api_error(exc))(scope, receive, send)
 
 
 def create_fleet_app(
@@ -119,15 +113,9 @@ def create_fleet_app(
         config.daemon.token_env, metrics_auth=config.daemon.metrics_auth
     )
     api = _FleetApi(node)
-
-    @asynccontextmanager
-    async def run_node(app: Starlette) -> AsyncIterator[None]:
-        async with running_fleet_app(app):
-            yield
-
     app = Starlette(
         routes=run_routes(api),
-        lifespan=run_node if lifespan else None,
+        lifespan=running_fleet_app if lifespan else None,
         exception_handlers=EXCEPTION_HANDLERS,
     )
     app.state.node = node
@@ -217,20 +205,15 @@ class _FleetApi:
             default=0,
             low=0,
         )
-        return StreamingResponse(
-            self._stream(run_id, after), media_type="text/event-stream", headers=sse.HEADERS
+        heartbeat = self._node.config.daemon.heartbeat_seconds
+        return sse.EventStreamResponse(
+            self._stream(run_id, after), heartbeat=heartbeat, opened=lambda _: None
         )
 
     async def _stream(self, run_id: str, after: int) -> AsyncIterator[bytes]:
         yield b"retry: %d\n\n" % sse.RETRY_MILLISECONDS
         last = after
-        heartbeat = self._node.config.daemon.heartbeat_seconds
-        async for event in self._node.events_with_heartbeats(
-            run_id, after=after, idle_seconds=heartbeat
-        ):
-            if event is None:
-                yield b": ping\n\n"
-                continue
+        async for event in self._node.events(run_id, after=after):
             yield sse.frame(event.data, id=event.seq)
             last = event.seq
         state = await self._node.state(run_id)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
+from orchestrator.daemon.errors import ApiError
+
 __all__ = ["ClusterError"]
 
 
-class ClusterError(Exception):
+class ClusterError(ApiError):
     """A fleet operation refused: ``status`` is the HTTP status that fits, ``code`` a word,
-    ``key`` the request's offending field if there is one."""
-
-    def __init__(self, status: int, code: str, message: str, *, key: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.key = key
+    ``key`` the request's offending field if there is one (the API answers it as any
+    :class:`ApiError`)."""

@@ -10,6 +10,7 @@ no duplicates, whichever daemon serves it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import suppress
 from typing import Final, NamedTuple
 
 import nats.errors
@@ -51,10 +52,8 @@ async def run_events(
     run_id: str,
     *,
     after: int = 0,
-    idle_seconds: float | None = None,
-) -> AsyncIterator[ClusterEvent | None]:
-    """``run_id``'s events with ids above ``after``, live until its ``RunFinished``; with
-    ``idle_seconds``, a ``None`` each time that long passes without one (a heartbeat).
+) -> AsyncIterator[ClusterEvent]:
+    """``run_id``'s events with ids above ``after``, live until its ``RunFinished``.
 
     Ends at once if the newest stored event is ``RunFinished`` and its id is ``after`` or
     below (a client resuming after the end).
@@ -70,26 +69,17 @@ async def run_events(
     sub = await js.subscribe(
         subject, stream=settings.events_stream, ordered_consumer=True, config=config
     )
-    poll = min(POLL_SECONDS, idle_seconds) if idle_seconds is not None else POLL_SECONDS
-    idle = 0.0
     try:
         while True:
             try:
-                msg = await sub.next_msg(timeout=poll)
+                msg = await sub.next_msg(timeout=POLL_SECONDS)
             except TimeoutError:
-                idle += poll
-                if idle_seconds is not None and idle >= idle_seconds:
-                    idle = 0.0
-                    yield None
                 continue
-            idle = 0.0
             meta = msg.metadata
             kind = (msg.headers or {}).get(TYPE_HEADER, "")
             yield ClusterEvent(meta.sequence.stream, kind, msg.data)
             if kind == "RunFinished":
                 return
     finally:
-        try:
+        with suppress(nats.errors.Error):
             await sub.unsubscribe()
-        except nats.errors.Error:
-            pass

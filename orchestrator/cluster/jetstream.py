@@ -80,33 +80,23 @@ async def connect(settings: ClusterSettings, *, name: str) -> Client:
     # started without its NATS would wait, silently, until killed.
     try:
         with anyio.fail_after(FIRST_CONNECT_SECONDS):
-            return await _connect(settings, name, disconnected, reconnected, error)
+            return await nats.connect(
+                settings.nats_url,
+                name=name,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25,
+                connect_timeout=5,
+                disconnected_cb=disconnected,
+                reconnected_cb=reconnected,
+                error_cb=error,
+            )
     except TimeoutError:
         raise ConfigError(
             "cluster.nats_url",
             f"no NATS server answered at {settings.nats_url} within {FIRST_CONNECT_SECONDS:g} s: "
             "start it (docs/scale-out.md), or fix --nats / cluster.nats_url",
         ) from None
-
-
-async def _connect(
-    settings: ClusterSettings,
-    name: str,
-    disconnected: Callable[[], Awaitable[None]],
-    reconnected: Callable[[], Awaitable[None]],
-    error: Callable[[Exception], Awaitable[None]],
-) -> Client:
-    return await nats.connect(
-        settings.nats_url,
-        name=name,
-        allow_reconnect=True,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.25,
-        connect_timeout=5,
-        disconnected_cb=disconnected,
-        reconnected_cb=reconnected,
-        error_cb=error,
-    )
 
 
 async def ensure_layout(js: JetStreamContext, settings: ClusterSettings) -> Buckets:

@@ -1,20 +1,17 @@
-"""Fleet metrics without double counting.
+"""Fleet metrics without double counting (``docs/scale-out.md``).
 
-* :class:`NodeCollector`, on every daemon: what *this* daemon did (runs taken, finished,
-  resumed, crash-ended, redeliveries it received, ownership conflicts it saw, submissions and
-  duplicates it answered). Each of these happens on exactly one daemon, so summing a metric
-  over all instances gives the fleet's total.
-* :class:`FleetCollector`: what JetStream says about the whole fleet (queue depth, runs
-  taken but not acknowledged, messages waiting for redelivery, live daemons, stored events).
-  Every daemon could read the same numbers, so only one reports them: the holder of the
-  ``fleet-metrics`` lease, a key in the nodes bucket taken by compare-and-set and renewed
-  on each refresh; when its holder dies the key expires and another daemon takes it.
-  Every other daemon exports ``loopfuse_cluster_fleet_reporter 0`` and no fleet series.
+* :class:`NodeCollector`, on every daemon: what *this* daemon did; each of these happens on
+  exactly one daemon, so a sum over all instances is the fleet's total.
+* :class:`FleetCollector`: what JetStream says about the whole fleet, reported only by the
+  holder of the ``fleet-metrics`` lease (a key in the nodes bucket taken by compare-and-set,
+  renewed on each refresh, expiring with its holder); every other daemon exports
+  ``loopfuse_cluster_fleet_reporter 0`` and no fleet series.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Final, NamedTuple
 
 import anyio
@@ -152,10 +149,8 @@ class FleetCollector(Collector):
         if self._revision is None:
             self.snapshot = None
             return
-        try:
+        with suppress(nats.errors.Error, TimeoutError):
             self.snapshot = await fleet_snapshot(self._node)
-        except (nats.errors.Error, TimeoutError):
-            pass
 
     def collect(self) -> Iterator[Metric]:
         snapshot = self.snapshot

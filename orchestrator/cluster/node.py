@@ -1,22 +1,12 @@
 """One daemon of a fleet: takes runs from the work queue, runs them, answers for any run.
 
-:meth:`ClusterNode.running` connects to NATS, creates the layout if needed, starts a
-:class:`~orchestrator.runtime.Runtime` whose journal writes checkpoints to KV, and then:
-
-* pulls submissions from the shared ``workers`` consumer only while it has a free run slot
-  (``runtime.max_concurrent_runs``), so a busy daemon leaves work to the others;
-* takes a run by compare-and-set on its ``runstate`` entry (``queued`` → ``running``,
-  owner = this node); a delivery of a run that another live daemon owns is an ownership
-  conflict and is not run; a run whose owner is gone (no heartbeat key) is taken over
-  and resumed from its last checkpoint or ended with ``abort.crash``, as its ``on_crash``
-  says (the single-node restart rule);
-* signals ``in_progress`` on the message while the run is active, publishes its events,
-  stores its final state in ``runstate``, and only then acknowledges the message: a run
-  whose end was not stored is delivered again;
-* aborts its runs when a message arrives on ``<prefix>.run.<id>.abort``, or, if that
-  message was missed, when its progress beat (every ``ack_wait_seconds / 3``) reads
-  ``aborting`` in the run's entry. (Reading only its own runs' entries keeps a daemon's
-  work independent of the fleet's size; a watch on the whole bucket would not.)
+:meth:`ClusterNode.running` joins the fleet for its body. Meanwhile the node pulls
+submissions only while it has a free run slot (``runtime.max_concurrent_runs``), takes a
+run by compare-and-set on its ``runstate`` entry (a dead owner's run is taken over and
+resumed or ended as its ``on_crash`` says), keeps its message in progress, stores its end
+and only then acknowledges it, and aborts its runs on ``<prefix>.run.<id>.abort`` or when
+its progress beat reads ``aborting`` in their entries (only its own runs' entries: its work
+does not grow with the fleet). A run's whole life: ``docs/scale-out.md``.
 
 :meth:`submit`, :meth:`abort`, :meth:`state` and :meth:`events` work for any run of the
 fleet, wherever it runs.
@@ -29,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from functools import partial
 from pathlib import Path
 from typing import Final, NamedTuple
@@ -44,7 +34,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
-from bus import ExitReason, RunFinished
+from bus import ExitReason
 from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.events import ClusterEvent, last_event, run_events
 from orchestrator.cluster.jetstream import Buckets, bucket_keys, connect, ensure_layout, retrying
@@ -121,7 +111,6 @@ class ClusterNode:
         self._buckets: Buckets | None = None
         self._runtime: Runtime | None = None
         self._publisher: EventPublisher | None = None
-        self._journal: KvJournal | None = None
         self._runs: starting.LiveRuns | None = None
         # Deliveries of each run this daemon is running: a run delivered again while it
         # runs here (its ack lost to a NATS restart) is not started twice, and every
@@ -165,21 +154,21 @@ class ClusterNode:
         self._nc, self._js = nc, nc.jetstream()
         try:
             self._buckets = await ensure_layout(self._js, self.settings)
-            self._journal = KvJournal(self._buckets.checkpoints)
+            journal = KvJournal(self._buckets.checkpoints)
             async with Runtime(
                 self.config,
                 scenarios=self._extra_scenarios,
-                journal=self._journal,
+                journal=journal,
                 keep_finished_runs=KEEP_FINISHED_IN_MEMORY,
             ) as runtime:
                 self._runtime = runtime
                 self._publisher = EventPublisher(runtime.bus, self._js, self.settings)
                 self._runs = starting.LiveRuns(
-                    self.config, self._scenarios, self._reports, self._journal, self._publisher
+                    self.config, self._scenarios, self._reports, journal, self._publisher
                 )
                 async with anyio.create_task_group() as tg:
                     await tg.start(self._publisher.run)
-                    await tg.start(self._journal.run)
+                    await tg.start(journal.run)
                     await self._beat()
                     tg.start_soon(self._heartbeat)
                     await self._listen_for_aborts()
@@ -198,18 +187,14 @@ class ClusterNode:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             for deliveries in list(self._deliveries.values()):
                 for delivery in deliveries:
-                    try:
+                    with suppress(nats.errors.Error):  # delivered again after ack_wait anyway
                         await delivery.nak()
-                    except nats.errors.Error:
-                        pass  # delivered again after ack_wait anyway
 
     async def _leave(self, nc: Client) -> None:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             if self._buckets is not None and nc.is_connected:
-                try:
+                with suppress(nats.errors.Error):
                     await self._buckets.nodes.delete(self.name)
-                except nats.errors.Error:
-                    pass
             await nc.close()
         logger.info("left the fleet", extra={"node": self.name})
 
@@ -297,10 +282,8 @@ class ClusterNode:
         bucket = self.settings.state_bucket
         states: list[RunState] = []
         for key in await retrying("keys", lambda: bucket_keys(self.nc, bucket)):
-            try:
-                states.append((await self._entry(key))[0])
-            except ClusterError:  # deleted, or pruned between the listing and the read
-                continue
+            with suppress(ClusterError):  # deleted, or pruned between the listing and the read
+                states.append(await self.state(key))
         return states
 
     async def state(self, run_id: str) -> RunState:
@@ -349,17 +332,9 @@ class ClusterNode:
         logger.info("run abort requested", extra={"run_id": run_id, "node": self.name})
         return aborting
 
-    async def events(self, run_id: str, *, after: int = 0) -> AsyncIterator[ClusterEvent]:
+    def events(self, run_id: str, *, after: int = 0) -> AsyncIterator[ClusterEvent]:
         """``run_id``'s events after id ``after``, live until its end (see :mod:`.events`)."""
-        async for event in run_events(self.js, self.settings, run_id, after=after):
-            if event is not None:
-                yield event
-
-    def events_with_heartbeats(
-        self, run_id: str, *, after: int, idle_seconds: float
-    ) -> AsyncIterator[ClusterEvent | None]:
-        """Like :meth:`events`, with a ``None`` after every ``idle_seconds`` of silence."""
-        return run_events(self.js, self.settings, run_id, after=after, idle_seconds=idle_seconds)
+        return run_events(self.js, self.settings, run_id, after=after)
 
     async def wait_idle(self) -> None:
         """Return once this daemon holds no message (every run it took is stored and acked)."""
@@ -387,19 +362,15 @@ class ClusterNode:
     async def _listen_for_aborts(self) -> None:
 
         async def on_message(msg: Msg) -> None:
-            run_id = msg.subject.split(".")[-2]
-            await self._abort_local(run_id)
+            await self._abort_local(msg.subject.split(".")[-2])
 
         await self.nc.subscribe(self.settings.abort_subject("*"), cb=on_message)
 
     async def _check_state(self, run_id: str) -> None:
         """Catch an abort whose message was missed: the run's entry says ``aborting``."""
-        try:
-            state, _ = await self._entry(run_id)
-        except ClusterError:
-            return
-        if state.status == "aborting":
-            await self._abort_local(run_id)
+        with suppress(ClusterError):
+            if (await self.state(run_id)).status == "aborting":
+                await self._abort_local(run_id)
 
     async def _abort_local(self, run_id: str) -> None:
         if self._runs is not None:
@@ -445,33 +416,27 @@ class ClusterNode:
 
     async def _take(self, msg: Msg, tg: TaskGroup) -> None:
         run_id = (msg.headers or {}).get(RUN_HEADER, "")
+        deliveries = self._deliveries.get(run_id)
         try:
             if msg.metadata.num_delivered > 1:
                 self._counts["redelivered"] += 1
-            await self._own_and_run(run_id, msg, tg)
+            if deliveries is not None:  # running here already
+                deliveries.append(msg)
+                return
+            self._deliveries[run_id] = [msg]
+            try:
+                await self._claim_and_run(run_id, msg, tg)
+            finally:
+                del self._deliveries[run_id]
         except Exception:
             logger.exception("run could not be taken", extra={"run_id": run_id})
-            with anyio.CancelScope(shield=True):
-                try:
-                    await msg.nak(delay=self.settings.ack_wait_seconds)
-                except nats.errors.Error:
-                    pass
+            with anyio.CancelScope(shield=True), suppress(nats.errors.Error):
+                await msg.nak(delay=self.settings.ack_wait_seconds)
         finally:
             self._in_flight -= 1
             self._slot_freed.set()
             if self._in_flight == 0:
                 self._idle.set()
-
-    async def _own_and_run(self, run_id: str, msg: Msg, tg: TaskGroup) -> None:
-        deliveries = self._deliveries.get(run_id)
-        if deliveries is not None:  # running here already
-            deliveries.append(msg)
-            return
-        self._deliveries[run_id] = deliveries = [msg]
-        try:
-            await self._claim_and_run(run_id, msg, tg)
-        finally:
-            del self._deliveries[run_id]
 
     async def _claim_and_run(self, run_id: str, msg: Msg, tg: TaskGroup) -> None:
         try:
@@ -523,24 +488,18 @@ class ClusterNode:
         if await self._store_end(run_id, ended):
             self._counts["finished"] += 1
             for delivery in self._deliveries[run_id]:
-                try:
+                with suppress(nats.errors.Error, TimeoutError):  # else acked when delivered again
                     await retrying("ack", delivery.ack_sync, attempts=ACK_ATTEMPTS)
-                except (nats.errors.Error, TimeoutError):
-                    pass  # delivered again later: its stored end is then acknowledged
-        try:
+        with suppress(NotFoundError):
             await retrying("checkpoint delete", lambda: self.buckets.checkpoints.purge(run_id))
-        except NotFoundError:
-            pass
 
     async def _keep_in_progress(self, run_id: str, scope: anyio.CancelScope) -> None:
         with scope:
             while True:
                 await anyio.sleep(self.settings.ack_wait_seconds / 3)
                 for delivery in self._deliveries.get(run_id, ()):
-                    try:
+                    with suppress(nats.errors.Error):  # NATS is away; the next beat tries again
                         await delivery.in_progress()
-                    except nats.errors.Error:
-                        pass  # NATS is away; the next beat tries again
                 with anyio.move_on_after(self.settings.ack_wait_seconds / 3):
                     await self._check_state(run_id)
 
@@ -554,7 +513,8 @@ class ClusterNode:
         if took_over:
             newest = await last_event(self.js, self.settings, run_id)
             if newest is not None and newest.type == "RunFinished":
-                return _ended_from_finished(state, starting.FINISHED_DECODER.decode(newest.data))
+                finished = starting.FINISHED_DECODER.decode(newest.data)
+                return _ended(state, finished_result(finished, state.trace_id))
             checkpoint = await self._checkpoint(run_id)
             restart = starting.restart_point(
                 run_id, state.trace_id, False, state.on_crash, checkpoint
@@ -621,7 +581,3 @@ def _failed_to_start(state: RunState, exc: Exception, deliveries: int) -> RunSta
     detail = f"The run could not be started in {deliveries} deliveries: {exc!r}"
     reason = ExitReason.HOOK_STOPPED
     return _ended(state, end_result(state.run_id, state.trace_id, reason, "internal.error", detail))
-
-
-def _ended_from_finished(state: RunState, finished: RunFinished) -> RunState:
-    return _ended(state, finished_result(finished, state.trace_id))

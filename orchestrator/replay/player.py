@@ -228,16 +228,12 @@ async def play(
             )
             result = await handle.result()
             events = rt.event_log.events(handle.run_id)
-        started = events[:1]
-    input_price = output_price = 0.0
-    for msg in started:
-        input_price = getattr(msg, "input_price_per_million", 0.0)
-        output_price = getattr(msg, "output_price_per_million", 0.0)
+    started = events[0] if events else None  # the RunStarted, with the prices charged
     return Played(
         result=result,
         extrapolated=models[0].extrapolated if models else 0,
-        input_price=input_price,
-        output_price=output_price,
+        input_price=getattr(started, "input_price_per_million", 0.0),
+        output_price=getattr(started, "output_price_per_million", 0.0),
         decisions=decisions(events),
     )
 

@@ -32,20 +32,20 @@ class ReplayRow(msgspec.Struct, frozen=True, kw_only=True):
     run: str
     config: str
     change: Change
-    recorded_exit: str | None
-    recorded_cause: str | None
-    recorded_requests: int | None
-    recorded_stop_call: int | None
+    recorded_exit: str | None = None
+    recorded_cause: str | None = None
+    recorded_requests: int | None = None
+    recorded_stop_call: int | None = None
     exit_reason: str
     cause: str
     requests: int
     stop_call: int | None
-    requests_delta: int
-    tokens_delta: int
-    cost_delta: float
+    requests_delta: int = 0
+    tokens_delta: int = 0
+    cost_delta: float = 0.0
     extrapolated: int
     """Model answers the replay needed past the end of the recording (repeated answers)."""
-    verdicts_match: bool | None
+    verdicts_match: bool | None = None
     """Every call's verdict equals the recorded one, and so does every warning, refusal,
     nudge and the first stop, in order (``None``: nothing recorded)."""
 
@@ -79,18 +79,7 @@ def compare(recording: Recording, played: Played, config: str) -> ReplayRow:
         "extrapolated": played.extrapolated,
     }
     if ending is None:
-        return ReplayRow(
-            **common,
-            change="new",
-            recorded_exit=None,
-            recorded_cause=None,
-            recorded_requests=None,
-            recorded_stop_call=None,
-            requests_delta=0,
-            tokens_delta=0,
-            cost_delta=0.0,
-            verdicts_match=None,
-        )
+        return ReplayRow(**common, change="new")  # nothing recorded to compare with
     delta = result.llm_requests - ending.llm_requests
     fuse = not ending.cause.startswith("model.")
     if (ending.exit_reason, ending.cause, ending.llm_requests) == (

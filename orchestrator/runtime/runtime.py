@@ -78,7 +78,7 @@ from orchestrator.runtime.heap import freeze_long_lived
 from orchestrator.runtime.mcp import open_mcp_tools
 from orchestrator.runtime.resume import MonitorStates
 from orchestrator.runtime.slots import RunSlots
-from orchestrator.runtime.spec import ModelActor, RunJournal, RunSpec
+from orchestrator.runtime.spec import ModelActor, RunJournal, RunSpec, StartPoint
 from orchestrator.sim import Scenario, ToolDef, open_simulator, shipped_scenarios
 from orchestrator.sim.inprocess import InProcessModel
 from orchestrator.sim.tools import scripted_tool_from
@@ -385,10 +385,6 @@ class Runtime:
         """Register ``function`` as the Python hook ``name`` (a hook config's ``function``)."""
         self._hook_functions[name] = function
 
-    def _check_hooks(self, hooks: tuple[Hook, ...]) -> None:
-        for key, reason in check_hooks(hooks, self._hook_functions):
-            raise ConfigError(f"config.hooks.{key}", reason)
-
     def _context_server(self) -> ServerEndpoint | None:
         """The operator's endpoint, which the context gatekeeper asks once per model for
         its window and tokenizer (never the embedded simulator, never a request's)."""
@@ -438,9 +434,7 @@ class Runtime:
         :raises ConfigError: an override names an unknown key or has a bad value.
         :raises RuntimeClosedError: the runtime is not running.
         """
-        workers = self._workers
-        if workers is None or self._stack is None:
-            raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
+        workers = self._running_workers()
         resolved = self._resolve(spec.overrides)
         settings = resolved.settings
         folder = spec.folder or self.config.tools.folder
@@ -450,10 +444,7 @@ class Runtime:
         system = spec.system
         if system is None and folder and tool_specs and not scenario:
             system = FOLDER_SYSTEM_PROMPT
-        run_id = spec.run_id or uuid.uuid4().hex
-        if run_id in self._handles:
-            raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
-        point = self._journal.start_point(run_id) if self._journal is not None else None
+        run_id, point = self._new_run(spec.run_id)
         traceparent = spec.traceparent or (point and point.traceparent) or ""
         parent = parse_traceparent(traceparent) if traceparent else None
         inputs = RunInputs(
@@ -482,11 +473,7 @@ class Runtime:
         self._live[run_id] = resolved
         if inputs.resume is not None:  # the fuses go on where they were
             self._monitor_states.restore(run_id, inputs.resume.monitors)
-        handle = RunHandle(self, run_id, inputs.trace_id)
-        self._handles[run_id] = handle
-        self.event_log.open_run(run_id)
-        self._active += 1
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        handle = self._open(run_id, inputs.trace_id)
         simulated = self.simulator_answers and not scenario
         workers.submit(partial(self._run, handle, inputs, on_finished, simulated))
         if watch is not None:
@@ -520,7 +507,8 @@ class Runtime:
         unknown = [name for name in settings.tools if self.tools.get(name) is None]
         if unknown:
             raise ConfigError("config.tools", f"unknown tools: {', '.join(unknown)}")
-        self._check_hooks(settings.hooks)
+        for hook, reason in check_hooks(settings.hooks, self._hook_functions):
+            raise ConfigError(f"config.hooks.{hook}", reason)
         check_tool_choice(self.config, settings.model, settings.tools)
         tool_specs = self.tools.specs(settings.tools)
         folderless = tuple(
@@ -565,22 +553,45 @@ class Runtime:
 
         :raises RuntimeClosedError: the runtime is not running.
         """
-        workers = self._workers
-        if workers is None or self._stack is None:
+        workers = self._running_workers()
+        run_id, point = self._new_run(run_id)
+        handle = self._open(run_id, (point and point.trace_id) or uuid.uuid4().hex)
+        self._pipelines.add(run_id)
+        workers.submit(partial(self._run_pipeline, handle, body, on_finished))
+        return handle
+
+    def _running_workers(self) -> Workers:
+        """:raises RuntimeClosedError: the runtime is not running."""
+        if self._workers is None or self._stack is None:
             raise RuntimeClosedError("the runtime is not running; use `async with Runtime()`")
+        return self._workers
+
+    def _new_run(self, run_id: str | None) -> tuple[str, StartPoint | None]:
+        """A new run's id (``run_id``, else a fresh one) and start point; :raises ConfigError:."""
         run_id = run_id or uuid.uuid4().hex
         if run_id in self._handles:
             raise ConfigError("run_id", f"a run with id {run_id!r} already exists")
-        point = self._journal.start_point(run_id) if self._journal is not None else None
-        trace_id = point.trace_id if point is not None and point.trace_id else uuid.uuid4().hex
-        handle = RunHandle(self, run_id, trace_id)
-        self._handles[run_id] = handle
-        self._pipelines.add(run_id)
+        return run_id, self._journal.start_point(run_id) if self._journal is not None else None
+
+    def _open(self, run_id: str, trace_id: str) -> RunHandle:
+        """The handle of a run accepted now (active until :meth:`_close`)."""
+        handle = self._handles[run_id] = RunHandle(self, run_id, trace_id)
         self.event_log.open_run(run_id)
         self._active += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        workers.submit(partial(self._run_pipeline, handle, body, on_finished))
         return handle
+
+    def _close(self, handle: RunHandle, on_finished: Callable[[], object] | None) -> None:
+        """End ``handle``'s run: release what it used, wake its waiters, keep it a while."""
+        if on_finished is not None:
+            on_finished()
+        handle.status = "finished"
+        self._live.pop(handle.run_id, None)
+        handle._done.set()
+        self._active -= 1
+        if self._active == 0:
+            self._idle.set()
+        self._retire(handle.run_id)
 
     async def _run_pipeline(
         self,
@@ -593,14 +604,7 @@ class Runtime:
             handle._result = await body(handle.run_id, handle.trace_id)
             handle.trace_id = handle._result.trace_id
         finally:
-            if on_finished is not None:
-                on_finished()
-            handle.status = "finished"
-            handle._done.set()
-            self._active -= 1
-            if self._active == 0:
-                self._idle.set()
-            self._retire(handle.run_id)
+            self._close(handle, on_finished)
 
     def add_scenario_tools(self, scenario: Scenario) -> tuple[str, ...]:
         """Register ``scenario``'s scripted tools (once) and return their names.
@@ -653,15 +657,7 @@ class Runtime:
             finally:
                 self._slots.release()
         finally:
-            if on_finished is not None:
-                on_finished()
-            handle.status = "finished"
-            self._live.pop(handle.run_id, None)
-            handle._done.set()
-            self._active -= 1
-            if self._active == 0:
-                self._idle.set()
-            self._retire(handle.run_id)
+            self._close(handle, on_finished)
 
     @staticmethod
     async def _watch(handle: RunHandle, watch: Callable[[RunHandle], Awaitable[object]]) -> None:
