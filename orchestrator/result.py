@@ -164,20 +164,7 @@ def exit_status(result: RunResult, *, interrupted: bool = False) -> ExitStatus:
 
 def finished_message(result: RunResult) -> RunFinished:
     """The ``RunFinished`` that announces ``result`` on the bus (a run's last message)."""
-    return RunFinished(
-        run_id=result.run_id,
-        exit_reason=result.exit_reason,
-        cause=result.cause,
-        outcome=result.outcome,
-        detail=result.detail,
-        hint=result.hint,
-        turns=result.turns,
-        llm_requests=result.llm_requests,
-        tool_calls=result.tool_calls,
-        usage=result.usage,
-        incomplete=result.incomplete,
-        degraded=result.degraded,
-    )
+    return RunFinished(**{name: getattr(result, name) for name in RunFinished.__struct_fields__})
 
 
 def result_summary(result: RunResult) -> dict[str, object]:
