@@ -92,15 +92,10 @@ class ExportCounts(NamedTuple):
     """Spans in batches the exporter gave up on."""
 
 
-class _Silenced(logging.Filter):
+def _silenced(record: logging.LogRecord) -> bool:
     """Drops the OTLP exporter's own records (a retry warning per attempt, an error per
     batch, each with the connection error's text): :data:`EXPORT_FAILED` says it once."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return False
-
-
-_SILENCED: Final = _Silenced()
+    return False
 
 
 class _CountingExporter(SpanExporter):
@@ -218,7 +213,7 @@ def open_pipeline(
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=settings.endpoint or None)
-        logging.getLogger(_OTLP_LOGGER).addFilter(_SILENCED)  # once: the same filter
+        logging.getLogger(_OTLP_LOGGER).addFilter(_silenced)  # once: the same filter
         target = _endpoint(settings)
     name = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
     resource = Resource.create({"service.name": name})
