@@ -247,8 +247,12 @@ class MetricsRecorder:
             self._bus.unsubscribe(subscription)
 
     def _record(self, msg: BusMessage) -> None:
+        # :meth:`handle` written out (the bus calls this for every message: one call less).
         try:
-            self.handle(msg)
+            counted, handler = self._kinds.get(type(msg)) or self._kind(type(msg))
+            counted.value += 1
+            if handler is not None:
+                handler(msg)
         except Exception:
             logger.exception("metrics recorder failed on %s", type(msg).__name__)
             self._errors.value += 1
@@ -353,7 +357,13 @@ class MetricsRecorder:
         if not msg.final:
             run.retries += 1
         elif msg.usage.completion_tokens:  # text had streamed before the failure
-            _add_usage(run, msg.usage.prompt_tokens, msg.usage.completion_tokens)
+            usage = msg.usage
+            series, prompt, completion = run.series, usage.prompt_tokens, usage.completion_tokens
+            series.tokens_in.value += prompt
+            series.tokens_out.value += completion
+            cost = prompt * run.input_price + completion * run.output_price
+            if cost > 0:
+                series.cost.value += cost
 
     def _replied(self, msg: ModelReplied) -> None:
         if msg.finish_reason == "length":
@@ -471,7 +481,11 @@ class MetricsRecorder:
         completion = usage.completion_tokens
         if prompt < 0 or completion < 0:
             raise ValueError(f"negative token counts in a reply: {prompt}, {completion}")
-        _add_usage(run, prompt, completion)
+        series.tokens_in.value += prompt
+        series.tokens_out.value += completion
+        cost = prompt * run.input_price + completion * run.output_price
+        if cost > 0:
+            series.cost.value += cost
         if prompt > 0:
             series.prompt_tokens.observe(prompt)
             window = self._windows.get(run.model)
@@ -492,7 +506,16 @@ class MetricsRecorder:
         run = self._runs.get(msg.run_id)
         tool = run.calls.pop(msg.call_id, None) if run is not None and run.calls else None
         tool = tool or self._tool_names.get(msg.tool) or self._tool(msg.tool)
-        self._count_call(tool, tool_outcome(msg))
+        if msg.is_error:
+            self._count_call(tool, tool_outcome(msg))
+        else:  # tool_outcome's first answer, written out with the count: most calls
+            outcome = "cache_hit" if msg.cache == "hit" else "ok"
+            series = tool.outcomes.get(outcome)
+            if series is None:
+                series = tool.outcomes[outcome] = self.metrics.tool_calls.labels(
+                    tool.label, outcome
+                )
+            series.value += 1
         if msg.executed and msg.cache != "hit":
             duration = tool.duration
             if duration is None:
@@ -510,13 +533,3 @@ class MetricsRecorder:
         if msg.source == LOOP_MONITOR and msg.cause.startswith("loop."):
             level = "warning" if msg.verdict == "warn" else "critical"
             self.metrics.loop_detections.labels(loop_detector(msg.cause), level).value += 1
-
-
-def _add_usage(run: _Run, prompt: int, completion: int) -> None:
-    """Count a reply's tokens, and their cost at the run's prices, on the run's model."""
-    series = run.series
-    series.tokens_in.value += prompt
-    series.tokens_out.value += completion
-    cost = prompt * run.input_price + completion * run.output_price
-    if cost > 0:
-        series.cost.value += cost

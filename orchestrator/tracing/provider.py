@@ -30,9 +30,8 @@ import threading
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -169,9 +168,6 @@ class CountingProcessor(SpanProcessor):
     def counts(self) -> ExportCounts:
         exporter = self._exporter
         return ExportCounts(self.queued, self.dropped, exporter.exported, exporter.failed)
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        pass
 
     def on_end(self, span: ReadableSpan) -> None:
         if self.queued - self._exporter.taken >= self._queue_size:
