@@ -178,11 +178,7 @@ def result_summary(result: RunResult) -> dict[str, object]:
 def describe_ending(result: RunResult) -> str:
     """Three lines for a person: it stopped, why, and what to do next."""
     verb = "Finished" if result.outcome is Outcome.DONE else "Stopped"
-    marks = [
-        name
-        for name, on in (("incomplete", result.incomplete), ("degraded", result.degraded))
-        if on
-    ]
+    marks = [name for name in ("incomplete", "degraded") if getattr(result, name)]
     suffix = f" [{', '.join(marks)}]" if marks else ""
     note = f"\nNote: {result.note}" if result.note else ""
     return (

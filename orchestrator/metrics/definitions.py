@@ -237,13 +237,11 @@ class Metrics(Collector):
             yield family.collect()
 
     def _precreate(self) -> None:
-        for reason, cause in expected_pairs():
-            outcome = "done" if reason == "completed" else "failed"
-            self.runs_finished.labels(reason, cause, outcome)
+        for reason, cause in (*expected_pairs(), *((reason, OTHER) for reason in EXIT_REASONS)):
+            self.runs_finished.labels(reason, cause, "done" if reason == "completed" else "failed")
         for reason in EXIT_REASONS:
             self.run_duration.labels(reason)
             self.run_turns.labels(reason)
-            self.runs_finished.labels(reason, OTHER, "done" if reason == "completed" else "failed")
         for detector in (*LOOP_DETECTORS, OTHER):
             for level in LOOP_LEVELS:
                 self.loop_detections.labels(detector, level)
