@@ -68,9 +68,7 @@ AGENT_NAME: Final = "loopfuse"
 MAX_TRACKED_RUNS: Final = 100_000
 """Runs whose spans the exporter keeps open at most; the oldest is ended beyond that."""
 
-_OK_VERDICT: Final = "allow"
 _TRACE_ID: Final = re.compile("[0-9a-f]{32}")
-_FAILED: Final = Outcome.FAILED
 
 
 class TraceStatistics(NamedTuple):
@@ -294,7 +292,7 @@ class TraceExporter:
         )
         if self._content and msg.detail:
             span.set_attribute("loopfuse.detail", msg.detail)
-        if msg.outcome is _FAILED:
+        if msg.outcome is Outcome.FAILED:
             span.set_attribute("error.type", msg.cause)
             span.set_status(Status(StatusCode.ERROR, msg.cause))
         # Chats and tools a stop cut short end with the run.
@@ -439,7 +437,7 @@ class TraceExporter:
             run.span.add_event(name, event, timestamp=self._now())
 
     def _verdict(self, msg: ToolVerdict) -> None:
-        if msg.verdict == _OK_VERDICT:
+        if msg.verdict == "allow":
             return
         event: dict[str, Any] = {
             "loopfuse.verdict": msg.verdict,
