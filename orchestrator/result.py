@@ -164,20 +164,7 @@ def exit_status(result: RunResult, *, interrupted: bool = False) -> ExitStatus:
 
 def finished_message(result: RunResult) -> RunFinished:
     """The ``RunFinished`` that announces ``result`` on the bus (a run's last message)."""
-    return RunFinished(
-        run_id=result.run_id,
-        exit_reason=result.exit_reason,
-        cause=result.cause,
-        outcome=result.outcome,
-        detail=result.detail,
-        hint=result.hint,
-        turns=result.turns,
-        llm_requests=result.llm_requests,
-        tool_calls=result.tool_calls,
-        usage=result.usage,
-        incomplete=result.incomplete,
-        degraded=result.degraded,
-    )
+    return RunFinished(**{name: getattr(result, name) for name in RunFinished.__struct_fields__})
 
 
 def result_summary(result: RunResult) -> dict[str, object]:
@@ -191,11 +178,7 @@ def result_summary(result: RunResult) -> dict[str, object]:
 def describe_ending(result: RunResult) -> str:
     """Three lines for a person: it stopped, why, and what to do next."""
     verb = "Finished" if result.outcome is Outcome.DONE else "Stopped"
-    marks = [
-        name
-        for name, on in (("incomplete", result.incomplete), ("degraded", result.degraded))
-        if on
-    ]
+    marks = [name for name in ("incomplete", "degraded") if getattr(result, name)]
     suffix = f" [{', '.join(marks)}]" if marks else ""
     note = f"\nNote: {result.note}" if result.note else ""
     return (

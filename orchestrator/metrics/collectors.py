@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from actors.tools.executor import ToolCacheStatistics
 from bus import Bus, SubscriptionStatistics
 
-__all__ = ["CacheCounts", "RunCounts", "StateCollector", "ToolCacheCollector"]
+__all__ = ["RunCounts", "StateCollector", "ToolCacheCollector"]
 
 
 class RunCounts(NamedTuple):
@@ -27,34 +28,21 @@ class RunCounts(NamedTuple):
     limit: int
 
 
-class CacheCounts(Protocol):
-    """What a tool executor reports of its result caches."""
-
-    @property
-    def entries(self) -> int: ...
-    @property
-    def hits(self) -> int: ...
-    @property
-    def misses(self) -> int: ...
-    @property
-    def loops(self) -> int: ...
-
-
 class ToolCacheCollector(Collector):
     """The idempotent result caches of every run, computed on each scrape."""
 
-    def __init__(self, counts: Callable[[], CacheCounts]) -> None:
+    def __init__(self, counts: Callable[[], ToolCacheStatistics]) -> None:
         self._counts = counts
 
     def describe(self) -> Iterator[Metric]:
-        return self._families(0, 0, 0, 0)
+        return self._families(ToolCacheStatistics(0, 0, 0, 0))
 
     def collect(self) -> Iterator[Metric]:
-        counts = self._counts()
-        return self._families(counts.entries, counts.hits, counts.misses, counts.loops)
+        return self._families(self._counts())
 
     @staticmethod
-    def _families(entries: int, hits: int, misses: int, loops: int) -> Iterator[Metric]:
+    def _families(counts: ToolCacheStatistics) -> Iterator[Metric]:
+        entries, hits, misses, loops = counts
         yield GaugeMetricFamily(
             "loopfuse_tool_cache_entries",
             "Idempotent tool results cached now, every run together (is the cache bounded?).",

@@ -48,24 +48,7 @@ __all__ = [
 
 # Model latency: OpenTelemetry GenAI's operation-duration buckets (0.01 … 81.92 s),
 # stretched to the 300 s call deadline.
-LLM_LATENCY_BUCKETS: Final = (
-    0.01,
-    0.02,
-    0.04,
-    0.08,
-    0.16,
-    0.32,
-    0.64,
-    1.28,
-    2.56,
-    5.12,
-    10.24,
-    20.48,
-    40.96,
-    81.92,
-    160.0,
-    300.0,
-)
+LLM_LATENCY_BUCKETS: Final = (*(0.01 * 2**n for n in range(14)), 160.0, 300.0)
 RUN_DURATION_BUCKETS: Final = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 TOOL_DURATION_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 TURN_BUCKETS: Final = (1, 2, 3, 5, 8, 13, 20, 30, 50, 100, 200)
@@ -235,30 +218,10 @@ class Metrics(Collector):
             "loopfuse_metrics_recorder_errors",
             "Messages the metrics recorder failed to record (a loopfuse bug; runs go on).",
         )
-        self._families = (
-            self.build_info,
-            self.runs_started,
-            self.runs_finished,
-            self.run_duration,
-            self.turns,
-            self.run_turns,
-            self.loop_detections,
-            self.nudges,
-            self.truncation_recoveries,
-            self.model_requests,
-            self.model_duration,
-            self.model_ttft,
-            self.model_tokens,
-            self.model_cost,
-            self.tool_calls,
-            self.tool_duration,
-            self.prompt_tokens,
-            self.prompt_window_ratio,
-            self.context_actions,
-            self.blocked_requests,
-            self.bus_messages,
-            self.store_write_duration,
-            self.recorder_errors,
+        self._families = tuple(
+            family
+            for family in vars(self).values()
+            if isinstance(family, CounterFamily | GaugeFamily | HistogramFamily)
         )
         self._precreate()
         registry.register(self)
@@ -274,13 +237,11 @@ class Metrics(Collector):
             yield family.collect()
 
     def _precreate(self) -> None:
-        for reason, cause in expected_pairs():
-            outcome = "done" if reason == "completed" else "failed"
-            self.runs_finished.labels(reason, cause, outcome)
+        for reason, cause in (*expected_pairs(), *((reason, OTHER) for reason in EXIT_REASONS)):
+            self.runs_finished.labels(reason, cause, "done" if reason == "completed" else "failed")
         for reason in EXIT_REASONS:
             self.run_duration.labels(reason)
             self.run_turns.labels(reason)
-            self.runs_finished.labels(reason, OTHER, "done" if reason == "completed" else "failed")
         for detector in (*LOOP_DETECTORS, OTHER):
             for level in LOOP_LEVELS:
                 self.loop_detections.labels(detector, level)

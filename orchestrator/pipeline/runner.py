@@ -74,10 +74,7 @@ class PipelineRun:
 
     @property
     def usage(self) -> Usage:
-        total = Usage()
-        for result in self.results:
-            total = total + result.usage
-        return total
+        return sum((result.usage for result in self.results), Usage())
 
 
 @dataclass
@@ -160,41 +157,36 @@ async def run_pipeline(
             # so the first event of a run already carries the scan's summary.
             _progress(runtime, run, stage.name, index, "started", "")
         context = StageContext(runtime=runtime, run=run, stage=stage)
+        # Set when the stage ends the run: reason, cause, detail, and its progress detail.
+        ending: tuple[ExitReason, str, str, str] | None = None
         try:
             outcome = await handlers[stage.name](context)
         except StageFailed as failed:
-            reason, cause, detail = failed.reason, failed.cause, failed.detail
-            _progress(runtime, run, stage.name, index, "finished", f"failed: {detail}")
-            _skip_rest(runtime, run, config, index)
-            break
+            ending = (failed.reason, failed.cause, failed.detail, f"failed: {failed.detail}")
         except Exception as exc:
             logger.exception("stage %s of run %s failed", stage.name, run.run_id)
-            reason, cause = ExitReason.HOOK_STOPPED, "internal.error"
             detail = f"stage {stage.name} failed: {exc!r}"
-            _progress(runtime, run, stage.name, index, "finished", f"failed: {detail}")
-            _skip_rest(runtime, run, config, index)
+            ending = (ExitReason.HOOK_STOPPED, "internal.error", detail, f"failed: {detail}")
+        else:
+            skipped.update(outcome.skip)
+            stop = outcome.stopped
+            if stop is not None and isinstance(stage, AgentStage) and stage.on_stop == "fail":
+                detail = f"stage {stage.name} stopped: {stop.detail}"
+                ending = (stop.exit_reason, stop.cause, detail, detail)
+            elif stop is not None:
+                run.degraded_by.append(f"{stage.name} ({stop.exit_reason.value}: {stop.cause})")
+        if ending is not None:
+            reason, cause, detail, shown = ending
+            _progress(runtime, run, stage.name, index, "finished", shown)
+            for later, rest in enumerate(config.stages[index:], start=index + 1):
+                _progress(runtime, run, rest.name, later, "skipped", "not reached")
             break
-        skipped.update(outcome.skip)
-        stop = outcome.stopped
-        if stop is not None and isinstance(stage, AgentStage) and stage.on_stop == "fail":
-            reason, cause = stop.exit_reason, stop.cause
-            detail = f"stage {stage.name} stopped: {stop.detail}"
-            _progress(runtime, run, stage.name, index, "finished", detail)
-            _skip_rest(runtime, run, config, index)
-            break
-        if stop is not None:
-            run.degraded_by.append(f"{stage.name} ({stop.exit_reason.value}: {stop.cause})")
         _progress(runtime, run, stage.name, index, "finished", outcome.detail)
     if reason is ExitReason.COMPLETED and run.degraded_by:
         detail = f"Every stage ran; degraded by {', '.join(run.degraded_by)}."
     result = _result(run, reason, cause, detail)
     await runtime.bus.publish(finished_message(result))
     return result
-
-
-def _skip_rest(runtime: Runtime, run: PipelineRun, config: PipelineConfig, index: int) -> None:
-    for later, stage in enumerate(config.stages[index:], start=index + 1):
-        _progress(runtime, run, stage.name, later, "skipped", "not reached")
 
 
 def _progress(

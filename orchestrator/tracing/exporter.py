@@ -68,9 +68,7 @@ AGENT_NAME: Final = "loopfuse"
 MAX_TRACKED_RUNS: Final = 100_000
 """Runs whose spans the exporter keeps open at most; the oldest is ended beyond that."""
 
-_OK_VERDICT: Final = "allow"
 _TRACE_ID: Final = re.compile("[0-9a-f]{32}")
-_FAILED: Final = Outcome.FAILED
 
 
 class TraceStatistics(NamedTuple):
@@ -156,7 +154,7 @@ class TraceExporter:
             self._bus.unsubscribe(sub)
             now = self._now()
             for run in (*self._runs.values(), *self._workflows.values()):
-                self._close(run, now)
+                _end(run, now, unfinished=True)
             self._runs.clear()
             self._workflows.clear()
 
@@ -187,16 +185,13 @@ class TraceExporter:
 
         return guarded
 
-    def _close(self, run: _Run, now: int) -> None:
-        """End ``run``'s open spans, itself included (its end was not seen)."""
-        for span, _ in run.chats.values():
-            span.set_attribute("loopfuse.unfinished", True)
-            span.end(end_time=now)
-        for span in run.tools.values():
-            span.set_attribute("loopfuse.unfinished", True)
-            span.end(end_time=now)
-        run.span.set_attribute("loopfuse.unfinished", True)
-        run.span.end(end_time=now)
+    def _track(self, runs: dict[str, _Run], run_id: str, span: Span, now: int) -> _Run:
+        """``span`` as the open span of ``run_id`` in ``runs``; the oldest beyond
+        ``max_runs`` is ended."""
+        run = runs[run_id] = _Run(span, set_span_in_context(span, Context()), {}, {})
+        while len(runs) > self._max_runs:
+            _end(runs.pop(next(iter(runs))), now, unfinished=True)
+        return run
 
     # ------------------------------------------------------------------ the run
 
@@ -204,7 +199,7 @@ class TraceExporter:
         now = self._now()
         earlier = self._runs.pop(msg.run_id, None)
         if earlier is not None:
-            self._close(earlier, now)
+            _end(earlier, now, unfinished=True)
         parent = parse_traceparent(msg.traceparent) if msg.traceparent else None
         workflow = self._workflow_of(msg, now)
         if workflow is not None:  # a pipeline's stage run: a child of the pipeline's span
@@ -251,10 +246,7 @@ class TraceExporter:
             attributes=attributes,
             start_time=now,
         )
-        runs = self._runs
-        runs[msg.run_id] = _Run(span, set_span_in_context(span, Context()), {}, {})
-        while len(runs) > self._max_runs:
-            self._close(runs.pop(next(iter(runs))), now)
+        self._track(self._runs, msg.run_id, span, now)
 
     def _workflow_of(self, msg: RunStarted, now: int) -> _Run | None:
         """The span of the pipeline ``msg`` is a stage run of (``RUN.STAGE``), started at its
@@ -276,21 +268,13 @@ class TraceExporter:
                 },
                 start_time=now,
             )
-            workflow = _Run(span, set_span_in_context(span, Context()), {}, {})
-            self._workflows[pipeline] = workflow
-            while len(self._workflows) > self._max_runs:
-                self._close(self._workflows.pop(next(iter(self._workflows))), now)
+            workflow = self._track(self._workflows, pipeline, span, now)
         return workflow
 
     def _run_finished(self, msg: RunFinished) -> None:
         run = self._runs.pop(msg.run_id, None) or self._workflows.pop(msg.run_id, None)
         if run is None:
             return
-        now = self._now()
-        for span, _ in run.chats.values():  # a stop cut them short: ended with the run
-            span.end(end_time=now)
-        for span in run.tools.values():
-            span.end(end_time=now)
         span = run.span
         span.set_attributes(
             {
@@ -308,10 +292,11 @@ class TraceExporter:
         )
         if self._content and msg.detail:
             span.set_attribute("loopfuse.detail", msg.detail)
-        if msg.outcome is _FAILED:
+        if msg.outcome is Outcome.FAILED:
             span.set_attribute("error.type", msg.cause)
             span.set_status(Status(StatusCode.ERROR, msg.cause))
-        span.end(end_time=now)
+        # Chats and tools a stop cut short end with the run.
+        _end(run, self._now(), unfinished=False)
 
     # ------------------------------------------------------------------ model requests
 
@@ -452,7 +437,7 @@ class TraceExporter:
             run.span.add_event(name, event, timestamp=self._now())
 
     def _verdict(self, msg: ToolVerdict) -> None:
-        if msg.verdict == _OK_VERDICT:
+        if msg.verdict == "allow":
             return
         event: dict[str, Any] = {
             "loopfuse.verdict": msg.verdict,
@@ -501,6 +486,14 @@ class TraceExporter:
 
     def _actor_failed(self, msg: ActorFailed) -> None:
         self._add_event(msg.run_id, "loopfuse.actor_failed", {"loopfuse.actor": msg.actor})
+
+
+def _end(run: _Run, now: int, *, unfinished: bool) -> None:
+    """End ``run``'s open spans, itself last (``unfinished``: its end was not seen)."""
+    for span in (*(chat[0] for chat in run.chats.values()), *run.tools.values(), run.span):
+        if unfinished:
+            span.set_attribute("loopfuse.unfinished", True)
+        span.end(end_time=now)
 
 
 def _trace_id(text: str) -> int:

@@ -30,9 +30,8 @@ import threading
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -92,15 +91,10 @@ class ExportCounts(NamedTuple):
     """Spans in batches the exporter gave up on."""
 
 
-class _Silenced(logging.Filter):
+def _silenced(record: logging.LogRecord) -> bool:
     """Drops the OTLP exporter's own records (a retry warning per attempt, an error per
     batch, each with the connection error's text): :data:`EXPORT_FAILED` says it once."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return False
-
-
-_SILENCED: Final = _Silenced()
+    return False
 
 
 class _CountingExporter(SpanExporter):
@@ -175,9 +169,6 @@ class CountingProcessor(SpanProcessor):
         exporter = self._exporter
         return ExportCounts(self.queued, self.dropped, exporter.exported, exporter.failed)
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        pass
-
     def on_end(self, span: ReadableSpan) -> None:
         if self.queued - self._exporter.taken >= self._queue_size:
             self.dropped += 1
@@ -218,7 +209,7 @@ def open_pipeline(
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporter = OTLPSpanExporter(endpoint=settings.endpoint or None)
-        logging.getLogger(_OTLP_LOGGER).addFilter(_SILENCED)  # once: the same filter
+        logging.getLogger(_OTLP_LOGGER).addFilter(_silenced)  # once: the same filter
         target = _endpoint(settings)
     name = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
     resource = Resource.create({"service.name": name})
