@@ -238,13 +238,10 @@ class ToolRegistry:
         :raises KeyError: naming an unknown tool and the registered ones.
         """
         wanted = self.names() if names is None else tuple(names)
-        specs = []
         for name in wanted:
-            tool = self._tools.get(name)
-            if tool is None:
+            if name not in self._tools:
                 raise KeyError(f"unknown tool {name!r}; registered: {', '.join(self.names())}")
-            specs.append(tool.spec)
-        return tuple(specs)
+        return tuple(self._tools[name].spec for name in wanted)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
