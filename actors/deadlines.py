@@ -1,18 +1,12 @@
-"""Time limits for many cancel scopes on one sleeping task per limit length.
+"""Time limits for many cancel scopes on one sleeping task per limit length (instead of a
+timer per scope: ``docs/performance.md``, "Shared deadlines").
 
-A cancel scope given a deadline schedules a timer of its own (an ``asyncio.TimerHandle``
-made, pushed on the loop's heap and cancelled when the scope exits, left there until the
-loop sweeps it): for a call that ends at once, a good share of what the call costs, and one
-more object per call kept for the collector. Calls of an actor mostly share the same limit
-(a tool's timeout, a model's call deadline); started one after another, their deadlines come
-in the order they started. :class:`Deadlines` keeps the scopes of one limit in a dict in
-that order and one watcher task (in the actor's task group) asleep until the earliest; a call
-that ends drops its entry, and the watcher, when it wakes for a call that ended, sleeps on
-until the next. With none left it lingers one limit length (a call watched meanwhile is due
-no earlier than that) and ends only if still none came: calls that end before the watcher
-first runs (an ``async def`` tool that returns at once) would otherwise start a watcher task
-each (docs/performance.md). A scope cancelled this way looks as one cancelled by its own
-deadline does (``cancelled_caught``, no reason given by the caller).
+:class:`Deadlines` keeps the scopes of one limit length in the order they were watched (so
+in deadline order) and one watcher task (in the actor's task group) asleep until the
+earliest; a call that ends drops its entry. With none left the watcher lingers one limit
+length (a call watched meanwhile is due no earlier than that) and ends only if still none
+came. A scope cancelled this way looks as one cancelled by its own deadline does
+(``cancelled_caught``, no reason given by the caller).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """A pool of long-lived tasks in an actor's task group, so a job costs a wake-up, not a task.
 
-Starting a task in an anyio task group costs more than everything else an actor does for a
-tool call that returns at once. :class:`Workers` hands each job to
-an idle worker of the pool (one future resolved) and starts a new worker only when none is
-idle. Every job gets a worker of its own at once: a slow job never delays another.
-Idle workers beyond ``max_idle`` end, so the pool shrinks after a burst.
-
-A worker runs its jobs inside a cancel scope of its own, which a :class:`Job` is handed
-while it runs: the job's owner cancels the job by cancelling that scope (or by setting its
-deadline), so a job needs no scope of its own. Making, entering and leaving an anyio cancel
-scope costs more than the rest of a quick job's hop, and leaves three objects more for the
-garbage collector per job; the worker's scope is replaced only after a job cancelled it,
-and a deadline a job set is lifted when it ends.
+:class:`Workers` hands each job to an idle worker of the pool (one future resolved) and
+starts a new worker only when none is idle: a slow job never delays another. Idle workers
+beyond ``max_idle`` end, so the pool shrinks after a burst. A worker runs its jobs inside a
+cancel scope of its own, handed to the :class:`Job` while it runs: the job's owner cancels
+the job by cancelling that scope (or by setting its deadline). The scope is replaced only
+after a job cancelled it, and a deadline a job set is lifted when it ends. What this saves:
+``docs/performance.md``.
 """
 
 from __future__ import annotations

@@ -104,13 +104,7 @@ class BudgetMonitor:
         }
 
     def _turn_started(self, msg: TurnStarted) -> None:
-        budget = self._runs.get(msg.run_id)
-        if (
-            budget is not None
-            and budget.deadline_at is not None
-            and self._clock() >= budget.deadline_at
-        ):
-            self._deadline_passed(msg.run_id)
+        self._check_deadline(msg.run_id)
 
     def _turn_ended(self, msg: TurnEnded) -> None:
         budget = self._runs.get(msg.run_id)
@@ -204,12 +198,11 @@ class BudgetMonitor:
             and budget.deadline_at is not None
             and self._clock() >= budget.deadline_at
         ):
-            self._deadline_passed(run_id)
-
-    def _deadline_passed(self, run_id: str) -> None:
-        self._stop(
-            run_id, "budget.deadline", "The run's wall-clock deadline passed (deadline_seconds)."
-        )
+            self._stop(
+                run_id,
+                "budget.deadline",
+                "The run's wall-clock deadline passed (deadline_seconds).",
+            )
 
     def _stop(self, run_id: str, cause: str, detail: str) -> None:
         budget = self._runs.get(run_id)

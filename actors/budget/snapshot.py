@@ -36,16 +36,8 @@ _DECODER: Final = msgspec.json.Decoder(TokenSnapshot)
 
 def snapshot_account(account: TokenAccount) -> bytes:
     """``account``'s state as JSON bytes."""
-    return _ENCODER.encode(
-        TokenSnapshot(
-            prompt_tokens=account.prompt_tokens,
-            completion_tokens=account.completion_tokens,
-            warned=account.warned,
-            continuations=account.continuations,
-            checked_at=account.checked_at,
-            last_increment=account.last_increment,
-        )
-    )
+    state = {name: getattr(account, name) for name in TokenSnapshot.__struct_fields__}
+    return _ENCODER.encode(TokenSnapshot(**state))
 
 
 def restore_account(account: TokenAccount, data: bytes) -> None:
@@ -54,9 +46,5 @@ def restore_account(account: TokenAccount, data: bytes) -> None:
     :raises msgspec.DecodeError: ``data`` is not such a snapshot.
     """
     snap = _DECODER.decode(data)
-    account.prompt_tokens = snap.prompt_tokens
-    account.completion_tokens = snap.completion_tokens
-    account.warned = snap.warned
-    account.continuations = snap.continuations
-    account.checked_at = snap.checked_at
-    account.last_increment = snap.last_increment
+    for name in TokenSnapshot.__struct_fields__:
+        setattr(account, name, getattr(snap, name))

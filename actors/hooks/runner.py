@@ -190,10 +190,8 @@ class HookRunner:
         outcomes = await self._run_hooks(
             state, hooks, "stop", run_id=msg.run_id, turn=msg.turn, text=state.text
         )
-        if outcomes is None:
-            return
-        worst = most_severe(outcomes)
-        if worst is None:
+        worst = most_severe(outcomes) if outcomes is not None else None
+        if outcomes is None or worst is None:
             return
         if worst.action == "deny":
             self._stop(state, msg.run_id, worst, "the final answer")

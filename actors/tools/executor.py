@@ -186,11 +186,8 @@ class _Batch:
 
     def abort_reason(self, timeout_at: float) -> str | None:
         """The abort's reason when a call's scope that fired was cancelled by the abort, not
-        by its timeout; None otherwise.
-
-        A method, not ``batch.reason`` read in the caller: the caller checked ``reason`` is
-        None before its await, and mypy keeps that narrowing past the await (the compiled
-        build then rejects the reason :meth:`cancel` set meanwhile)."""
+        by its timeout; None otherwise (a method: ``docs/performance.md``, "What compiling
+        asked of the code")."""
         if self.reason is not None and self.abort_deadline <= timeout_at:
             return self.reason
         return None

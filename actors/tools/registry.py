@@ -78,7 +78,7 @@ class Tool(Generic[P]):
         self,
         name: str,
         description: str,
-        params: type[P],
+        params: type[P] | _RawSchema,
         fn: ToolFn[P],
         *,
         idempotent: bool = False,
@@ -86,25 +86,41 @@ class Tool(Generic[P]):
         finishes_stage: bool = False,
         needs_folder: bool = False,
     ) -> None:
-        if not (isinstance(params, type) and issubclass(params, msgspec.Struct)):
+        decode: Callable[[bytes], P]
+        if isinstance(params, _RawSchema):  # from from_json_schema, checked there
+            schema, decode = params.schema, params.decode
+        elif isinstance(params, type) and issubclass(params, msgspec.Struct):
+            config = params.__struct_config__
+            if not (config.frozen and config.forbid_unknown_fields):
+                raise ValueError(
+                    f"tool {name!r}: params {params.__name__} must be frozen=True and "
+                    "forbid_unknown_fields=True"
+                )
+            schema, decode = parameters_schema(params), msgspec.json.Decoder(params).decode
+        else:
             raise ValueError(f"tool {name!r}: params must be a msgspec Struct type")
-        config = params.__struct_config__
-        if not (config.frozen and config.forbid_unknown_fields):
+        if not _NAME.match(name):
+            raise ValueError(f"tool name {name!r} must match {_NAME.pattern}")
+        if timeout_seconds is not None and not timeout_seconds > 0:
+            raise ValueError(f"tool {name!r}: timeout_seconds must be positive")
+        inline = not _is_async(fn)
+        if inline and timeout_seconds is not None:
             raise ValueError(
-                f"tool {name!r}: params {params.__name__} must be frozen=True and "
-                "forbid_unknown_fields=True"
+                f"tool {name!r}: timeout_seconds needs an async def function (a plain def "
+                "runs to its end inside the executor and cannot be timed out)"
             )
-        decoder = msgspec.json.Decoder(params)
-        self._setup(
-            name,
-            description,
-            parameters_schema(params),
-            fn,
-            decoder.decode,
-            idempotent=idempotent,
-            timeout_seconds=timeout_seconds,
-            finishes_stage=finishes_stage,
-            needs_folder=needs_folder,
+        self.name = name
+        self.description = description
+        self.schema = schema
+        self.fn = fn
+        self.inline = inline  # a plain def: run at once, no task, no deadline
+        self._decode = decode
+        self.idempotent = idempotent
+        self.timeout_seconds = timeout_seconds
+        self.finishes_stage = finishes_stage
+        self.needs_folder = needs_folder
+        self.spec = ToolSpec(
+            name=name, description=description, parameters=_ENCODE(schema).decode()
         )
 
     @staticmethod
@@ -142,52 +158,14 @@ class Tool(Generic[P]):
             assert isinstance(value, dict)
             return value
 
-        return _SchemaTool(
+        return Tool(
             name,
             description,
-            flat,
+            _RawSchema(flat, decode),
             fn,
-            decode,
             idempotent=idempotent,
             timeout_seconds=timeout_seconds,
             finishes_stage=finishes_stage,
-        )
-
-    def _setup(
-        self,
-        name: str,
-        description: str,
-        schema: dict[str, Any],
-        fn: ToolFn[P],
-        decode: Callable[[bytes], P],
-        *,
-        idempotent: bool,
-        timeout_seconds: float | None,
-        finishes_stage: bool,
-        needs_folder: bool = False,
-    ) -> None:
-        if not _NAME.match(name):
-            raise ValueError(f"tool name {name!r} must match {_NAME.pattern}")
-        if timeout_seconds is not None and not timeout_seconds > 0:
-            raise ValueError(f"tool {name!r}: timeout_seconds must be positive")
-        inline = not _is_async(fn)
-        if inline and timeout_seconds is not None:
-            raise ValueError(
-                f"tool {name!r}: timeout_seconds needs an async def function (a plain def "
-                "runs to its end inside the executor and cannot be timed out)"
-            )
-        self.name = name
-        self.description = description
-        self.schema = schema
-        self.fn = fn
-        self.inline = inline  # a plain def: run at once, no task, no deadline
-        self._decode = decode
-        self.idempotent = idempotent
-        self.timeout_seconds = timeout_seconds
-        self.finishes_stage = finishes_stage
-        self.needs_folder = needs_folder
-        self.spec = ToolSpec(
-            name=name, description=description, parameters=_ENCODE(schema).decode()
         )
 
     def decode(self, arguments: str) -> P:
@@ -209,34 +187,15 @@ class Tool(Generic[P]):
         return f"Tool({self.name!r})"
 
 
-class _SchemaTool(Tool[dict[str, Any]]):
-    """A tool made by :meth:`Tool.from_json_schema` (its own constructor: this module is
-    compiled with mypyc, where ``Tool.__new__`` without ``__init__`` is not possible)."""
+class _RawSchema:
+    """What :meth:`Tool.from_json_schema` passes as ``params``: a checked object schema and
+    the decoder that checks arguments against it."""
 
-    __slots__ = ()
+    __slots__ = ("decode", "schema")
 
-    def __init__(
-        self,
-        name: str,
-        description: str,
-        schema: dict[str, Any],
-        fn: ToolFn[dict[str, Any]],
-        decode: Callable[[bytes], dict[str, Any]],
-        *,
-        idempotent: bool,
-        timeout_seconds: float | None,
-        finishes_stage: bool,
-    ) -> None:
-        self._setup(
-            name,
-            description,
-            schema,
-            fn,
-            decode,
-            idempotent=idempotent,
-            timeout_seconds=timeout_seconds,
-            finishes_stage=finishes_stage,
-        )
+    def __init__(self, schema: dict[str, Any], decode: Callable[[bytes], Any]) -> None:
+        self.schema = schema
+        self.decode = decode
 
 
 def _is_async(fn: object) -> bool:
@@ -279,13 +238,10 @@ class ToolRegistry:
         :raises KeyError: naming an unknown tool and the registered ones.
         """
         wanted = self.names() if names is None else tuple(names)
-        specs = []
         for name in wanted:
-            tool = self._tools.get(name)
-            if tool is None:
+            if name not in self._tools:
                 raise KeyError(f"unknown tool {name!r}; registered: {', '.join(self.names())}")
-            specs.append(tool.spec)
-        return tuple(specs)
+        return tuple(self._tools[name].spec for name in wanted)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

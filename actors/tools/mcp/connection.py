@@ -370,24 +370,23 @@ async def _list_tools(session: ClientSession, spec: McpServer) -> list[mcp_types
 
     :raises McpStartError: the pages add up to more than ``max_message_bytes``.
     """
-    listing = await session.list_tools()
-    tools = list(listing.tools)
-    size = len(listing.model_dump_json(by_alias=True, exclude_unset=True))
-    for page in range(2, LIST_PAGES_MAX + 1):
-        if listing.next_cursor is None:
-            break
-        listing = await session.list_tools(
-            params=mcp_types.PaginatedRequestParams(cursor=listing.next_cursor)
-        )
+    tools: list[mcp_types.Tool] = []
+    size, cursor = 0, None
+    for page in range(1, LIST_PAGES_MAX + 1):
+        params = None if cursor is None else mcp_types.PaginatedRequestParams(cursor=cursor)
+        listing = await session.list_tools(params=params)
         tools.extend(listing.tools)
         size += len(listing.model_dump_json(by_alias=True, exclude_unset=True))
-        if size > spec.max_message_bytes:
+        if page > 1 and size > spec.max_message_bytes:
             raise McpStartError(
                 spec.name,
                 "max_message_bytes",
                 f"its tool list is longer than max_message_bytes ({spec.max_message_bytes} "
                 f"bytes) after {page} pages",
             )
+        cursor = listing.next_cursor
+        if cursor is None:
+            break
     return tools
 
 

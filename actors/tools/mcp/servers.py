@@ -88,8 +88,11 @@ async def open_mcp_servers(
                 error = exc
             finally:
                 tg.cancel_scope.cancel()
-    except* McpStartError as group:
-        raise _first(group) from None
+    except* McpStartError as group:  # only McpStartError leaves: raise the first one
+        first: BaseException = group
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
     if error is not None:
         raise error  # unwrapped: the body's exception, not an exception group
 
@@ -161,14 +164,3 @@ def offered_tools(
             )
             refused.append(RefusedTool(spec.name, listed_tool.name, str(exc)))
     return offered, refused
-
-
-def _first(group: BaseExceptionGroup[McpStartError]) -> McpStartError:
-    errors = [exc for exc in _leaves(group) if isinstance(exc, McpStartError)]
-    return errors[0]
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]

@@ -1,20 +1,12 @@
 """A stdio transport for MCP servers whose reads are bounded, and whose protocol errors end
-the connection instead of wedging it.
-
-The official SDK's ``stdio_client`` (``mcp`` 2.3) joins the server's output into lines as
-text without a bound (a 50 MB tool list or a 100 MB result is read whole, then parsed), and
-its reader stops on a line of invalid UTF-8 without closing the session's stream, so every
-later call waits for its deadline; a line that is not JSON-RPC goes to the session's
-message handler and the call it answered waits the same way. It offers no size limit and
-no hook into its reader, so this module replaces the transport (about what the SDK's does)
-and keeps the SDK for everything above it (``ClientSession``, the messages' types and
-their validation):
+the connection instead of wedging it (in place of the SDK's ``stdio_client``, which has no
+size limit and no hook into its reader: ``docs/mcp.md``, "Protocol errors"). The SDK stays
+for everything above it (``ClientSession``, the messages' types and their validation).
 
 * the server is spawned as the SDK spawns it (its default environment plus the server's
   own, stderr to ``errlog``, a session of its own so it can be killed with its children);
-* each line is read with :meth:`anyio.streams.buffered.BufferedByteReceiveStream.receive_until`
-  bounded by ``max_message_bytes``, then decoded as strict UTF-8 and validated as a
-  JSON-RPC message;
+* each line is read bounded by ``max_message_bytes``, then decoded as strict UTF-8 and
+  validated as a JSON-RPC message;
 * the first line that breaks one of these rules is a protocol error: ``on_protocol_error``
   is told why (before anything else sees the end), and the session's stream is closed, so
   the session fails every call in flight at once and the connection counts as lost;

@@ -15,6 +15,7 @@ files come back through the result channel (:mod:`actors.tools.sandbox.outputs`)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -132,11 +133,24 @@ def run_process_layer(
         tempfile.TemporaryFile() as channel,
         tempfile.TemporaryFile() as errors,
     ):
-        if sandbox == "bubblewrap":
-            assert bwrap is not None
-            returncode = _in_bubblewrap(bwrap, code, data_dir, limits, scratch, channel, errors)
-        else:
-            returncode = _in_process(code, data_dir, limits, scratch, channel, errors)
+        seccomp = None
+        try:
+            if sandbox == "bubblewrap":
+                assert bwrap is not None
+                seccomp = seccomp_pipe()
+                command = _command(DATA_DIR, OUT_DIR, limits)
+                args = bubblewrap_args(bwrap, data_dir, limits, command, seccomp_fd=seccomp)
+                env: dict[str, str] = {}  # not even bwrap's: the sandbox's /proc/1 is bwrap's
+            else:
+                out = Path(scratch, "out")
+                out.mkdir()
+                env = {**SANDBOX_ENV, "HOME": scratch, "MPLCONFIGDIR": f"{scratch}/matplotlib"}
+                args = _command(str(data_dir.resolve()), str(out), limits)
+            fds = () if seccomp is None else (seccomp,)
+            returncode = _spawn(args, code, env, scratch, fds, channel, errors, limits)
+        finally:
+            if seccomp is not None:
+                os.close(seccomp)
         if returncode is None:
             reason = f"timed out after {limits.timeout_seconds:g} s (the sandbox was killed)"
             return SandboxResult(False, reason, ())
@@ -166,42 +180,6 @@ def _command(data: str, out: str, limits: SandboxLimits) -> list[str]:
     return [sys.executable, "-I", "-X", "utf8", "-c", _driver_source(), json.dumps(config)]
 
 
-def _in_bubblewrap(
-    bwrap: str,
-    code: str,
-    data_dir: Path,
-    limits: SandboxLimits,
-    scratch: str,
-    channel: IO[bytes],
-    errors: IO[bytes],
-) -> int | None:
-    seccomp = seccomp_pipe()
-    try:
-        command = _command(DATA_DIR, OUT_DIR, limits)
-        args = bubblewrap_args(bwrap, data_dir, limits, command, seccomp_fd=seccomp)
-        fds = () if seccomp is None else (seccomp,)
-        # bwrap itself gets no environment either: the sandbox's /proc/1 is bwrap's.
-        return _spawn(args, code, {}, scratch, fds, channel, errors, limits.timeout_seconds)
-    finally:
-        if seccomp is not None:
-            os.close(seccomp)
-
-
-def _in_process(
-    code: str,
-    data_dir: Path,
-    limits: SandboxLimits,
-    scratch: str,
-    channel: IO[bytes],
-    errors: IO[bytes],
-) -> int | None:
-    out = Path(scratch, "out")
-    out.mkdir()
-    env = {**SANDBOX_ENV, "HOME": scratch, "MPLCONFIGDIR": str(Path(scratch, "matplotlib"))}
-    command = _command(str(data_dir.resolve()), str(out), limits)
-    return _spawn(command, code, env, scratch, (), channel, errors, limits.timeout_seconds)
-
-
 def _spawn(
     args: list[str],
     code: str,
@@ -210,7 +188,7 @@ def _spawn(
     fds: tuple[int, ...],
     channel: IO[bytes],
     errors: IO[bytes],
-    timeout: float,
+    limits: SandboxLimits,
 ) -> int | None:
     """Run to the end: the exit status, or ``None`` when the timeout killed it."""
     process = subprocess.Popen(
@@ -224,21 +202,15 @@ def _spawn(
         start_new_session=True,
     )
     try:
-        process.communicate(code.encode(), timeout=timeout)
+        process.communicate(code.encode(), timeout=limits.timeout_seconds)
     except subprocess.TimeoutExpired:
         return None
     finally:
         if process.returncode is None:
-            _kill_group(process.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     return process.returncode
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _failure(returncode: int, errors: IO[bytes], limits: SandboxLimits) -> str:
