@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple
 
 import anyio
 from anyio.abc import TaskStatus
@@ -77,8 +77,6 @@ DEFAULT_TAIL_BYTES: Final = 64 * 1024 * 1024
 READERS: Final = 4
 """Worker threads (and connections) that serve reads."""
 
-_T = TypeVar("_T")
-
 
 class StoreFailed(RuntimeError):
     """A commit failed (a full disk, a broken constraint …): what it held is not stored, and
@@ -92,7 +90,6 @@ class StoreStatistics(NamedTuple):
     commits: int
     events_written: int
     pending_events: int
-    last_batch_events: int
 
 
 @dataclass
@@ -140,6 +137,8 @@ class Store:
         """Run id → cursor (the events' key) of the runs being written."""
         self._readers: list[sqlite3.Connection] = []
         self._read_limiter = anyio.CapacityLimiter(READERS)
+        self.reads = 0
+        """Reads so far (each one a worker-thread hop)."""
         self._batch = _Batch()
         self._inflight: _Batch | None = None
         self._wake = anyio.Event()
@@ -148,13 +147,10 @@ class Store:
         self._stopped = anyio.Event()
         self._watchers: dict[str, anyio.Event] = {}
         self._before_commit: list[Callable[[], None]] = []
-        self.reads = 0
-        """Reads so far (each one a worker-thread hop)."""
         self._began = 0.0
         self._urgent = anyio.Event()
         self._commits = 0
         self._events_written = 0
-        self._last_batch_events = 0
         self.on_commit: Callable[[float], None] | None = None
         """Called with each commit's duration in seconds (the store-write-latency metric)."""
 
@@ -201,7 +197,6 @@ class Store:
                 self._inflight = None
                 self._commits += 1
                 self._events_written += len(batch.events)
-                self._last_batch_events = len(batch.events)
                 self.memory.committed((r.id for r in batch.runs), batch.events, batch.updates)
                 for run_id, columns in batch.updates.items():
                     if columns.get("status") == "ended":
@@ -442,37 +437,30 @@ class Store:
             watcher.set()
 
     def statistics(self) -> StoreStatistics:
-        return StoreStatistics(
-            self._commits, self._events_written, len(self._batch.events), self._last_batch_events
-        )
+        return StoreStatistics(self._commits, self._events_written, len(self._batch.events))
 
     # ------------------------------------------------------------------ reads
 
-    async def _read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _rows(self, sql: str, *args: object) -> list[Any]:
+        """The rows ``sql`` (with ``args``) reads, on a worker thread and a reader's connection."""
         self.reads += 1
 
-        def work() -> _T:
+        def work() -> list[Any]:
             conn = self._readers.pop() if self._readers else connect(self.path)
             try:
-                return query(conn)
+                return conn.execute(sql, args).fetchall()
             finally:
                 self._readers.append(conn)
 
         return await anyio.to_thread.run_sync(work, limiter=self._read_limiter)
 
     async def get_run(self, run_id: str) -> RunRow | None:
-        rows = await self._read(
-            lambda c: c.execute(f"SELECT {COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchall()
-        )
+        rows = await self._rows(f"SELECT {COLUMNS} FROM runs WHERE id = ?", run_id)
         return read_row(rows[0]) if rows else None
 
     async def find_key(self, key: str) -> RunRow | None:
         """The run created with idempotency key ``key``."""
-        rows = await self._read(
-            lambda c: c.execute(
-                f"SELECT {COLUMNS} FROM runs WHERE idempotency_key = ?", (key,)
-            ).fetchall()
-        )
+        rows = await self._rows(f"SELECT {COLUMNS} FROM runs WHERE idempotency_key = ?", key)
         return read_row(rows[0]) if rows else None
 
     async def list_runs(
@@ -503,52 +491,45 @@ class Store:
         sql = f"SELECT {columns} FROM runs WHERE {' AND '.join(where)} ORDER BY cursor DESC LIMIT ?"
         if preview_chars is not None:
             args = [preview_chars] * SUMMARY_CHARS_PARAMETERS + args
-        rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall())
+        rows = await self._rows(sql, *args, limit)
         return [read_row(row) for row in rows]
 
     async def events(self, run_id: str, *, after: int = 0, limit: int = 500) -> list[StoredEvent]:
         """Committed events of ``run_id`` with ``seq > after``, in order."""
-        rows = await self._read(
-            lambda c: c.execute(
-                "SELECT seq, type, data FROM run_events "
-                "WHERE run = (SELECT cursor FROM runs WHERE id = ?) AND seq > ? "
-                "ORDER BY seq LIMIT ?",
-                (run_id, after, limit),
-            ).fetchall()
+        rows = await self._rows(
+            "SELECT seq, type, data FROM run_events "
+            "WHERE run = (SELECT cursor FROM runs WHERE id = ?) AND seq > ? ORDER BY seq LIMIT ?",
+            run_id,
+            after,
+            limit,
         )
         return [StoredEvent(seq, kind, bytes(data)) for seq, kind, data in rows]
 
     async def tail(self, run_id: str, count: int) -> list[StoredEvent]:
         """The last ``count`` committed events of ``run_id``, in order."""
-        rows = await self._read(
-            lambda c: c.execute(
-                "SELECT seq, type, data FROM run_events "
-                "WHERE run = (SELECT cursor FROM runs WHERE id = ?) ORDER BY seq DESC LIMIT ?",
-                (run_id, count),
-            ).fetchall()
+        rows = await self._rows(
+            "SELECT seq, type, data FROM run_events "
+            "WHERE run = (SELECT cursor FROM runs WHERE id = ?) ORDER BY seq DESC LIMIT ?",
+            run_id,
+            count,
         )
         return [StoredEvent(seq, kind, bytes(data)) for seq, kind, data in reversed(rows)]
 
     async def checkpoint(self, run_id: str) -> bytes | None:
         """The newest committed checkpoint of ``run_id`` (``None``: it has none)."""
-        rows = await self._read(
-            lambda c: c.execute(
-                "SELECT data FROM run_checkpoints "
-                "WHERE run = (SELECT cursor FROM runs WHERE id = ?)",
-                (run_id,),
-            ).fetchall()
+        rows = await self._rows(
+            "SELECT data FROM run_checkpoints WHERE run = (SELECT cursor FROM runs WHERE id = ?)",
+            run_id,
         )
         return bytes(rows[0][0]) if rows else None
 
     async def unfinished(self) -> list[RunRow]:
         """Runs that were queued or running when the store was last written, oldest first."""
-        rows = await self._read(
-            lambda c: c.execute(
-                f"SELECT {COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
-            ).fetchall()
+        rows = await self._rows(
+            f"SELECT {COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
         )
         return [read_row(row) for row in rows]
 
     async def journal_mode(self) -> str:
-        rows = await self._read(lambda c: c.execute("PRAGMA journal_mode").fetchall())
+        rows = await self._rows("PRAGMA journal_mode")
         return str(rows[0][0])
