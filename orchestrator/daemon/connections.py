@@ -1,27 +1,16 @@
 """Connection limits in front of the app: what a client may hold before any request is read.
 
-uvicorn's httptools protocol (the fast parser uvicorn picks when httptools is installed)
-bounds none of these: it reads a request head of any size (httptools concatenates a header
-value chunk by chunk, so a 64 MiB header cost seconds of event loop and kept ~65 MiB of
-heap), waits for a head or a body forever (a keep-alive timer runs only between requests),
-and accepts every connection. :func:`limited_protocol` returns its subclass with
-:class:`ConnectionLimits`:
-
-* **Head size and count**: a request line plus headers longer than ``max_header_bytes``, or
-  more than ``max_headers`` header lines, is answered ``431`` and the connection closed; the
-  bytes past the limit are never given to the parser.
-* **Head timeout**: a request's head must arrive within ``header_timeout`` seconds of the
-  connection opening (or of its first byte, for a later request on a kept-alive
-  connection): else ``408`` and close (slowloris).
-* **Body timeout**: a request's body must arrive within ``body_timeout`` seconds of its
-  head, whether the app reads it or not: else the connection is closed (the app sees the
-  client go away).
-* **Connections**: past ``max_connections`` open connections in all, or
-  ``max_connections_per_client`` from one client address, a new one is answered ``503``
-  and closed at once.
-
-Idle kept-alive connections are closed by uvicorn's own ``timeout_keep_alive``. Every
-refusal is the API's JSON error body with ``Connection: close``.
+uvicorn's httptools protocol bounds none of these (``docs/security.md``, "Connections"):
+:func:`limited_protocol` returns its subclass held to :class:`ConnectionLimits`. A request
+head (request line plus headers) longer than ``max_header_bytes``, or with more than
+``max_headers`` header lines, is answered ``431`` (the bytes past the limit never reach the
+parser); a head not complete within ``header_timeout`` seconds of the connection opening (or
+of its first byte, for a later request on a kept-alive connection) ``408``; a body not
+complete within ``body_timeout`` seconds of its head closes the connection, whether the app
+reads it or not. Past ``max_connections`` open connections in all, or
+``max_connections_per_client`` from one client address, a new one is answered ``503``. Each
+refusal is the API's JSON error body with ``Connection: close``, and the connection closes.
+Idle kept-alive connections are closed by uvicorn's own ``timeout_keep_alive``.
 """
 
 from __future__ import annotations

@@ -107,7 +107,12 @@ class Daemon:
             await outer.start(store.run)
             try:
                 journal = StoreJournal(store)
-                async with self._runtime(journal) as runtime:
+                async with Runtime(
+                    self.config,
+                    scenarios=self.extra_scenarios,
+                    journal=journal,
+                    keep_finished_runs=KEEP_FINISHED_IN_MEMORY,
+                ) as runtime:
                     store.on_commit = runtime.metrics.observe_store_write
                     recorder = EventRecorder(runtime.bus, store, cap=self.config.daemon.event_cap)
                     await outer.start(recorder.run)
@@ -119,14 +124,6 @@ class Daemon:
             finally:
                 store.close()
         logger.info("stopped", extra={"store": str(self.store_path)})
-
-    def _runtime(self, journal: StoreJournal) -> Runtime:
-        return Runtime(
-            self.config,
-            scenarios=self.extra_scenarios,
-            journal=journal,
-            keep_finished_runs=KEEP_FINISHED_IN_MEMORY,
-        )
 
     def _service_for(
         self,

@@ -109,6 +109,11 @@ def _integer(name: str, where: str, low: int, high: int = MAX_INTEGER) -> dict[s
     }
 
 
+def _json_text(name: str) -> dict[str, Any]:
+    """A string that holds schema ``name`` as JSON (an event's ``data``)."""
+    return {"type": "string", "contentMediaType": "application/json", "contentSchema": _ref(name)}
+
+
 _SSE_EVENT: Final = {
     "oneOf": [
         {
@@ -116,11 +121,7 @@ _SSE_EVENT: Final = {
             "properties": {
                 "event": {"const": "message"},
                 "id": {"type": "string", "pattern": INTEGER_PATTERN},
-                "data": {
-                    "type": "string",
-                    "contentMediaType": "application/json",
-                    "contentSchema": {"$ref": _REF.format(name="BusMessage")},
-                },
+                "data": _json_text("BusMessage"),
             },
             "required": ["event", "id", "data"],
         },
@@ -128,11 +129,7 @@ _SSE_EVENT: Final = {
             "type": "object",
             "properties": {
                 "event": {"enum": ["end", "shutdown"]},
-                "data": {
-                    "type": "string",
-                    "contentMediaType": "application/json",
-                    "contentSchema": {"$ref": _REF.format(name="StreamEnd")},
-                },
+                "data": _json_text("StreamEnd"),
             },
             "required": ["event", "data"],
         },

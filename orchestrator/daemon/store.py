@@ -232,14 +232,9 @@ class Store:
         self.wake_all()
 
     def _commit(self, batch: _Batch) -> None:
-        # Few statements, each writing many rows: the sqlite3 module takes the GIL back after
-        # every step, and while the event loop is busy each take can wait out the
-        # interpreter's switch interval (5 ms). One step per event made a commit of a few
-        # hundred events take 50-450 ms under load; one statement per kind takes a few. Each
-        # statement's text depends only on its size class (:func:`execute_rows`), so the
-        # connection's statement cache prepares each once instead of parsing a new text
-        # (hundreds of placeholders) every commit. The statements go through one cursor
-        # (``Connection.execute`` makes a new one each time).
+        # One statement per kind, each writing many rows, through one cursor: sqlite3 takes
+        # the GIL back after every step (docs/performance.md). A statement's text depends only
+        # on its size class (:func:`execute_rows`): the statement cache prepares each once.
         conn, cursor = self._writer, self._writer_cursor
         assert conn is not None, "the writer's connection is opened by Store.run"
         assert cursor is not None

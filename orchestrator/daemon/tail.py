@@ -55,7 +55,7 @@ class TailStatistics(NamedTuple):
 
 _stored: Final = tuple.__new__
 """Makes a :class:`StoredEvent` from a tuple without the Python-level ``__new__`` a
-``NamedTuple`` adds (a third of the time of ``StoredEvent(seq, kind, data)``)."""
+``NamedTuple`` adds."""
 
 ENTRY_OVERHEAD_BYTES: Final = 400
 """What one run's entry costs besides its events (counted the same way)."""
