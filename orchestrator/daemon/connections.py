@@ -77,7 +77,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self._reading_head = True
         self._head_room = self.limits.max_header_bytes
         self._header_lines = 0
-        self._refused: bytes | None = None
+        self._refused: tuple[int, str, str, str] | None = None
         self._head_timer: aio_seam.TimerHandle | None = None
         self._body_timer: aio_seam.TimerHandle | None = None
         self._address: str | None = None
@@ -90,22 +90,18 @@ class _LimitedHttpTools(HttpToolsProtocol):
         limits = self.limits
         if len(self.connections) > limits.max_connections:
             self._close_with(
-                _refusal(
-                    503,
-                    "too_many_connections",
-                    f"the daemon holds {limits.max_connections} connections already",
-                    "daemon.max_connections",
-                )
+                503,
+                "too_many_connections",
+                f"the daemon holds {limits.max_connections} connections already",
+                "daemon.max_connections",
             )
             return
         if self.per_client[address] >= limits.max_connections_per_client:
             self._close_with(
-                _refusal(
-                    503,
-                    "too_many_connections",
-                    f"this client holds {limits.max_connections_per_client} connections already",
-                    "daemon.max_connections_per_client",
-                )
+                503,
+                "too_many_connections",
+                f"this client holds {limits.max_connections_per_client} connections already",
+                "daemon.max_connections_per_client",
             )
             return
         self._address = address
@@ -136,7 +132,13 @@ class _LimitedHttpTools(HttpToolsProtocol):
             if self.transport.is_closing():
                 return
             if self._reading_head and self._head_room <= 0:
-                self._close_with(self._head_too_large())
+                self._close_with(
+                    431,
+                    "header_too_large",
+                    "the request line and headers are longer than "
+                    f"{self.limits.max_header_bytes} bytes",
+                    "daemon.max_header_bytes",
+                )
                 return
 
     def on_message_begin(self) -> None:
@@ -152,7 +154,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_lines += 1
         if self._header_lines > self.limits.max_headers:
-            self._refused = _refusal(
+            self._refused = (
                 431,
                 "too_many_headers",
                 f"the request has more than {self.limits.max_headers} header lines",
@@ -179,19 +181,11 @@ class _LimitedHttpTools(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         if self._refused is not None:  # a limit stopped the parser, not a malformed request
-            self._close_with(self._refused)
+            self._close_with(*self._refused)
             return
         super().send_400_response(msg)
 
     # -- refusals --------------------------------------------------------------------------
-
-    def _head_too_large(self) -> bytes:
-        return _refusal(
-            431,
-            "header_too_large",
-            f"the request line and headers are longer than {self.limits.max_header_bytes} bytes",
-            "daemon.max_header_bytes",
-        )
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -199,22 +193,21 @@ class _LimitedHttpTools(HttpToolsProtocol):
             self.transport.close()  # a response is under way: no room for another
             return
         self._close_with(
-            _refusal(
-                408,
-                "header_timeout",
-                f"the request's head did not arrive within {self.limits.header_timeout} s",
-                "daemon.header_timeout_seconds",
-            )
+            408,
+            "header_timeout",
+            f"the request's head did not arrive within {self.limits.header_timeout} s",
+            "daemon.header_timeout_seconds",
         )
 
     def _body_timed_out(self) -> None:
         self._body_timer = None
         self.transport.close()
 
-    def _close_with(self, response: bytes) -> None:
+    def _close_with(self, status: int, code: str, message: str, key: str) -> None:
+        """Answer with the JSON error body (see :func:`_refusal`) and close."""
         self._cancel_timers()
         if not self.transport.is_closing():
-            self.transport.write(response)
+            self.transport.write(_refusal(status, code, message, key))
             self.transport.close()
 
     def _cancel_timers(self) -> None:

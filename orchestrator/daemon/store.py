@@ -1,21 +1,17 @@
-"""The durable store: runs and their events in SQLite (WAL), written by group commit.
+"""The durable store: runs and their events in SQLite (WAL), written by group commit
+(``docs/daemon.md``, "Durability").
 
 Writes are queued by plain calls that never block the event loop (:meth:`Store.insert_run`,
 :meth:`Store.append_event`, :meth:`Store.update_run` …) and committed by one writer task
 (:meth:`Store.run`): each commit takes everything queued so far and writes it in one
-transaction on the store's own writer thread (:mod:`~orchestrator.daemon.writer_thread`,
-which alone uses the writer's connection), so a busy daemon pays one fsync per commit, not one per
-event. While a commit is in progress the next batch fills up by itself, and a new commit
-begins at most every :data:`COMMIT_INTERVAL_SECONDS` (5 ms). Whoever needs durability awaits
-:meth:`Store.flush` (the API does, before it answers 202), which starts the next commit
-without waiting out the interval.
+transaction on the store's own writer thread (:mod:`~orchestrator.daemon.writer_thread`), at
+most one commit beginning per :data:`COMMIT_INTERVAL_SECONDS`. :meth:`Store.flush` awaits
+durability (the API does, before it answers 202) and starts the next commit at once.
 
-Reads run in worker threads on their own connections (WAL lets them read while the writer
-writes). :meth:`Store.watch` hands out an event that is set after the next commit touching
-a run, so a reader that registers before it reads never misses a commit. Every commit's
-events also go to :attr:`Store.memory` (:mod:`~orchestrator.daemon.tail`), the newest events
-of each run in memory, before the watchers are woken: event streams read it and come to
-SQLite only for what has left memory.
+Reads run in worker threads on their own connections. :meth:`Store.watch` hands out an event
+that is set after the next commit touching a run, so a reader that registers before it reads
+never misses a commit. Every commit's events also go to :attr:`Store.memory`
+(:mod:`~orchestrator.daemon.tail`) before the watchers are woken.
 """
 
 from __future__ import annotations
@@ -65,10 +61,8 @@ MAX_PENDING_EVENTS: Final = 20_000
 """Queued, uncommitted events above which :meth:`Store.wait_for_room` makes writers wait."""
 
 COMMIT_INTERVAL_SECONDS: Final = 0.005
-"""At most one commit begins per interval. A write that finds the writer idle for longer is
-committed at once; under load each commit takes what arrived during the interval, so the
-commits (each a worker-thread hop and an fsync) per run fall as the load rises instead of
-rising as it falls. Durability, and live events to the streams, wait at most this long."""
+"""At most one commit begins per interval (a write that finds the writer idle for longer is
+committed at once): durability, and live events to the streams, wait at most this long."""
 
 DEFAULT_TAIL_EVENTS: Final = 512
 DEFAULT_TAIL_BYTES: Final = 64 * 1024 * 1024
