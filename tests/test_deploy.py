@@ -64,10 +64,10 @@ def exposed_names() -> set[str]:
 def daemon_names() -> set[str]:
     """The daemon collector's series (``loopfuse_daemon_*``), read from its source."""
     source = (ROOT / "orchestrator" / "daemon" / "metrics.py").read_text(encoding="utf-8")
-    found = re.findall(r'(Counter|Gauge)MetricFamily\(\s*f"\{PREFIX\}_(\w+)"', source)
+    found = re.findall(r'_(counter|gauge)\(\s*"(\w+)"', source)
     assert found, "the daemon's metric names moved; update this reader"
     return {
-        f"loopfuse_daemon_{name}" + ("_total" if kind == "Counter" else "") for kind, name in found
+        f"loopfuse_daemon_{name}" + ("_total" if kind == "counter" else "") for kind, name in found
     }
 
 

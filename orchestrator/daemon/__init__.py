@@ -4,14 +4,8 @@ An HTTP API (Starlette under uvicorn) to submit, list, follow (Server-Sent Event
 abort runs; durable runs and events in SQLite (WAL, group commit) that survive restarts
 (resumed from the last completed turn, or ended with ``abort.crash``); bearer tokens;
 limits (concurrency, a bounded queue, body size, events per run); a graceful drain on
-SIGTERM; retention; JSON logs; ``/metrics``. See ``docs/daemon.md``.
-
-Modules, one concept each: ``app`` (routes, auth guard, errors), ``schemas`` (API bodies),
-``sse`` (event streams), ``store`` (SQLite), ``recorder`` (bus → store), ``recovery``
-(journal, crash endings), ``service`` (submit/abort/recover/drain), ``retention``,
-``auth``, ``metrics``, ``logs``, ``lifespan`` (start-up and shutdown order), ``server``
-(uvicorn, signals), ``client`` (the CLI's API client), ``commands`` (serve/runs/watch),
-``openapi``.
+SIGTERM; retention; JSON logs; ``/metrics``. See ``docs/daemon.md`` (its modules, one
+concept each: "How it is built").
 """
 
 from __future__ import annotations

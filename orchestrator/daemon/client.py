@@ -83,11 +83,7 @@ class DaemonClient:
     async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = await self._http.request(method, path, **kwargs)
         body = _json.decode(response.content) if response.content else {}
-        if response.status_code >= 400:
-            error = body.get("error", {})
-            raise DaemonError(
-                response.status_code, error.get("code", "error"), error.get("message", "")
-            )
+        _raise_for(response.status_code, body, "error")
         return body
 
     async def submit(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -130,15 +126,18 @@ class DaemonClient:
             "GET", f"/v1/runs/{run_id}/events", headers=headers, timeout=None
         ) as response:
             if response.status_code >= 400:
-                await response.aread()
-                error = _json.decode(response.content).get("error", {})
-                raise DaemonError(
-                    response.status_code, error.get("code", ""), error.get("message", "")
-                )
+                _raise_for(response.status_code, _json.decode(await response.aread()), "")
             async for event in parse_sse(response.aiter_lines(), pings=pings):
                 yield event
                 if event.event in ("end", "shutdown"):
                     return
+
+
+def _raise_for(status: int, body: dict[str, Any], default_code: str) -> None:
+    """Raise the :class:`DaemonError` an error ``body`` says, if ``status`` is one."""
+    if status >= 400:
+        error = body.get("error", {})
+        raise DaemonError(status, error.get("code", default_code), error.get("message", ""))
 
 
 async def parse_sse(lines: AsyncIterator[str], *, pings: bool = False) -> AsyncIterator[SseEvent]:

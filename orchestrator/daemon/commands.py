@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -97,9 +98,10 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
             nats_url = getattr(args, "nats", None) or config.cluster.nats_url
             if nats_url:
                 return anyio.run(serve_fleet, config, nats_url, args.host, args.port)
-            return anyio.run(_serve, config, args.host, args.port)
+            return anyio.run(partial(serve_daemon, config, host=args.host, port=args.port))
         except OSError as exc:
-            where = f"{args.host or config.daemon.host}:{_port(args, config)}"
+            port = args.port if args.port is not None else config.daemon.port
+            where = f"{args.host or config.daemon.host}:{port}"
             print(
                 f"loopfuse serve: cannot listen on {where} or open the store "
                 f"{config.daemon.store_path or '(default)'}: {one_line(str(exc))}; "
@@ -121,14 +123,6 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
         raise DaemonUnreachable(url, f"not a URL: {exc}") from None
     except msgspec.DecodeError:
         raise DaemonUnreachable(url, "what answers there is not a loopfuse daemon") from None
-
-
-def _port(args: argparse.Namespace, config: Config) -> int:
-    return args.port if args.port is not None else config.daemon.port
-
-
-async def _serve(config: Config, host: str | None, port: int | None) -> int:
-    return await serve_daemon(config, host=host, port=port)
 
 
 def _url(config: Config) -> str:

@@ -1,27 +1,16 @@
 """Connection limits in front of the app: what a client may hold before any request is read.
 
-uvicorn's httptools protocol (the fast parser uvicorn picks when httptools is installed)
-bounds none of these: it reads a request head of any size (httptools concatenates a header
-value chunk by chunk, so a 64 MiB header cost seconds of event loop and kept ~65 MiB of
-heap), waits for a head or a body forever (a keep-alive timer runs only between requests),
-and accepts every connection. :func:`limited_protocol` returns its subclass with
-:class:`ConnectionLimits`:
-
-* **Head size and count**: a request line plus headers longer than ``max_header_bytes``, or
-  more than ``max_headers`` header lines, is answered ``431`` and the connection closed; the
-  bytes past the limit are never given to the parser.
-* **Head timeout**: a request's head must arrive within ``header_timeout`` seconds of the
-  connection opening (or of its first byte, for a later request on a kept-alive
-  connection): else ``408`` and close (slowloris).
-* **Body timeout**: a request's body must arrive within ``body_timeout`` seconds of its
-  head, whether the app reads it or not: else the connection is closed (the app sees the
-  client go away).
-* **Connections**: past ``max_connections`` open connections in all, or
-  ``max_connections_per_client`` from one client address, a new one is answered ``503``
-  and closed at once.
-
-Idle kept-alive connections are closed by uvicorn's own ``timeout_keep_alive``. Every
-refusal is the API's JSON error body with ``Connection: close``.
+uvicorn's httptools protocol bounds none of these (``docs/security.md``, "Connections"):
+:func:`limited_protocol` returns its subclass held to :class:`ConnectionLimits`. A request
+head (request line plus headers) longer than ``max_header_bytes``, or with more than
+``max_headers`` header lines, is answered ``431`` (the bytes past the limit never reach the
+parser); a head not complete within ``header_timeout`` seconds of the connection opening (or
+of its first byte, for a later request on a kept-alive connection) ``408``; a body not
+complete within ``body_timeout`` seconds of its head closes the connection, whether the app
+reads it or not. Past ``max_connections`` open connections in all, or
+``max_connections_per_client`` from one client address, a new one is answered ``503``. Each
+refusal is the API's JSON error body with ``Connection: close``, and the connection closes.
+Idle kept-alive connections are closed by uvicorn's own ``timeout_keep_alive``.
 """
 
 from __future__ import annotations
@@ -88,7 +77,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self._reading_head = True
         self._head_room = self.limits.max_header_bytes
         self._header_lines = 0
-        self._refused: bytes | None = None
+        self._refused: tuple[int, str, str, str] | None = None
         self._head_timer: aio_seam.TimerHandle | None = None
         self._body_timer: aio_seam.TimerHandle | None = None
         self._address: str | None = None
@@ -101,22 +90,18 @@ class _LimitedHttpTools(HttpToolsProtocol):
         limits = self.limits
         if len(self.connections) > limits.max_connections:
             self._close_with(
-                _refusal(
-                    503,
-                    "too_many_connections",
-                    f"the daemon holds {limits.max_connections} connections already",
-                    "daemon.max_connections",
-                )
+                503,
+                "too_many_connections",
+                f"the daemon holds {limits.max_connections} connections already",
+                "daemon.max_connections",
             )
             return
         if self.per_client[address] >= limits.max_connections_per_client:
             self._close_with(
-                _refusal(
-                    503,
-                    "too_many_connections",
-                    f"this client holds {limits.max_connections_per_client} connections already",
-                    "daemon.max_connections_per_client",
-                )
+                503,
+                "too_many_connections",
+                f"this client holds {limits.max_connections_per_client} connections already",
+                "daemon.max_connections_per_client",
             )
             return
         self._address = address
@@ -147,7 +132,13 @@ class _LimitedHttpTools(HttpToolsProtocol):
             if self.transport.is_closing():
                 return
             if self._reading_head and self._head_room <= 0:
-                self._close_with(self._head_too_large())
+                self._close_with(
+                    431,
+                    "header_too_large",
+                    "the request line and headers are longer than "
+                    f"{self.limits.max_header_bytes} bytes",
+                    "daemon.max_header_bytes",
+                )
                 return
 
     def on_message_begin(self) -> None:
@@ -163,7 +154,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_lines += 1
         if self._header_lines > self.limits.max_headers:
-            self._refused = _refusal(
+            self._refused = (
                 431,
                 "too_many_headers",
                 f"the request has more than {self.limits.max_headers} header lines",
@@ -190,19 +181,11 @@ class _LimitedHttpTools(HttpToolsProtocol):
 
     def send_400_response(self, msg: str) -> None:
         if self._refused is not None:  # a limit stopped the parser, not a malformed request
-            self._close_with(self._refused)
+            self._close_with(*self._refused)
             return
         super().send_400_response(msg)
 
     # -- refusals --------------------------------------------------------------------------
-
-    def _head_too_large(self) -> bytes:
-        return _refusal(
-            431,
-            "header_too_large",
-            f"the request line and headers are longer than {self.limits.max_header_bytes} bytes",
-            "daemon.max_header_bytes",
-        )
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -210,22 +193,21 @@ class _LimitedHttpTools(HttpToolsProtocol):
             self.transport.close()  # a response is under way: no room for another
             return
         self._close_with(
-            _refusal(
-                408,
-                "header_timeout",
-                f"the request's head did not arrive within {self.limits.header_timeout} s",
-                "daemon.header_timeout_seconds",
-            )
+            408,
+            "header_timeout",
+            f"the request's head did not arrive within {self.limits.header_timeout} s",
+            "daemon.header_timeout_seconds",
         )
 
     def _body_timed_out(self) -> None:
         self._body_timer = None
         self.transport.close()
 
-    def _close_with(self, response: bytes) -> None:
+    def _close_with(self, status: int, code: str, message: str, key: str) -> None:
+        """Answer with the JSON error body (see :func:`_refusal`) and close."""
         self._cancel_timers()
         if not self.transport.is_closing():
-            self.transport.write(response)
+            self.transport.write(_refusal(status, code, message, key))
             self.transport.close()
 
     def _cancel_timers(self) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Final, NamedTuple, Protocol
 import msgspec
 import re2
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import ExceptionHandler, Message, Receive, Send
@@ -21,6 +21,7 @@ from bus import ExitReason
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.limits import (
     MAX_FOLDER_CHARS,
+    MAX_INTEGER,
     check_depth,
     check_text_lengths,
     parse_integer,
@@ -116,13 +117,10 @@ def _check_declared(declared: str, limit: int) -> None:
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with a 413 past ``limit`` bytes (declared or read)."""
-    _check_declared(request.headers.get("content-length", ""), limit)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _too_large(limit)
-    return bytes(body)
+    body = await receive_body(request.receive, request.headers.get("content-length", ""), limit)
+    if body is None:
+        raise ClientDisconnect
+    return body
 
 
 async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | None:
@@ -171,12 +169,10 @@ def decode_request(
         match = _AT_PATH.match(str(exc))
         assert match is not None
         reason, path = match.group("reason"), (match["path"] or "").lstrip(".")
-        if unknown := _UNKNOWN.match(reason):
-            key = ".".join(p for p in (path, unknown["field"]) if p)
-            raise ApiError(422, "unknown_field", f"unknown field `{key}`", key=key) from None
-        if missing := _MISSING.match(reason):
-            key = ".".join(p for p in (path, missing["field"]) if p)
-            raise ApiError(422, "missing_field", f"missing field `{key}`", key=key) from None
+        for pattern, what in ((_UNKNOWN, "unknown"), (_MISSING, "missing")):
+            if found := pattern.match(reason):
+                key = ".".join(p for p in (path, found["field"]) if p)
+                raise ApiError(422, f"{what}_field", f"{what} field `{key}`", key=key) from None
         raise ApiError(
             422, "invalid_field", f"`{path or '(body)'}`: {reason}", key=path or None
         ) from None
@@ -187,7 +183,7 @@ def decode_request(
 
 
 def int_query(
-    value: str | None, name: str, *, default: int, low: int, high: int | None = None
+    value: str | None, name: str, *, default: int, low: int, high: int = MAX_INTEGER
 ) -> int:
     """The integer query parameter or header ``name`` (``default`` when absent), within
     bounds (``high``: at most :data:`~orchestrator.daemon.limits.MAX_INTEGER`), written in
@@ -195,11 +191,7 @@ def int_query(
 
     :raises ApiError: 400 naming ``name``.
     """
-    if value is None:
-        return default
-    if high is None:
-        return parse_integer(value, name, low=low)
-    return parse_integer(value, name, low=low, high=high)
+    return default if value is None else parse_integer(value, name, low=low, high=high)
 
 
 class ListQuery(NamedTuple):

@@ -107,12 +107,19 @@ class Daemon:
             await outer.start(store.run)
             try:
                 journal = StoreJournal(store)
-                async with self._runtime(journal) as runtime:
+                async with Runtime(
+                    self.config,
+                    scenarios=self.extra_scenarios,
+                    journal=journal,
+                    keep_finished_runs=KEEP_FINISHED_IN_MEMORY,
+                ) as runtime:
                     store.on_commit = runtime.metrics.observe_store_write
                     recorder = EventRecorder(runtime.bus, store, cap=self.config.daemon.event_cap)
                     await outer.start(recorder.run)
                     async with anyio.create_task_group() as tg:
-                        service = self._service_for(runtime, store, recorder, journal, tg)
+                        service = RunService(
+                            self.config, runtime, store, recorder, journal, self._scenarios(), tg
+                        )
                         yield await self._start(service, runtime, store, tg)
                         await self.shutdown(self.config.daemon.drain_seconds)
                         tg.cancel_scope.cancel()
@@ -120,29 +127,12 @@ class Daemon:
                 store.close()
         logger.info("stopped", extra={"store": str(self.store_path)})
 
-    def _runtime(self, journal: StoreJournal) -> Runtime:
-        return Runtime(
-            self.config,
-            scenarios=self.extra_scenarios,
-            journal=journal,
-            keep_finished_runs=KEEP_FINISHED_IN_MEMORY,
-        )
-
-    def _service_for(
-        self,
-        runtime: Runtime,
-        store: Store,
-        recorder: EventRecorder,
-        journal: StoreJournal,
-        tg: TaskGroup,
-    ) -> RunService:
-        # Scenario runs need the embedded simulator: their model is the scenario's script.
-        scenarios = (
-            {s.name: s for s in (*shipped_scenarios(), *self.extra_scenarios)}
-            if self.config.model.base_url is None
-            else {}
-        )
-        return RunService(self.config, runtime, store, recorder, journal, scenarios, tg)
+    def _scenarios(self) -> dict[str, Scenario]:
+        """The scenarios a request may name: none with a model configured (their model is
+        the scenario's script, played by the embedded simulator)."""
+        if self.config.model.base_url is not None:
+            return {}
+        return {s.name: s for s in (*shipped_scenarios(), *self.extra_scenarios)}
 
     async def _start(
         self, service: RunService, runtime: Runtime, store: Store, tg: TaskGroup

@@ -1,29 +1,15 @@
 """The operator's loop detection as a floor: what a request's ``loop`` table may change.
 
-A request's ``loop`` table is judged by its effect, on the run's effective loop config
-(the preset with the request's table merged on top, levels clamped) against the *floor*:
-the same preset with the operator's own table (a scenario's ``[config] loop``, none for a
-task). :func:`loop_refusal` names the first way the effective config is laxer. The rule
-(``docs/security.md``, "Loop detection by effect"):
-
-* every detector the floor has on stays on; its stopping thresholds (``break_at``,
-  ``progress_break_at``, ``stop_at_offence``, the call caps, the model check's schedule and
-  confidence) may only be lowered (``None`` is infinity), and everything else of it stays
-  as it is: ``warn_at`` and ``block_at`` too, because a warning from one detector hides
-  another's block on the same call, and a refused call is not recorded, so a lower block
-  level can keep a ``break_at`` from ever being reached;
-* a detector the floor has off may be switched on as a fuse only: no warning or block
-  level (``stop_at_offence = 1`` for ``content``, which cuts a stream at its first offence);
-  the model-based check's ``max_tokens`` at most the run's reply ceiling;
-* the settings every detector shares (``exempt_tools``, ``poll_tools``, ``history_size``,
-  ``record_blocked``, normalisation, warning rate limits) stay as they are: an exemption or
-  a poll tool is a call no detector counts, and one more recorded call can break a pattern;
-* under ``strikes`` (gemini's escalation, where every detection is a strike and a
-  ``break`` below ``strikes.stop_at`` only refuses the call) only ``strikes.stop_at`` may be
-  lowered; without it, none may be added.
-
-With these, before the run's first stop every call gets the decision the floor gives it,
-so the effective config stops a run no later than the floor does.
+A request's ``loop`` table is judged by its effect: the run's effective loop config (the
+preset with the request's table merged on top, levels clamped) against the *floor*, the same
+preset with the operator's own table (a scenario's ``[config] loop``, none for a task).
+:func:`loop_refusal` names the first way the effective config is laxer, by the rule of
+``docs/security.md``, "Loop detection by effect": a detector the floor has on stays on and
+only its stop fields (:data:`STOP_FIELDS`) may be lowered, everything else of it kept; one
+the floor has off may be switched on as a fuse only; the settings every detector shares
+stay; under ``strikes`` only ``strikes.stop_at`` may be lowered, and none may be added. So
+before the run's first stop every call gets the decision the floor gives it, and the
+effective config stops a run no later than the floor does.
 """
 
 from __future__ import annotations

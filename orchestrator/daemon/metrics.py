@@ -50,63 +50,55 @@ class DaemonCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         stats = self._service.statistics()
-        yield GaugeMetricFamily(
-            f"{PREFIX}_runs_in_flight",
-            "Runs accepted and not ended (running or queued).",
-            value=stats.in_flight,
+        yield _gauge(
+            "runs_in_flight", "Runs accepted and not ended (running or queued).", stats.in_flight
         )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_runs_capacity",
-            "Runs that may be in flight before new ones get a 429.",
-            value=stats.capacity,
+        yield _gauge(
+            "runs_capacity", "Runs that may be in flight before new ones get a 429.", stats.capacity
         )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_draining",
-            "1 while the daemon drains for shutdown.",
-            value=1 if self._service.draining else 0,
+        yield _gauge(
+            "draining", "1 while the daemon drains for shutdown.", int(self._service.draining)
         )
-        yield CounterMetricFamily(
-            f"{PREFIX}_runs_accepted", "Runs accepted with 202.", value=stats.accepted
+        yield _counter("runs_accepted", "Runs accepted with 202.", stats.accepted)
+        yield _counter(
+            "runs_rejected",
+            "Run submissions refused, by reason.",
+            reason={"queue_full": stats.rejected_full, "draining": stats.rejected_draining},
         )
-        rejected = CounterMetricFamily(
-            f"{PREFIX}_runs_rejected", "Run submissions refused, by reason.", labels=["reason"]
-        )
-        rejected.add_metric(["queue_full"], stats.rejected_full)
-        rejected.add_metric(["draining"], stats.rejected_draining)
-        yield rejected
-        recovered = CounterMetricFamily(
-            f"{PREFIX}_runs_recovered",
+        yield _counter(
+            "runs_recovered",
             "Runs found active at start-up, by what was done with them.",
-            labels=["action"],
+            action={"resumed": stats.resumed, "crash_aborted": stats.crash_aborted},
         )
-        recovered.add_metric(["resumed"], stats.resumed)
-        recovered.add_metric(["crash_aborted"], stats.crash_aborted)
-        yield recovered
-        ended = CounterMetricFamily(
-            f"{PREFIX}_runs_ended",
+        yield _counter(
+            "runs_ended",
             "Runs ended since start-up, by exit reason.",
-            labels=["exit_reason"],
+            exit_reason={reason.value: self._service.ended(reason) for reason in ExitReason},
         )
-        for reason in ExitReason:
-            ended.add_metric([reason.value], self._service.ended(reason))
-        yield ended
-        yield GaugeMetricFamily(
-            f"{PREFIX}_sse_clients", "Open event streams.", value=self._streams()
-        )
+        yield _gauge("sse_clients", "Open event streams.", self._streams())
         store = self._store.statistics()
-        yield CounterMetricFamily(
-            f"{PREFIX}_store_commits", "Group commits to the store.", value=store.commits
+        yield _counter("store_commits", "Group commits to the store.", store.commits)
+        yield _counter(
+            "store_events_written", "Events committed to the store.", store.events_written
         )
-        yield CounterMetricFamily(
-            f"{PREFIX}_store_events_written",
-            "Events committed to the store.",
-            value=store.events_written,
+        yield _gauge(
+            "store_pending_events", "Events queued for the next commit.", store.pending_events
         )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_store_pending_events",
-            "Events queued for the next commit.",
-            value=store.pending_events,
-        )
+
+
+def _gauge(name: str, text: str, value: int) -> Metric:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", text, value=value)
+
+
+def _counter(name: str, text: str, value: int | None = None, **by: dict[str, int]) -> Metric:
+    """A counter: one ``value``, or one series per value of the one label ``by`` names."""
+    if value is not None:
+        return CounterMetricFamily(f"{PREFIX}_{name}", text, value=value)
+    [(label, values)] = by.items()
+    counter = CounterMetricFamily(f"{PREFIX}_{name}", text, labels=[label])
+    for key, count in values.items():
+        counter.add_metric([key], count)
+    return counter
 
 
 def render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:

@@ -75,6 +75,31 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {str(code): _json("ErrorBody", _ERRORS[code]) for code in codes}
 
 
+def _operation(
+    summary: str,
+    responses: dict[str, Any],
+    errors: tuple[int, ...] = (),
+    *,
+    parameters: list[dict[str, Any]] | None = None,
+    body: str | None = None,
+    public: bool = False,
+) -> dict[str, Any]:
+    """One operation: ``responses`` then the error body of each of ``errors``; ``body`` the
+    schema of a required JSON request body; ``public`` when it needs no token."""
+    operation: dict[str, Any] = {"summary": summary}
+    if public:
+        operation["security"] = _OPEN
+    if parameters is not None:
+        operation["parameters"] = parameters
+    if body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(body)}},
+        }
+    operation["responses"] = {**responses, **_errors(*errors)}
+    return operation
+
+
 def _integer(name: str, where: str, low: int, high: int = MAX_INTEGER) -> dict[str, Any]:
     return {
         "name": name,
@@ -84,6 +109,11 @@ def _integer(name: str, where: str, low: int, high: int = MAX_INTEGER) -> dict[s
     }
 
 
+def _json_text(name: str) -> dict[str, Any]:
+    """A string that holds schema ``name`` as JSON (an event's ``data``)."""
+    return {"type": "string", "contentMediaType": "application/json", "contentSchema": _ref(name)}
+
+
 _SSE_EVENT: Final = {
     "oneOf": [
         {
@@ -91,11 +121,7 @@ _SSE_EVENT: Final = {
             "properties": {
                 "event": {"const": "message"},
                 "id": {"type": "string", "pattern": INTEGER_PATTERN},
-                "data": {
-                    "type": "string",
-                    "contentMediaType": "application/json",
-                    "contentSchema": {"$ref": _REF.format(name="BusMessage")},
-                },
+                "data": _json_text("BusMessage"),
             },
             "required": ["event", "id", "data"],
         },
@@ -103,11 +129,7 @@ _SSE_EVENT: Final = {
             "type": "object",
             "properties": {
                 "event": {"enum": ["end", "shutdown"]},
-                "data": {
-                    "type": "string",
-                    "contentMediaType": "application/json",
-                    "contentSchema": {"$ref": _REF.format(name="StreamEnd")},
-                },
+                "data": _json_text("StreamEnd"),
             },
             "required": ["event", "data"],
         },
@@ -168,6 +190,30 @@ _SCHEMA_TYPES: Final = (
 )
 _RUN_ID: Final = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _OPEN: Final[list[dict[str, list[str]]]] = []  # no token needed
+_TRACEPARENT: Final = {
+    "name": "traceparent",
+    "in": "header",
+    "schema": {"type": "string", "maxLength": 512},
+    "description": (
+        "W3C Trace Context: the run's trace continues the caller's (its trace id, its span "
+        "the parent of the run's span). Malformed or repeated: ignored."
+    ),
+}
+_LIST_PARAMETERS: Final = [
+    {"name": "status", "in": "query", "schema": {"type": "string", "enum": sorted(STATUSES)}},
+    {
+        "name": "exit_reason",
+        "in": "query",
+        "schema": {"type": "string", "enum": sorted(r.value for r in ExitReason)},
+    },
+    {
+        "name": "cursor",
+        "in": "query",
+        "schema": {"type": "string", "pattern": INTEGER_PATTERN},
+        "description": "A page's `next_cursor`.",
+    },
+    _integer("limit", "query", 1, PAGE_LIMIT),
+]
 
 
 def _limit_texts(components: dict[str, Any], max_chars: int) -> None:
@@ -216,155 +262,94 @@ def openapi_document(version: str, max_text_chars: int) -> dict[str, Any]:
         "content": {"text/event-stream": {"schema": _SSE_EVENT}},
     }
     metrics_body = {"schema": {"type": "string"}}
+    accepted = _json("RunAccepted", "Stored and started (or queued).", Location="The run.")
+    again = _json(
+        "RunAccepted", "The run made earlier with this idempotency key.", Location="The run."
+    )
+    document = {
+        "description": "OpenAPI 3.1.",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+    metrics = {
+        "description": "Metrics.",
+        "content": {"text/plain": metrics_body, "application/openmetrics-text": metrics_body},
+    }
+    replay_summary = (
+        "Replay recorded runs under the daemon's config and loop presets "
+        "(operator token only; no model or tool is called)"
+    )
     paths: dict[str, Any] = {
         "/v1/runs": {
-            "post": {
-                "summary": "Submit a run (a task, a pipeline or a shipped scenario)",
-                "parameters": [
-                    {
-                        "name": "traceparent",
-                        "in": "header",
-                        "schema": {"type": "string", "maxLength": 512},
-                        "description": (
-                            "W3C Trace Context: the run's trace continues the caller's "
-                            "(its trace id, its span the parent of the run's span). "
-                            "Malformed or repeated: ignored."
-                        ),
-                    }
-                ],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("RunRequest")}},
-                },
-                "responses": {
-                    "202": _json(
-                        "RunAccepted", "Stored and started (or queued).", Location="The run."
-                    ),
-                    "200": _json(
-                        "RunAccepted",
-                        "The run made earlier with this idempotency key.",
-                        Location="The run.",
-                    ),
-                    **_errors(400, 401, 409, 413, 415, 422, 429, 503),
-                },
-            },
-            "get": {
-                "summary": "List runs, newest first",
-                "parameters": [
-                    {
-                        "name": "status",
-                        "in": "query",
-                        "schema": {"type": "string", "enum": sorted(STATUSES)},
-                    },
-                    {
-                        "name": "exit_reason",
-                        "in": "query",
-                        "schema": {"type": "string", "enum": sorted(r.value for r in ExitReason)},
-                    },
-                    {
-                        "name": "cursor",
-                        "in": "query",
-                        "schema": {"type": "string", "pattern": INTEGER_PATTERN},
-                        "description": "A page's `next_cursor`.",
-                    },
-                    _integer("limit", "query", 1, PAGE_LIMIT),
-                ],
-                "responses": {"200": _json("RunPage", "A page of runs."), **_errors(400, 401)},
-            },
+            "post": _operation(
+                "Submit a run (a task, a pipeline or a shipped scenario)",
+                {"202": accepted, "200": again},
+                (400, 401, 409, 413, 415, 422, 429, 503),
+                parameters=[_TRACEPARENT],
+                body="RunRequest",
+            ),
+            "get": _operation(
+                "List runs, newest first",
+                {"200": _json("RunPage", "A page of runs.")},
+                (400, 401),
+                parameters=_LIST_PARAMETERS,
+            ),
         },
         "/v1/runs/{id}": {
-            "get": {
-                "summary": "A run's status and, once ended, its result",
-                "parameters": [_RUN_ID],
-                "responses": {"200": _json("RunView", "The run."), **_errors(401, 404)},
-            }
+            "get": _operation(
+                "A run's status and, once ended, its result",
+                {"200": _json("RunView", "The run.")},
+                (401, 404),
+                parameters=[_RUN_ID],
+            )
         },
         "/v1/runs/{id}/events": {
-            "get": {
-                "summary": "Follow a run's events (SSE); resume with Last-Event-ID or ?after=",
-                "parameters": [
+            "get": _operation(
+                "Follow a run's events (SSE); resume with Last-Event-ID or ?after=",
+                {"200": sse},
+                (400, 401, 404),
+                parameters=[
                     _RUN_ID,
                     _integer("after", "query", 0),
                     _integer("Last-Event-ID", "header", 0),
                 ],
-                "responses": {"200": sse, **_errors(400, 401, 404)},
-            }
+            )
         },
         "/v1/runs/{id}/abort": {
-            "post": {
-                "summary": "Abort a run (cause abort.caller)",
-                "parameters": [_RUN_ID],
-                "responses": {
-                    "202": _json("RunAccepted", "Abort requested."),
-                    **_errors(401, 404, 409, 415),
-                },
-            }
+            "post": _operation(
+                "Abort a run (cause abort.caller)",
+                {"202": _json("RunAccepted", "Abort requested.")},
+                (401, 404, 409, 415),
+                parameters=[_RUN_ID],
+            )
         },
         "/v1/scenarios": {
-            "get": {
-                "summary": "Scenario names a run may ask for",
-                "responses": {"200": _json("Scenarios", "Names."), **_errors(401)},
-            }
+            "get": _operation(
+                "Scenario names a run may ask for", {"200": _json("Scenarios", "Names.")}, (401,)
+            )
         },
         "/v1/replay": {
-            "post": {
-                "summary": (
-                    "Replay recorded runs under the daemon's config and loop presets "
-                    "(operator token only; no model or tool is called)"
-                ),
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": _ref("ReplayRequest")}},
-                },
-                "responses": {
-                    "200": _json("ReplayReport", "Per run and config, and the totals."),
-                    **_errors(400, 401, 403, 413, 415, 422),
-                },
-            }
+            "post": _operation(
+                replay_summary,
+                {"200": _json("ReplayReport", "Per run and config, and the totals.")},
+                (400, 401, 403, 413, 415, 422),
+                body="ReplayRequest",
+            )
         },
-        "/v1/openapi.json": {
-            "get": {
-                "summary": "This document",
-                "security": _OPEN,
-                "responses": {
-                    "200": {
-                        "description": "OpenAPI 3.1.",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
-                    }
-                },
-            }
-        },
+        "/v1/openapi.json": {"get": _operation("This document", {"200": document}, public=True)},
         "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics (OpenMetrics when asked)",
-                "responses": {
-                    "200": {
-                        "description": "Metrics.",
-                        "content": {
-                            "text/plain": metrics_body,
-                            "application/openmetrics-text": metrics_body,
-                        },
-                    },
-                    **_errors(401, 503),
-                },
-            }
+            "get": _operation(
+                "Prometheus metrics (OpenMetrics when asked)", {"200": metrics}, (401, 503)
+            )
         },
         "/healthz": {
-            "get": {
-                "summary": "Liveness",
-                "security": _OPEN,
-                "responses": {"200": _json("Health", "Alive.")},
-            }
+            "get": _operation("Liveness", {"200": _json("Health", "Alive.")}, public=True)
         },
         "/readyz": {
-            "get": {
-                "summary": "Readiness (503 while starting or draining)",
-                "security": _OPEN,
-                "responses": {
-                    "200": _json("Health", "Ready."),
-                    "503": _json("Health", "Not ready."),
-                },
-            }
+            "get": _operation(
+                "Readiness (503 while starting or draining)",
+                {"200": _json("Health", "Ready."), "503": _json("Health", "Not ready.")},
+                public=True,
+            )
         },
     }
     return {

@@ -1,21 +1,15 @@
 """What an API request may ask of a run: the operator's policy at the daemon's door.
 
-A request body is untrusted, authenticated or not (``docs/security.md``). :func:`admit`
-checks a ``POST /v1/runs`` request against the operator's config, when the daemon (or a
-fleet member) accepts it and again when it starts it, so a stored request never gets more
-than the policy of the daemon that runs it:
-
-* ``scenario`` is a name the daemon serves (shipped, or listed in ``daemon.scenarios``),
-  never a path;
-* ``config`` sets only the keys ``daemon.client_overrides.allowed`` lists: budgets up to the
-  operator's value for the run (or ``daemon.client_overrides.ceilings``), a model the
-  operator configured, a loop preset from ``loop_presets``, tools among the run's own;
-* and it is judged by its effect, on the run's effective settings, whichever key set a
-  value: every budget against its ceiling, and the effective loop config against the
-  operator's (:mod:`orchestrator.daemon.loop_floor`: detectors stay on, stop no later, no
-  exemption added, the model check's replies under the reply ceiling);
-* ``folder`` must resolve (symlinks followed) inside one of ``daemon.folder_roots``; with
-  none configured, no request may name a folder.
+A request body is untrusted, authenticated or not. :func:`admit` checks a ``POST /v1/runs``
+request against the operator's config when the daemon (or a fleet member) accepts it and
+again when it starts it, so a stored request never gets more than the policy of the daemon
+that runs it (``docs/security.md``, "What a client may set", "Folders and scenarios"):
+``scenario`` is a name the daemon serves, never a path; ``config`` sets only the keys
+``daemon.client_overrides.allowed`` lists, judged by their effect on the run's effective
+settings, whichever key set a value (every budget against its ceiling, the loop config
+against the operator's: :mod:`orchestrator.daemon.loop_floor`); ``folder`` must resolve
+(symlinks followed) inside one of ``daemon.folder_roots``, and with none no request may name
+a folder.
 
 Every refusal is an :class:`ApiError` 422 naming the key. The CLI and the library are the
 operator: :class:`~orchestrator.runtime.RunSpec` and friends take any setting.

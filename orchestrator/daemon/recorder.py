@@ -7,28 +7,12 @@ dropped instead of stored, except ``RunFinished``, which always is: a stream alw
 A slow disk slows the recorder, and through its full mailbox the runs, rather than lose
 events; a slow SSE client slows nothing, since streams read what was committed.
 
-What is stored is the run's messages, less what would be stored twice:
-
-* **Each message is stored in its logged form** (:func:`bus.for_the_log`): a model
-  request without the prompt messages and tool schemas earlier events hold, a turn
-  checkpoint without the nudges the previous request carried (:class:`bus.LogReader`
-  rebuilds them).
-* **Streamed text is coalesced per commit.** A run's consecutive ``ModelTextDelta``
-  messages of one turn are held back and stored as one ``ModelTextDelta`` (their texts
-  joined) when the next commit takes the queued writes, or when the run's next message
-  comes first. A busy store merges more; an idle one commits each delta at once.
-* **Text the reply repeats is not stored.** If the turn's ``ModelReply`` arrives while its
-  text is still held, and its ``text`` ends with that text, the held text is dropped: the
-  reply carries it (the whole answer), committed at the same moment.
-* **A ``Progress`` that restates the turn is folded into it.** The progress reporter's
-  ``running`` event for a turn (its ``turn`` field that turn, no tokens or time) says what
-  the ``TurnStarted`` just before it says (its stage; the plan and the limit are in
-  ``RunStarted``); it is not stored. ``started``, ``finished``,
-  ``skipped`` and pipelines' progress with tokens or time are.
-
-So a follower, and a replay, sees the streamed text as ``ModelTextDelta`` events, each the
-text streamed since the previous commit, up to the last commit before the turn's reply; the
-``ModelReply`` then has the whole answer (what was streamed since is only there).
+Each message is stored in its logged form (:func:`bus.for_the_log`; :class:`bus.LogReader`
+rebuilds it), less what would be stored twice (``docs/daemon.md``, "Event streams"): a
+turn's ``ModelTextDelta`` messages are held and stored as one when the next commit takes the
+queued writes (or the run's next message comes first), dropped when the turn's
+``ModelReply`` ends with their text, and the ``Progress`` whose ``running`` status restates
+the ``TurnStarted`` just before it (no tokens or time) is not stored.
 """
 
 from __future__ import annotations
@@ -177,16 +161,13 @@ class EventRecorder:
         run_id = msg.run_id
         if track.text is not None:
             self._release(run_id, track)
-        track.seq += 1  # past the cap too: a stream always ends
-        self._store.append_event(
-            run_id, track.seq, type(msg).__name__, ENCODER.encode(for_the_log(msg))
-        )
+        self._append(run_id, track, msg, past_cap=True)  # a stream always ends
         self._store.update_run(run_id, events_dropped=track.dropped)
         del self._runs[run_id]
         track.finished.set()
 
-    def _append(self, run_id: str, track: _Track, msg: Message) -> None:
-        if track.seq < self._cap:
+    def _append(self, run_id: str, track: _Track, msg: Message, *, past_cap: bool = False) -> None:
+        if track.seq < self._cap or past_cap:
             track.seq += 1
             self._store.append_event(
                 run_id, track.seq, type(msg).__name__, ENCODER.encode(for_the_log(msg))

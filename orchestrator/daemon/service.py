@@ -26,7 +26,7 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from actors.workers import Workers
-from bus import ENCODER, ExitReason, RunFinished
+from bus import ENCODER, ExitReason
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.config import Config
 from orchestrator.daemon import starting
@@ -330,7 +330,9 @@ class RunService:
     async def _recover(self, row: RunRow) -> None:
         tail = await self._store.tail(row.id, CRASH_TAIL)
         if tail and tail[-1].type == "RunFinished":
-            self._end_from_finished(row, starting.FINISHED_DECODER.decode(tail[-1].data))
+            finished = starting.FINISHED_DECODER.decode(tail[-1].data)
+            self._end(row, finished_result(finished, row.trace_id), count=False)
+            _log("run had ended before the restart", row.id, row.trace_id)
             return
         raw = await self._store.checkpoint(row.id)
         checkpoint = CHECKPOINT_DECODER.decode(raw) if raw is not None else None
@@ -386,10 +388,6 @@ class RunService:
         self._end(row, result)
         self._crash_aborted += 1
         _log("run ended by the crash", row.id, row.trace_id, exit_reason=result.exit_reason.value)
-
-    def _end_from_finished(self, row: RunRow, finished: RunFinished) -> None:
-        self._end(row, finished_result(finished, row.trace_id), count=False)
-        _log("run had ended before the restart", row.id, row.trace_id)
 
     async def drain(self, grace_seconds: float) -> None:
         """Accept no more runs; give running ones ``grace_seconds``, then abort the rest

@@ -1,22 +1,17 @@
-"""Server-Sent Events for one run: every stored event in order, live, resumable.
+"""Server-Sent Events for one run: every stored event in order, live, resumable
+(``docs/daemon.md``, "Event streams").
 
-Frames follow the WHATWG format: each bus message is a default (``message``) event whose
-``id`` is the run's sequence number and whose ``data`` is the message as JSON (its ``type``
-names it). A stream starts with ``retry: 3000``, sends a ``: ping`` comment after every
-``heartbeat`` seconds without events, and ends with ``event: end`` after the run's
-``RunFinished``, once its result is stored (data: id, status, exit reason, last event id,
-dropped-event count). ``Last-Event-ID`` or
-``?after=N`` resumes after event N: no gaps, no duplicates. If the daemon shuts down first,
-the stream ends with ``event: shutdown``; reconnect with the last id.
+Each bus message is a default (``message``) event whose ``id`` is the run's sequence number
+and whose ``data`` is the message as JSON. A stream starts with ``retry: 3000``, sends a
+``: ping`` comment after every ``heartbeat`` seconds without events, and ends with ``event:
+end`` after the run's ``RunFinished``, once its result is stored (data: id, status, exit
+reason, last event id, dropped-event count); ``event: shutdown`` if the daemon shuts down
+first. ``Last-Event-ID`` or ``?after=N`` resumes after event N: no gaps, no duplicates.
 
-Streams read committed events, never the bus: a slow client falls behind on its own, and a
-run that ended (even before a restart) replays the same way. They read the store's memory
-tail (:mod:`~orchestrator.daemon.tail`) and SQLite only for what has left it, so a
-follower that keeps up costs no database read and no thread hop per commit.
-
-:class:`EventStreamResponse` sends the frames: one write per frame, the heartbeat and the
-client's leaving watched by one task per stream (one timer per heartbeat, none per event).
-Why not sse-starlette's ``EventSourceResponse``: docs/daemon.md, "How it is built".
+Streams read committed events, never the bus: the store's memory tail
+(:mod:`~orchestrator.daemon.tail`), and SQLite only for what has left it.
+:class:`EventStreamResponse` sends the frames, one write per frame (why not sse-starlette's
+``EventSourceResponse``: docs/daemon.md, "How it is built").
 """
 
 from __future__ import annotations

@@ -1,21 +1,17 @@
-"""The durable store: runs and their events in SQLite (WAL), written by group commit.
+"""The durable store: runs and their events in SQLite (WAL), written by group commit
+(``docs/daemon.md``, "Durability").
 
 Writes are queued by plain calls that never block the event loop (:meth:`Store.insert_run`,
 :meth:`Store.append_event`, :meth:`Store.update_run` …) and committed by one writer task
 (:meth:`Store.run`): each commit takes everything queued so far and writes it in one
-transaction on the store's own writer thread (:mod:`~orchestrator.daemon.writer_thread`,
-which alone uses the writer's connection), so a busy daemon pays one fsync per commit, not one per
-event. While a commit is in progress the next batch fills up by itself, and a new commit
-begins at most every :data:`COMMIT_INTERVAL_SECONDS` (5 ms). Whoever needs durability awaits
-:meth:`Store.flush` (the API does, before it answers 202), which starts the next commit
-without waiting out the interval.
+transaction on the store's own writer thread (:mod:`~orchestrator.daemon.writer_thread`), at
+most one commit beginning per :data:`COMMIT_INTERVAL_SECONDS`. :meth:`Store.flush` awaits
+durability (the API does, before it answers 202) and starts the next commit at once.
 
-Reads run in worker threads on their own connections (WAL lets them read while the writer
-writes). :meth:`Store.watch` hands out an event that is set after the next commit touching
-a run, so a reader that registers before it reads never misses a commit. Every commit's
-events also go to :attr:`Store.memory` (:mod:`~orchestrator.daemon.tail`), the newest events
-of each run in memory, before the watchers are woken: event streams read it and come to
-SQLite only for what has left memory.
+Reads run in worker threads on their own connections. :meth:`Store.watch` hands out an event
+that is set after the next commit touching a run, so a reader that registers before it reads
+never misses a commit. Every commit's events also go to :attr:`Store.memory`
+(:mod:`~orchestrator.daemon.tail`) before the watchers are woken.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple
 
 import anyio
 from anyio.abc import TaskStatus
@@ -65,10 +61,8 @@ MAX_PENDING_EVENTS: Final = 20_000
 """Queued, uncommitted events above which :meth:`Store.wait_for_room` makes writers wait."""
 
 COMMIT_INTERVAL_SECONDS: Final = 0.005
-"""At most one commit begins per interval. A write that finds the writer idle for longer is
-committed at once; under load each commit takes what arrived during the interval, so the
-commits (each a worker-thread hop and an fsync) per run fall as the load rises instead of
-rising as it falls. Durability, and live events to the streams, wait at most this long."""
+"""At most one commit begins per interval (a write that finds the writer idle for longer is
+committed at once): durability, and live events to the streams, wait at most this long."""
 
 DEFAULT_TAIL_EVENTS: Final = 512
 DEFAULT_TAIL_BYTES: Final = 64 * 1024 * 1024
@@ -76,8 +70,6 @@ DEFAULT_TAIL_BYTES: Final = 64 * 1024 * 1024
 
 READERS: Final = 4
 """Worker threads (and connections) that serve reads."""
-
-_T = TypeVar("_T")
 
 
 class StoreFailed(RuntimeError):
@@ -92,7 +84,6 @@ class StoreStatistics(NamedTuple):
     commits: int
     events_written: int
     pending_events: int
-    last_batch_events: int
 
 
 @dataclass
@@ -140,6 +131,8 @@ class Store:
         """Run id → cursor (the events' key) of the runs being written."""
         self._readers: list[sqlite3.Connection] = []
         self._read_limiter = anyio.CapacityLimiter(READERS)
+        self.reads = 0
+        """Reads so far (each one a worker-thread hop)."""
         self._batch = _Batch()
         self._inflight: _Batch | None = None
         self._wake = anyio.Event()
@@ -148,13 +141,10 @@ class Store:
         self._stopped = anyio.Event()
         self._watchers: dict[str, anyio.Event] = {}
         self._before_commit: list[Callable[[], None]] = []
-        self.reads = 0
-        """Reads so far (each one a worker-thread hop)."""
         self._began = 0.0
         self._urgent = anyio.Event()
         self._commits = 0
         self._events_written = 0
-        self._last_batch_events = 0
         self.on_commit: Callable[[float], None] | None = None
         """Called with each commit's duration in seconds (the store-write-latency metric)."""
 
@@ -201,7 +191,6 @@ class Store:
                 self._inflight = None
                 self._commits += 1
                 self._events_written += len(batch.events)
-                self._last_batch_events = len(batch.events)
                 self.memory.committed((r.id for r in batch.runs), batch.events, batch.updates)
                 for run_id, columns in batch.updates.items():
                     if columns.get("status") == "ended":
@@ -237,14 +226,9 @@ class Store:
         self.wake_all()
 
     def _commit(self, batch: _Batch) -> None:
-        # Few statements, each writing many rows: the sqlite3 module takes the GIL back after
-        # every step, and while the event loop is busy each take can wait out the
-        # interpreter's switch interval (5 ms). One step per event made a commit of a few
-        # hundred events take 50-450 ms under load; one statement per kind takes a few. Each
-        # statement's text depends only on its size class (:func:`execute_rows`), so the
-        # connection's statement cache prepares each once instead of parsing a new text
-        # (hundreds of placeholders) every commit. The statements go through one cursor
-        # (``Connection.execute`` makes a new one each time).
+        # One statement per kind, each writing many rows, through one cursor: sqlite3 takes
+        # the GIL back after every step (docs/performance.md). A statement's text depends only
+        # on its size class (:func:`execute_rows`): the statement cache prepares each once.
         conn, cursor = self._writer, self._writer_cursor
         assert conn is not None, "the writer's connection is opened by Store.run"
         assert cursor is not None
@@ -442,37 +426,30 @@ class Store:
             watcher.set()
 
     def statistics(self) -> StoreStatistics:
-        return StoreStatistics(
-            self._commits, self._events_written, len(self._batch.events), self._last_batch_events
-        )
+        return StoreStatistics(self._commits, self._events_written, len(self._batch.events))
 
     # ------------------------------------------------------------------ reads
 
-    async def _read(self, query: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _rows(self, sql: str, *args: object) -> list[Any]:
+        """The rows ``sql`` (with ``args``) reads, on a worker thread and a reader's connection."""
         self.reads += 1
 
-        def work() -> _T:
+        def work() -> list[Any]:
             conn = self._readers.pop() if self._readers else connect(self.path)
             try:
-                return query(conn)
+                return conn.execute(sql, args).fetchall()
             finally:
                 self._readers.append(conn)
 
         return await anyio.to_thread.run_sync(work, limiter=self._read_limiter)
 
     async def get_run(self, run_id: str) -> RunRow | None:
-        rows = await self._read(
-            lambda c: c.execute(f"SELECT {COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchall()
-        )
+        rows = await self._rows(f"SELECT {COLUMNS} FROM runs WHERE id = ?", run_id)
         return read_row(rows[0]) if rows else None
 
     async def find_key(self, key: str) -> RunRow | None:
         """The run created with idempotency key ``key``."""
-        rows = await self._read(
-            lambda c: c.execute(
-                f"SELECT {COLUMNS} FROM runs WHERE idempotency_key = ?", (key,)
-            ).fetchall()
-        )
+        rows = await self._rows(f"SELECT {COLUMNS} FROM runs WHERE idempotency_key = ?", key)
         return read_row(rows[0]) if rows else None
 
     async def list_runs(
@@ -503,52 +480,45 @@ class Store:
         sql = f"SELECT {columns} FROM runs WHERE {' AND '.join(where)} ORDER BY cursor DESC LIMIT ?"
         if preview_chars is not None:
             args = [preview_chars] * SUMMARY_CHARS_PARAMETERS + args
-        rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall())
+        rows = await self._rows(sql, *args, limit)
         return [read_row(row) for row in rows]
 
     async def events(self, run_id: str, *, after: int = 0, limit: int = 500) -> list[StoredEvent]:
         """Committed events of ``run_id`` with ``seq > after``, in order."""
-        rows = await self._read(
-            lambda c: c.execute(
-                "SELECT seq, type, data FROM run_events "
-                "WHERE run = (SELECT cursor FROM runs WHERE id = ?) AND seq > ? "
-                "ORDER BY seq LIMIT ?",
-                (run_id, after, limit),
-            ).fetchall()
+        rows = await self._rows(
+            "SELECT seq, type, data FROM run_events "
+            "WHERE run = (SELECT cursor FROM runs WHERE id = ?) AND seq > ? ORDER BY seq LIMIT ?",
+            run_id,
+            after,
+            limit,
         )
         return [StoredEvent(seq, kind, bytes(data)) for seq, kind, data in rows]
 
     async def tail(self, run_id: str, count: int) -> list[StoredEvent]:
         """The last ``count`` committed events of ``run_id``, in order."""
-        rows = await self._read(
-            lambda c: c.execute(
-                "SELECT seq, type, data FROM run_events "
-                "WHERE run = (SELECT cursor FROM runs WHERE id = ?) ORDER BY seq DESC LIMIT ?",
-                (run_id, count),
-            ).fetchall()
+        rows = await self._rows(
+            "SELECT seq, type, data FROM run_events "
+            "WHERE run = (SELECT cursor FROM runs WHERE id = ?) ORDER BY seq DESC LIMIT ?",
+            run_id,
+            count,
         )
         return [StoredEvent(seq, kind, bytes(data)) for seq, kind, data in reversed(rows)]
 
     async def checkpoint(self, run_id: str) -> bytes | None:
         """The newest committed checkpoint of ``run_id`` (``None``: it has none)."""
-        rows = await self._read(
-            lambda c: c.execute(
-                "SELECT data FROM run_checkpoints "
-                "WHERE run = (SELECT cursor FROM runs WHERE id = ?)",
-                (run_id,),
-            ).fetchall()
+        rows = await self._rows(
+            "SELECT data FROM run_checkpoints WHERE run = (SELECT cursor FROM runs WHERE id = ?)",
+            run_id,
         )
         return bytes(rows[0][0]) if rows else None
 
     async def unfinished(self) -> list[RunRow]:
         """Runs that were queued or running when the store was last written, oldest first."""
-        rows = await self._read(
-            lambda c: c.execute(
-                f"SELECT {COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
-            ).fetchall()
+        rows = await self._rows(
+            f"SELECT {COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
         )
         return [read_row(row) for row in rows]
 
     async def journal_mode(self) -> str:
-        rows = await self._read(lambda c: c.execute("PRAGMA journal_mode").fetchall())
+        rows = await self._rows("PRAGMA journal_mode")
         return str(rows[0][0])

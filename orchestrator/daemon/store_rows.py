@@ -9,13 +9,14 @@ import msgspec
 __all__ = [
     "COLUMNS",
     "LAST_EVENT",
+    "NAMES",
     "SUMMARY_CHARS_PARAMETERS",
     "SUMMARY_COLUMNS",
     "RunRow",
     "read_row",
 ]
 
-_NAMES: Final = (
+NAMES: Final = (  # the columns of ``runs``, in the order a read selects them
     "cursor",
     "id",
     "trace_id",
@@ -39,7 +40,7 @@ LAST_EVENT: Final = (
 """A run's last stored event, as read: the row's ``last_event`` is written only with the
 row's other changes (a commit that only appends a run's events leaves its row alone, so
 it writes no page of ``runs`` for it), the events' index has the newest one."""
-COLUMNS: Final = ", ".join(LAST_EVENT if name == "last_event" else name for name in _NAMES)
+COLUMNS: Final = ", ".join(LAST_EVENT if name == "last_event" else name for name in NAMES)
 
 
 _TEXT: Final = "CAST(request AS TEXT)"
@@ -56,16 +57,12 @@ _SUMMARY_RESULT: Final = (
     "AND json_type(CAST(result AS TEXT), '$.simulated') = 'true' "
     "THEN CAST('{\"simulated\":true}' AS BLOB) ELSE CAST('{}' AS BLOB) END"
 )
-SUMMARY_COLUMNS: Final = ", ".join(
-    LAST_EVENT
-    if name == "last_event"
-    else _SUMMARY_REQUEST
-    if name == "request"
-    else _SUMMARY_RESULT
-    if name == "result"
-    else name
-    for name in _NAMES
-)
+_SUMMARIES: Final = {
+    "last_event": LAST_EVENT,
+    "request": _SUMMARY_REQUEST,
+    "result": _SUMMARY_RESULT,
+}
+SUMMARY_COLUMNS: Final = ", ".join(_SUMMARIES.get(name, name) for name in NAMES)
 """:data:`COLUMNS` with the request and result as summaries (:meth:`Store.list_runs`)."""
 
 
@@ -91,7 +88,7 @@ class RunRow(msgspec.Struct, kw_only=True):
 
 
 def read_row(values: tuple[Any, ...]) -> RunRow:
-    fields = dict(zip(_NAMES, values, strict=True))
+    fields = dict(zip(NAMES, values, strict=True))
     for blob in ("request", "result"):
         if fields[blob] is not None:
             fields[blob] = bytes(fields[blob])

@@ -44,13 +44,9 @@ CREATE TABLE IF NOT EXISTS run_checkpoints (
 );
 """
 # Events are appended in commit order (rowid) and found through a small index on (the run's
-# cursor, seq): a commit writes its events to the last pages of the table and touches a few
-# index pages, where a table keyed by (run id, seq) rewrote a page per run per commit (the
-# WAL, then the database, wrote ~8x the data: 143 KiB per 17 KiB run).
-# A run's newest checkpoint is a row of its own in ``run_checkpoints`` (keyed by the run's
-# cursor), not a column of its ``runs`` row: a checkpoint (the transcript: kilobytes, growing
-# every turn) in the row made every change of the row (started, each checkpoint, the end)
-# rewrite all of it, a page of its own and, with the result beside it, overflow pages.
+# cursor, seq): a commit writes the table's last pages. A run's newest checkpoint is a row
+# of its own in ``run_checkpoints``, so a change of the run's row does not rewrite it
+# (docs/daemon.md, "Durability").
 
 _EVENTS_VIEW: Final = """
 CREATE VIEW IF NOT EXISTS events AS

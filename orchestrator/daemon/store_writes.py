@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import msgspec
 
-from orchestrator.daemon.store_rows import RunRow
+from orchestrator.daemon.store_rows import NAMES, RunRow
 
 __all__ = [
     "INSERT_HEAD",
@@ -38,11 +38,7 @@ UPDATED: Final = (
     "events_dropped",
 )
 """The columns :meth:`Store.update_run` sets, in the order of an update row's values."""
-INSERT_HEAD: Final = (
-    "INSERT INTO runs (cursor, id, trace_id, status, on_crash, request, request_hash, "
-    "idempotency_key, created_at, started_at, ended_at, exit_reason, cause, result, "
-    "last_event, events_dropped) SELECT * FROM (VALUES "
-)
+INSERT_HEAD: Final = f"INSERT INTO runs ({', '.join(NAMES)}) SELECT * FROM (VALUES "
 UPDATE_HEAD: Final = (
     "UPDATE runs SET "
     + ", ".join(
@@ -98,26 +94,10 @@ def execute_rows(
 def inserted_row(row: RunRow, columns: dict[str, Any] | None, last_event: int) -> tuple[Any, ...]:
     """``row`` as a row for :data:`INSERT_HEAD`, with the changes ``columns`` queued for it
     in the same commit and its last event in the batch."""
-    if columns:
-        row = msgspec.structs.replace(row, **columns)
-    return (
-        row.cursor,
-        row.id,
-        row.trace_id,
-        row.status,
-        row.on_crash,
-        row.request,
-        row.request_hash,
-        row.idempotency_key,
-        row.created_at,
-        row.started_at,
-        row.ended_at,
-        row.exit_reason,
-        row.cause,
-        row.result,
-        max(row.last_event, last_event),
-        row.events_dropped,
+    row = msgspec.structs.replace(
+        row, **(columns or {}), last_event=max(row.last_event, last_event)
     )
+    return tuple(getattr(row, name) for name in NAMES)
 
 
 def row_updates(
@@ -130,13 +110,7 @@ def row_updates(
     for run_id, columns in updates.items():
         if run_id in inserted:
             continue
-        mask = 0
-        values = []
-        for i, name in enumerate(UPDATED):
-            if name in columns:
-                mask |= 1 << i
-                values.append(columns[name])
-            else:
-                values.append(0)
+        mask = sum(1 << i for i, name in enumerate(UPDATED) if name in columns)
+        values = [columns.get(name, 0) for name in UPDATED]
         rows.append((run_id, mask, *values, last_event.get(run_id, 0)))
     return rows

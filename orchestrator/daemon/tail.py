@@ -1,16 +1,15 @@
-"""The newest committed events of each run, in memory, for the event streams.
+"""The newest committed events of each run, in memory, for the event streams
+(``docs/daemon.md``, "Event streams").
 
 The store hands every commit to :meth:`EventTail.committed`; a stream asks
 :meth:`EventTail.after` for the events after the last one it sent and reads the store only
-when memory no longer holds them all (a client resuming from far back, a run whose events
-were evicted, a run from before a restart). Memory holds, per run, one contiguous range of
+when memory no longer holds them all. Memory holds, per run, one contiguous range of
 sequence numbers that ends at the run's newest committed event, so a stream that takes what
 the store returns up to some id and memory's from there on has no gap and no duplicate.
 
 Bounded twice, both by the operator: at most ``per_run`` events per run (the oldest go) and
-``total_bytes`` over all runs (the oldest events of the run written to least recently go:
-runs that ended drift there first). A run's entry (it costs ``ENTRY_OVERHEAD_BYTES``) goes
-when its last event does.
+``total_bytes`` over all runs (the oldest events of the run written to least recently go). A
+run's entry (it costs ``ENTRY_OVERHEAD_BYTES``) goes when its last event does.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ class TailStatistics(NamedTuple):
 
 _stored: Final = tuple.__new__
 """Makes a :class:`StoredEvent` from a tuple without the Python-level ``__new__`` a
-``NamedTuple`` adds (a third of the time of ``StoredEvent(seq, kind, data)``)."""
+``NamedTuple`` adds."""
 
 ENTRY_OVERHEAD_BYTES: Final = 400
 """What one run's entry costs besides its events (counted the same way)."""

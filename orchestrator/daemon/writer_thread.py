@@ -37,11 +37,6 @@ class WriterThread:
         self._loop: aio_seam.AbstractEventLoop | None = None
         self._stopping = False
 
-    @property
-    def ident(self) -> int | None:
-        """The running thread's identifier (``None`` before :meth:`start`)."""
-        return None if self._thread is None else self._thread.ident
-
     def is_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
