@@ -57,6 +57,7 @@ class Cycle(ToolDetector):
     __slots__ = ("_config", "_keys", "_lowest", "_tools")
 
     records = True
+    STATE = ("keys", "tools")
 
     def __init__(self, config: CycleConfig) -> None:
         self._config = config
@@ -88,12 +89,3 @@ class Cycle(ToolDetector):
         if len(keys) > self._config.window:
             del keys[0]
             del tools[0]
-
-    def state(self) -> dict[str, object]:
-        return {"keys": list(self._keys), "tools": list(self._tools)}
-
-    def restore(self, state: dict[str, object]) -> None:
-        keys, tools = state.get("keys"), state.get("tools")
-        if isinstance(keys, list) and isinstance(tools, list) and len(keys) == len(tools):
-            self._keys = [str(k) for k in keys]
-            self._tools = [str(t) for t in tools]

@@ -27,7 +27,7 @@ ERRORS_QUOTED: Final = 3
 """The latest errors quoted in a message."""
 
 
-def _quoted(errors: list[tuple[str, str]]) -> str:
+def _quoted(errors: list[list[str]]) -> str:
     return "\n".join(f"- {tool}: {text}" for tool, text in errors)
 
 
@@ -38,6 +38,7 @@ class ErrorStreak(ToolDetector):
 
     records = True
     watches_results = True
+    STATE = ("streak", "warned", "refused_at", "errors")
 
     def __init__(self, config: ErrorStreakConfig) -> None:
         self._config = config
@@ -46,7 +47,7 @@ class ErrorStreak(ToolDetector):
         self._streak = 0
         self._warned = False
         self._refused_at = 0
-        self._errors: list[tuple[str, str]] = []
+        self._errors: list[list[str]] = []  # [tool, the start of its error]
 
     def fresh(self) -> ErrorStreak:
         return ErrorStreak(self._config)
@@ -98,7 +99,7 @@ class ErrorStreak(ToolDetector):
         if call.error:
             self._streak += 1
             errors = self._errors
-            errors.append((call.tool, call.error_text))
+            errors.append([call.tool, call.error_text])
             if len(errors) > ERRORS_QUOTED:
                 del errors[0]
         elif self._streak:
@@ -107,23 +108,3 @@ class ErrorStreak(ToolDetector):
 
     def on_refused(self, call: CallRecord) -> None:
         self._refused_at = self._streak
-
-    def state(self) -> dict[str, object]:
-        return {
-            "streak": self._streak,
-            "warned": self._warned,
-            "refused_at": self._refused_at,
-            "errors": [list(e) for e in self._errors],
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        streak, refused = state.get("streak"), state.get("refused_at")
-        self._streak = streak if isinstance(streak, int) else 0
-        self._refused_at = refused if isinstance(refused, int) else 0
-        self._warned = state.get("warned") is True
-        errors = state.get("errors")
-        self._errors = (
-            [(str(e[0]), str(e[1])) for e in errors if isinstance(e, list) and len(e) == 2]
-            if isinstance(errors, list)
-            else []
-        )

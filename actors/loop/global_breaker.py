@@ -35,6 +35,7 @@ class GlobalBreaker(ToolDetector):
     __slots__ = ("_config", "_lowest", "_total", "previous_results", "watches_results")
 
     window_results = True
+    STATE = ("total",)
 
     def __init__(self, config: GlobalBreakerConfig) -> None:
         self._config = config
@@ -63,11 +64,3 @@ class GlobalBreaker(ToolDetector):
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if self.watches_results and previous is not None and previous == call.result:
             self._total += 1
-
-    def state(self) -> dict[str, object]:
-        return {"total": self._total} if self.watches_results else {}
-
-    def restore(self, state: dict[str, object]) -> None:
-        total = state.get("total")
-        if isinstance(total, int):
-            self._total = total

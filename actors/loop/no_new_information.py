@@ -41,12 +41,13 @@ class NoNewInformation(ToolDetector):
     __slots__ = ("_config", "_count", "_first", "_lowest", "_mixed", "_result")
 
     watches_results = True
+    STATE = ("result", "first", "count", "mixed")
 
     def __init__(self, config: NoNewInformationConfig) -> None:
         self._config = config
         levels = (config.warn_at, config.block_at, config.break_at)
         self._lowest = lowest_count(*levels) if config.enabled else NEVER
-        self._result: str | None = None
+        self._result = ""  # no result yet (a fingerprint is never empty)
         self._first = ""
         self._count = 0
         self._mixed = False
@@ -74,7 +75,7 @@ class NoNewInformation(ToolDetector):
             if not self._mixed and call.fingerprint != self._first:
                 self._mixed = True
         else:
-            self._result = call.result
+            self._result = call.result or ""  # on_result: the result is known
             self._first = call.fingerprint
             self._count = 1
             self._mixed = False
@@ -82,19 +83,3 @@ class NoNewInformation(ToolDetector):
     def on_refused(self, call: CallRecord) -> None:
         if self._mixed:
             self._count += 1
-
-    def state(self) -> dict[str, object]:
-        return {
-            "result": self._result,
-            "first": self._first,
-            "count": self._count,
-            "mixed": self._mixed,
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        result, first = state.get("result"), state.get("first")
-        count, mixed = state.get("count"), state.get("mixed")
-        self._result = result if isinstance(result, str) else None
-        self._first = first if isinstance(first, str) else ""
-        self._count = count if isinstance(count, int) else 0
-        self._mixed = mixed is True

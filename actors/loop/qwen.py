@@ -91,12 +91,8 @@ class ToolStagnation(_Qwen):
     ``progress_resets``, a call whose result changed since its previous one restarts the
     streak (qwen-code's reset for stateful read tools)."""
 
-    __slots__ = (
-        "_config",
-        "_last",
-        "_levels",
-        "_streak",
-    )
+    __slots__ = ("_config", "_last", "_levels", "_streak")
+    STATE = ("last", "streak")
 
     def __init__(self, config: ToolStagnationConfig) -> None:
         self._config = config
@@ -138,20 +134,13 @@ class ToolStagnation(_Qwen):
         else:
             self._last, self._streak = call.tool, 1
 
-    def state(self) -> dict[str, object]:
-        return {"last": self._last, "streak": self._streak}
-
-    def restore(self, state: dict[str, object]) -> None:
-        last, streak = state.get("last"), state.get("streak")
-        self._last = last if isinstance(last, str) else ""
-        self._streak = streak if isinstance(streak, int) else 0
-
 
 class ShellStagnation(_Qwen):
     """Consecutive git-overview shell commands (``CallRecord.inspection``); with
     ``progress_resets`` an overview counts once its output shows no progress."""
 
     __slots__ = ("_config", "_levels", "_streak")
+    STATE = ("streak",)
 
     def __init__(self, config: ShellStagnationConfig) -> None:
         self._config = config
@@ -184,13 +173,6 @@ class ShellStagnation(_Qwen):
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if call.inspection and call.result is not None and not call.refused:
             self._streak = 0 if call.progress else self._streak + 1
-
-    def state(self) -> dict[str, object]:
-        return {"streak": self._streak}
-
-    def restore(self, state: dict[str, object]) -> None:
-        streak = state.get("streak")
-        self._streak = streak if isinstance(streak, int) else 0
 
 
 class ReadLoop(_Qwen):
@@ -294,12 +276,8 @@ class CallCap(_Qwen):
     With ``count_no_progress`` both count only calls whose result is known and made no
     progress."""
 
-    __slots__ = (
-        "_config",
-        "_counts",
-        "_max_repeat",
-        "_total",
-    )
+    __slots__ = ("_config", "_counts", "_max_repeat", "_total")
+    STATE = ("counts", "max_repeat", "total")
 
     def __init__(self, config: CallCapConfig) -> None:
         self._config = config
@@ -353,15 +331,3 @@ class CallCap(_Qwen):
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if not call.progress and call.result is not None and not call.refused:
             self._count(call)
-
-    def state(self) -> dict[str, object]:
-        return {"counts": dict(self._counts), "max_repeat": self._max_repeat, "total": self._total}
-
-    def restore(self, state: dict[str, object]) -> None:
-        counts = state.get("counts")
-        self._counts = (
-            {str(k): int(v) for k, v in counts.items()} if isinstance(counts, dict) else {}
-        )
-        max_repeat, total = state.get("max_repeat"), state.get("total")
-        self._max_repeat = max_repeat if isinstance(max_repeat, int) else 0
-        self._total = total if isinstance(total, int) else 0

@@ -72,6 +72,7 @@ class UnknownTool(ToolDetector):
     )
 
     watches_results = True
+    STATE = ("tool", "count", "total", "live", "refused_at")
 
     def __init__(self, config: UnknownToolConfig) -> None:
         self._config = config
@@ -138,21 +139,3 @@ class UnknownTool(ToolDetector):
             self._count += 1
         if self._storm() == "critical":
             self._refused_at = self._total
-
-    def state(self) -> dict[str, object]:
-        return {
-            "tool": self._tool,
-            "count": self._count,
-            "total": self._total,
-            "live": self._live,
-            "refused_at": self._refused_at,
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        tool, count = state.get("tool"), state.get("count")
-        self._tool = tool if isinstance(tool, str) else ""
-        self._count = count if isinstance(count, int) else 0
-        total, refused = state.get("total"), state.get("refused_at")
-        self._total = total if isinstance(total, int) else 0
-        self._refused_at = refused if isinstance(refused, int) else 0
-        self._live = state.get("live") is True
