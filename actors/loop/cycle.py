@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from actors.loop.config import CycleConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels
 
 __all__ = ["Cycle", "repetitions"]
 
@@ -54,7 +54,7 @@ def _message(level: Level, period: int, tools: str, count: int) -> str:
 class Cycle(ToolDetector):
     """Keeps its own window of fingerprints (and tool names, for messages)."""
 
-    __slots__ = ("_config", "_keys", "_lowest", "_tools")
+    __slots__ = ("_config", "_keys", "_levels", "_tools")
 
     records = True
     STATE = ("keys", "tools")
@@ -63,19 +63,19 @@ class Cycle(ToolDetector):
         self._config = config
         self._keys: list[str] = []
         self._tools: list[str] = []
-        self._lowest = lowest_count(config.warn_at, config.block_at, config.break_at)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
 
     def fresh(self) -> Cycle:
         return Cycle(self._config)
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
-        if not cfg.enabled or (self._lowest > 1 and call.fingerprint not in self._keys):
+        if not cfg.enabled or (self._levels.lowest > 1 and call.fingerprint not in self._keys):
             return None
         keys = [*self._keys, call.fingerprint]
         for period in range(cfg.min_period, cfg.max_period + 1):
             count = repetitions(keys, period)
-            level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+            level = self._levels.level(count)
             if level != "none":
                 tools = " → ".join([*self._tools, call.tool][-period:])
                 key = f"cycle:{period}:{'|'.join(sorted(keys[-period:]))}"

@@ -17,7 +17,7 @@ from typing import Final
 
 from actors.loop.config import ErrorStreakConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels
 
 __all__ = ["ERRORS_QUOTED", "ERROR_CHARS", "ErrorStreak"]
 
@@ -34,7 +34,7 @@ def _quoted(errors: list[list[str]]) -> str:
 class ErrorStreak(ToolDetector):
     """The streak of failed calls and the latest errors."""
 
-    __slots__ = ("_config", "_errors", "_lowest", "_refused_at", "_streak", "_warned")
+    __slots__ = ("_config", "_errors", "_levels", "_refused_at", "_streak", "_warned")
 
     records = True
     watches_results = True
@@ -42,8 +42,7 @@ class ErrorStreak(ToolDetector):
 
     def __init__(self, config: ErrorStreakConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._streak = 0
         self._warned = False
         self._refused_at = 0
@@ -54,10 +53,7 @@ class ErrorStreak(ToolDetector):
 
     def _level(self) -> Level:
         count = self._streak
-        if count < self._lowest:
-            return "none"
-        cfg = self._config
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        level = self._levels.level(count)
         if level == "warning" and self._warned:
             return "none"
         if level == "critical" and count == self._refused_at:
@@ -65,7 +61,7 @@ class ErrorStreak(ToolDetector):
         return level
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        if self._streak < self._lowest:
+        if self._streak < self._levels.lowest:
             return None  # the common case: the last call did not fail
         level = self._level()
         if level == "none":
@@ -89,8 +85,8 @@ class ErrorStreak(ToolDetector):
         return Hit("error_streak", level, count, "error-streak", message)
 
     def record(self, call: CallRecord) -> None:
-        cfg = self._config
-        if cfg.warn_at is not None and self._streak >= cfg.warn_at:
+        warn = self._levels.warn
+        if warn is not None and self._streak >= warn:
             self._warned = True  # this streak's warning was given (or outranked)
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:

@@ -12,7 +12,7 @@ import zlib
 
 from actors.loop.config import GenericRepeatConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, level_for
 
 __all__ = ["GenericRepeat"]
 
@@ -99,11 +99,9 @@ class GenericRepeat(ToolDetector):
         self._scope = config.scope
         self._skip_polls = config.skip_poll_tools
         self._extra = int(config.include_proposed)
-        levels = (config.warn_at, config.block_at, config.break_at)
         progress = (config.progress_warn_at, config.progress_block_at, config.progress_break_at)
-        self._lowest = (
-            min(lowest_count(*levels), lowest_count(*progress)) if config.enabled else NEVER
-        )
+        levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._lowest = min(levels.lowest, Levels(*progress, enabled=config.enabled).lowest)
         self._aware = config.stop_needs_no_progress or config.warn_needs_no_progress
         self._aware_tools = frozenset(config.no_progress_tools)
         self._counts: dict[str, int] = {}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from actors.loop.config import GlobalBreakerConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels
 
 __all__ = ["GlobalBreaker"]
 
@@ -32,15 +32,14 @@ class GlobalBreaker(ToolDetector):
     """In ``total`` mode counts no-progress results itself; in ``streak`` mode reads the
     window and keeps no state (one instance serves every run)."""
 
-    __slots__ = ("_config", "_lowest", "_total", "previous_results", "watches_results")
+    __slots__ = ("_config", "_levels", "_total", "previous_results", "watches_results")
 
     window_results = True
     STATE = ("total",)
 
     def __init__(self, config: GlobalBreakerConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._total = 0
         self.watches_results = self.previous_results = config.mode == "total"
 
@@ -54,10 +53,9 @@ class GlobalBreaker(ToolDetector):
             count, latest = self._total, "run"
         else:
             count, latest = result_streak(window, call.fingerprint)
-        if count < self._lowest:
+        level = self._levels.level(count)
+        if level == "none":
             return None
-        cfg = self._config
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
         key = f"global:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("global_breaker", level, count, key, _message(level, call.tool, count, total))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from actors.loop.config import NoNewInformationConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels
 
 __all__ = ["NoNewInformation"]
 
@@ -38,15 +38,14 @@ def _message(level: Level, count: int) -> str:
 class NoNewInformation(ToolDetector):
     """Keeps the newest result, its streak and whether two different calls share it."""
 
-    __slots__ = ("_config", "_count", "_first", "_lowest", "_mixed", "_result")
+    __slots__ = ("_config", "_count", "_first", "_levels", "_mixed", "_result")
 
     watches_results = True
     STATE = ("result", "first", "count", "mixed")
 
     def __init__(self, config: NoNewInformationConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._result = ""  # no result yet (a fingerprint is never empty)
         self._first = ""
         self._count = 0
@@ -57,11 +56,8 @@ class NoNewInformation(ToolDetector):
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         count = self._count
-        if count < self._lowest or not self._mixed:
-            return None
-        cfg = self._config
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
-        if level == "none":
+        level = self._levels.level(count)
+        if level == "none" or not self._mixed:
             return None
         return Hit(
             "no_new_information", level, count, f"nonew:{self._result}", _message(level, count)

@@ -22,7 +22,7 @@ from actors.loop.config import (
     ToolStagnationConfig,
 )
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels
 
 __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_overview"]
 
@@ -67,19 +67,6 @@ def _text(level: Level, what: str, count: int) -> str:
     return f"Stopped: {what} ({count} calls)."
 
 
-class _Levels:
-    __slots__ = ("_block", "_brk", "_lowest", "_warn")
-
-    def __init__(self, warn: int | None, block: int | None, brk: int | None, enabled: bool) -> None:
-        self._warn, self._block, self._brk = warn, block, brk
-        self._lowest = lowest_count(warn, block, brk) if enabled else NEVER
-
-    def level(self, count: int) -> Level:
-        if count < self._lowest:
-            return "none"
-        return level_for(count, self._warn, self._block, self._brk)
-
-
 class _Qwen(ToolDetector):
     """A qwen-code rule: with its progress option it watches results and judges progress."""
 
@@ -96,7 +83,7 @@ class ToolStagnation(_Qwen):
 
     def __init__(self, config: ToolStagnationConfig) -> None:
         self._config = config
-        self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._last = ""
         self._streak = 0
         self.watches_results = self.judges_progress = config.progress_resets
@@ -144,7 +131,7 @@ class ShellStagnation(_Qwen):
 
     def __init__(self, config: ShellStagnationConfig) -> None:
         self._config = config
-        self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._streak = 0
         self.watches_results = self.judges_progress = config.progress_resets
         self.records = True
@@ -192,7 +179,7 @@ class ReadLoop(_Qwen):
 
     def __init__(self, config: ReadLoopConfig, kinds: dict[str, bool] | None = None) -> None:
         self._config = config
-        self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         # whether a tool name is read-like, shared by the runs of one config (bounded)
         self._kinds: dict[str, bool] = {} if kinds is None else kinds
         self._reads: list[bool] = []

@@ -17,7 +17,7 @@ from typing import Final
 
 from actors.loop.config import UnknownToolConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels
 
 __all__ = ["STORM_KEY", "UnknownTool"]
 
@@ -63,10 +63,10 @@ class UnknownTool(ToolDetector):
     __slots__ = (
         "_config",
         "_count",
+        "_levels",
         "_live",
-        "_lowest",
         "_refused_at",
-        "_storm_lowest",
+        "_storms",
         "_tool",
         "_total",
     )
@@ -76,10 +76,9 @@ class UnknownTool(ToolDetector):
 
     def __init__(self, config: UnknownToolConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         storm = (config.storm_warn_at, config.storm_block_at, config.storm_break_at)
-        self._storm_lowest = lowest_count(*storm) if config.enabled else NEVER
+        self._storms = Levels(*storm, enabled=config.enabled)
         self._tool = ""
         self._count = 0
         self._total = 0  # unknown-tool results of the run, any name
@@ -91,22 +90,20 @@ class UnknownTool(ToolDetector):
 
     def _storm(self) -> Level:
         total = self._total
-        if not self._live or total < self._storm_lowest:
+        if not self._live:
             return "none"
-        cfg = self._config
-        level = level_for(total, cfg.storm_warn_at, cfg.storm_block_at, cfg.storm_break_at)
+        level = self._storms.level(total)
         if level == "critical" and total == self._refused_at:
             return "none"  # refused at this count already: the next one needs a new failure
         return level
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        if self._count < self._lowest and (not self._live or self._total < self._storm_lowest):
+        count = self._count
+        if count < self._levels.lowest and (not self._live or self._total < self._storms.lowest):
             return None  # the common case: nothing to look at
         storm = self._storm()
-        count = self._count
-        if count >= self._lowest and call.tool == self._tool:
-            cfg = self._config
-            level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        if call.tool == self._tool:
+            level = self._levels.level(count)
             if level != "none" and _RANK[level] >= _RANK[storm]:
                 return Hit(
                     "unknown_tool",
