@@ -93,6 +93,7 @@ class GenericRepeat(ToolDetector):
         "records",
         "watches_results",
     )
+    STATE = ("counts", "last", "streak")
 
     def __init__(self, config: GenericRepeatConfig) -> None:
         self._config = config
@@ -106,7 +107,7 @@ class GenericRepeat(ToolDetector):
         self._aware_tools = frozenset(config.no_progress_tools)
         self._counts: dict[str, int] = {}
         self._tracks: dict[str, _Track] = {}
-        self._last: str | None = None
+        self._last = ""  # the fingerprint of the consecutive streak (none yet)
         self._streak = 0
         tracking = self._aware and config.scope != "window"
         self.records = config.scope != "window" or tracking
@@ -188,27 +189,13 @@ class GenericRepeat(ToolDetector):
         track.last = key
 
     def state(self) -> dict[str, object]:
-        """This run's counters, as plain data (``restore`` takes it back)."""
-        return {
-            "counts": dict(self._counts),
-            "last": self._last,
-            "streak": self._streak,
-            "tracks": {fp: [t.last, t.pending, t.streak] for fp, t in self._tracks.items()},
-        }
+        tracks = {fp: [t.last, t.pending, t.streak] for fp, t in self._tracks.items()}
+        return {**super().state(), "tracks": tracks}
 
     def restore(self, state: dict[str, object]) -> None:
-        counts = state.get("counts")
-        if isinstance(counts, dict):
-            self._counts = {str(k): int(v) for k, v in counts.items()}
-        last = state.get("last")
-        self._last = last if isinstance(last, str) else None
-        streak = state.get("streak")
-        self._streak = streak if isinstance(streak, int) else 0
+        super().restore(state)
         tracks = state.get("tracks")
         if isinstance(tracks, dict):
             for fp, values in tracks.items():
-                track = _Track()
-                track.last = int(values[0])
-                track.pending = int(values[1])
-                track.streak = int(values[2])
-                self._tracks[str(fp)] = track
+                track = self._tracks[str(fp)] = _Track()
+                track.last, track.pending, track.streak = (int(v) for v in values[:3])

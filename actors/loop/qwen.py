@@ -167,15 +167,8 @@ class ReadLoop(_Qwen):
     With ``count_no_progress`` a read counts once its result is known and made no
     progress (each call of the window is kept as its id and whether it counts)."""
 
-    __slots__ = (
-        "_config",
-        "_count",
-        "_ids",
-        "_kinds",
-        "_levels",
-        "_reads",
-        "_seen_other",
-    )
+    __slots__ = ("_config", "_count", "_ids", "_kinds", "_levels", "_reads", "_seen_other")
+    STATE = ("reads", "ids", "seen_other")
 
     def __init__(self, config: ReadLoopConfig, kinds: dict[str, bool] | None = None) -> None:
         self._config = config
@@ -245,17 +238,12 @@ class ReadLoop(_Qwen):
                     self._count += 1
                 return
 
-    def state(self) -> dict[str, object]:
-        return {"reads": list(self._reads), "ids": list(self._ids), "seen_other": self._seen_other}
-
     def restore(self, state: dict[str, object]) -> None:
-        reads, ids = state.get("reads"), state.get("ids")
-        self._reads = [bool(r) for r in reads] if isinstance(reads, list) else []
+        super().restore(state)
         self._count = sum(self._reads)
-        self._ids = [str(i) for i in ids] if isinstance(ids, list) else []
         if self.watches_results and len(self._ids) != len(self._reads):
             self._ids = [""] * len(self._reads)
-        self._seen_other = state.get("seen_other") is True or not self._config.cold_start
+        self._seen_other = self._seen_other or not self._config.cold_start
 
 
 class CallCap(_Qwen):
