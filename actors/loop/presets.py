@@ -61,12 +61,8 @@ _OFF_POLL: Final = PollConfig(enabled=False)
 _OFF_PING_PONG: Final = PingPongConfig(enabled=False)
 _OFF_GLOBAL: Final = GlobalBreakerConfig(enabled=False)
 
-# Issue #32's fuses, in every preset. Failing calls in a row: the nudge after 3 quotes the
-# errors, the 7th call after 6 failures is not run. A real 135M model made 9–13 failing
-# read_file calls in a row on invented paths (never recovering after the 3rd), while a run
-# that recovers does so after one or two failures; 6 leaves a model that read the nudge
-# three more tries. Unknown-tool results of any name (a model rotating invented names):
-# nudge at 3, stop at 6, the same counts, so a storm is told as such (`loop.unknown_tool`).
+# Issue #32's fuses, in every preset: failing calls in a row, and unknown-tool results of
+# any name, each nudged at 3 and stopped at 6 (why: docs/loop-detection.md, Presets).
 _ERROR_STREAK: Final = ErrorStreakConfig(enabled=True, warn_at=3, break_at=6)
 _UNKNOWN_TOOL: Final = UnknownToolConfig(
     enabled=True, block_at=None, storm_warn_at=3, storm_break_at=6
