@@ -502,8 +502,8 @@ def compile_pattern(key: str, pattern: str) -> _Regexp[str]:
 def check_config(config: LoopConfig, *, notes: list[str] | None = None) -> LoopConfig:
     """``config`` if every value is in range, with levels that do not increase clamped as
     OpenClaw does (``block_at`` ≤ ``warn_at`` becomes ``warn_at`` + 1, with a warning
-    logged, or with ``notes``: a sentence per clamped threshold appended to it); else raise
-    :class:`LoopConfigError`."""
+    logged and, with ``notes``, a sentence per clamped threshold appended to it); else
+    raise :class:`LoopConfigError`."""
     _positive("history_size", config.history_size)
     _positive("warning_bucket", config.warning_bucket)
     _positive("refusal_limit", config.refusal_limit)
