@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from actors.loop.config import CycleConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, Levels
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["Cycle", "repetitions"]
 
@@ -41,14 +41,13 @@ def repetitions(keys: Sequence[str], period: int) -> int:
 
 def _message(level: Level, period: int, tools: str, count: int) -> str:
     pattern = f"a cycle of {period} tool calls ({tools}) {count} times in a row"
-    if level == "warning":
-        return f"WARNING: You have repeated {pattern}. Change your approach or finish now."
-    if level == "critical":
-        return (
-            f"CRITICAL: You have repeated {pattern}. This call was not run: the cycle is not "
-            "making progress; try a different approach or finish with what you have."
-        )
-    return f"Stopped: the model repeated {pattern}."
+    return by_level(
+        level,
+        f"WARNING: You have repeated {pattern}. Change your approach or finish now.",
+        f"CRITICAL: You have repeated {pattern}. This call was not run: the cycle is not "
+        "making progress; try a different approach or finish with what you have.",
+        f"Stopped: the model repeated {pattern}.",
+    )
 
 
 class Cycle(ToolDetector):

@@ -17,7 +17,7 @@ from typing import Final
 
 from actors.loop.config import ErrorStreakConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, Levels
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["ERRORS_QUOTED", "ERROR_CHARS", "ErrorStreak"]
 
@@ -68,20 +68,16 @@ class ErrorStreak(ToolDetector):
             return None
         count = self._streak
         errors = _quoted(self._errors)
-        if level == "warning":
-            message = (
-                f"WARNING: your last {count} tool calls failed. The latest errors:\n{errors}\n"
-                "Read them: check the names, paths and arguments you use against what you "
-                "have actually seen (list the folder first), or change your approach."
-            )
-        elif level == "critical":
-            message = (
-                f"CRITICAL: your last {count} tool calls failed; this call was not run. The "
-                f"latest errors:\n{errors}\nFix what they say before calling again, or "
-                "finish with what you have."
-            )
-        else:
-            message = f"Stopped: {count} tool calls in a row failed. The latest errors:\n{errors}"
+        message = by_level(
+            level,
+            f"WARNING: your last {count} tool calls failed. The latest errors:\n{errors}\n"
+            "Read them: check the names, paths and arguments you use against what you "
+            "have actually seen (list the folder first), or change your approach.",
+            f"CRITICAL: your last {count} tool calls failed; this call was not run. The "
+            f"latest errors:\n{errors}\nFix what they say before calling again, or "
+            "finish with what you have.",
+            f"Stopped: {count} tool calls in a row failed. The latest errors:\n{errors}",
+        )
         return Hit("error_streak", level, count, "error-streak", message)
 
     def record(self, call: CallRecord) -> None:

@@ -12,41 +12,33 @@ import zlib
 
 from actors.loop.config import GenericRepeatConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import Hit, Level, Levels, level_for
+from actors.loop.verdicts import Hit, Level, Levels, by_level, level_for
 
 __all__ = ["GenericRepeat"]
 
 
 def _message(level: Level, tool: str, count: int, same_results: bool) -> str:
     what = "identical arguments and identical results" if same_results else "identical arguments"
-    if level == "warning":
-        return (
-            f"WARNING: You have called {tool} {count} times with {what}. If this "
-            "is not making progress, stop retrying and report the task as failed."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: Called {tool} with {what} {count} times. This call was "
-            "not run: use the result you already have, change the arguments, or finish."
-        )
-    return f"Stopped: {tool} was called {count} times with {what}."
+    return by_level(
+        level,
+        f"WARNING: You have called {tool} {count} times with {what}. If this "
+        "is not making progress, stop retrying and report the task as failed.",
+        f"CRITICAL: Called {tool} with {what} {count} times. This call was "
+        "not run: use the result you already have, change the arguments, or finish.",
+        f"Stopped: {tool} was called {count} times with {what}.",
+    )
 
 
 def _progress_message(level: Level, tool: str, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: You have called {tool} {count} times with identical arguments. Its "
-            "result keeps changing, so this is not a loop yet, but check less often (wait "
-            "longer between calls) or finish with what you have."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: Called {tool} with identical arguments {count} times. This call was "
-            "not run: you have polled it enough; finish with what you have."
-        )
-    return (
+    return by_level(
+        level,
+        f"WARNING: You have called {tool} {count} times with identical arguments. Its "
+        "result keeps changing, so this is not a loop yet, but check less often (wait "
+        "longer between calls) or finish with what you have.",
+        f"CRITICAL: Called {tool} with identical arguments {count} times. This call was "
+        "not run: you have polled it enough; finish with what you have.",
         f"Stopped: {tool} was called {count} times with identical arguments (its result "
-        "kept changing)."
+        "kept changing).",
     )
 
 

@@ -8,23 +8,20 @@ from __future__ import annotations
 
 from actors.loop.config import GlobalBreakerConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import Hit, Level, Levels
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["GlobalBreaker"]
 
 
 def _message(level: Level, tool: str, count: int, total: bool) -> str:
     what = "no-progress calls in this run" if total else "identical no-progress outcomes"
-    if level == "warning":
-        return f"WARNING: {tool}: {count} {what}. Change your approach or finish now."
-    if level == "critical":
-        return (
-            f"CRITICAL: {tool} has repeated {what} {count} times. This call was not run: "
-            "stop repeating calls that change nothing; finish with what you have."
-        )
-    return (
+    return by_level(
+        level,
+        f"WARNING: {tool}: {count} {what}. Change your approach or finish now.",
+        f"CRITICAL: {tool} has repeated {what} {count} times. This call was not run: "
+        "stop repeating calls that change nothing; finish with what you have.",
         f"CRITICAL: {tool} has repeated {what} {count} times. Run stopped by the global "
-        "circuit breaker to prevent runaway loops."
+        "circuit breaker to prevent runaway loops.",
     )
 
 

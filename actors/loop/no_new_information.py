@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from actors.loop.config import NoNewInformationConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, Levels
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["NoNewInformation"]
 
@@ -22,17 +22,14 @@ def _message(level: Level, count: int) -> str:
     opening = (
         f"Your last {count} tool calls, with different arguments, all returned the same result."
     )
-    if level == "warning":
-        return (
-            f"WARNING: {opening} Asking again in other words will not tell you anything new: "
-            "use what you have, try something that changes the state, or finish."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: {opening} This call was not run: nothing new is coming back; act on "
-            "what you have or report the task as failed."
-        )
-    return f"Stopped: {count} tool calls in a row returned the same result (no new information)."
+    return by_level(
+        level,
+        f"WARNING: {opening} Asking again in other words will not tell you anything new: "
+        "use what you have, try something that changes the state, or finish.",
+        f"CRITICAL: {opening} This call was not run: nothing new is coming back; act on "
+        "what you have or report the task as failed.",
+        f"Stopped: {count} tool calls in a row returned the same result (no new information).",
+    )
 
 
 class NoNewInformation(ToolDetector):

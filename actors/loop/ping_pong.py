@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from actors.loop.config import PingPongConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, level_for
+from actors.loop.verdicts import Hit, Level, by_level, level_for
 
 __all__ = ["PingPong", "alternation"]
 
@@ -59,20 +59,17 @@ def alternation(window: Window, proposed: str) -> Alternation | None:
 
 
 def _message(level: Level, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: You are alternating between repeated tool-call patterns ({count} "
-            "consecutive calls). This looks like a ping-pong loop; stop retrying and report "
-            "the task as failed."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: You are alternating between repeated tool-call patterns ({count} "
-            "consecutive calls) with no progress. This appears to be a stuck ping-pong loop. "
-            "This call was not run: neither call changes anything, so stop alternating and "
-            "try a different approach or report the task as failed."
-        )
-    return f"Stopped: two calls alternated {count} times with no progress."
+    return by_level(
+        level,
+        f"WARNING: You are alternating between repeated tool-call patterns ({count} "
+        "consecutive calls). This looks like a ping-pong loop; stop retrying and report "
+        "the task as failed.",
+        f"CRITICAL: You are alternating between repeated tool-call patterns ({count} "
+        "consecutive calls) with no progress. This appears to be a stuck ping-pong loop. "
+        "This call was not run: neither call changes anything, so stop alternating and "
+        "try a different approach or report the task as failed.",
+        f"Stopped: two calls alternated {count} times with no progress.",
+    )
 
 
 class _Refused(NamedTuple):

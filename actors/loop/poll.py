@@ -6,24 +6,24 @@ result that changes ends the streak, so a poll reporting progress never trips it
 
 from __future__ import annotations
 
-from typing import Final
-
 from actors.loop.config import PollConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import Hit, Level, Levels
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["PollNoProgress"]
 
 
-_MESSAGES: Final[dict[Level, str]] = {
-    "warning": "WARNING: You have called {tool} {count} times with identical arguments and no "
-    "progress. Stop polling and either (1) increase wait time between checks, or (2) report the "
-    "task as failed if the process is stuck.",
-    "critical": "CRITICAL: Called {tool} with identical arguments and no progress {count} times. "
-    "This appears to be a stuck no-progress loop. This call was not run: stop polling it, and "
-    "report the task as failed if the process is stuck.",
-    "break": "Stopped: {tool} was polled {count} times with no progress.",
-}
+def _message(level: Level, tool: str, count: int) -> str:
+    return by_level(
+        level,
+        f"WARNING: You have called {tool} {count} times with identical arguments and no "
+        "progress. Stop polling and either (1) increase wait time between checks, or (2) "
+        "report the task as failed if the process is stuck.",
+        f"CRITICAL: Called {tool} with identical arguments and no progress {count} times. "
+        "This appears to be a stuck no-progress loop. This call was not run: stop polling "
+        "it, and report the task as failed if the process is stuck.",
+        f"Stopped: {tool} was polled {count} times with no progress.",
+    )
 
 
 class PollNoProgress(ToolDetector):
@@ -47,5 +47,4 @@ class PollNoProgress(ToolDetector):
         if level == "none":
             return None
         key = f"noprogress:{call.tool}:{call.fingerprint}:{latest or 'none'}"
-        message = _MESSAGES[level].format(tool=call.tool, count=count)
-        return Hit("poll_no_progress", level, count, key, message)
+        return Hit("poll_no_progress", level, count, key, _message(level, call.tool, count))

@@ -22,7 +22,7 @@ from actors.loop.config import (
     ToolStagnationConfig,
 )
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, Levels
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_overview"]
 
@@ -57,14 +57,13 @@ def is_git_overview(command: str) -> bool:
 
 
 def _text(level: Level, what: str, count: int) -> str:
-    if level == "warning":
-        return f"WARNING: {what} ({count} calls). Change your approach or finish now."
-    if level == "critical":
-        return (
-            f"CRITICAL: {what} ({count} calls). This call was not run: try something "
-            "different or finish with what you have."
-        )
-    return f"Stopped: {what} ({count} calls)."
+    return by_level(
+        level,
+        f"WARNING: {what} ({count} calls). Change your approach or finish now.",
+        f"CRITICAL: {what} ({count} calls). This call was not run: try something "
+        "different or finish with what you have.",
+        f"Stopped: {what} ({count} calls).",
+    )
 
 
 class _Qwen(ToolDetector):

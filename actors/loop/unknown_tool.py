@@ -17,7 +17,7 @@ from typing import Final
 
 from actors.loop.config import UnknownToolConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, Levels
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["STORM_KEY", "UnknownTool"]
 
@@ -28,32 +28,26 @@ _RANK: Final[dict[Level, int]] = {"none": 0, "warning": 1, "critical": 2, "break
 
 
 def _message(level: Level, tool: str, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: attempted unavailable tool {tool} {count} times. There is no such "
-            "tool: use one of the tools you were given, or answer without it."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: attempted unavailable tool {tool} {count} times. Stop retrying that "
-            "missing tool and answer without it."
-        )
-    return f"Stopped: the model attempted the unavailable tool {tool} {count} times."
+    return by_level(
+        level,
+        f"WARNING: attempted unavailable tool {tool} {count} times. There is no such "
+        "tool: use one of the tools you were given, or answer without it.",
+        f"CRITICAL: attempted unavailable tool {tool} {count} times. Stop retrying that "
+        "missing tool and answer without it.",
+        f"Stopped: the model attempted the unavailable tool {tool} {count} times.",
+    )
 
 
 def _storm_message(level: Level, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: {count} of your tool calls named tools that do not exist. Use only "
-            "the tools you were given (their names are in your tool list), or answer "
-            "without tools."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: {count} of your tool calls named tools that do not exist. This call "
-            "was not run: use only the tools you were given, or answer without them."
-        )
-    return f"Stopped: the model called {count} tools that do not exist."
+    return by_level(
+        level,
+        f"WARNING: {count} of your tool calls named tools that do not exist. Use only "
+        "the tools you were given (their names are in your tool list), or answer "
+        "without tools.",
+        f"CRITICAL: {count} of your tool calls named tools that do not exist. This call "
+        "was not run: use only the tools you were given, or answer without them.",
+        f"Stopped: the model called {count} tools that do not exist.",
+    )
 
 
 class UnknownTool(ToolDetector):

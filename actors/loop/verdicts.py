@@ -15,6 +15,7 @@ __all__ = [
     "Hit",
     "Level",
     "Levels",
+    "by_level",
     "level_for",
 ]
 
@@ -50,6 +51,11 @@ def level_for(count: int, warn: int | None, block: int | None, brk: int | None) 
     if warn is not None and count >= warn:
         return "warning"
     return "none"
+
+
+def by_level(level: Level, warning: str, critical: str, stop: str) -> str:
+    """The text of ``level``: ``warning``, ``critical``, else (a ``break``) ``stop``."""
+    return warning if level == "warning" else critical if level == "critical" else stop
 
 
 class Levels:
