@@ -3,10 +3,8 @@ and the per-run call cap. Each counts the proposed call (qwen-code tracks a call
 checks it), so a threshold of 8 fires on the 8th call.
 
 With their progress options (the ``qwen`` preset) each counts only calls without progress
-(``actors.loop.progress``: a result new in the run, or changed for the same call, is
-progress; an error never is), once their result is known: a changed result is progress for
-every rule, as it is for the consecutive rule, so a paginated read, 30 different files read
-or a wandering search is not stagnation (issue #32).
+(``actors.loop.progress``), once their result is known: a paginated read, 30 different
+files read or a wandering search is not stagnation.
 """
 
 from __future__ import annotations
