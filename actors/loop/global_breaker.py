@@ -50,9 +50,9 @@ class GlobalBreaker(ToolDetector):
             count, latest = self._total, "run"
         else:
             count, latest = result_streak(window, call.fingerprint)
-        level = self._levels.level(count)
-        if level == "none":
+        if count < self._levels.lowest:
             return None
+        level = self._levels.level(count)
         key = f"global:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("global_breaker", level, count, key, _message(level, call.tool, count, total))
 

@@ -53,9 +53,9 @@ class NoNewInformation(ToolDetector):
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         count = self._count
-        level = self._levels.level(count)
-        if level == "none" or not self._mixed:
+        if count < self._levels.lowest or not self._mixed:
             return None
+        level = self._levels.level(count)
         return Hit(
             "no_new_information", level, count, f"nonew:{self._result}", _message(level, count)
         )

@@ -43,8 +43,8 @@ class PollNoProgress(ToolDetector):
             return None
         streak, latest = result_streak(window, call.fingerprint)
         count = streak + self._config.include_proposed
-        level = self._levels.level(count)
-        if level == "none":
+        if count < self._levels.lowest:
             return None
+        level = self._levels.level(count)
         key = f"noprogress:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("poll_no_progress", level, count, key, _message(level, call.tool, count))
