@@ -462,12 +462,10 @@ LEVELLED: Final = tuple(
 """The sections with ``warn_at`` / ``block_at`` / ``break_at``."""
 
 
-def _clamped(
-    prefix: str, section: Any, names: tuple[str, ...], notes: list[str] | None = None
-) -> dict[str, int]:
+def _clamped(prefix: str, section: Any, names: tuple[str, ...], notes: list[str]) -> dict[str, int]:
     """OpenClaw's normalisation of thresholds: a level not above the one before it becomes
-    that level + 1 (with a warning, or a note appended to ``notes``), instead of being
-    refused."""
+    that level + 1 (with a warning logged and a note appended to ``notes``), instead of
+    being refused."""
     changes: dict[str, int] = {}
     low_name, low = "", 0
     for name in names:
@@ -476,30 +474,14 @@ def _clamped(
         if value is None:
             continue
         if low and value <= low:
-            note = (
+            notes.append(
                 f"loop config {prefix}.{name} = {value} is not above {prefix}.{low_name} "
                 f"({low}): using {low + 1}"
             )
-            if notes is None:
-                logger.warning("%s", note)
-            else:
-                notes.append(note)
+            logger.warning("%s", notes[-1])
             value = changes[name] = low + 1
         low_name, low = name, value
     return changes
-
-
-def _all_clamped(config: LoopConfig, notes: list[str] | None) -> dict[str, Any]:
-    replaced: dict[str, Any] = {}
-    for name in LEVELLED:
-        section = getattr(config, name)
-        changes: dict[str, int] = {}
-        for group in _LEVEL_GROUPS:
-            if group[0] in section.__struct_fields__:
-                changes.update(_clamped(name, section, group, notes))
-        if changes:
-            replaced[name] = msgspec.structs.replace(section, **changes)
-    return replaced
 
 
 def compile_pattern(key: str, pattern: str) -> _Regexp[str]:
@@ -520,15 +502,20 @@ def compile_pattern(key: str, pattern: str) -> _Regexp[str]:
 def check_config(config: LoopConfig, *, notes: list[str] | None = None) -> LoopConfig:
     """``config`` if every value is in range, with levels that do not increase clamped as
     OpenClaw does (``block_at`` ≤ ``warn_at`` becomes ``warn_at`` + 1, with a warning
-    logged, or with ``notes``: a sentence per clamped threshold appended to it); else raise
-    :class:`LoopConfigError`."""
+    logged and, with ``notes``, a sentence per clamped threshold appended to it); else
+    raise :class:`LoopConfigError`."""
     _positive("history_size", config.history_size)
     _positive("warning_bucket", config.warning_bucket)
     _positive("refusal_limit", config.refusal_limit)
-    start = len(notes) if notes is not None else 0
-    replaced = _all_clamped(config, notes)
-    for note in notes[start:] if notes is not None else ():
-        logger.warning("%s", note)  # still on stderr too
+    replaced: dict[str, Any] = {}
+    for name in LEVELLED:
+        section = getattr(config, name)
+        changes: dict[str, int] = {}
+        for group in _LEVEL_GROUPS:
+            if group[0] in section.__struct_fields__:
+                changes.update(_clamped(name, section, group, [] if notes is None else notes))
+        if changes:
+            replaced[name] = msgspec.structs.replace(section, **changes)
     cycle = config.cycle
     _positive("cycle.min_period", cycle.min_period)
     if cycle.max_period < cycle.min_period:

@@ -6,13 +6,11 @@ is a chunk seen ``threshold`` times whose last ``threshold`` positions are on av
 most ``max_mean_distance`` apart and have at most ``max_distinct_periods`` different texts
 between them (so list items sharing a long prefix do not count).
 
-Markdown that merely looks alike must not trip it: a delta that opens or closes a code fence,
+Markdown that merely looks alike must not trip it: a line that opens or closes a code fence,
 or starts a table row, list item, heading or blockquote resets the tracking; nothing inside a
-code block is analysed, nor divider deltas. The regexes carry qwen-code's fixes (``-`` is a
-list marker; the divider class is not a character range). Unlike gemini-cli, markers are
-looked for at the start of the current *line* (the line's head plus the delta), not of the
-delta alone, and a delta is analysed line by line, so the verdict does not depend on how the
-stream was cut into deltas; fences split across deltas count.
+code block is analysed, nor divider deltas. A delta is analysed line by line, so the verdict
+does not depend on how the stream was cut (the differences from gemini-cli:
+``docs/loop-detection.md``, "Upstream rules and loopfuse").
 """
 
 from __future__ import annotations

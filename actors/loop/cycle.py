@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from actors.loop.config import CycleConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["Cycle", "repetitions"]
 
@@ -41,40 +41,40 @@ def repetitions(keys: Sequence[str], period: int) -> int:
 
 def _message(level: Level, period: int, tools: str, count: int) -> str:
     pattern = f"a cycle of {period} tool calls ({tools}) {count} times in a row"
-    if level == "warning":
-        return f"WARNING: You have repeated {pattern}. Change your approach or finish now."
-    if level == "critical":
-        return (
-            f"CRITICAL: You have repeated {pattern}. This call was not run: the cycle is not "
-            "making progress; try a different approach or finish with what you have."
-        )
-    return f"Stopped: the model repeated {pattern}."
+    return by_level(
+        level,
+        f"WARNING: You have repeated {pattern}. Change your approach or finish now.",
+        f"CRITICAL: You have repeated {pattern}. This call was not run: the cycle is not "
+        "making progress; try a different approach or finish with what you have.",
+        f"Stopped: the model repeated {pattern}.",
+    )
 
 
 class Cycle(ToolDetector):
     """Keeps its own window of fingerprints (and tool names, for messages)."""
 
-    __slots__ = ("_config", "_keys", "_lowest", "_tools")
+    __slots__ = ("_config", "_keys", "_levels", "_tools")
 
     records = True
+    STATE = ("keys", "tools")
 
     def __init__(self, config: CycleConfig) -> None:
         self._config = config
         self._keys: list[str] = []
         self._tools: list[str] = []
-        self._lowest = lowest_count(config.warn_at, config.block_at, config.break_at)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
 
     def fresh(self) -> Cycle:
         return Cycle(self._config)
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
-        if not cfg.enabled or (self._lowest > 1 and call.fingerprint not in self._keys):
+        if not cfg.enabled or (self._levels.lowest > 1 and call.fingerprint not in self._keys):
             return None
         keys = [*self._keys, call.fingerprint]
         for period in range(cfg.min_period, cfg.max_period + 1):
             count = repetitions(keys, period)
-            level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+            level = self._levels.level(count)
             if level != "none":
                 tools = " → ".join([*self._tools, call.tool][-period:])
                 key = f"cycle:{period}:{'|'.join(sorted(keys[-period:]))}"
@@ -88,12 +88,3 @@ class Cycle(ToolDetector):
         if len(keys) > self._config.window:
             del keys[0]
             del tools[0]
-
-    def state(self) -> dict[str, object]:
-        return {"keys": list(self._keys), "tools": list(self._tools)}
-
-    def restore(self, state: dict[str, object]) -> None:
-        keys, tools = state.get("keys"), state.get("tools")
-        if isinstance(keys, list) and isinstance(tools, list) and len(keys) == len(tools):
-            self._keys = [str(k) for k in keys]
-            self._tools = [str(t) for t in tools]

@@ -58,6 +58,25 @@ _ONCE_PER_RUN: Final = frozenset({STORM_KEY})
 _decode_args = msgspec.json.Decoder().decode
 
 
+def _argument(arguments_json: str, name: str) -> object:
+    """The argument ``name`` of a call (``None`` when the arguments are no JSON object)."""
+    try:
+        args = _decode_args(arguments_json)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return args.get(name) if isinstance(args, dict) else None
+
+
+def _escalated(
+    detector: str, count: int, stop: bool, stopped: str, message: str, nudge: str
+) -> Decision:
+    """A ``break`` (the run stops: ``stopped``) when ``stop``, else a ``critical`` finding
+    with its ``message`` and ``nudge``."""
+    if stop:
+        return Decision(level="break", detector=detector, count=count, message=stopped)
+    return Decision(level="critical", detector=detector, count=count, message=message, nudge=nudge)
+
+
 class _Plan:
     """What one config needs, worked out once and shared by every detector using it:
     the config checked, the enabled detectors (the stateless ones shared), and which
@@ -351,22 +370,12 @@ class LoopDetector:
             self.record_result(call.call_id, result_fingerprint=previous)
 
     def _is_inspection(self, arguments_json: str) -> bool:
-        try:
-            args = _decode_args(arguments_json)
-        except (msgspec.DecodeError, RecursionError):
-            return False
-        command = args.get(self._plan.shell_argument) if isinstance(args, dict) else None
+        command = _argument(arguments_json, self._plan.shell_argument)
         return isinstance(command, str) and is_git_overview(command)
 
     def _is_poll(self, tool: str, arguments_json: str) -> bool:
         actions = self._plan.polls[tool]
-        if not actions:
-            return True
-        try:
-            args = _decode_args(arguments_json)
-        except (msgspec.DecodeError, RecursionError):
-            return False
-        return isinstance(args, dict) and args.get("action") in actions
+        return not actions or _argument(arguments_json, "action") in actions
 
     def _record(self, call: CallRecord) -> None:
         if self._window is not EMPTY_WINDOW:
@@ -414,19 +423,13 @@ class LoopDetector:
         strikes = self.config.strikes
         assert strikes is not None
         self._strikes += 1
-        if self._strikes >= strikes.stop_at:
-            return Decision(
-                level="break",
-                detector=hit.detector,
-                count=hit.count,
-                message=f"Loop detected again after a warning. {detail}",
-            )
-        return Decision(
-            level="critical",
-            detector=hit.detector,
-            count=hit.count,
-            message=message,
-            nudge=strikes.text.replace("{detail}", detail),
+        return _escalated(
+            hit.detector,
+            hit.count,
+            self._strikes >= strikes.stop_at,
+            f"Loop detected again after a warning. {detail}",
+            message,
+            strikes.text.replace("{detail}", detail),
         )
 
     def _bucket_allows(self, hit: Hit) -> bool:
@@ -502,15 +505,9 @@ class LoopDetector:
         hit = Hit("llm_check", "critical", llm.offences, "llm-check", detail)
         if self.config.strikes is not None:
             return self._strike(hit, detail, detail)
-        if llm.offences >= self.config.llm_check.stop_at_offence:
-            return Decision(level="break", detector="llm_check", count=llm.offences, message=detail)
-        return Decision(
-            level="critical",
-            detector="llm_check",
-            count=llm.offences,
-            message=detail,
-            nudge=GEMINI_RECOVERY_TEXT.replace("{detail}", detail),
-        )
+        stop = llm.offences >= self.config.llm_check.stop_at_offence
+        nudge = GEMINI_RECOVERY_TEXT.replace("{detail}", detail)
+        return _escalated("llm_check", llm.offences, stop, detail, detail, nudge)
 
     # ------------------------------------------------------------------ snapshots
 
@@ -604,23 +601,15 @@ class LoopDetector:
             detail = f'Repeating content detected: "{snippet}..."'
             return self._strike(hit, detail, f"Reply cut off: {detail}")
         self._content_offences += 1
-        if self._content_offences >= self.config.content.stop_at_offence:
-            return Decision(
-                level="break",
-                detector="content",
-                count=self._content_offences,
-                message=f'The model kept repeating its own text: "{snippet}..."',
-            )
-        return Decision(
-            level="critical",
-            detector="content",
-            count=self._content_offences,
-            message=f'Reply cut off: it kept repeating "{snippet}..."',
-            nudge=(
-                "Your last reply was cut off because it kept repeating the same text "
-                f'("{snippet}..."). Do not repeat yourself: continue with the next step, '
-                "or give your final answer."
-            ),
+        return _escalated(
+            "content",
+            self._content_offences,
+            self._content_offences >= self.config.content.stop_at_offence,
+            f'The model kept repeating its own text: "{snippet}..."',
+            f'Reply cut off: it kept repeating "{snippet}..."',
+            "Your last reply was cut off because it kept repeating the same text "
+            f'("{snippet}..."). Do not repeat yourself: continue with the next step, '
+            "or give your final answer.",
         )
 
     def new_stream(self) -> None:

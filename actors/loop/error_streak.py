@@ -17,7 +17,7 @@ from typing import Final
 
 from actors.loop.config import ErrorStreakConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["ERRORS_QUOTED", "ERROR_CHARS", "ErrorStreak"]
 
@@ -27,36 +27,33 @@ ERRORS_QUOTED: Final = 3
 """The latest errors quoted in a message."""
 
 
-def _quoted(errors: list[tuple[str, str]]) -> str:
+def _quoted(errors: list[list[str]]) -> str:
     return "\n".join(f"- {tool}: {text}" for tool, text in errors)
 
 
 class ErrorStreak(ToolDetector):
     """The streak of failed calls and the latest errors."""
 
-    __slots__ = ("_config", "_errors", "_lowest", "_refused_at", "_streak", "_warned")
+    __slots__ = ("_config", "_errors", "_levels", "_refused_at", "_streak", "_warned")
 
     records = True
     watches_results = True
+    STATE = ("streak", "warned", "refused_at", "errors")
 
     def __init__(self, config: ErrorStreakConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._streak = 0
         self._warned = False
         self._refused_at = 0
-        self._errors: list[tuple[str, str]] = []
+        self._errors: list[list[str]] = []  # [tool, the start of its error]
 
     def fresh(self) -> ErrorStreak:
         return ErrorStreak(self._config)
 
     def _level(self) -> Level:
         count = self._streak
-        if count < self._lowest:
-            return "none"
-        cfg = self._config
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        level = self._levels.level(count)
         if level == "warning" and self._warned:
             return "none"
         if level == "critical" and count == self._refused_at:
@@ -64,32 +61,28 @@ class ErrorStreak(ToolDetector):
         return level
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        if self._streak < self._lowest:
+        if self._streak < self._levels.lowest:
             return None  # the common case: the last call did not fail
         level = self._level()
         if level == "none":
             return None
         count = self._streak
         errors = _quoted(self._errors)
-        if level == "warning":
-            message = (
-                f"WARNING: your last {count} tool calls failed. The latest errors:\n{errors}\n"
-                "Read them: check the names, paths and arguments you use against what you "
-                "have actually seen (list the folder first), or change your approach."
-            )
-        elif level == "critical":
-            message = (
-                f"CRITICAL: your last {count} tool calls failed; this call was not run. The "
-                f"latest errors:\n{errors}\nFix what they say before calling again, or "
-                "finish with what you have."
-            )
-        else:
-            message = f"Stopped: {count} tool calls in a row failed. The latest errors:\n{errors}"
+        message = by_level(
+            level,
+            f"WARNING: your last {count} tool calls failed. The latest errors:\n{errors}\n"
+            "Read them: check the names, paths and arguments you use against what you "
+            "have actually seen (list the folder first), or change your approach.",
+            f"CRITICAL: your last {count} tool calls failed; this call was not run. The "
+            f"latest errors:\n{errors}\nFix what they say before calling again, or "
+            "finish with what you have.",
+            f"Stopped: {count} tool calls in a row failed. The latest errors:\n{errors}",
+        )
         return Hit("error_streak", level, count, "error-streak", message)
 
     def record(self, call: CallRecord) -> None:
-        cfg = self._config
-        if cfg.warn_at is not None and self._streak >= cfg.warn_at:
+        warn = self._levels.warn
+        if warn is not None and self._streak >= warn:
             self._warned = True  # this streak's warning was given (or outranked)
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
@@ -98,7 +91,7 @@ class ErrorStreak(ToolDetector):
         if call.error:
             self._streak += 1
             errors = self._errors
-            errors.append((call.tool, call.error_text))
+            errors.append([call.tool, call.error_text])
             if len(errors) > ERRORS_QUOTED:
                 del errors[0]
         elif self._streak:
@@ -107,23 +100,3 @@ class ErrorStreak(ToolDetector):
 
     def on_refused(self, call: CallRecord) -> None:
         self._refused_at = self._streak
-
-    def state(self) -> dict[str, object]:
-        return {
-            "streak": self._streak,
-            "warned": self._warned,
-            "refused_at": self._refused_at,
-            "errors": [list(e) for e in self._errors],
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        streak, refused = state.get("streak"), state.get("refused_at")
-        self._streak = streak if isinstance(streak, int) else 0
-        self._refused_at = refused if isinstance(refused, int) else 0
-        self._warned = state.get("warned") is True
-        errors = state.get("errors")
-        self._errors = (
-            [(str(e[0]), str(e[1])) for e in errors if isinstance(e, list) and len(e) == 2]
-            if isinstance(errors, list)
-            else []
-        )

@@ -12,41 +12,33 @@ import zlib
 
 from actors.loop.config import GenericRepeatConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, by_level, level_for
 
 __all__ = ["GenericRepeat"]
 
 
 def _message(level: Level, tool: str, count: int, same_results: bool) -> str:
     what = "identical arguments and identical results" if same_results else "identical arguments"
-    if level == "warning":
-        return (
-            f"WARNING: You have called {tool} {count} times with {what}. If this "
-            "is not making progress, stop retrying and report the task as failed."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: Called {tool} with {what} {count} times. This call was "
-            "not run: use the result you already have, change the arguments, or finish."
-        )
-    return f"Stopped: {tool} was called {count} times with {what}."
+    return by_level(
+        level,
+        f"WARNING: You have called {tool} {count} times with {what}. If this "
+        "is not making progress, stop retrying and report the task as failed.",
+        f"CRITICAL: Called {tool} with {what} {count} times. This call was "
+        "not run: use the result you already have, change the arguments, or finish.",
+        f"Stopped: {tool} was called {count} times with {what}.",
+    )
 
 
 def _progress_message(level: Level, tool: str, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: You have called {tool} {count} times with identical arguments. Its "
-            "result keeps changing, so this is not a loop yet, but check less often (wait "
-            "longer between calls) or finish with what you have."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: Called {tool} with identical arguments {count} times. This call was "
-            "not run: you have polled it enough; finish with what you have."
-        )
-    return (
+    return by_level(
+        level,
+        f"WARNING: You have called {tool} {count} times with identical arguments. Its "
+        "result keeps changing, so this is not a loop yet, but check less often (wait "
+        "longer between calls) or finish with what you have.",
+        f"CRITICAL: Called {tool} with identical arguments {count} times. This call was "
+        "not run: you have polled it enough; finish with what you have.",
         f"Stopped: {tool} was called {count} times with identical arguments (its result "
-        "kept changing)."
+        "kept changing).",
     )
 
 
@@ -93,22 +85,21 @@ class GenericRepeat(ToolDetector):
         "records",
         "watches_results",
     )
+    STATE = ("counts", "last", "streak")
 
     def __init__(self, config: GenericRepeatConfig) -> None:
         self._config = config
         self._scope = config.scope
         self._skip_polls = config.skip_poll_tools
         self._extra = int(config.include_proposed)
-        levels = (config.warn_at, config.block_at, config.break_at)
         progress = (config.progress_warn_at, config.progress_block_at, config.progress_break_at)
-        self._lowest = (
-            min(lowest_count(*levels), lowest_count(*progress)) if config.enabled else NEVER
-        )
+        levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._lowest = min(levels.lowest, Levels(*progress, enabled=config.enabled).lowest)
         self._aware = config.stop_needs_no_progress or config.warn_needs_no_progress
         self._aware_tools = frozenset(config.no_progress_tools)
         self._counts: dict[str, int] = {}
         self._tracks: dict[str, _Track] = {}
-        self._last: str | None = None
+        self._last = ""  # the fingerprint of the consecutive streak (none yet)
         self._streak = 0
         tracking = self._aware and config.scope != "window"
         self.records = config.scope != "window" or tracking
@@ -190,27 +181,13 @@ class GenericRepeat(ToolDetector):
         track.last = key
 
     def state(self) -> dict[str, object]:
-        """This run's counters, as plain data (``restore`` takes it back)."""
-        return {
-            "counts": dict(self._counts),
-            "last": self._last,
-            "streak": self._streak,
-            "tracks": {fp: [t.last, t.pending, t.streak] for fp, t in self._tracks.items()},
-        }
+        tracks = {fp: [t.last, t.pending, t.streak] for fp, t in self._tracks.items()}
+        return {**super().state(), "tracks": tracks}
 
     def restore(self, state: dict[str, object]) -> None:
-        counts = state.get("counts")
-        if isinstance(counts, dict):
-            self._counts = {str(k): int(v) for k, v in counts.items()}
-        last = state.get("last")
-        self._last = last if isinstance(last, str) else None
-        streak = state.get("streak")
-        self._streak = streak if isinstance(streak, int) else 0
+        super().restore(state)
         tracks = state.get("tracks")
         if isinstance(tracks, dict):
             for fp, values in tracks.items():
-                track = _Track()
-                track.last = int(values[0])
-                track.pending = int(values[1])
-                track.streak = int(values[2])
-                self._tracks[str(fp)] = track
+                track = self._tracks[str(fp)] = _Track()
+                track.last, track.pending, track.streak = (int(v) for v in values[:3])

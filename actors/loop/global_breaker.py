@@ -8,23 +8,20 @@ from __future__ import annotations
 
 from actors.loop.config import GlobalBreakerConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["GlobalBreaker"]
 
 
 def _message(level: Level, tool: str, count: int, total: bool) -> str:
     what = "no-progress calls in this run" if total else "identical no-progress outcomes"
-    if level == "warning":
-        return f"WARNING: {tool}: {count} {what}. Change your approach or finish now."
-    if level == "critical":
-        return (
-            f"CRITICAL: {tool} has repeated {what} {count} times. This call was not run: "
-            "stop repeating calls that change nothing; finish with what you have."
-        )
-    return (
+    return by_level(
+        level,
+        f"WARNING: {tool}: {count} {what}. Change your approach or finish now.",
+        f"CRITICAL: {tool} has repeated {what} {count} times. This call was not run: "
+        "stop repeating calls that change nothing; finish with what you have.",
         f"CRITICAL: {tool} has repeated {what} {count} times. Run stopped by the global "
-        "circuit breaker to prevent runaway loops."
+        "circuit breaker to prevent runaway loops.",
     )
 
 
@@ -32,14 +29,14 @@ class GlobalBreaker(ToolDetector):
     """In ``total`` mode counts no-progress results itself; in ``streak`` mode reads the
     window and keeps no state (one instance serves every run)."""
 
-    __slots__ = ("_config", "_lowest", "_total", "previous_results", "watches_results")
+    __slots__ = ("_config", "_levels", "_total", "previous_results", "watches_results")
 
     window_results = True
+    STATE = ("total",)
 
     def __init__(self, config: GlobalBreakerConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._total = 0
         self.watches_results = self.previous_results = config.mode == "total"
 
@@ -53,21 +50,12 @@ class GlobalBreaker(ToolDetector):
             count, latest = self._total, "run"
         else:
             count, latest = result_streak(window, call.fingerprint)
-        if count < self._lowest:
+        if count < self._levels.lowest:
             return None
-        cfg = self._config
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        level = self._levels.level(count)
         key = f"global:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("global_breaker", level, count, key, _message(level, call.tool, count, total))
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if self.watches_results and previous is not None and previous == call.result:
             self._total += 1
-
-    def state(self) -> dict[str, object]:
-        return {"total": self._total} if self.watches_results else {}
-
-    def restore(self, state: dict[str, object]) -> None:
-        total = state.get("total")
-        if isinstance(total, int):
-            self._total = total

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from typing import ClassVar
+
 import msgspec
 
 from actors.loop.verdicts import Hit
@@ -75,10 +78,13 @@ class ToolDetector:
     the call is accepted into the history (only if ``records``); ``on_result`` when its
     result arrives (only if ``watches_results``); ``on_refused`` when a call it judged
     critical is refused. ``fresh`` gives the detector for a new run: the detector itself
-    when it keeps no state of its own.
+    when it keeps no state of its own. ``STATE`` names the counters a snapshot keeps: each
+    ``name`` is the attribute ``_name`` (plain data: a number, a string, a list or a dict).
     """
 
     __slots__ = ()
+
+    STATE: ClassVar[tuple[str, ...]] = ()
 
     records: bool = False
     watches_results: bool = False
@@ -103,10 +109,15 @@ class ToolDetector:
 
     def state(self) -> dict[str, object]:
         """This run's counters as plain data (empty when the detector keeps none)."""
-        return {}
+        return {name: copy.copy(getattr(self, "_" + name)) for name in self.STATE}
 
     def restore(self, state: dict[str, object]) -> None:
-        """Take back what :meth:`state` gave."""
+        """Take back what :meth:`state` gave, into a fresh detector: a value missing, or
+        not of the counter's type, leaves the counter as it is."""
+        for name in self.STATE:
+            value = state.get(name)
+            if isinstance(value, type(getattr(self, "_" + name))):
+                setattr(self, "_" + name, value)
 
 
 def result_streak(window: Window, fingerprint: str) -> tuple[int, str | None]:

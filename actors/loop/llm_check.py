@@ -5,9 +5,7 @@ model is to be asked; :func:`check_messages` builds what it is asked (a system m
 starts with :data:`SYSTEM_PREFIX`, then the task and the run's recent history);
 :func:`parse_answer` reads its answer, a JSON object
 ``{"unproductive_state_analysis": str, "unproductive_state_confidence": float}`` (as
-gemini-cli's schema; a fenced ```json block is accepted). The prompt is loopfuse's own
-wording of the same rules: a loop needs both a repeated pattern and no net progress, and
-batches, incremental edits, sequential reads and retries with a change are not loops.
+gemini-cli's schema; a fenced ```json block is accepted).
 
 An answer whose confidence is outside [0, 1] (a checker answering ``5`` for 5 %) is not a
 verdict: it is never read as certainty. The caller asks once more and then ignores the

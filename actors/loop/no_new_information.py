@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from actors.loop.config import NoNewInformationConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["NoNewInformation"]
 
@@ -22,31 +22,28 @@ def _message(level: Level, count: int) -> str:
     opening = (
         f"Your last {count} tool calls, with different arguments, all returned the same result."
     )
-    if level == "warning":
-        return (
-            f"WARNING: {opening} Asking again in other words will not tell you anything new: "
-            "use what you have, try something that changes the state, or finish."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: {opening} This call was not run: nothing new is coming back; act on "
-            "what you have or report the task as failed."
-        )
-    return f"Stopped: {count} tool calls in a row returned the same result (no new information)."
+    return by_level(
+        level,
+        f"WARNING: {opening} Asking again in other words will not tell you anything new: "
+        "use what you have, try something that changes the state, or finish.",
+        f"CRITICAL: {opening} This call was not run: nothing new is coming back; act on "
+        "what you have or report the task as failed.",
+        f"Stopped: {count} tool calls in a row returned the same result (no new information).",
+    )
 
 
 class NoNewInformation(ToolDetector):
     """Keeps the newest result, its streak and whether two different calls share it."""
 
-    __slots__ = ("_config", "_count", "_first", "_lowest", "_mixed", "_result")
+    __slots__ = ("_config", "_count", "_first", "_levels", "_mixed", "_result")
 
     watches_results = True
+    STATE = ("result", "first", "count", "mixed")
 
     def __init__(self, config: NoNewInformationConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
-        self._result: str | None = None
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._result = ""  # no result yet (a fingerprint is never empty)
         self._first = ""
         self._count = 0
         self._mixed = False
@@ -56,12 +53,9 @@ class NoNewInformation(ToolDetector):
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         count = self._count
-        if count < self._lowest or not self._mixed:
+        if count < self._levels.lowest or not self._mixed:
             return None
-        cfg = self._config
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
-        if level == "none":
-            return None
+        level = self._levels.level(count)
         return Hit(
             "no_new_information", level, count, f"nonew:{self._result}", _message(level, count)
         )
@@ -74,7 +68,7 @@ class NoNewInformation(ToolDetector):
             if not self._mixed and call.fingerprint != self._first:
                 self._mixed = True
         else:
-            self._result = call.result
+            self._result = call.result or ""  # on_result: the result is known
             self._first = call.fingerprint
             self._count = 1
             self._mixed = False
@@ -82,19 +76,3 @@ class NoNewInformation(ToolDetector):
     def on_refused(self, call: CallRecord) -> None:
         if self._mixed:
             self._count += 1
-
-    def state(self) -> dict[str, object]:
-        return {
-            "result": self._result,
-            "first": self._first,
-            "count": self._count,
-            "mixed": self._mixed,
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        result, first = state.get("result"), state.get("first")
-        count, mixed = state.get("count"), state.get("mixed")
-        self._result = result if isinstance(result, str) else None
-        self._first = first if isinstance(first, str) else ""
-        self._count = count if isinstance(count, int) else 0
-        self._mixed = mixed is True

@@ -236,12 +236,9 @@ that took no part."""
 
 
 def _scan(pattern: _Regexp[bytes], data: bytes, pos: int, endpos: int) -> Iterator[Spans]:
-    """Each match of ``pattern`` in ``data[pos:endpos]``, in order, as its spans.
-
-    google-re2's own ``finditer`` builds a match object per token in Python; its RE2 object
-    (``_regexp``, the C++ binding) gives the spans in one call, about a third of a result's
-    normalisation when results carry no volatile token (docs/performance.md). A build
-    without it takes the public API."""
+    """Each match of ``pattern`` in ``data[pos:endpos]``, in order, as its spans: from the
+    C++ binding (``_regexp``) in one call when the build has it (docs/performance.md), else
+    through the public API."""
     native = getattr(pattern, "_regexp", None)
     if native is None or _UNANCHORED is None:  # pragma: no cover - another google-re2 build
         for match in pattern.finditer(data, pos, endpos):

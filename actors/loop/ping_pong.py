@@ -6,14 +6,11 @@ The count includes the proposed call. No-progress evidence means every call of t
 a result, all of A's results are equal and all of B's are: a read-modify-write whose reads
 see the file change is not stuck.
 
-A refused call is not recorded (``record_blocked = false``, OpenClaw as shipped), so
-upstream's alternation restarts after each refusal: a stuck A,B rotation is refused every
-20th call and never stopped. With ``continue_refused`` (every config with a
-``refusal_limit``) the refused call counts as the alternation's next call, as OpenClaw's
-later versions count a veto as no progress: while no call has run since, the refused
-call's partner is the alternation's next call, one count higher, and is refused too, so
-the refusals come in a row and the end of refusals stops the run (issue #32). The
-detector then keeps that one refusal per run, and a fresh instance serves each run.
+With ``continue_refused`` (every config with a ``refusal_limit`` whose refusals are not
+recorded) a refused call counts as the alternation's next call while no call has run
+since, so the refusals come in a row and the end of refusals stops the run
+(``docs/loop-detection.md``, "A refused ping-pong goes on counting"); the detector then
+keeps that one refusal per run, and a fresh instance serves each run.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from typing import NamedTuple
 
 from actors.loop.config import PingPongConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, level_for
+from actors.loop.verdicts import Hit, Level, by_level, level_for
 
 __all__ = ["PingPong", "alternation"]
 
@@ -62,20 +59,17 @@ def alternation(window: Window, proposed: str) -> Alternation | None:
 
 
 def _message(level: Level, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: You are alternating between repeated tool-call patterns ({count} "
-            "consecutive calls). This looks like a ping-pong loop; stop retrying and report "
-            "the task as failed."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: You are alternating between repeated tool-call patterns ({count} "
-            "consecutive calls) with no progress. This appears to be a stuck ping-pong loop. "
-            "This call was not run: neither call changes anything, so stop alternating and "
-            "try a different approach or report the task as failed."
-        )
-    return f"Stopped: two calls alternated {count} times with no progress."
+    return by_level(
+        level,
+        f"WARNING: You are alternating between repeated tool-call patterns ({count} "
+        "consecutive calls). This looks like a ping-pong loop; stop retrying and report "
+        "the task as failed.",
+        f"CRITICAL: You are alternating between repeated tool-call patterns ({count} "
+        "consecutive calls) with no progress. This appears to be a stuck ping-pong loop. "
+        "This call was not run: neither call changes anything, so stop alternating and "
+        "try a different approach or report the task as failed.",
+        f"Stopped: two calls alternated {count} times with no progress.",
+    )
 
 
 class _Refused(NamedTuple):

@@ -8,48 +8,43 @@ from __future__ import annotations
 
 from actors.loop.config import PollConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["PollNoProgress"]
 
 
 def _message(level: Level, tool: str, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: You have called {tool} {count} times with identical arguments and no "
-            "progress. Stop polling and either (1) increase wait time between checks, or (2) "
-            "report the task as failed if the process is stuck."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: Called {tool} with identical arguments and no progress {count} times. "
-            "This appears to be a stuck no-progress loop. This call was not run: stop polling "
-            "it, and report the task as failed if the process is stuck."
-        )
-    return f"Stopped: {tool} was polled {count} times with no progress."
+    return by_level(
+        level,
+        f"WARNING: You have called {tool} {count} times with identical arguments and no "
+        "progress. Stop polling and either (1) increase wait time between checks, or (2) "
+        "report the task as failed if the process is stuck.",
+        f"CRITICAL: Called {tool} with identical arguments and no progress {count} times. "
+        "This appears to be a stuck no-progress loop. This call was not run: stop polling "
+        "it, and report the task as failed if the process is stuck.",
+        f"Stopped: {tool} was polled {count} times with no progress.",
+    )
 
 
 class PollNoProgress(ToolDetector):
     """Fires only for poll tools; keeps no counters of its own (reads the window), so one
     instance serves every run."""
 
-    __slots__ = ("_config", "_lowest")
+    __slots__ = ("_config", "_levels")
 
     window_results = True
 
     def __init__(self, config: PollConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         if not call.is_poll:
             return None
-        cfg = self._config
         streak, latest = result_streak(window, call.fingerprint)
-        count = streak + cfg.include_proposed
-        if count < self._lowest:
+        count = streak + self._config.include_proposed
+        if count < self._levels.lowest:
             return None
-        level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        level = self._levels.level(count)
         key = f"noprogress:{call.tool}:{call.fingerprint}:{latest or 'none'}"
         return Hit("poll_no_progress", level, count, key, _message(level, call.tool, count))

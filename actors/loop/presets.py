@@ -61,15 +61,12 @@ _OFF_POLL: Final = PollConfig(enabled=False)
 _OFF_PING_PONG: Final = PingPongConfig(enabled=False)
 _OFF_GLOBAL: Final = GlobalBreakerConfig(enabled=False)
 
-# Issue #32's fuses, in every preset. Failing calls in a row: the nudge after 3 quotes the
-# errors, the 7th call after 6 failures is not run. A real 135M model made 9–13 failing
-# read_file calls in a row on invented paths (never recovering after the 3rd), while a run
-# that recovers does so after one or two failures; 6 leaves a model that read the nudge
-# three more tries. Unknown-tool results of any name (a model rotating invented names):
-# nudge at 3, stop at 6, the same counts, so a storm is told as such (`loop.unknown_tool`).
+# Issue #32's fuses, in every preset: failing calls in a row, and unknown-tool results of
+# any name, each nudged at 3 and stopped at 6 (why: docs/loop-detection.md, Presets).
 _ERROR_STREAK: Final = ErrorStreakConfig(enabled=True, warn_at=3, break_at=6)
-_STORM_WARN: Final = 3
-_STORM_BREAK: Final = 6
+_UNKNOWN_TOOL: Final = UnknownToolConfig(
+    enabled=True, block_at=None, storm_warn_at=3, storm_break_at=6
+)
 
 STRICT: Final = LoopConfig(
     name="strict",
@@ -92,14 +89,7 @@ STRICT: Final = LoopConfig(
     ping_pong=_OFF_PING_PONG,
     global_breaker=_OFF_GLOBAL,
     no_new_information=NoNewInformationConfig(enabled=True, warn_at=5, break_at=10),
-    unknown_tool=UnknownToolConfig(
-        enabled=True,
-        warn_at=2,
-        block_at=None,
-        break_at=4,
-        storm_warn_at=_STORM_WARN,
-        storm_break_at=_STORM_BREAK,
-    ),
+    unknown_tool=msgspec.structs.replace(_UNKNOWN_TOOL, warn_at=2, break_at=4),
     error_streak=_ERROR_STREAK,
 )
 
@@ -112,9 +102,7 @@ OPENCLAW: Final = LoopConfig(
     poll_no_progress=PollConfig(warn_at=10, block_at=20),
     ping_pong=PingPongConfig(warn_at=10, block_at=20),
     global_breaker=GlobalBreakerConfig(mode="streak", break_at=30),
-    unknown_tool=UnknownToolConfig(
-        enabled=True, block_at=None, storm_warn_at=_STORM_WARN, storm_break_at=_STORM_BREAK
-    ),
+    unknown_tool=_UNKNOWN_TOOL,
     error_streak=_ERROR_STREAK,
 )
 
@@ -142,23 +130,13 @@ GEMINI: Final = LoopConfig(
     error_streak=ErrorStreakConfig(enabled=True, warn_at=None, block_at=5, break_at=None),
 )
 
-_OPENCLAW_POLLS: Final = OPENCLAW.poll_tools
-
-OPENCLAW_CURRENT: Final = LoopConfig(
+OPENCLAW_CURRENT: Final = msgspec.structs.replace(
+    OPENCLAW,
     name="openclaw-current",
-    history_size=30,
-    poll_tools=_OPENCLAW_POLLS,
-    warning_bucket=10,
     generic_repeat=GenericRepeatConfig(
         scope="window", warn_at=10, block_at=20, stop_needs_no_progress=True
     ),
-    poll_no_progress=PollConfig(warn_at=10, block_at=20),
-    ping_pong=PingPongConfig(warn_at=10, block_at=20),
-    global_breaker=GlobalBreakerConfig(mode="streak", break_at=30),
-    unknown_tool=UnknownToolConfig(
-        enabled=True, block_at=10, storm_warn_at=_STORM_WARN, storm_break_at=_STORM_BREAK
-    ),
-    error_streak=_ERROR_STREAK,
+    unknown_tool=msgspec.structs.replace(OPENCLAW.unknown_tool, block_at=10),
 )
 
 QWEN: Final = LoopConfig(
@@ -185,9 +163,7 @@ QWEN: Final = LoopConfig(
     call_cap=CallCapConfig(
         enabled=True, soft_cap=100, stuck_repeats=6, hard_cap=1000, count_no_progress=True
     ),
-    unknown_tool=UnknownToolConfig(
-        enabled=True, block_at=None, storm_warn_at=_STORM_WARN, storm_break_at=_STORM_BREAK
-    ),
+    unknown_tool=_UNKNOWN_TOOL,
     error_streak=_ERROR_STREAK,
     content=ContentConfig(
         enabled=True,

@@ -3,10 +3,8 @@ and the per-run call cap. Each counts the proposed call (qwen-code tracks a call
 checks it), so a threshold of 8 fires on the 8th call.
 
 With their progress options (the ``qwen`` preset) each counts only calls without progress
-(``actors.loop.progress``: a result new in the run, or changed for the same call, is
-progress; an error never is), once their result is known: a changed result is progress for
-every rule, as it is for the consecutive rule, so a paginated read, 30 different files read
-or a wandering search is not stagnation (issue #32).
+(``actors.loop.progress``), once their result is known: a paginated read, 30 different
+files read or a wandering search is not stagnation.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from actors.loop.config import (
     ToolStagnationConfig,
 )
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["CallCap", "ReadLoop", "ShellStagnation", "ToolStagnation", "is_git_overview"]
 
@@ -57,27 +55,13 @@ def is_git_overview(command: str) -> bool:
 
 
 def _text(level: Level, what: str, count: int) -> str:
-    if level == "warning":
-        return f"WARNING: {what} ({count} calls). Change your approach or finish now."
-    if level == "critical":
-        return (
-            f"CRITICAL: {what} ({count} calls). This call was not run: try something "
-            "different or finish with what you have."
-        )
-    return f"Stopped: {what} ({count} calls)."
-
-
-class _Levels:
-    __slots__ = ("_block", "_brk", "_lowest", "_warn")
-
-    def __init__(self, warn: int | None, block: int | None, brk: int | None, enabled: bool) -> None:
-        self._warn, self._block, self._brk = warn, block, brk
-        self._lowest = lowest_count(warn, block, brk) if enabled else NEVER
-
-    def level(self, count: int) -> Level:
-        if count < self._lowest:
-            return "none"
-        return level_for(count, self._warn, self._block, self._brk)
+    return by_level(
+        level,
+        f"WARNING: {what} ({count} calls). Change your approach or finish now.",
+        f"CRITICAL: {what} ({count} calls). This call was not run: try something "
+        "different or finish with what you have.",
+        f"Stopped: {what} ({count} calls).",
+    )
 
 
 class _Qwen(ToolDetector):
@@ -91,16 +75,12 @@ class ToolStagnation(_Qwen):
     ``progress_resets``, a call whose result changed since its previous one restarts the
     streak (qwen-code's reset for stateful read tools)."""
 
-    __slots__ = (
-        "_config",
-        "_last",
-        "_levels",
-        "_streak",
-    )
+    __slots__ = ("_config", "_last", "_levels", "_streak")
+    STATE = ("last", "streak")
 
     def __init__(self, config: ToolStagnationConfig) -> None:
         self._config = config
-        self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._last = ""
         self._streak = 0
         self.watches_results = self.judges_progress = config.progress_resets
@@ -138,24 +118,17 @@ class ToolStagnation(_Qwen):
         else:
             self._last, self._streak = call.tool, 1
 
-    def state(self) -> dict[str, object]:
-        return {"last": self._last, "streak": self._streak}
-
-    def restore(self, state: dict[str, object]) -> None:
-        last, streak = state.get("last"), state.get("streak")
-        self._last = last if isinstance(last, str) else ""
-        self._streak = streak if isinstance(streak, int) else 0
-
 
 class ShellStagnation(_Qwen):
     """Consecutive git-overview shell commands (``CallRecord.inspection``); with
     ``progress_resets`` an overview counts once its output shows no progress."""
 
     __slots__ = ("_config", "_levels", "_streak")
+    STATE = ("streak",)
 
     def __init__(self, config: ShellStagnationConfig) -> None:
         self._config = config
-        self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         self._streak = 0
         self.watches_results = self.judges_progress = config.progress_resets
         self.records = True
@@ -185,32 +158,18 @@ class ShellStagnation(_Qwen):
         if call.inspection and call.result is not None and not call.refused:
             self._streak = 0 if call.progress else self._streak + 1
 
-    def state(self) -> dict[str, object]:
-        return {"streak": self._streak}
-
-    def restore(self, state: dict[str, object]) -> None:
-        streak = state.get("streak")
-        self._streak = streak if isinstance(streak, int) else 0
-
 
 class ReadLoop(_Qwen):
     """Read-like calls among the last ``window`` calls, after a non-read call was seen.
     With ``count_no_progress`` a read counts once its result is known and made no
     progress (each call of the window is kept as its id and whether it counts)."""
 
-    __slots__ = (
-        "_config",
-        "_count",
-        "_ids",
-        "_kinds",
-        "_levels",
-        "_reads",
-        "_seen_other",
-    )
+    __slots__ = ("_config", "_count", "_ids", "_kinds", "_levels", "_reads", "_seen_other")
+    STATE = ("reads", "ids", "seen_other")
 
     def __init__(self, config: ReadLoopConfig, kinds: dict[str, bool] | None = None) -> None:
         self._config = config
-        self._levels = _Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         # whether a tool name is read-like, shared by the runs of one config (bounded)
         self._kinds: dict[str, bool] = {} if kinds is None else kinds
         self._reads: list[bool] = []
@@ -276,17 +235,12 @@ class ReadLoop(_Qwen):
                     self._count += 1
                 return
 
-    def state(self) -> dict[str, object]:
-        return {"reads": list(self._reads), "ids": list(self._ids), "seen_other": self._seen_other}
-
     def restore(self, state: dict[str, object]) -> None:
-        reads, ids = state.get("reads"), state.get("ids")
-        self._reads = [bool(r) for r in reads] if isinstance(reads, list) else []
+        super().restore(state)
         self._count = sum(self._reads)
-        self._ids = [str(i) for i in ids] if isinstance(ids, list) else []
         if self.watches_results and len(self._ids) != len(self._reads):
             self._ids = [""] * len(self._reads)
-        self._seen_other = state.get("seen_other") is True or not self._config.cold_start
+        self._seen_other = self._seen_other or not self._config.cold_start
 
 
 class CallCap(_Qwen):
@@ -294,12 +248,8 @@ class CallCap(_Qwen):
     With ``count_no_progress`` both count only calls whose result is known and made no
     progress."""
 
-    __slots__ = (
-        "_config",
-        "_counts",
-        "_max_repeat",
-        "_total",
-    )
+    __slots__ = ("_config", "_counts", "_max_repeat", "_total")
+    STATE = ("counts", "max_repeat", "total")
 
     def __init__(self, config: CallCapConfig) -> None:
         self._config = config
@@ -353,15 +303,3 @@ class CallCap(_Qwen):
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if not call.progress and call.result is not None and not call.refused:
             self._count(call)
-
-    def state(self) -> dict[str, object]:
-        return {"counts": dict(self._counts), "max_repeat": self._max_repeat, "total": self._total}
-
-    def restore(self, state: dict[str, object]) -> None:
-        counts = state.get("counts")
-        self._counts = (
-            {str(k): int(v) for k, v in counts.items()} if isinstance(counts, dict) else {}
-        )
-        max_repeat, total = state.get("max_repeat"), state.get("total")
-        self._max_repeat = max_repeat if isinstance(max_repeat, int) else 0
-        self._total = total if isinstance(total, int) else 0

@@ -17,7 +17,7 @@ from typing import Final
 
 from actors.loop.config import UnknownToolConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import NEVER, Hit, Level, level_for, lowest_count
+from actors.loop.verdicts import Hit, Level, Levels, by_level
 
 __all__ = ["STORM_KEY", "UnknownTool"]
 
@@ -28,32 +28,26 @@ _RANK: Final[dict[Level, int]] = {"none": 0, "warning": 1, "critical": 2, "break
 
 
 def _message(level: Level, tool: str, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: attempted unavailable tool {tool} {count} times. There is no such "
-            "tool: use one of the tools you were given, or answer without it."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: attempted unavailable tool {tool} {count} times. Stop retrying that "
-            "missing tool and answer without it."
-        )
-    return f"Stopped: the model attempted the unavailable tool {tool} {count} times."
+    return by_level(
+        level,
+        f"WARNING: attempted unavailable tool {tool} {count} times. There is no such "
+        "tool: use one of the tools you were given, or answer without it.",
+        f"CRITICAL: attempted unavailable tool {tool} {count} times. Stop retrying that "
+        "missing tool and answer without it.",
+        f"Stopped: the model attempted the unavailable tool {tool} {count} times.",
+    )
 
 
 def _storm_message(level: Level, count: int) -> str:
-    if level == "warning":
-        return (
-            f"WARNING: {count} of your tool calls named tools that do not exist. Use only "
-            "the tools you were given (their names are in your tool list), or answer "
-            "without tools."
-        )
-    if level == "critical":
-        return (
-            f"CRITICAL: {count} of your tool calls named tools that do not exist. This call "
-            "was not run: use only the tools you were given, or answer without them."
-        )
-    return f"Stopped: the model called {count} tools that do not exist."
+    return by_level(
+        level,
+        f"WARNING: {count} of your tool calls named tools that do not exist. Use only "
+        "the tools you were given (their names are in your tool list), or answer "
+        "without tools.",
+        f"CRITICAL: {count} of your tool calls named tools that do not exist. This call "
+        "was not run: use only the tools you were given, or answer without them.",
+        f"Stopped: the model called {count} tools that do not exist.",
+    )
 
 
 class UnknownTool(ToolDetector):
@@ -63,22 +57,22 @@ class UnknownTool(ToolDetector):
     __slots__ = (
         "_config",
         "_count",
+        "_levels",
         "_live",
-        "_lowest",
         "_refused_at",
-        "_storm_lowest",
+        "_storms",
         "_tool",
         "_total",
     )
 
     watches_results = True
+    STATE = ("tool", "count", "total", "live", "refused_at")
 
     def __init__(self, config: UnknownToolConfig) -> None:
         self._config = config
-        levels = (config.warn_at, config.block_at, config.break_at)
-        self._lowest = lowest_count(*levels) if config.enabled else NEVER
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
         storm = (config.storm_warn_at, config.storm_block_at, config.storm_break_at)
-        self._storm_lowest = lowest_count(*storm) if config.enabled else NEVER
+        self._storms = Levels(*storm, enabled=config.enabled)
         self._tool = ""
         self._count = 0
         self._total = 0  # unknown-tool results of the run, any name
@@ -90,22 +84,20 @@ class UnknownTool(ToolDetector):
 
     def _storm(self) -> Level:
         total = self._total
-        if not self._live or total < self._storm_lowest:
+        if not self._live:
             return "none"
-        cfg = self._config
-        level = level_for(total, cfg.storm_warn_at, cfg.storm_block_at, cfg.storm_break_at)
+        level = self._storms.level(total)
         if level == "critical" and total == self._refused_at:
             return "none"  # refused at this count already: the next one needs a new failure
         return level
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        if self._count < self._lowest and (not self._live or self._total < self._storm_lowest):
+        count = self._count
+        if count < self._levels.lowest and (not self._live or self._total < self._storms.lowest):
             return None  # the common case: nothing to look at
         storm = self._storm()
-        count = self._count
-        if count >= self._lowest and call.tool == self._tool:
-            cfg = self._config
-            level = level_for(count, cfg.warn_at, cfg.block_at, cfg.break_at)
+        if call.tool == self._tool:
+            level = self._levels.level(count)
             if level != "none" and _RANK[level] >= _RANK[storm]:
                 return Hit(
                     "unknown_tool",
@@ -138,21 +130,3 @@ class UnknownTool(ToolDetector):
             self._count += 1
         if self._storm() == "critical":
             self._refused_at = self._total
-
-    def state(self) -> dict[str, object]:
-        return {
-            "tool": self._tool,
-            "count": self._count,
-            "total": self._total,
-            "live": self._live,
-            "refused_at": self._refused_at,
-        }
-
-    def restore(self, state: dict[str, object]) -> None:
-        tool, count = state.get("tool"), state.get("count")
-        self._tool = tool if isinstance(tool, str) else ""
-        self._count = count if isinstance(count, int) else 0
-        total, refused = state.get("total"), state.get("refused_at")
-        self._total = total if isinstance(total, int) else 0
-        self._refused_at = refused if isinstance(refused, int) else 0
-        self._live = state.get("live") is True

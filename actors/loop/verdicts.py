@@ -14,8 +14,9 @@ __all__ = [
     "Detector",
     "Hit",
     "Level",
+    "Levels",
+    "by_level",
     "level_for",
-    "lowest_count",
 ]
 
 Level = Literal["none", "warning", "critical", "break"]
@@ -41,16 +42,6 @@ NEVER: Final = sys.maxsize
 """A count no detector reaches: the lowest count of a detector whose levels are all off."""
 
 
-def lowest_count(warn: int | None, block: int | None, brk: int | None) -> int:
-    """The lowest count at which :func:`level_for` gives more than ``none`` (``NEVER`` when
-    every level is off): below it, a detector need not look further."""
-    lowest = NEVER
-    for threshold in (warn, block, brk):
-        if threshold is not None and threshold < lowest:
-            lowest = threshold
-    return lowest
-
-
 def level_for(count: int, warn: int | None, block: int | None, brk: int | None) -> Level:
     """The highest level whose threshold ``count`` reaches."""
     if brk is not None and count >= brk:
@@ -60,6 +51,32 @@ def level_for(count: int, warn: int | None, block: int | None, brk: int | None) 
     if warn is not None and count >= warn:
         return "warning"
     return "none"
+
+
+def by_level(level: Level, warning: str, critical: str, stop: str) -> str:
+    """The text of ``level``: ``warning``, ``critical``, else (a ``break``) ``stop``."""
+    return warning if level == "warning" else critical if level == "critical" else stop
+
+
+class Levels:
+    """A detector's three thresholds. ``lowest``: the lowest count that reaches a level
+    (``NEVER`` when every level is off, or the detector is): below it, a detector need not
+    look further."""
+
+    __slots__ = ("block", "brk", "lowest", "warn")
+
+    def __init__(
+        self, warn: int | None, block: int | None, brk: int | None, enabled: bool = True
+    ) -> None:
+        self.warn, self.block, self.brk = warn, block, brk
+        on = [threshold for threshold in (warn, block, brk) if threshold is not None]
+        self.lowest = min(on) if on and enabled else NEVER
+
+    def level(self, count: int) -> Level:
+        """The highest level whose threshold ``count`` reaches (``none`` below ``lowest``)."""
+        if count < self.lowest:
+            return "none"
+        return level_for(count, self.warn, self.block, self.brk)
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
