@@ -152,7 +152,7 @@ class ReplyAccumulator:
                     if isinstance(piece, str) and piece:
                         new_text += piece
                 for call in getattr(delta, "tool_calls", None) or ():
-                    self._feed_call(call)
+                    self._feed_call(call, getattr(call, "index", None))
             reason = getattr(choice, "finish_reason", None)
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
@@ -204,13 +204,7 @@ class ReplyAccumulator:
             if isinstance(content, str):
                 self.add_text(content)
             for position, call in enumerate(getattr(message, "tool_calls", None) or ()):
-                function = getattr(call, "function", None)
-                self.add_tool_fragment(
-                    position,
-                    id=_str(getattr(call, "id", None)),
-                    name=_str(getattr(function, "name", None)),
-                    arguments=_str(getattr(function, "arguments", None)),
-                )
+                self._feed_call(call, position)
             reason = getattr(choice, "finish_reason", None)
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
@@ -224,8 +218,7 @@ class ReplyAccumulator:
         if not self.response_model and isinstance(model, str):
             self.response_model = model
 
-    def _feed_call(self, call: Any) -> None:
-        index = getattr(call, "index", None)
+    def _feed_call(self, call: Any, index: object) -> None:
         function = getattr(call, "function", None)
         self.add_tool_fragment(
             index if isinstance(index, int) else None,

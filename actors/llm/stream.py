@@ -198,20 +198,12 @@ class ChunkReader:
             tally.done = self._done
         return batch
 
-    async def _next_read(self) -> bytes | None:
-        if self._iterator is None:  # closed
-            return None
-        try:
-            return await self._read()
-        except StopAsyncIteration:
-            return None
-
     async def _drain(self) -> None:
         with anyio.move_on_after(DRAIN_SECONDS):
             try:
-                while await self._next_read() is not None:
-                    pass
-            except CORE_ERRORS:
+                while self._iterator is not None:  # (None: closed)
+                    await self._read()
+            except (StopAsyncIteration, *CORE_ERRORS):
                 pass  # the answer is complete: a failure after it is no failure of it
 
     async def aclose(self) -> None:

@@ -1,33 +1,12 @@
 """The model endpoint's HTTP client: chat-completions POSTs through a connection pool the
 transport owns, with the request head made once per transport.
 
-Every endpoint, proxied (the environment names a proxy) or not, goes through one
-``aiohttp.ClientSession`` (its ``TCPConnector`` pool and its C HTTP/1.1 parser, ``llhttp``).
-A 2xx body is read decoded up to :data:`MAX_BODY_BYTES`.
-
-This module is the model client's asyncio seam: ``aiohttp`` is asyncio-bound (its session
-belongs to the loop it was made on, anyio's asyncio backend's), and no other module of the
-packages imports it (ruff's banned-api). Only its public API (the session, the connector,
-the response's ``content.readany``, its exceptions) is used, and of ``httpx2`` the
-request and response an SDK exception carries and of ``openai`` its exception classes
-(:mod:`actors.llm.sdk_errors`); ``tests/test_llm_contract.py`` pins what is relied on.
-Why not ``AsyncOpenAI``: it builds every request anew, and its stream builds a pydantic
-object per chunk (``docs/transport.md``, ``docs/performance.md``).
-
-On the wire: ``POST <base_url>/chat/completions`` with ``Host``, ``Accept`` and
-``Content-Type: application/json``, ``Accept-Encoding: identity``, ``User-Agent:
-loopfuse/<version>``, ``Authorization: Bearer <api_key>`` (``Basic`` from credentials in
-the URL), ``OpenAI-Organization``/``OpenAI-Project`` from ``OPENAI_ORG_ID``/
-``OPENAI_PROJECT_ID`` when set, the operator's extra headers (which replace any of
-those), cookies the server set, then per request the run id, a ``traceparent`` and the
-body's length. Proxies come from the environment (``HTTPS_PROXY``, ``NO_PROXY``, …), once.
-A 307/308 to the same origin is followed (five times at most); a body a server compressed
-anyway (gzip, deflate) is decoded, to :data:`MAX_BODY_BYTES` at most (more is a
-broken body: a connection failure to the caller).
-
-Failures come out as the ``openai`` SDK raises them: ``APIStatusError`` subclasses for a
-4xx/5xx (any other redirect included), ``APITimeoutError``/``APIConnectionError`` from the
-``aiohttp`` error for a connection that fails.
+The only module of the packages that imports ``aiohttp`` (ruff's banned-api): the headers,
+proxies, cookies, redirects, content codings, bounds and timeouts it applies on the wire are
+those ``docs/transport.md`` lists. Failures come out as the ``openai`` SDK raises them:
+``APIStatusError`` subclasses for a 4xx/5xx (any redirect not followed included),
+``APITimeoutError``/``APIConnectionError`` raised from the ``aiohttp`` error for a connection
+that fails (:mod:`actors.llm.sdk_errors`).
 """
 
 from __future__ import annotations
@@ -49,7 +28,6 @@ from urllib.parse import unquote, urljoin, urlsplit
 import aiohttp
 import anyio
 import httpx2
-import openai
 
 from actors.llm.sdk_errors import connection_error, status_error
 from actors.llm.settings import NO_API_KEY, EndpointSettings
@@ -105,15 +83,10 @@ _INFLATE_PIECE: Final = 1 << 20
 _DECODERS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": 0}
 
 
-def _user_agent() -> bytes:
-    try:
-        version = importlib.metadata.version("loopfuse")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        version = "0"
-    return f"loopfuse/{version}".encode("ascii")
-
-
-_USER_AGENT: Final = _user_agent()
+try:
+    _USER_AGENT = f"loopfuse/{importlib.metadata.version('loopfuse')}".encode()
+except importlib.metadata.PackageNotFoundError:  # run from a source tree
+    _USER_AGENT = b"loopfuse/0"
 
 
 class Proxy(NamedTuple):
@@ -304,11 +277,19 @@ class ChatTransport:
                 finally:
                     await reply.aclose()
             return reply
-        following = self._redirect(response, url) if status in _REDIRECTS else None
+        location = head.get("Location")
         content = await self._error_body(response, run_id, coding)
-        if following is None:
-            raise self._status_error(response, content, run_id)
-        return following
+        if status in _REDIRECTS and location is not None:
+            following = urljoin(url, location)
+            if _origin(following) == _origin(url):
+                return following
+        if 300 <= status < 400:
+            content = _message(
+                f"the endpoint redirected ({status}) to {location or ''!r}; only "
+                "307/308 within the same origin are followed: set model.base_url to the "
+                "new address"
+            )
+        raise status_error(status, response.raw_headers, content, self.error_request(run_id))
 
     def error_request(self, run_id: str) -> httpx2.Request:
         """This transport's request as an ``httpx2.Request`` for an SDK exception, its
@@ -319,7 +300,7 @@ class ChatTransport:
         ]
         if self._cookie:
             headers.append((b"Cookie", _REDACTED))
-        headers.append((self._run_id_name.encode("ascii"), _header_value(run_id)))
+        headers.append((self._run_id_name.encode("ascii"), run_id.encode()))
         return httpx2.Request("POST", self._url_text, headers=headers)
 
     async def aclose(self) -> None:
@@ -360,14 +341,6 @@ class ChatTransport:
         cookie = "; ".join(f"{k}={v}" for k, v in self._cookies.items())
         self._cookie = (("Cookie", cookie),) if cookie else ()
 
-    def _redirect(self, response: aiohttp.ClientResponse, url: str) -> str | None:
-        """Where a 307/308 leads, if it stays on this origin."""
-        location = response.headers.get("Location")
-        if location is None:
-            return None
-        following = urljoin(url, location)
-        return following if _origin(following) == _origin(url) else None
-
     async def _error_body(
         self, response: aiohttp.ClientResponse, run_id: str, encoding: bytes | None
     ) -> bytes:
@@ -385,19 +358,6 @@ class ChatTransport:
         finally:
             response.release()
         return b"".join(pieces)[:ERROR_BODY_LIMIT]
-
-    def _status_error(
-        self, response: aiohttp.ClientResponse, content: bytes, run_id: str
-    ) -> openai.APIStatusError:
-        status = response.status
-        if 300 <= status < 400:
-            location = response.headers.get("Location", "")
-            content = _message(
-                f"the endpoint redirected ({status}) to {location!r}; only "
-                "307/308 within the same origin are followed: set model.base_url to the "
-                "new address"
-            )
-        return status_error(status, response.raw_headers, content, self.error_request(run_id))
 
 
 class Reply:
@@ -580,9 +540,9 @@ def _fixed_headers(
     ):
         value = os.environ.get(variable)
         if value:
-            headers[name.lower()] = (name.encode("ascii"), _header_value(value))
+            headers[name.lower()] = (name.encode("ascii"), value.encode())
     for name, value in endpoint.extra_headers.items():
-        headers[name.lower()] = (name.encode("latin-1"), _header_value(value))
+        headers[name.lower()] = (name.encode("latin-1"), value.encode())
     return list(headers.values())
 
 
@@ -605,10 +565,3 @@ def _expired(morsel: http.cookies.Morsel[str]) -> bool:
 def _message(text: str) -> bytes:
     """An error body in the OpenAI shape, for an error loopfuse itself reports."""
     return json.dumps({"error": {"message": text, "type": "loopfuse_transport"}}).encode()
-
-
-def _header_value(value: str) -> bytes:
-    try:
-        return value.encode("ascii")
-    except UnicodeEncodeError:
-        return value.encode("utf-8")

@@ -216,13 +216,7 @@ class RequestShapes:
     __slots__ = ("_default", "_models")
 
     def __init__(self, endpoint: EndpointSettings) -> None:
-        own = RequestOptions(
-            stream=endpoint.stream,
-            tool_choice=endpoint.tool_choice,
-            reset_tool_choice=endpoint.reset_tool_choice,
-            temperature=endpoint.temperature,
-            seed=endpoint.seed,
-        )
+        own = RequestOptions(**{k: getattr(endpoint, k) for k in RequestOptions.__struct_fields__})
         self._default = RequestShape(own)
         self._models = {model: RequestShape(options) for model, options in endpoint.models.items()}
 
