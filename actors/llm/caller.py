@@ -1,21 +1,11 @@
 """The LLM caller: answers each :class:`bus.ModelRequest` with one :class:`bus.ModelReply` or
 a final :class:`bus.ModelError`, streaming :class:`bus.ModelTextDelta` on the way.
 
-A few transports (connection pools) per endpoint, a run always on the same one
-(:mod:`actors.llm.clients`, :mod:`actors.llm.transport`); loopfuse retries itself so every
-attempt is seen (a :class:`bus.ModelError` with ``final=False`` per retried failure). The
-body is encoded by msgspec and the streamed reply read by :mod:`actors.llm.stream`.
-
-Around the stream (``docs/transport.md``): a stream with no event at all is asked again
-once without streaming, so the server's own error decides (a context overflow then takes the
-context gatekeeper's way); a stream the server cut (``[DONE]`` before a finish reason) is
-the kind ``interrupted``, retried without streaming; the output of an attempt that broke
-after streaming is counted in the reply's usage (estimated, ``Usage.partial_output_tokens``),
-and a final error keeps the last such text (``ModelError.partial_text``) for the run's result.
-Each request runs in a worker task of the caller's task group (:mod:`actors.workers`: a
-task is reused, not started per request), under the worker's cancel scope, which carries
-the request's absolute deadline (keep-alive bytes do not extend it) and is cancelled by
-:class:`bus.ModelCancel`.
+loopfuse retries itself so every attempt is seen (a :class:`bus.ModelError` with
+``final=False`` per retried failure); how an empty, cut or broken stream is asked again and
+counted is ``docs/transport.md``'s. Each request runs in a worker task of the caller's task
+group (:mod:`actors.workers`), under the worker's cancel scope, which carries the request's
+absolute deadline and is cancelled by :class:`bus.ModelCancel`.
 """
 
 from __future__ import annotations
@@ -79,9 +69,7 @@ _INCLUDE_USAGE: Final = {"include_usage": True}
 _TRACEPARENT: Final = b"traceparent"
 _encode = msgspec.json.Encoder().encode
 _clock = time.monotonic
-"""The event loop's clock (asyncio's ``loop.time()``; uvloop's to the millisecond), read
-without ``anyio.current_time()``'s look-up of the running backend, which on Python 3.11 costs
-a ``getpid`` system call each time (as :mod:`actors.deadlines` reads it)."""
+"""The event loop's clock, read without anyio's look-up of the backend (``docs/performance.md``)."""
 
 
 class LLMCallerStatistics(NamedTuple):
@@ -298,7 +286,7 @@ class LLMCaller:
     async def _attempts(self, call: _Call, deadline: float) -> ModelReply | ModelError:
         request, endpoint = call.request, self._endpoint
         try:
-            params = self._params(request)
+            params = self._shapes(request.model).params(request, self._tools)
         except ToolSchemaError as exc:
             return self._error(call, Failure("bad_request", str(exc)), final=True)
         max_tokens = request.max_tokens or endpoint.default_max_tokens
@@ -384,18 +372,9 @@ class LLMCaller:
             return Failure("stream", str(exc), None, None, True)
         return classify(exc, streaming=call.streaming)
 
-    def _params(self, request: ModelRequest) -> dict[str, Any]:
-        """The request body's fields that every attempt shares (with ``tool_choice`` as
-        the model's settings say: :class:`~actors.llm.wire.RequestShape`)."""
-        return self._shapes(request.model).params(request, self._tools)
-
     async def _attempt(self, call: _Call, params: dict[str, Any], max_tokens: int | None) -> None:
-        """One HTTP attempt, its text streamed as deltas into ``call.acc``.
-
-        The request goes out through the run's ``openai`` client (:mod:`actors.llm.transport`:
-        headers the SDK built, its connection pool, its exceptions); the body is encoded by
-        msgspec and the response read by :mod:`actors.llm.stream`.
-        """
+        """One HTTP attempt through the run's transport, its text streamed as deltas into
+        ``call.acc``."""
         assert self._clients is not None
         transport = self._clients.transport_for_run(call.request.run_id)
         call.attempt_started = _clock()

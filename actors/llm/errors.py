@@ -30,7 +30,6 @@ import re2
 from bus import ModelErrorKind
 
 __all__ = [
-    "RETRYABLE",
     "Failure",
     "IncompleteStream",
     "classify",
@@ -39,11 +38,6 @@ __all__ = [
     "parse_retry_after",
     "says_request_invalid",
 ]
-
-RETRYABLE: Final[frozenset[ModelErrorKind]] = frozenset(
-    {"rate_limited", "server_error", "timeout", "connection", "stream"}
-)
-"""Kinds worth another attempt (unless the failure says otherwise)."""
 
 MESSAGE_LIMIT: Final = 500
 """Longest error message carried on the bus (characters)."""

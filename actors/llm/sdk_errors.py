@@ -46,21 +46,16 @@ def status_error(
     response = httpx2.Response(status, headers=list(headers), content=content, request=request)
     message = f"Error code: {status}"
     text = response.text.strip()
-    body: object = text
     try:
-        body = json.loads(text)
+        body: object = json.loads(text)
     except ValueError:
-        pass
-    else:
-        error = body.get("error", body) if isinstance(body, Mapping) else None
-        inner = error.get("message") if isinstance(error, Mapping) else None
-        if isinstance(inner, str) and inner:
-            message += f" - {inner}"
+        body = text
     data = body.get("error", body) if isinstance(body, Mapping) else body
-    kind = _STATUS_CLASSES.get(status)
-    if kind is None:
-        kind = openai.InternalServerError if status >= 500 else openai.APIStatusError
-    return kind(message, response=response, body=data)
+    inner = data.get("message") if isinstance(data, Mapping) else None
+    if isinstance(inner, str) and inner:
+        message += f" - {inner}"
+    other = openai.InternalServerError if status >= 500 else openai.APIStatusError
+    return _STATUS_CLASSES.get(status, other)(message, response=response, body=data)
 
 
 def connection_error(cause: BaseException, request: httpx2.Request) -> openai.APIConnectionError:

@@ -35,9 +35,7 @@ __all__ = [
     "ToolSchemaError",
     "WireTools",
     "estimate_usage",
-    "has_called_a_tool",
     "prompt_chars",
-    "tool_choice_value",
     "wire_messages",
 ]
 
@@ -119,8 +117,7 @@ def _with_images(
 class WireTools:
     """The ``tools`` array for a tuple of specs, each spec converted once."""
 
-    def __init__(self, capacity: int = SCHEMA_CACHE_SIZE) -> None:
-        self._capacity = capacity
+    def __init__(self) -> None:
         self._cache: dict[ToolSpec, dict[str, Any]] = {}
 
     def __call__(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
@@ -145,26 +142,10 @@ class WireTools:
                     "parameters": schema,
                 },
             }
-            if len(self._cache) >= self._capacity:
+            if len(self._cache) >= SCHEMA_CACHE_SIZE:
                 del self._cache[next(iter(self._cache))]
             self._cache[spec] = tool
         return tool
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-
-def tool_choice_value(choice: str) -> str | dict[str, Any]:
-    """The wire form of a ``tool_choice`` setting: a mode as is, a tool's name as
-    ``{"type": "function", "function": {"name": …}}``."""
-    if choice in TOOL_CHOICE_MODES:
-        return choice
-    return {"type": "function", "function": {"name": choice}}
-
-
-def has_called_a_tool(messages: Sequence[ChatMessage]) -> bool:
-    """Whether an assistant message of ``messages`` has tool calls (the latest first)."""
-    return any(msg.tool_calls for msg in reversed(messages) if msg.role == "assistant")
 
 
 _AUTO: Final = "auto"
@@ -180,14 +161,18 @@ class RequestShape:
         self.stream = options.stream
         sampling = {"temperature": options.temperature, "seed": options.seed}
         self._sampling = {key: value for key, value in sampling.items() if value is not None}
-        self._choice = tool_choice_value(options.tool_choice)
-        forcing = options.tool_choice not in (_AUTO, "none")
-        self._reset = forcing and options.reset_tool_choice
+        choice = options.tool_choice  # a mode as is, a tool's name as a function to call
+        self._choice: str | dict[str, Any] = (
+            choice
+            if choice in TOOL_CHOICE_MODES
+            else {"type": "function", "function": {"name": choice}}
+        )
+        self._reset = choice not in (_AUTO, "none") and options.reset_tool_choice
 
     def tool_choice(self, messages: Sequence[ChatMessage]) -> str | dict[str, Any]:
         """The ``tool_choice`` of a request with ``messages``: the setting's, or ``"auto"``
         once the model has called a tool when a forcing choice is reset."""
-        if self._reset and has_called_a_tool(messages):
+        if self._reset and any(m.tool_calls for m in reversed(messages) if m.role == "assistant"):
             return _AUTO
         return self._choice
 
