@@ -236,6 +236,7 @@ class LLMCaller:
         request = call.request
         budget = self._endpoint.call_deadline_seconds
         deadlines = self._deadlines
+        assert deadlines is not None  # set before the worker pool starts
         watched = False
         try:
             if call.cancel_reason is not None:  # cancelled before it started
@@ -245,18 +246,16 @@ class LLMCaller:
             if left < budget:  # the run ends before the call deadline would: a timer of its own
                 budget = left
                 deadline = scope.deadline = _clock() + budget
-            elif deadlines is not None:  # the same limit for every such call: no timer each
+            else:  # the same limit for every such call: no timer each
                 deadline = deadlines.watch(scope, budget)
                 watched = True
-            else:
-                deadline = scope.deadline = _clock() + budget
             self._publish_final(call, await self._attempts(call, deadline))
         except Exception as exc:
             logger.exception("LLM call of run %s turn %d failed", request.run_id, request.turn)
             self._publish_final(call, self._internal_error(call, exc))
         finally:
             call.scope = None  # a late ModelCancel must not reach the worker's next job
-            if watched and deadlines is not None:
+            if watched:
                 deadlines.forget(scope, budget)
             if not call.done:
                 if call.cancel_reason is None and scope.cancel_called:

@@ -1,22 +1,16 @@
-"""A streamed chat completion read from the raw HTTP response, chunk batch by chunk batch.
-
-The transport (:mod:`actors.llm.transport`) sends the request; the body is read here
-instead of through the ``openai`` SDK's ``AsyncStream``, which builds a pydantic model per
-chunk. Failures come out as the SDK's own stream would raise them::
+"""A streamed chat completion read from the raw HTTP response, chunk batch by chunk batch
+(its own SSE decoder and msgspec chunks, not the ``openai`` SDK's pydantic ``AsyncStream``).
+Failures come out as the SDK's own stream would raise them::
 
     {"error": …} frame                 -> openai.APIError (message and body from the frame)
     timeout while reading              -> openai.APITimeoutError
     connection lost, TLS failure, …    -> openai.APIConnectionError
     a payload that is not JSON         -> msgspec.DecodeError
 
-``data: [DONE]`` ends the stream; over HTTP/1.1 the rest of the body is then read and
-ignored here, briefly (so the connection can be reused, as the SDK does). A line longer
-than :data:`actors.llm.sse.MAX_LINE_BYTES` fails the stream as a lost connection. A body
-that ends without ``[DONE]`` simply ends. What ended it is counted in a
-:class:`StreamTally`, from which :func:`stream_end` tells the caller why a stream without a
-finish reason ended:
-:class:`EmptyStream` (no event at all), :class:`StreamInterrupted` (``[DONE]`` before any
-finish reason) or :class:`~actors.llm.errors.IncompleteStream` (the body just stopped).
+``data: [DONE]`` ends the stream (what is left of an HTTP/1.1 body is drained briefly, as
+``docs/transport.md`` says), and so does the end of the body; a line longer than
+:data:`actors.llm.sse.MAX_LINE_BYTES` fails it as a lost connection. :func:`stream_end`
+tells the caller from a :class:`StreamTally` why a stream without a finish reason ended.
 """
 
 from __future__ import annotations
