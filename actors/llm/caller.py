@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -55,7 +55,7 @@ from bus import (
     Usage,
 )
 
-__all__ = ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
+__all__ = ["RUN_ID_HEADER", "LLMCaller"]
 
 logger = logging.getLogger("loopfuse.llm_caller")
 
@@ -70,16 +70,6 @@ _TRACEPARENT: Final = b"traceparent"
 _encode = msgspec.json.Encoder().encode
 _clock = time.monotonic
 """The event loop's clock, read without anyio's look-up of the backend (``docs/performance.md``)."""
-
-
-class LLMCallerStatistics(NamedTuple):
-    """The caller at a glance."""
-
-    in_flight: int
-    requests: int
-    replies: int
-    final_errors: int
-    retries: int
 
 
 class _Call:
@@ -172,12 +162,6 @@ class LLMCaller:
         self._clients: Clients | None = None
         self._workers: Workers | None = None
         self._deadlines: Deadlines | None = None
-        self._requests = self._replies = self._final_errors = self._retries = 0
-
-    def statistics(self) -> LLMCallerStatistics:
-        return LLMCallerStatistics(
-            len(self._active), self._requests, self._replies, self._final_errors, self._retries
-        )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve requests until the bus subscription closes; then abort what is in flight
@@ -216,7 +200,6 @@ class LLMCaller:
             call.cancel(msg.reason)
 
     def _start(self, request: ModelRequest) -> None:
-        self._requests += 1
         key = (request.run_id, request.turn)
         call = _Call(request, self)
         if key in self._active or self._workers is None:
@@ -271,10 +254,6 @@ class LLMCaller:
 
     def _publish_final(self, call: _Call, msg: ModelReply | ModelError) -> None:
         call.done = True
-        if isinstance(msg, ModelReply):
-            self._replies += 1
-        else:
-            self._final_errors += 1
         self._bus.publish_nowait(msg)
 
     def _deadline_error(self, call: _Call, budget: float) -> ModelError:
@@ -308,7 +287,6 @@ class LLMCaller:
                     # is an attempt (it counts) but never the last one.
                     call.stream, call.unstreamed = False, True
                     failures += 1
-                    self._retries += 1
                     retry = Failure("stream", f"{exc}; asking again without streaming")
                     self._bus.publish_nowait(self._error(call, retry, final=False))
                     continue
@@ -335,7 +313,6 @@ class LLMCaller:
                     if failure.retryable:
                         failure = failure._replace(message=f"{failure.message} ({decision.reason})")
                     return self._error(call, failure, final=True)
-                self._retries += 1
                 self._bus.publish_nowait(self._error(call, failure, final=False))
                 await anyio.sleep(decision.delay)
                 continue

@@ -364,12 +364,12 @@ class Reply:
     """A 2xx response: what :func:`actors.llm.stream.read_chunks` and the caller read."""
 
     __slots__ = (
-        "_content",
         "_encoding",
         "_response",
         "_run_id",
         "_session",
         "_transport",
+        "content",
         "http_version",
         "status_code",
     )
@@ -385,7 +385,7 @@ class Reply:
         self._response = response
         self._run_id = run_id
         self._encoding = encoding
-        self._content = b""
+        self.content = b""  # the body, once aread has read it
         self._session: aiohttp.ClientSession | None = None
         self.status_code = response.status
         version = response.version
@@ -402,18 +402,13 @@ class Reply:
             return _bounded(_decoded(_reads(self._response.content), encoding))
         return _BodyReads(self._response.content)  # the usual body: no generator frame
 
-    @property
-    def content(self) -> bytes:
-        """The body, once :meth:`aread` has read it."""
-        return self._content
-
     async def aread(self) -> bytes:
         """The whole body (the SDK's connection exceptions when the connection fails)."""
         try:
-            self._content = b"".join([data async for data in self.aiter_bytes()])
+            self.content = b"".join([data async for data in self.aiter_bytes()])
         except CORE_ERRORS as exc:
             raise connection_error(exc, self.request) from exc
-        return self._content
+        return self.content
 
     def drained_nowait(self) -> bool:
         """Drop what has arrived of the body without waiting; whether it has ended (the
