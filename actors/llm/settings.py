@@ -123,10 +123,8 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
         super().__post_init__()
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url: must be an http(s) URL, got {self.base_url!r}")
-        for key, tokens in (
-            ("default_max_tokens", self.default_max_tokens),
-            ("escalated_max_tokens", self.escalated_max_tokens),
-        ):
+        for key in ("default_max_tokens", "escalated_max_tokens"):
+            tokens = getattr(self, key)
             if tokens is not None and tokens < 1:
                 raise ValueError(f"{key}: must be >= 1 or unset, got {tokens!r}")
         choices = [("tool_choice", self.tool_choice)]

@@ -129,34 +129,24 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 
 
 class ChatTransport:
-    """Sends POST requests to ``path`` under an endpoint's base URL; one connection pool."""
+    """Sends POST requests to :data:`COMPLETIONS` under an endpoint's base URL; one
+    connection pool."""
 
     def __init__(
-        self,
-        endpoint: EndpointSettings,
-        *,
-        path: str = COMPLETIONS,
-        run_id_header: str = RUN_ID_HEADER,
-        ssl_context: ssl.SSLContext | None = None,
+        self, endpoint: EndpointSettings, *, ssl_context: ssl.SSLContext | None = None
     ) -> None:
         parts = urlsplit(endpoint.base_url)
         address = parts.netloc.rpartition("@")[2]  # credentials become the Authorization
         query = f"?{parts.query}" if parts.query else ""
-        self._url_text = f"{parts.scheme}://{address}{parts.path.rstrip('/')}{path}{query}"
-        self._run_id_name = run_id_header
+        self._url_text = f"{parts.scheme}://{address}{parts.path.rstrip('/')}{COMPLETIONS}{query}"
         self._timeout = aiohttp.ClientTimeout(
             connect=endpoint.timeout_seconds,  # waiting for the pool, and connecting
             sock_connect=endpoint.connect_timeout_seconds,
             sock_read=endpoint.timeout_seconds,
         )
         self._fixed = _fixed_headers(endpoint, parts.username, parts.password)
-        self._secrets = frozenset(
-            {
-                b"authorization",
-                b"cookie",
-                *(k.lower().encode("latin-1") for k in endpoint.extra_headers),
-            }
-        )
+        extra = [name.lower().encode("latin-1") for name in endpoint.extra_headers]
+        self._secrets = frozenset({b"authorization", b"cookie", *extra})
         self._cookies: dict[str, str] = {}
         self._cookie: tuple[tuple[str, str], ...] = ()  # the Cookie header, if any
         self._ssl_context = ssl_context or httpx2.create_ssl_context()
@@ -231,7 +221,7 @@ class ChatTransport:
         stream: bool,
         headers: Headers,
     ) -> Reply:
-        own = [*self._proxied, *self._cookie, (self._run_id_name, run_id)]
+        own = [*self._proxied, *self._cookie, (RUN_ID_HEADER, run_id)]
         own.extend([(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers])
         url = self._url_text
         for _ in range(MAX_REDIRECTS + 1):
@@ -300,7 +290,7 @@ class ChatTransport:
         ]
         if self._cookie:
             headers.append((b"Cookie", _REDACTED))
-        headers.append((self._run_id_name.encode("ascii"), run_id.encode()))
+        headers.append((RUN_ID_HEADER.encode(), run_id.encode()))
         return httpx2.Request("POST", self._url_text, headers=headers)
 
     async def aclose(self) -> None:
