@@ -5,10 +5,9 @@ SDK or loopfuse's own transport sent the request.
 A 4xx/5xx becomes the SDK's class for its status (``BadRequestError`` for 400, …,
 ``InternalServerError`` for any 5xx, plain ``APIStatusError`` otherwise) with the message
 ``"Error code: N - <the server's message>"`` and the body's ``error`` object as ``body``,
-as ``AsyncOpenAI`` builds them; a failure of the connection is ``APITimeoutError`` (a
-timeout) or ``APIConnectionError``, raised ``from`` the network error.
-``tests/test_llm_contract.py`` checks both against the SDK's own, so an SDK release that
-changes them fails there.
+as ``AsyncOpenAI`` builds them (``tests/test_llm_contract.py`` compares); a failure of the
+connection is ``APITimeoutError`` (a timeout) or ``APIConnectionError``, raised ``from`` the
+network error.
 
 The ``httpx2.Request`` an exception carries names the URL and the run but not the
 credentials: its ``Authorization`` and every operator header are ``***``.

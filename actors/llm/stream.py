@@ -47,18 +47,13 @@ _DONE: Final = b"[DONE]"
 
 
 class EmptyStream(Exception):
-    """A 2xx stream that ended with no event and no ``[DONE]``: no answer at all.
-
-    llama-cpp-python answers a streamed request this way when the prompt is over its
-    context (the error only reaches its log); the same request not streamed gets the
-    real error. The caller retries once without streaming."""
+    """A 2xx stream that ended with no event and no ``[DONE]``: no answer at all
+    (llama-cpp-python's streamed context overflow: ``docs/transport.md``)."""
 
 
 class StreamInterrupted(Exception):
-    """The stream ended with ``[DONE]`` before any ``finish_reason``: the server cut it.
-
-    llama-cpp-python does so when another request waits and ``--interrupt_requests`` is
-    on (its default); it never cuts a reply that is not streamed."""
+    """The stream ended with ``[DONE]`` before any ``finish_reason``: the server cut it
+    (llama-cpp-python's ``--interrupt_requests``: ``docs/transport.md``)."""
 
 
 class StreamTally:

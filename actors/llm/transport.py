@@ -532,18 +532,14 @@ def _fixed_headers(
 
 
 def _expired(morsel: http.cookies.Morsel[str]) -> bool:
-    max_age = morsel["max-age"]
-    if max_age:
-        try:
+    max_age, expires = morsel["max-age"], morsel["expires"]
+    try:
+        if max_age:
             return int(max_age) <= 0
-        except ValueError:
-            return False
-    expires = morsel["expires"]
-    if expires:
-        try:
+        if expires:
             return email.utils.parsedate_to_datetime(expires).timestamp() <= time.time()
-        except (TypeError, ValueError):
-            return False
+    except (TypeError, ValueError):
+        pass  # an unreadable limit: kept, as if it had none
     return False
 
 

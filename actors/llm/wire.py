@@ -10,6 +10,7 @@ settings ask for: ``tool_choice`` (only beside tools) and whether to stream.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, assert_never
 
@@ -43,7 +44,7 @@ CHARS_PER_TOKEN: Final = 4
 """Characters per token when the endpoint reports no usage (an estimate)."""
 
 SCHEMA_CACHE_SIZE: Final = 1024
-"""Distinct tool specs whose wire form is kept (oldest evicted first)."""
+"""Distinct tool specs whose wire form is kept (the least recently used evicted first)."""
 
 _decode = msgspec.json.Decoder().decode
 
@@ -118,34 +119,23 @@ class WireTools:
     """The ``tools`` array for a tuple of specs, each spec converted once."""
 
     def __init__(self) -> None:
-        self._cache: dict[ToolSpec, dict[str, Any]] = {}
+        self._one = functools.lru_cache(maxsize=SCHEMA_CACHE_SIZE)(_wire_tool)
 
     def __call__(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         """Raises :class:`ToolSchemaError` naming the tool whose schema is not a JSON object."""
         return [self._one(spec) for spec in specs]
 
-    def _one(self, spec: ToolSpec) -> dict[str, Any]:
-        tool = self._cache.get(spec)
-        if tool is None:
-            try:
-                schema = _decode(spec.parameters) if spec.parameters.strip() else {}
-            except msgspec.DecodeError as exc:
-                raise ToolSchemaError(f"tool {spec.name!r}: parameters: {exc}") from None
-            if not isinstance(schema, dict):
-                raise ToolSchemaError(f"tool {spec.name!r}: parameters must be a JSON object")
-            schema.setdefault("type", "object")
-            tool = {
-                "type": "function",
-                "function": {
-                    "name": spec.name,
-                    "description": spec.description,
-                    "parameters": schema,
-                },
-            }
-            if len(self._cache) >= SCHEMA_CACHE_SIZE:
-                del self._cache[next(iter(self._cache))]
-            self._cache[spec] = tool
-        return tool
+
+def _wire_tool(spec: ToolSpec) -> dict[str, Any]:
+    try:
+        schema = _decode(spec.parameters) if spec.parameters.strip() else {}
+    except msgspec.DecodeError as exc:
+        raise ToolSchemaError(f"tool {spec.name!r}: parameters: {exc}") from None
+    if not isinstance(schema, dict):
+        raise ToolSchemaError(f"tool {spec.name!r}: parameters must be a JSON object")
+    schema.setdefault("type", "object")
+    function = {"name": spec.name, "description": spec.description, "parameters": schema}
+    return {"type": "function", "function": function}
 
 
 _AUTO: Final = "auto"
