@@ -338,7 +338,7 @@ class ChatTransport:
         pieces: list[bytes] = []
         size = 0
         try:
-            async for data in _decoded(_reads(response.content), encoding):
+            async for data in _body(response.content, encoding):
                 pieces.append(data)
                 size += len(data)
                 if size >= ERROR_BODY_LIMIT:
@@ -387,10 +387,7 @@ class Reply:
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
-        encoding = self._encoding
-        if encoding and encoding != b"identity":
-            return _bounded(_decoded(_reads(self._response.content), encoding))
-        return _BodyReads(self._response.content)  # the usual body: no generator frame
+        return _body(self._response.content, self._encoding)
 
     async def aread(self) -> bytes:
         """The whole body (the SDK's connection exceptions when the connection fails)."""
@@ -436,15 +433,17 @@ class Reply:
         return self._transport.error_request(self._run_id)
 
 
-async def _reads(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The body as it arrives, read by read."""
-    while data := await content.readany():
-        yield data
+def _body(content: aiohttp.StreamReader, encoding: bytes | None) -> AsyncIterator[bytes]:
+    """The body, read by read, a content coding undone; ended by :data:`BrokenBody` past
+    :data:`MAX_BODY_BYTES`."""
+    if encoding and encoding != b"identity":
+        return _decoded(content, encoding)
+    return _BodyReads(content)  # the usual body: no generator frame
 
 
 class _BodyReads:
-    """``_bounded(_reads(content))`` as one plain iterator: each read is one coroutine
-    frame over ``readany``, not an async generator's (fewer frames resumed per wake-up)."""
+    """An identity body as a plain iterator: each read is one coroutine frame over
+    ``readany``, not an async generator's (fewer frames resumed per wake-up)."""
 
     __slots__ = ("_content", "_size")
 
@@ -465,29 +464,17 @@ class _BodyReads:
         return data
 
 
-async def _bounded(reads: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """``reads``, ended by :data:`BrokenBody` past :data:`MAX_BODY_BYTES`."""
-    size = 0
-    async for data in reads:
-        size += len(data)
-        if size > MAX_BODY_BYTES:
-            raise BrokenBody(f"the response body is longer than {MAX_BODY_BYTES} bytes (decoded)")
-        yield data
-
-
-async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> AsyncIterator[bytes]:
-    """``reads`` with a gzip or deflate content coding undone."""
-    if not encoding or encoding == b"identity":
-        async for data in reads:
-            yield data
-        return
+async def _decoded(content: aiohttp.StreamReader, encoding: bytes) -> AsyncIterator[bytes]:
+    """The body with a gzip or deflate content coding undone (bounded as :func:`_body` says)."""
+    too_long = f"the response body is longer than {MAX_BODY_BYTES} bytes (decoded)"
     wbits = _DECODERS.get(encoding)
     if wbits is None:
         raise BrokenBody(
             f"the response is encoded as {encoding.decode('latin-1')!r} (asked for identity)"
         )
     decoder = zlib.decompressobj(wbits) if wbits else None
-    async for data in reads:
+    size = 0
+    while data := await content.readany():
         if decoder is None:  # deflate: zlib-wrapped, or raw as some servers send it
             raw = data[:1] and (data[0] & 0x0F) != 8
             decoder = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
@@ -497,9 +484,14 @@ async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> Async
             except zlib.error as exc:
                 raise BrokenBody(f"undecodable {encoding!r} body: {exc}") from exc
             data = decoder.unconsumed_tail
+            size += len(out)
+            if size > MAX_BODY_BYTES:
+                raise BrokenBody(too_long)
             if out:
                 yield out
     if decoder is not None and (rest := decoder.flush()):
+        if size + len(rest) > MAX_BODY_BYTES:
+            raise BrokenBody(too_long)
         yield rest
 
 
