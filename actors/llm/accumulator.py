@@ -14,6 +14,7 @@ without an id gets one. Nothing here raises on bad model output.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -55,15 +56,13 @@ def _new_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class _Slot:
-    __slots__ = ("arguments", "id", "name", "server_id", "unique_id")
-
-    def __init__(self) -> None:
-        self.id = ""
-        self.name = ""
-        self.arguments = ""
-        self.server_id = False
-        self.unique_id = ""  # ours, when another call of the reply has the same id
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    server_id: bool = False
+    unique_id: str = ""  # ours, when another call of the reply has the same id
 
 
 class Assembled(msgspec.Struct, frozen=True, kw_only=True):

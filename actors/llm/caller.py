@@ -242,7 +242,11 @@ class LLMCaller:
                 deadlines.forget(scope, budget)
             if not call.done:
                 if call.cancel_reason is None and scope.cancel_called:
-                    answer: ModelReply | ModelError = self._deadline_error(call, budget)
+                    call.keep_broken()  # cut by the deadline mid-stream: what streamed counts
+                    late = f"no reply within the call deadline of {max(budget, 0.0):.3g}s"
+                    answer: ModelReply | ModelError = self._error(
+                        call, Failure("deadline", late), final=True
+                    )
                 else:  # ModelCancel, the caller stopping, or cancelled from outside
                     try:
                         answer = self._reply(call, aborted=True)
@@ -255,11 +259,6 @@ class LLMCaller:
     def _publish_final(self, call: _Call, msg: ModelReply | ModelError) -> None:
         call.done = True
         self._bus.publish_nowait(msg)
-
-    def _deadline_error(self, call: _Call, budget: float) -> ModelError:
-        call.keep_broken()  # cut by the deadline mid-stream: what streamed counts
-        message = f"no reply within the call deadline of {max(budget, 0.0):.3g}s"
-        return self._error(call, Failure("deadline", message), final=True)
 
     async def _attempts(self, call: _Call, deadline: float) -> ModelReply | ModelError:
         request, endpoint = call.request, self._endpoint

@@ -15,6 +15,7 @@ tells the caller from a :class:`StreamTally` why a stream without a finish reaso
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final, Protocol
 
@@ -56,14 +57,12 @@ class StreamInterrupted(Exception):
     (llama-cpp-python's ``--interrupt_requests``: ``docs/transport.md``)."""
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class StreamTally:
     """How a stream went: chunks read (error frames aside) and whether ``[DONE]`` came."""
 
-    __slots__ = ("done", "events")
-
-    def __init__(self) -> None:
-        self.events = 0
-        self.done = False
+    events: int = 0
+    done: bool = False
 
 
 def stream_end(tally: StreamTally) -> Exception:

@@ -138,7 +138,8 @@ class ChatTransport:
         parts = urlsplit(endpoint.base_url)
         address = parts.netloc.rpartition("@")[2]  # credentials become the Authorization
         query = f"?{parts.query}" if parts.query else ""
-        self._url_text = f"{parts.scheme}://{address}{parts.path.rstrip('/')}{COMPLETIONS}{query}"
+        self.url = f"{parts.scheme}://{address}{parts.path.rstrip('/')}{COMPLETIONS}{query}"
+        """The URL requests go to (without credentials)."""
         self._timeout = aiohttp.ClientTimeout(
             connect=endpoint.timeout_seconds,  # waiting for the pool, and connecting
             sock_connect=endpoint.connect_timeout_seconds,
@@ -163,19 +164,10 @@ class ChatTransport:
         self._proxied = tuple(fixed) if proxy else ()
         self._defaults = None if proxy else fixed
         self._session: aiohttp.ClientSession | None = None  # made on the loop, at first use
-        self._closed = False
+        self.is_closed = False  # aclose was called
 
     def __repr__(self) -> str:
-        return f"ChatTransport({self._url_text!r})"
-
-    @property
-    def url(self) -> str:
-        """The URL requests go to (without credentials)."""
-        return self._url_text
-
-    @property
-    def is_closed(self) -> bool:
-        return self._closed
+        return f"ChatTransport({self.url!r})"
 
     async def post(
         self,
@@ -191,9 +183,8 @@ class ChatTransport:
         exceptions (:mod:`actors.llm.sdk_errors`); ``RuntimeError`` once closed.
 
         ``fresh``: on a new connection of its own (closed with the reply), not one the pool
-        kept: for a retry, since a server that failed an attempt may have closed the
-        connection it used, and the pool learns that only when the close arrives."""
-        if self._closed:
+        kept (for a retry: ``docs/transport.md``)."""
+        if self.is_closed:
             raise RuntimeError("the model transport has been closed")
         if not fresh:
             session = self._session
@@ -223,7 +214,7 @@ class ChatTransport:
     ) -> Reply:
         own = [*self._proxied, *self._cookie, (RUN_ID_HEADER, run_id)]
         own.extend([(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers])
-        url = self._url_text
+        url = self.url
         for _ in range(MAX_REDIRECTS + 1):
             try:
                 response = await session.post(
@@ -291,11 +282,11 @@ class ChatTransport:
         if self._cookie:
             headers.append((b"Cookie", _REDACTED))
         headers.append((RUN_ID_HEADER.encode(), run_id.encode()))
-        return httpx2.Request("POST", self._url_text, headers=headers)
+        return httpx2.Request("POST", self.url, headers=headers)
 
     async def aclose(self) -> None:
         """Close every connection; later requests raise ``RuntimeError``."""
-        self._closed = True
+        self.is_closed = True
         if self._session is not None:
             await self._session.close()
 
