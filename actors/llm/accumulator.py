@@ -159,8 +159,7 @@ class ReplyAccumulator:
         return new_text
 
     def _feed_typed(self, chunk: Chunk) -> str:
-        """:meth:`feed_chunk` for a decoded :class:`~actors.llm.chunks.Chunk` (the usual
-        case): its fields have the types declared, so no look-up needs a default."""
+        """:meth:`feed_chunk` for a :class:`~actors.llm.chunks.Chunk`: typed, no defaults."""
         self.chunks += 1
         if not self.response_id or not self.response_model:
             self._identify(chunk.id, chunk.model)

@@ -10,6 +10,7 @@ absolute deadline and is cancelled by :class:`bus.ModelCancel`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -72,45 +73,26 @@ _clock = time.monotonic
 """The event loop's clock, read without anyio's look-up of the backend (``docs/performance.md``)."""
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class _Call:
     """One request in flight; a :class:`~actors.workers.Job` of the caller's pool."""
 
-    __slots__ = (
-        "acc",
-        "attempt_started",
-        "attempts",
-        "caller",
-        "cancel_reason",
-        "done",
-        "fresh",
-        "lost_tokens",
-        "partial",
-        "request",
-        "scope",
-        "started",
-        "stream",
-        "streaming",
-        "ttft",
-        "unstreamed",
-    )
-
-    def __init__(self, request: ModelRequest, caller: LLMCaller | None = None) -> None:
-        self.request = request
-        self.caller = caller  # until the job starts
-        self.scope: anyio.CancelScope | None = None  # the worker's, while the job runs
-        self.cancel_reason: str | None = None
-        self.acc = ReplyAccumulator()
-        self.attempts = 0
-        self.started = _clock()
-        self.attempt_started = self.started
-        self.ttft: float | None = None
-        self.stream = True  # whether the next attempt streams
-        self.unstreamed = False  # an empty stream was asked again without streaming
-        self.fresh = False  # an attempt failed: the next one goes on a new connection
-        self.streaming = False
-        self.done = False
-        self.partial: ReplyAccumulator | None = None  # the last attempt that broke after output
-        self.lost_tokens = 0  # output tokens (estimated) of attempts that broke after output
+    request: ModelRequest
+    caller: LLMCaller | None  # until the job starts
+    scope: anyio.CancelScope | None = None  # the worker's, while the job runs
+    cancel_reason: str | None = None
+    acc: ReplyAccumulator = dataclasses.field(default_factory=ReplyAccumulator)
+    attempts: int = 0
+    started: float = dataclasses.field(default_factory=_clock)
+    attempt_started: float = 0.0  # set as each attempt starts
+    ttft: float | None = None
+    stream: bool = True  # whether the next attempt streams
+    unstreamed: bool = False  # an empty stream was asked again without streaming
+    fresh: bool = False  # an attempt failed: the next one goes on a new connection
+    streaming: bool = False
+    done: bool = False
+    partial: ReplyAccumulator | None = None  # the last attempt that broke after output
+    lost_tokens: int = 0  # output tokens (estimated) of attempts that broke after output
 
     def keep_broken(self) -> None:
         """The attempt in ``acc`` failed: count its output, keep it if it has any."""
@@ -338,10 +320,7 @@ class LLMCaller:
         """:func:`~actors.llm.errors.classify`, and the stream endings
         :mod:`actors.llm.stream` tells apart."""
         if isinstance(exc, StreamInterrupted):
-            # Cut by the server (llama-cpp-python's --interrupt_requests): nothing of the cut
-            # reply has been used, so it is asked again whole; not streamed, since such a
-            # server never cuts a reply that is not streamed.
-            call.stream = False
+            call.stream = False  # asked again whole, not streamed: docs/transport.md
             return Failure("interrupted", str(exc), None, None, True)
         if isinstance(exc, EmptyStream):
             return Failure("stream", str(exc), None, None, True)

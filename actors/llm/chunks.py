@@ -6,8 +6,7 @@ by the decoder without building anything. A payload whose declared fields have u
 types (``"usage": {"prompt_tokens": "many"}``, ``"choices": null`` is fine) is still read,
 through a lenient attribute view of the plain JSON, so odd servers are tolerated exactly as
 the ``openai`` SDK's unvalidated models tolerate them; only text that is not JSON raises
-:class:`msgspec.DecodeError`. The Structs are immutable and untracked by the cyclic GC
-(``gc=False``: they hold no cycles).
+:class:`msgspec.DecodeError`.
 """
 
 from __future__ import annotations

@@ -93,12 +93,9 @@ class StreamedResponse(Protocol):
 
 
 class ChunkReader:
-    """The chunks of a streamed response, batch by batch: :meth:`next_batch` until it
-    returns ``None``, then :meth:`aclose` (and close the response).
-
-    A batch holds the chunks of one network read that completed any (never empty), read
-    through ``aiter_bytes``. ``tally``, if given, counts what was read.
-    """
+    """The chunks of a streamed response's ``aiter_bytes``, batch by batch:
+    :meth:`next_batch` until it returns ``None``, then :meth:`aclose` (and close the
+    response). ``tally``, if given, counts what was read."""
 
     __slots__ = (
         "_done",
@@ -207,11 +204,8 @@ class ChunkReader:
 async def read_chunks(
     response: StreamedResponse, tally: StreamTally | None = None
 ) -> AsyncGenerator[list[Chunk | Any], None]:
-    """The batches of a :class:`ChunkReader` as an async generator (never an empty batch).
-
-    Close the generator (``contextlib.aclosing``) and the response when done with them.
-    ``tally``, if given, counts what was read.
-    """
+    """The batches of a :class:`ChunkReader` over ``response`` and ``tally``, as an async
+    generator: close it (``contextlib.aclosing``) and the response when done with them."""
     reader = ChunkReader(response, tally)
     try:
         while (batch := await reader.next_batch()) is not None:
