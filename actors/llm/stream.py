@@ -81,8 +81,7 @@ def stream_end(tally: StreamTally) -> Exception:
 class StreamedResponse(Protocol):
     """What is read of a response (:class:`~actors.llm.transport.Reply`)."""
 
-    @property
-    def http_version(self) -> str: ...
+    http_version: str
 
     @property
     def request(self) -> httpx2.Request: ...

@@ -151,12 +151,10 @@ class RequestShape:
         self.stream = options.stream
         sampling = {"temperature": options.temperature, "seed": options.seed}
         self._sampling = {key: value for key, value in sampling.items() if value is not None}
-        choice = options.tool_choice  # a mode as is, a tool's name as a function to call
-        self._choice: str | dict[str, Any] = (
-            choice
-            if choice in TOOL_CHOICE_MODES
-            else {"type": "function", "function": {"name": choice}}
-        )
+        choice = options.tool_choice
+        self._choice: str | dict[str, Any] = choice  # a mode as is
+        if choice not in TOOL_CHOICE_MODES:  # a tool's name: that function is forced
+            self._choice = {"type": "function", "function": {"name": choice}}
         self._reset = choice not in (_AUTO, "none") and options.reset_tool_choice
 
     def tool_choice(self, messages: Sequence[ChatMessage]) -> str | dict[str, Any]:
