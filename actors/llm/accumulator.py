@@ -14,6 +14,7 @@ without an id gets one. Nothing here raises on bad model output.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -55,15 +56,13 @@ def _new_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class _Slot:
-    __slots__ = ("arguments", "id", "name", "server_id", "unique_id")
-
-    def __init__(self) -> None:
-        self.id = ""
-        self.name = ""
-        self.arguments = ""
-        self.server_id = False
-        self.unique_id = ""  # ours, when another call of the reply has the same id
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+    server_id: bool = False
+    unique_id: str = ""  # ours, when another call of the reply has the same id
 
 
 class Assembled(msgspec.Struct, frozen=True, kw_only=True):
@@ -152,7 +151,7 @@ class ReplyAccumulator:
                     if isinstance(piece, str) and piece:
                         new_text += piece
                 for call in getattr(delta, "tool_calls", None) or ():
-                    self._feed_call(call)
+                    self._feed_call(call, getattr(call, "index", None))
             reason = getattr(choice, "finish_reason", None)
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
@@ -160,8 +159,7 @@ class ReplyAccumulator:
         return new_text
 
     def _feed_typed(self, chunk: Chunk) -> str:
-        """:meth:`feed_chunk` for a decoded :class:`~actors.llm.chunks.Chunk` (the usual
-        case): its fields have the types declared, so no look-up needs a default."""
+        """:meth:`feed_chunk` for a :class:`~actors.llm.chunks.Chunk`: typed, no defaults."""
         self.chunks += 1
         if not self.response_id or not self.response_model:
             self._identify(chunk.id, chunk.model)
@@ -204,13 +202,7 @@ class ReplyAccumulator:
             if isinstance(content, str):
                 self.add_text(content)
             for position, call in enumerate(getattr(message, "tool_calls", None) or ()):
-                function = getattr(call, "function", None)
-                self.add_tool_fragment(
-                    position,
-                    id=_str(getattr(call, "id", None)),
-                    name=_str(getattr(function, "name", None)),
-                    arguments=_str(getattr(function, "arguments", None)),
-                )
+                self._feed_call(call, position)
             reason = getattr(choice, "finish_reason", None)
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
@@ -224,8 +216,7 @@ class ReplyAccumulator:
         if not self.response_model and isinstance(model, str):
             self.response_model = model
 
-    def _feed_call(self, call: Any) -> None:
-        index = getattr(call, "index", None)
+    def _feed_call(self, call: Any, index: object) -> None:
         function = getattr(call, "function", None)
         self.add_tool_fragment(
             index if isinstance(index, int) else None,

@@ -1,30 +1,21 @@
 """The LLM caller: answers each :class:`bus.ModelRequest` with one :class:`bus.ModelReply` or
 a final :class:`bus.ModelError`, streaming :class:`bus.ModelTextDelta` on the way.
 
-A few transports (connection pools) per endpoint, a run always on the same one
-(:mod:`actors.llm.clients`, :mod:`actors.llm.transport`); loopfuse retries itself so every
-attempt is seen (a :class:`bus.ModelError` with ``final=False`` per retried failure). The
-body is encoded by msgspec and the streamed reply read by :mod:`actors.llm.stream`.
-
-Around the stream (``docs/transport.md``): a stream with no event at all is asked again
-once without streaming, so the server's own error decides (a context overflow then takes the
-context gatekeeper's way); a stream the server cut (``[DONE]`` before a finish reason) is
-the kind ``interrupted``, retried without streaming; the output of an attempt that broke
-after streaming is counted in the reply's usage (estimated, ``Usage.partial_output_tokens``),
-and a final error keeps the last such text (``ModelError.partial_text``) for the run's result.
-Each request runs in a worker task of the caller's task group (:mod:`actors.workers`: a
-task is reused, not started per request), under the worker's cancel scope, which carries
-the request's absolute deadline (keep-alive bytes do not extend it) and is cancelled by
-:class:`bus.ModelCancel`.
+loopfuse retries itself so every attempt is seen (a :class:`bus.ModelError` with
+``final=False`` per retried failure); how an empty, cut or broken stream is asked again and
+counted is ``docs/transport.md``'s. Each request runs in a worker task of the caller's task
+group (:mod:`actors.workers`), under the worker's cancel scope, which carries the request's
+absolute deadline and is cancelled by :class:`bus.ModelCancel`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -65,7 +56,7 @@ from bus import (
     Usage,
 )
 
-__all__ = ["RUN_ID_HEADER", "LLMCaller", "LLMCallerStatistics"]
+__all__ = ["RUN_ID_HEADER", "LLMCaller"]
 
 logger = logging.getLogger("loopfuse.llm_caller")
 
@@ -79,60 +70,29 @@ _INCLUDE_USAGE: Final = {"include_usage": True}
 _TRACEPARENT: Final = b"traceparent"
 _encode = msgspec.json.Encoder().encode
 _clock = time.monotonic
-"""The event loop's clock (asyncio's ``loop.time()``; uvloop's to the millisecond), read
-without ``anyio.current_time()``'s look-up of the running backend, which on Python 3.11 costs
-a ``getpid`` system call each time (as :mod:`actors.deadlines` reads it)."""
+"""The event loop's clock, read without anyio's look-up of the backend (``docs/performance.md``)."""
 
 
-class LLMCallerStatistics(NamedTuple):
-    """The caller at a glance."""
-
-    in_flight: int
-    requests: int
-    replies: int
-    final_errors: int
-    retries: int
-
-
+@dataclasses.dataclass(slots=True, eq=False)
 class _Call:
     """One request in flight; a :class:`~actors.workers.Job` of the caller's pool."""
 
-    __slots__ = (
-        "acc",
-        "attempt_started",
-        "attempts",
-        "caller",
-        "cancel_reason",
-        "done",
-        "fresh",
-        "lost_tokens",
-        "partial",
-        "request",
-        "scope",
-        "started",
-        "stream",
-        "streaming",
-        "ttft",
-        "unstreamed",
-    )
-
-    def __init__(self, request: ModelRequest, caller: LLMCaller | None = None) -> None:
-        self.request = request
-        self.caller = caller  # until the job starts
-        self.scope: anyio.CancelScope | None = None  # the worker's, while the job runs
-        self.cancel_reason: str | None = None
-        self.acc = ReplyAccumulator()
-        self.attempts = 0
-        self.started = _clock()
-        self.attempt_started = self.started
-        self.ttft: float | None = None
-        self.stream = True  # whether the next attempt streams
-        self.unstreamed = False  # an empty stream was asked again without streaming
-        self.fresh = False  # an attempt failed: the next one goes on a new connection
-        self.streaming = False
-        self.done = False
-        self.partial: ReplyAccumulator | None = None  # the last attempt that broke after output
-        self.lost_tokens = 0  # output tokens (estimated) of attempts that broke after output
+    request: ModelRequest
+    caller: LLMCaller | None  # until the job starts
+    scope: anyio.CancelScope | None = None  # the worker's, while the job runs
+    cancel_reason: str | None = None
+    acc: ReplyAccumulator = dataclasses.field(default_factory=ReplyAccumulator)
+    attempts: int = 0
+    started: float = dataclasses.field(default_factory=_clock)
+    attempt_started: float = 0.0  # set as each attempt starts
+    ttft: float | None = None
+    stream: bool = True  # whether the next attempt streams
+    unstreamed: bool = False  # an empty stream was asked again without streaming
+    fresh: bool = False  # an attempt failed: the next one goes on a new connection
+    streaming: bool = False
+    done: bool = False
+    partial: ReplyAccumulator | None = None  # the last attempt that broke after output
+    lost_tokens: int = 0  # output tokens (estimated) of attempts that broke after output
 
     def keep_broken(self) -> None:
         """The attempt in ``acc`` failed: count its output, keep it if it has any."""
@@ -184,12 +144,6 @@ class LLMCaller:
         self._clients: Clients | None = None
         self._workers: Workers | None = None
         self._deadlines: Deadlines | None = None
-        self._requests = self._replies = self._final_errors = self._retries = 0
-
-    def statistics(self) -> LLMCallerStatistics:
-        return LLMCallerStatistics(
-            len(self._active), self._requests, self._replies, self._final_errors, self._retries
-        )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve requests until the bus subscription closes; then abort what is in flight
@@ -228,7 +182,6 @@ class LLMCaller:
             call.cancel(msg.reason)
 
     def _start(self, request: ModelRequest) -> None:
-        self._requests += 1
         key = (request.run_id, request.turn)
         call = _Call(request, self)
         if key in self._active or self._workers is None:
@@ -248,6 +201,7 @@ class LLMCaller:
         request = call.request
         budget = self._endpoint.call_deadline_seconds
         deadlines = self._deadlines
+        assert deadlines is not None  # set before the worker pool starts
         watched = False
         try:
             if call.cancel_reason is not None:  # cancelled before it started
@@ -257,22 +211,24 @@ class LLMCaller:
             if left < budget:  # the run ends before the call deadline would: a timer of its own
                 budget = left
                 deadline = scope.deadline = _clock() + budget
-            elif deadlines is not None:  # the same limit for every such call: no timer each
+            else:  # the same limit for every such call: no timer each
                 deadline = deadlines.watch(scope, budget)
                 watched = True
-            else:
-                deadline = scope.deadline = _clock() + budget
             self._publish_final(call, await self._attempts(call, deadline))
         except Exception as exc:
             logger.exception("LLM call of run %s turn %d failed", request.run_id, request.turn)
             self._publish_final(call, self._internal_error(call, exc))
         finally:
             call.scope = None  # a late ModelCancel must not reach the worker's next job
-            if watched and deadlines is not None:
+            if watched:
                 deadlines.forget(scope, budget)
             if not call.done:
                 if call.cancel_reason is None and scope.cancel_called:
-                    answer: ModelReply | ModelError = self._deadline_error(call, budget)
+                    call.keep_broken()  # cut by the deadline mid-stream: what streamed counts
+                    late = f"no reply within the call deadline of {max(budget, 0.0):.3g}s"
+                    answer: ModelReply | ModelError = self._error(
+                        call, Failure("deadline", late), final=True
+                    )
                 else:  # ModelCancel, the caller stopping, or cancelled from outside
                     try:
                         answer = self._reply(call, aborted=True)
@@ -284,21 +240,12 @@ class LLMCaller:
 
     def _publish_final(self, call: _Call, msg: ModelReply | ModelError) -> None:
         call.done = True
-        if isinstance(msg, ModelReply):
-            self._replies += 1
-        else:
-            self._final_errors += 1
         self._bus.publish_nowait(msg)
-
-    def _deadline_error(self, call: _Call, budget: float) -> ModelError:
-        call.keep_broken()  # cut by the deadline mid-stream: what streamed counts
-        message = f"no reply within the call deadline of {max(budget, 0.0):.3g}s"
-        return self._error(call, Failure("deadline", message), final=True)
 
     async def _attempts(self, call: _Call, deadline: float) -> ModelReply | ModelError:
         request, endpoint = call.request, self._endpoint
         try:
-            params = self._params(request)
+            params = self._shapes(request.model).params(request, self._tools)
         except ToolSchemaError as exc:
             return self._error(call, Failure("bad_request", str(exc)), final=True)
         max_tokens = request.max_tokens or endpoint.default_max_tokens
@@ -321,7 +268,6 @@ class LLMCaller:
                     # is an attempt (it counts) but never the last one.
                     call.stream, call.unstreamed = False, True
                     failures += 1
-                    self._retries += 1
                     retry = Failure("stream", f"{exc}; asking again without streaming")
                     self._bus.publish_nowait(self._error(call, retry, final=False))
                     continue
@@ -348,7 +294,6 @@ class LLMCaller:
                     if failure.retryable:
                         failure = failure._replace(message=f"{failure.message} ({decision.reason})")
                     return self._error(call, failure, final=True)
-                self._retries += 1
                 self._bus.publish_nowait(self._error(call, failure, final=False))
                 await anyio.sleep(decision.delay)
                 continue
@@ -375,27 +320,15 @@ class LLMCaller:
         """:func:`~actors.llm.errors.classify`, and the stream endings
         :mod:`actors.llm.stream` tells apart."""
         if isinstance(exc, StreamInterrupted):
-            # Cut by the server (llama-cpp-python's --interrupt_requests): nothing of the cut
-            # reply has been used, so it is asked again whole; not streamed, since such a
-            # server never cuts a reply that is not streamed.
-            call.stream = False
+            call.stream = False  # asked again whole, not streamed: docs/transport.md
             return Failure("interrupted", str(exc), None, None, True)
         if isinstance(exc, EmptyStream):
             return Failure("stream", str(exc), None, None, True)
         return classify(exc, streaming=call.streaming)
 
-    def _params(self, request: ModelRequest) -> dict[str, Any]:
-        """The request body's fields that every attempt shares (with ``tool_choice`` as
-        the model's settings say: :class:`~actors.llm.wire.RequestShape`)."""
-        return self._shapes(request.model).params(request, self._tools)
-
     async def _attempt(self, call: _Call, params: dict[str, Any], max_tokens: int | None) -> None:
-        """One HTTP attempt, its text streamed as deltas into ``call.acc``.
-
-        The request goes out through the run's ``openai`` client (:mod:`actors.llm.transport`:
-        headers the SDK built, its connection pool, its exceptions); the body is encoded by
-        msgspec and the response read by :mod:`actors.llm.stream`.
-        """
+        """One HTTP attempt through the run's transport, its text streamed as deltas into
+        ``call.acc``."""
         assert self._clients is not None
         transport = self._clients.transport_for_run(call.request.run_id)
         call.attempt_started = _clock()

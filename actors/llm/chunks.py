@@ -6,8 +6,7 @@ by the decoder without building anything. A payload whose declared fields have u
 types (``"usage": {"prompt_tokens": "many"}``, ``"choices": null`` is fine) is still read,
 through a lenient attribute view of the plain JSON, so odd servers are tolerated exactly as
 the ``openai`` SDK's unvalidated models tolerate them; only text that is not JSON raises
-:class:`msgspec.DecodeError`. The Structs are immutable and untracked by the cyclic GC
-(``gc=False``: they hold no cycles).
+:class:`msgspec.DecodeError`.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import msgspec
 
 __all__ = [
     "Chunk",
-    "Completion",
     "decode_chunk",
     "decode_completion",
     "error_frame",
@@ -38,14 +36,17 @@ class ToolCallDelta(msgspec.Struct, frozen=True, gc=False):
 
 
 class Delta(msgspec.Struct, frozen=True, gc=False):
+    """A chunk's ``delta``, or a whole completion's ``message``."""
+
     content: str | None = None
     refusal: str | None = None
     tool_calls: tuple[ToolCallDelta, ...] | None = None
 
 
-class ChunkChoice(msgspec.Struct, frozen=True, gc=False):
+class Choice(msgspec.Struct, frozen=True, gc=False):
     index: int | None = 0
     delta: Delta | None = None
+    message: Delta | None = None
     finish_reason: str | None = None
 
 
@@ -55,34 +56,14 @@ class UsageFields(msgspec.Struct, frozen=True, gc=False):
 
 
 class Chunk(msgspec.Struct, frozen=True, gc=False):
-    """One ``chat.completion.chunk`` (or an error frame: ``error`` set)."""
+    """One ``chat.completion.chunk`` (or an error frame: ``error`` set), or one whole
+    ``chat.completion`` (non-streamed: its choices have a ``message``)."""
 
     id: str | None = None
     model: str | None = None
-    choices: tuple[ChunkChoice, ...] | None = None
+    choices: tuple[Choice, ...] | None = None
     usage: UsageFields | None = None
     error: Any = None
-
-
-class Message(msgspec.Struct, frozen=True, gc=False):
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: tuple[ToolCallDelta, ...] | None = None
-
-
-class CompletionChoice(msgspec.Struct, frozen=True, gc=False):
-    index: int | None = 0
-    message: Message | None = None
-    finish_reason: str | None = None
-
-
-class Completion(msgspec.Struct, frozen=True, gc=False):
-    """One whole ``chat.completion`` (non-streamed)."""
-
-    id: str | None = None
-    model: str | None = None
-    choices: tuple[CompletionChoice, ...] | None = None
-    usage: UsageFields | None = None
 
 
 class _Loose:
@@ -107,7 +88,6 @@ def _loose(value: Any) -> Any:
 
 
 _CHUNK: Final = msgspec.json.Decoder(Chunk)
-_COMPLETION: Final = msgspec.json.Decoder(Completion)
 _ANY: Final = msgspec.json.Decoder()
 
 
@@ -122,15 +102,8 @@ def decode_chunk(payload: bytes) -> Chunk | Any:
         return _loose(_ANY.decode(payload))
 
 
-def decode_completion(body: bytes) -> Completion | Any:
-    """A :class:`Completion`, or a lenient view of JSON that does not fit one.
-
-    :raises msgspec.DecodeError: ``body`` is not JSON.
-    """
-    try:
-        return _COMPLETION.decode(body)
-    except msgspec.ValidationError:
-        return _loose(_ANY.decode(body))
+decode_completion: Final = decode_chunk
+"""A whole ``chat.completion`` (non-streamed), read as :func:`decode_chunk` reads a chunk."""
 
 
 def error_frame(chunk: Chunk | Any) -> tuple[str, object] | None:

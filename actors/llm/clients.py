@@ -7,6 +7,7 @@ Transports are made on first use and share one TLS context per process.
 
 from __future__ import annotations
 
+import functools
 import ssl
 from typing import Final
 
@@ -20,14 +21,11 @@ __all__ = ["SHARDS", "Clients", "tls_context"]
 SHARDS: Final = 8
 """Transports (connection pools) per endpoint at most."""
 
-_TLS: list[ssl.SSLContext] = []  # one per process, made at the first transport
 
-
+@functools.cache
 def tls_context() -> ssl.SSLContext:
-    """The process's TLS context (certifi's CA store, loaded once)."""
-    if not _TLS:
-        _TLS.append(httpx2.create_ssl_context())
-    return _TLS[0]
+    """The process's TLS context (certifi's CA store, loaded once, at the first transport)."""
+    return httpx2.create_ssl_context()
 
 
 class Clients:

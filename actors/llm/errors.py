@@ -30,7 +30,6 @@ import re2
 from bus import ModelErrorKind
 
 __all__ = [
-    "RETRYABLE",
     "Failure",
     "IncompleteStream",
     "classify",
@@ -39,11 +38,6 @@ __all__ = [
     "parse_retry_after",
     "says_request_invalid",
 ]
-
-RETRYABLE: Final[frozenset[ModelErrorKind]] = frozenset(
-    {"rate_limited", "server_error", "timeout", "connection", "stream"}
-)
-"""Kinds worth another attempt (unless the failure says otherwise)."""
 
 MESSAGE_LIMIT: Final = 500
 """Longest error message carried on the bus (characters)."""
@@ -217,17 +211,6 @@ def _body_fields(exc: openai.APIError) -> tuple[str | None, str | None, str]:
     return exc.code, exc.type, message
 
 
-def _refused(status: int, message: str) -> Failure:
-    """A request the server refused as invalid: never retried; the message says so and
-    quotes the server (a validation dump summarised)."""
-    reason = _validation_summary(message) or message
-    return Failure(
-        "bad_request",
-        clip(f"the server refused the request as invalid (HTTP {status}): {reason}"),
-        status,
-    )
-
-
 def _status_failure(exc: openai.APIStatusError) -> Failure:
     status = exc.status_code
     code, type_, whole = _body_fields(exc)
@@ -245,7 +228,10 @@ def _status_failure(exc: openai.APIStatusError) -> Failure:
         return Failure("timeout", message, status, None, True)
     if status in (401, 402, 403):
         return Failure("auth", message, status)
-    return _refused(status, whole)
+    # Refused as invalid: never retried; the message quotes the server (a dump summarised).
+    reason = _validation_summary(whole) or whole
+    refused = f"the server refused the request as invalid (HTTP {status}): {reason}"
+    return Failure("bad_request", clip(refused), status)
 
 
 def classify(exc: BaseException, *, streaming: bool) -> Failure:

@@ -6,6 +6,7 @@ up at once), a bounded number of attempts, and never a wait that would pass the 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import NamedTuple
 
@@ -22,28 +23,20 @@ class RetryDecision(NamedTuple):
     reason: str = ""
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     """Decides, after a failed attempt, whether to make another one."""
 
-    def __init__(
-        self,
-        *,
-        max_attempts: int,
-        backoff_base: float,
-        backoff_cap: float,
-        retry_after_cap: float,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.max_attempts = max_attempts
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.retry_after_cap = retry_after_cap
-        self._rng = rng or random.Random()
+    max_attempts: int
+    backoff_base: float
+    backoff_cap: float
+    retry_after_cap: float
+    rng: random.Random = dataclasses.field(default_factory=random.Random)
 
     def backoff(self, failures: int) -> float:
         """Delay after the ``failures``-th failure: base·2ⁿ⁻¹ capped, minus up to 25 % jitter."""
         delay = min(self.backoff_cap, self.backoff_base * 2.0 ** max(failures - 1, 0))
-        return delay * (1.0 - 0.25 * self._rng.random())
+        return delay * (1.0 - 0.25 * self.rng.random())
 
     def decide(self, failure: Failure, *, failures: int, remaining: float) -> RetryDecision:
         """After ``failures`` failed attempts, with ``remaining`` seconds before the deadline."""

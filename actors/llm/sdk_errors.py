@@ -5,10 +5,9 @@ SDK or loopfuse's own transport sent the request.
 A 4xx/5xx becomes the SDK's class for its status (``BadRequestError`` for 400, …,
 ``InternalServerError`` for any 5xx, plain ``APIStatusError`` otherwise) with the message
 ``"Error code: N - <the server's message>"`` and the body's ``error`` object as ``body``,
-as ``AsyncOpenAI`` builds them; a failure of the connection is ``APITimeoutError`` (a
-timeout) or ``APIConnectionError``, raised ``from`` the network error.
-``tests/test_llm_contract.py`` checks both against the SDK's own, so an SDK release that
-changes them fails there.
+as ``AsyncOpenAI`` builds them (``tests/test_llm_contract.py`` compares); a failure of the
+connection is ``APITimeoutError`` (a timeout) or ``APIConnectionError``, raised ``from`` the
+network error.
 
 The ``httpx2.Request`` an exception carries names the URL and the run but not the
 credentials: its ``Authorization`` and every operator header are ``***``.
@@ -46,21 +45,16 @@ def status_error(
     response = httpx2.Response(status, headers=list(headers), content=content, request=request)
     message = f"Error code: {status}"
     text = response.text.strip()
-    body: object = text
     try:
-        body = json.loads(text)
+        body: object = json.loads(text)
     except ValueError:
-        pass
-    else:
-        error = body.get("error", body) if isinstance(body, Mapping) else None
-        inner = error.get("message") if isinstance(error, Mapping) else None
-        if isinstance(inner, str) and inner:
-            message += f" - {inner}"
+        body = text
     data = body.get("error", body) if isinstance(body, Mapping) else body
-    kind = _STATUS_CLASSES.get(status)
-    if kind is None:
-        kind = openai.InternalServerError if status >= 500 else openai.APIStatusError
-    return kind(message, response=response, body=data)
+    inner = data.get("message") if isinstance(data, Mapping) else None
+    if isinstance(inner, str) and inner:
+        message += f" - {inner}"
+    other = openai.InternalServerError if status >= 500 else openai.APIStatusError
+    return _STATUS_CLASSES.get(status, other)(message, response=response, body=data)
 
 
 def connection_error(cause: BaseException, request: httpx2.Request) -> openai.APIConnectionError:

@@ -85,22 +85,12 @@ class EndpointLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Absolute limit on one request, every attempt and backoff included."""
 
     def __post_init__(self) -> None:
-        positive = {
-            "timeout_seconds": self.timeout_seconds,
-            "connect_timeout_seconds": self.connect_timeout_seconds,
-            "call_deadline_seconds": self.call_deadline_seconds,
-        }
-        for key, value in positive.items():
-            if not value > 0:
-                raise ValueError(f"{key}: must be > 0, got {value!r}")
-        non_negative = {
-            "backoff_base_seconds": self.backoff_base_seconds,
-            "backoff_cap_seconds": self.backoff_cap_seconds,
-            "retry_after_cap_seconds": self.retry_after_cap_seconds,
-        }
-        for key, value in non_negative.items():
-            if not value >= 0:
-                raise ValueError(f"{key}: must be >= 0, got {value!r}")
+        for key in ("timeout_seconds", "connect_timeout_seconds", "call_deadline_seconds"):
+            if not getattr(self, key) > 0:
+                raise ValueError(f"{key}: must be > 0, got {getattr(self, key)!r}")
+        for key in ("backoff_base_seconds", "backoff_cap_seconds", "retry_after_cap_seconds"):
+            if not getattr(self, key) >= 0:
+                raise ValueError(f"{key}: must be >= 0, got {getattr(self, key)!r}")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts: must be >= 1, got {self.max_attempts!r}")
 
@@ -133,10 +123,8 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
         super().__post_init__()
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url: must be an http(s) URL, got {self.base_url!r}")
-        for key, tokens in (
-            ("default_max_tokens", self.default_max_tokens),
-            ("escalated_max_tokens", self.escalated_max_tokens),
-        ):
+        for key in ("default_max_tokens", "escalated_max_tokens"):
+            tokens = getattr(self, key)
             if tokens is not None and tokens < 1:
                 raise ValueError(f"{key}: must be >= 1 or unset, got {tokens!r}")
         choices = [("tool_choice", self.tool_choice)]
@@ -150,16 +138,8 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
 
     def request_options(self, model: str) -> RequestOptions:
         """The request options of ``model`` (its own, else the endpoint's)."""
-        own = self.models.get(model)
-        if own is not None:
-            return own
-        return RequestOptions(
-            stream=self.stream,
-            tool_choice=self.tool_choice,
-            reset_tool_choice=self.reset_tool_choice,
-            temperature=self.temperature,
-            seed=self.seed,
-        )
+        fields = RequestOptions.__struct_fields__
+        return self.models.get(model) or RequestOptions(**{k: getattr(self, k) for k in fields})
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{key}={value!r}" for key, value in self.__rich_repr__())
@@ -194,15 +174,10 @@ def endpoint_settings(
     :raises ValueError: ``base_url`` is not an http(s) URL, or a limit is out of range.
     """
     values = {name: getattr(limits, name) for name in EndpointLimits.__struct_fields__}
-    options = options or RequestOptions()
     return EndpointSettings(
         base_url=base_url,
         api_key=api_key,
-        stream=options.stream,
-        tool_choice=options.tool_choice,
-        reset_tool_choice=options.reset_tool_choice,
-        temperature=options.temperature,
-        seed=options.seed,
         models=dict(models or {}),
+        **msgspec.structs.asdict(options or RequestOptions()),
         **values,
     )

@@ -1,26 +1,21 @@
-"""A streamed chat completion read from the raw HTTP response, chunk batch by chunk batch.
-
-The transport (:mod:`actors.llm.transport`) sends the request; the body is read here
-instead of through the ``openai`` SDK's ``AsyncStream``, which builds a pydantic model per
-chunk. Failures come out as the SDK's own stream would raise them::
+"""A streamed chat completion read from the raw HTTP response, chunk batch by chunk batch
+(its own SSE decoder and msgspec chunks, not the ``openai`` SDK's pydantic ``AsyncStream``).
+Failures come out as the SDK's own stream would raise them::
 
     {"error": …} frame                 -> openai.APIError (message and body from the frame)
     timeout while reading              -> openai.APITimeoutError
     connection lost, TLS failure, …    -> openai.APIConnectionError
     a payload that is not JSON         -> msgspec.DecodeError
 
-``data: [DONE]`` ends the stream; over HTTP/1.1 the rest of the body is then read and
-ignored here, briefly (so the connection can be reused, as the SDK does). A line longer
-than :data:`actors.llm.sse.MAX_LINE_BYTES` fails the stream as a lost connection. A body
-that ends without ``[DONE]`` simply ends. What ended it is counted in a
-:class:`StreamTally`, from which :func:`stream_end` tells the caller why a stream without a
-finish reason ended:
-:class:`EmptyStream` (no event at all), :class:`StreamInterrupted` (``[DONE]`` before any
-finish reason) or :class:`~actors.llm.errors.IncompleteStream` (the body just stopped).
+``data: [DONE]`` ends the stream (what is left of an HTTP/1.1 body is drained briefly, as
+``docs/transport.md`` says), and so does the end of the body; a line longer than
+:data:`actors.llm.sse.MAX_LINE_BYTES` fails it as a lost connection. :func:`stream_end`
+tells the caller from a :class:`StreamTally` why a stream without a finish reason ended.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final, Protocol
 
@@ -53,28 +48,21 @@ _DONE: Final = b"[DONE]"
 
 
 class EmptyStream(Exception):
-    """A 2xx stream that ended with no event and no ``[DONE]``: no answer at all.
-
-    llama-cpp-python answers a streamed request this way when the prompt is over its
-    context (the error only reaches its log); the same request not streamed gets the
-    real error. The caller retries once without streaming."""
+    """A 2xx stream that ended with no event and no ``[DONE]``: no answer at all
+    (llama-cpp-python's streamed context overflow: ``docs/transport.md``)."""
 
 
 class StreamInterrupted(Exception):
-    """The stream ended with ``[DONE]`` before any ``finish_reason``: the server cut it.
-
-    llama-cpp-python does so when another request waits and ``--interrupt_requests`` is
-    on (its default); it never cuts a reply that is not streamed."""
+    """The stream ended with ``[DONE]`` before any ``finish_reason``: the server cut it
+    (llama-cpp-python's ``--interrupt_requests``: ``docs/transport.md``)."""
 
 
+@dataclasses.dataclass(slots=True, eq=False)
 class StreamTally:
     """How a stream went: chunks read (error frames aside) and whether ``[DONE]`` came."""
 
-    __slots__ = ("done", "events")
-
-    def __init__(self) -> None:
-        self.events = 0
-        self.done = False
+    events: int = 0
+    done: bool = False
 
 
 def stream_end(tally: StreamTally) -> Exception:
@@ -93,8 +81,7 @@ def stream_end(tally: StreamTally) -> Exception:
 class StreamedResponse(Protocol):
     """What is read of a response (:class:`~actors.llm.transport.Reply`)."""
 
-    @property
-    def http_version(self) -> str: ...
+    http_version: str
 
     @property
     def request(self) -> httpx2.Request: ...
@@ -105,12 +92,9 @@ class StreamedResponse(Protocol):
 
 
 class ChunkReader:
-    """The chunks of a streamed response, batch by batch: :meth:`next_batch` until it
-    returns ``None``, then :meth:`aclose` (and close the response).
-
-    A batch holds the chunks of one network read that completed any (never empty), read
-    through ``aiter_bytes``. ``tally``, if given, counts what was read.
-    """
+    """The chunks of a streamed response's ``aiter_bytes``, batch by batch:
+    :meth:`next_batch` until it returns ``None``, then :meth:`aclose` (and close the
+    response). ``tally``, if given, counts what was read."""
 
     __slots__ = (
         "_done",
@@ -198,20 +182,12 @@ class ChunkReader:
             tally.done = self._done
         return batch
 
-    async def _next_read(self) -> bytes | None:
-        if self._iterator is None:  # closed
-            return None
-        try:
-            return await self._read()
-        except StopAsyncIteration:
-            return None
-
     async def _drain(self) -> None:
         with anyio.move_on_after(DRAIN_SECONDS):
             try:
-                while await self._next_read() is not None:
-                    pass
-            except CORE_ERRORS:
+                while self._iterator is not None:  # (None: closed)
+                    await self._read()
+            except (StopAsyncIteration, *CORE_ERRORS):
                 pass  # the answer is complete: a failure after it is no failure of it
 
     async def aclose(self) -> None:
@@ -227,11 +203,8 @@ class ChunkReader:
 async def read_chunks(
     response: StreamedResponse, tally: StreamTally | None = None
 ) -> AsyncGenerator[list[Chunk | Any], None]:
-    """The batches of a :class:`ChunkReader` as an async generator (never an empty batch).
-
-    Close the generator (``contextlib.aclosing``) and the response when done with them.
-    ``tally``, if given, counts what was read.
-    """
+    """The batches of a :class:`ChunkReader` over ``response`` and ``tally``, as an async
+    generator: close it (``contextlib.aclosing``) and the response when done with them."""
     reader = ChunkReader(response, tally)
     try:
         while (batch := await reader.next_batch()) is not None:

@@ -1,33 +1,12 @@
 """The model endpoint's HTTP client: chat-completions POSTs through a connection pool the
 transport owns, with the request head made once per transport.
 
-Every endpoint, proxied (the environment names a proxy) or not, goes through one
-``aiohttp.ClientSession`` (its ``TCPConnector`` pool and its C HTTP/1.1 parser, ``llhttp``).
-A 2xx body is read decoded up to :data:`MAX_BODY_BYTES`.
-
-This module is the model client's asyncio seam: ``aiohttp`` is asyncio-bound (its session
-belongs to the loop it was made on, anyio's asyncio backend's), and no other module of the
-packages imports it (ruff's banned-api). Only its public API (the session, the connector,
-the response's ``content.readany``, its exceptions) is used, and of ``httpx2`` the
-request and response an SDK exception carries and of ``openai`` its exception classes
-(:mod:`actors.llm.sdk_errors`); ``tests/test_llm_contract.py`` pins what is relied on.
-Why not ``AsyncOpenAI``: it builds every request anew, and its stream builds a pydantic
-object per chunk (``docs/transport.md``, ``docs/performance.md``).
-
-On the wire: ``POST <base_url>/chat/completions`` with ``Host``, ``Accept`` and
-``Content-Type: application/json``, ``Accept-Encoding: identity``, ``User-Agent:
-loopfuse/<version>``, ``Authorization: Bearer <api_key>`` (``Basic`` from credentials in
-the URL), ``OpenAI-Organization``/``OpenAI-Project`` from ``OPENAI_ORG_ID``/
-``OPENAI_PROJECT_ID`` when set, the operator's extra headers (which replace any of
-those), cookies the server set, then per request the run id, a ``traceparent`` and the
-body's length. Proxies come from the environment (``HTTPS_PROXY``, ``NO_PROXY``, …), once.
-A 307/308 to the same origin is followed (five times at most); a body a server compressed
-anyway (gzip, deflate) is decoded, to :data:`MAX_BODY_BYTES` at most (more is a
-broken body: a connection failure to the caller).
-
-Failures come out as the ``openai`` SDK raises them: ``APIStatusError`` subclasses for a
-4xx/5xx (any other redirect included), ``APITimeoutError``/``APIConnectionError`` from the
-``aiohttp`` error for a connection that fails.
+The only module of the packages that imports ``aiohttp`` (ruff's banned-api): the headers,
+proxies, cookies, redirects, content codings, bounds and timeouts it applies on the wire are
+those ``docs/transport.md`` lists. Failures come out as the ``openai`` SDK raises them:
+``APIStatusError`` subclasses for a 4xx/5xx (any redirect not followed included),
+``APITimeoutError``/``APIConnectionError`` raised from the ``aiohttp`` error for a connection
+that fails (:mod:`actors.llm.sdk_errors`).
 """
 
 from __future__ import annotations
@@ -49,7 +28,6 @@ from urllib.parse import unquote, urljoin, urlsplit
 import aiohttp
 import anyio
 import httpx2
-import openai
 
 from actors.llm.sdk_errors import connection_error, status_error
 from actors.llm.settings import NO_API_KEY, EndpointSettings
@@ -105,15 +83,10 @@ _INFLATE_PIECE: Final = 1 << 20
 _DECODERS: Final = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": 0}
 
 
-def _user_agent() -> bytes:
-    try:
-        version = importlib.metadata.version("loopfuse")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        version = "0"
-    return f"loopfuse/{version}".encode("ascii")
-
-
-_USER_AGENT: Final = _user_agent()
+try:
+    _USER_AGENT = f"loopfuse/{importlib.metadata.version('loopfuse')}".encode()
+except importlib.metadata.PackageNotFoundError:  # run from a source tree
+    _USER_AGENT = b"loopfuse/0"
 
 
 class Proxy(NamedTuple):
@@ -156,34 +129,25 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 
 
 class ChatTransport:
-    """Sends POST requests to ``path`` under an endpoint's base URL; one connection pool."""
+    """Sends POST requests to :data:`COMPLETIONS` under an endpoint's base URL; one
+    connection pool."""
 
     def __init__(
-        self,
-        endpoint: EndpointSettings,
-        *,
-        path: str = COMPLETIONS,
-        run_id_header: str = RUN_ID_HEADER,
-        ssl_context: ssl.SSLContext | None = None,
+        self, endpoint: EndpointSettings, *, ssl_context: ssl.SSLContext | None = None
     ) -> None:
         parts = urlsplit(endpoint.base_url)
         address = parts.netloc.rpartition("@")[2]  # credentials become the Authorization
         query = f"?{parts.query}" if parts.query else ""
-        self._url_text = f"{parts.scheme}://{address}{parts.path.rstrip('/')}{path}{query}"
-        self._run_id_name = run_id_header
+        self.url = f"{parts.scheme}://{address}{parts.path.rstrip('/')}{COMPLETIONS}{query}"
+        """The URL requests go to (without credentials)."""
         self._timeout = aiohttp.ClientTimeout(
             connect=endpoint.timeout_seconds,  # waiting for the pool, and connecting
             sock_connect=endpoint.connect_timeout_seconds,
             sock_read=endpoint.timeout_seconds,
         )
         self._fixed = _fixed_headers(endpoint, parts.username, parts.password)
-        self._secrets = frozenset(
-            {
-                b"authorization",
-                b"cookie",
-                *(k.lower().encode("latin-1") for k in endpoint.extra_headers),
-            }
-        )
+        extra = [name.lower().encode("latin-1") for name in endpoint.extra_headers]
+        self._secrets = frozenset({b"authorization", b"cookie", *extra})
         self._cookies: dict[str, str] = {}
         self._cookie: tuple[tuple[str, str], ...] = ()  # the Cookie header, if any
         self._ssl_context = ssl_context or httpx2.create_ssl_context()
@@ -200,19 +164,10 @@ class ChatTransport:
         self._proxied = tuple(fixed) if proxy else ()
         self._defaults = None if proxy else fixed
         self._session: aiohttp.ClientSession | None = None  # made on the loop, at first use
-        self._closed = False
+        self.is_closed = False  # aclose was called
 
     def __repr__(self) -> str:
-        return f"ChatTransport({self._url_text!r})"
-
-    @property
-    def url(self) -> str:
-        """The URL requests go to (without credentials)."""
-        return self._url_text
-
-    @property
-    def is_closed(self) -> bool:
-        return self._closed
+        return f"ChatTransport({self.url!r})"
 
     async def post(
         self,
@@ -228,9 +183,8 @@ class ChatTransport:
         exceptions (:mod:`actors.llm.sdk_errors`); ``RuntimeError`` once closed.
 
         ``fresh``: on a new connection of its own (closed with the reply), not one the pool
-        kept: for a retry, since a server that failed an attempt may have closed the
-        connection it used, and the pool learns that only when the close arrives."""
-        if self._closed:
+        kept (for a retry: ``docs/transport.md``)."""
+        if self.is_closed:
             raise RuntimeError("the model transport has been closed")
         if not fresh:
             session = self._session
@@ -258,9 +212,9 @@ class ChatTransport:
         stream: bool,
         headers: Headers,
     ) -> Reply:
-        own = [*self._proxied, *self._cookie, (self._run_id_name, run_id)]
+        own = [*self._proxied, *self._cookie, (RUN_ID_HEADER, run_id)]
         own.extend([(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers])
-        url = self._url_text
+        url = self.url
         for _ in range(MAX_REDIRECTS + 1):
             try:
                 response = await session.post(
@@ -304,11 +258,19 @@ class ChatTransport:
                 finally:
                     await reply.aclose()
             return reply
-        following = self._redirect(response, url) if status in _REDIRECTS else None
+        location = head.get("Location")
         content = await self._error_body(response, run_id, coding)
-        if following is None:
-            raise self._status_error(response, content, run_id)
-        return following
+        if status in _REDIRECTS and location is not None:
+            following = urljoin(url, location)
+            if _origin(following) == _origin(url):
+                return following
+        if 300 <= status < 400:
+            content = _message(
+                f"the endpoint redirected ({status}) to {location or ''!r}; only "
+                "307/308 within the same origin are followed: set model.base_url to the "
+                "new address"
+            )
+        raise status_error(status, response.raw_headers, content, self.error_request(run_id))
 
     def error_request(self, run_id: str) -> httpx2.Request:
         """This transport's request as an ``httpx2.Request`` for an SDK exception, its
@@ -319,12 +281,12 @@ class ChatTransport:
         ]
         if self._cookie:
             headers.append((b"Cookie", _REDACTED))
-        headers.append((self._run_id_name.encode("ascii"), _header_value(run_id)))
-        return httpx2.Request("POST", self._url_text, headers=headers)
+        headers.append((RUN_ID_HEADER.encode(), run_id.encode()))
+        return httpx2.Request("POST", self.url, headers=headers)
 
     async def aclose(self) -> None:
         """Close every connection; later requests raise ``RuntimeError``."""
-        self._closed = True
+        self.is_closed = True
         if self._session is not None:
             await self._session.close()
 
@@ -360,14 +322,6 @@ class ChatTransport:
         cookie = "; ".join(f"{k}={v}" for k, v in self._cookies.items())
         self._cookie = (("Cookie", cookie),) if cookie else ()
 
-    def _redirect(self, response: aiohttp.ClientResponse, url: str) -> str | None:
-        """Where a 307/308 leads, if it stays on this origin."""
-        location = response.headers.get("Location")
-        if location is None:
-            return None
-        following = urljoin(url, location)
-        return following if _origin(following) == _origin(url) else None
-
     async def _error_body(
         self, response: aiohttp.ClientResponse, run_id: str, encoding: bytes | None
     ) -> bytes:
@@ -375,7 +329,7 @@ class ChatTransport:
         pieces: list[bytes] = []
         size = 0
         try:
-            async for data in _decoded(_reads(response.content), encoding):
+            async for data in _body(response.content, encoding):
                 pieces.append(data)
                 size += len(data)
                 if size >= ERROR_BODY_LIMIT:
@@ -386,30 +340,17 @@ class ChatTransport:
             response.release()
         return b"".join(pieces)[:ERROR_BODY_LIMIT]
 
-    def _status_error(
-        self, response: aiohttp.ClientResponse, content: bytes, run_id: str
-    ) -> openai.APIStatusError:
-        status = response.status
-        if 300 <= status < 400:
-            location = response.headers.get("Location", "")
-            content = _message(
-                f"the endpoint redirected ({status}) to {location!r}; only "
-                "307/308 within the same origin are followed: set model.base_url to the "
-                "new address"
-            )
-        return status_error(status, response.raw_headers, content, self.error_request(run_id))
-
 
 class Reply:
     """A 2xx response: what :func:`actors.llm.stream.read_chunks` and the caller read."""
 
     __slots__ = (
-        "_content",
         "_encoding",
         "_response",
         "_run_id",
         "_session",
         "_transport",
+        "content",
         "http_version",
         "status_code",
     )
@@ -425,7 +366,7 @@ class Reply:
         self._response = response
         self._run_id = run_id
         self._encoding = encoding
-        self._content = b""
+        self.content = b""  # the body, once aread has read it
         self._session: aiohttp.ClientSession | None = None
         self.status_code = response.status
         version = response.version
@@ -437,23 +378,15 @@ class Reply:
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
-        encoding = self._encoding
-        if encoding and encoding != b"identity":
-            return _bounded(_decoded(_reads(self._response.content), encoding))
-        return _BodyReads(self._response.content)  # the usual body: no generator frame
-
-    @property
-    def content(self) -> bytes:
-        """The body, once :meth:`aread` has read it."""
-        return self._content
+        return _body(self._response.content, self._encoding)
 
     async def aread(self) -> bytes:
         """The whole body (the SDK's connection exceptions when the connection fails)."""
         try:
-            self._content = b"".join([data async for data in self.aiter_bytes()])
+            self.content = b"".join([data async for data in self.aiter_bytes()])
         except CORE_ERRORS as exc:
             raise connection_error(exc, self.request) from exc
-        return self._content
+        return self.content
 
     def drained_nowait(self) -> bool:
         """Drop what has arrived of the body without waiting; whether it has ended (the
@@ -491,15 +424,17 @@ class Reply:
         return self._transport.error_request(self._run_id)
 
 
-async def _reads(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
-    """The body as it arrives, read by read."""
-    while data := await content.readany():
-        yield data
+def _body(content: aiohttp.StreamReader, encoding: bytes | None) -> AsyncIterator[bytes]:
+    """The body, read by read, a content coding undone; ended by :data:`BrokenBody` past
+    :data:`MAX_BODY_BYTES`."""
+    if encoding and encoding != b"identity":
+        return _decoded(content, encoding)
+    return _BodyReads(content)  # the usual body: no generator frame
 
 
 class _BodyReads:
-    """``_bounded(_reads(content))`` as one plain iterator: each read is one coroutine
-    frame over ``readany``, not an async generator's (fewer frames resumed per wake-up)."""
+    """An identity body as a plain iterator: each read is one coroutine frame over
+    ``readany``, not an async generator's (fewer frames resumed per wake-up)."""
 
     __slots__ = ("_content", "_size")
 
@@ -520,29 +455,17 @@ class _BodyReads:
         return data
 
 
-async def _bounded(reads: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """``reads``, ended by :data:`BrokenBody` past :data:`MAX_BODY_BYTES`."""
-    size = 0
-    async for data in reads:
-        size += len(data)
-        if size > MAX_BODY_BYTES:
-            raise BrokenBody(f"the response body is longer than {MAX_BODY_BYTES} bytes (decoded)")
-        yield data
-
-
-async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> AsyncIterator[bytes]:
-    """``reads`` with a gzip or deflate content coding undone."""
-    if not encoding or encoding == b"identity":
-        async for data in reads:
-            yield data
-        return
+async def _decoded(content: aiohttp.StreamReader, encoding: bytes) -> AsyncIterator[bytes]:
+    """The body with a gzip or deflate content coding undone (bounded as :func:`_body` says)."""
+    too_long = f"the response body is longer than {MAX_BODY_BYTES} bytes (decoded)"
     wbits = _DECODERS.get(encoding)
     if wbits is None:
         raise BrokenBody(
             f"the response is encoded as {encoding.decode('latin-1')!r} (asked for identity)"
         )
     decoder = zlib.decompressobj(wbits) if wbits else None
-    async for data in reads:
+    size = 0
+    while data := await content.readany():
         if decoder is None:  # deflate: zlib-wrapped, or raw as some servers send it
             raw = data[:1] and (data[0] & 0x0F) != 8
             decoder = zlib.decompressobj(-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
@@ -552,9 +475,14 @@ async def _decoded(reads: AsyncIterator[bytes], encoding: bytes | None) -> Async
             except zlib.error as exc:
                 raise BrokenBody(f"undecodable {encoding!r} body: {exc}") from exc
             data = decoder.unconsumed_tail
+            size += len(out)
+            if size > MAX_BODY_BYTES:
+                raise BrokenBody(too_long)
             if out:
                 yield out
     if decoder is not None and (rest := decoder.flush()):
+        if size + len(rest) > MAX_BODY_BYTES:
+            raise BrokenBody(too_long)
         yield rest
 
 
@@ -580,35 +508,24 @@ def _fixed_headers(
     ):
         value = os.environ.get(variable)
         if value:
-            headers[name.lower()] = (name.encode("ascii"), _header_value(value))
+            headers[name.lower()] = (name.encode("ascii"), value.encode())
     for name, value in endpoint.extra_headers.items():
-        headers[name.lower()] = (name.encode("latin-1"), _header_value(value))
+        headers[name.lower()] = (name.encode("latin-1"), value.encode())
     return list(headers.values())
 
 
 def _expired(morsel: http.cookies.Morsel[str]) -> bool:
-    max_age = morsel["max-age"]
-    if max_age:
-        try:
+    max_age, expires = morsel["max-age"], morsel["expires"]
+    try:
+        if max_age:
             return int(max_age) <= 0
-        except ValueError:
-            return False
-    expires = morsel["expires"]
-    if expires:
-        try:
+        if expires:
             return email.utils.parsedate_to_datetime(expires).timestamp() <= time.time()
-        except (TypeError, ValueError):
-            return False
+    except (TypeError, ValueError):
+        pass  # an unreadable limit: kept, as if it had none
     return False
 
 
 def _message(text: str) -> bytes:
     """An error body in the OpenAI shape, for an error loopfuse itself reports."""
     return json.dumps({"error": {"message": text, "type": "loopfuse_transport"}}).encode()
-
-
-def _header_value(value: str) -> bytes:
-    try:
-        return value.encode("ascii")
-    except UnicodeEncodeError:
-        return value.encode("utf-8")

@@ -10,6 +10,7 @@ settings ask for: ``tool_choice`` (only beside tools) and whether to stream.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, assert_never
 
@@ -35,9 +36,7 @@ __all__ = [
     "ToolSchemaError",
     "WireTools",
     "estimate_usage",
-    "has_called_a_tool",
     "prompt_chars",
-    "tool_choice_value",
     "wire_messages",
 ]
 
@@ -45,7 +44,7 @@ CHARS_PER_TOKEN: Final = 4
 """Characters per token when the endpoint reports no usage (an estimate)."""
 
 SCHEMA_CACHE_SIZE: Final = 1024
-"""Distinct tool specs whose wire form is kept (oldest evicted first)."""
+"""Distinct tool specs whose wire form is kept (the least recently used evicted first)."""
 
 _decode = msgspec.json.Decoder().decode
 
@@ -119,52 +118,24 @@ def _with_images(
 class WireTools:
     """The ``tools`` array for a tuple of specs, each spec converted once."""
 
-    def __init__(self, capacity: int = SCHEMA_CACHE_SIZE) -> None:
-        self._capacity = capacity
-        self._cache: dict[ToolSpec, dict[str, Any]] = {}
+    def __init__(self) -> None:
+        self._one = functools.lru_cache(maxsize=SCHEMA_CACHE_SIZE)(_wire_tool)
 
     def __call__(self, specs: Iterable[ToolSpec]) -> list[dict[str, Any]]:
         """Raises :class:`ToolSchemaError` naming the tool whose schema is not a JSON object."""
         return [self._one(spec) for spec in specs]
 
-    def _one(self, spec: ToolSpec) -> dict[str, Any]:
-        tool = self._cache.get(spec)
-        if tool is None:
-            try:
-                schema = _decode(spec.parameters) if spec.parameters.strip() else {}
-            except msgspec.DecodeError as exc:
-                raise ToolSchemaError(f"tool {spec.name!r}: parameters: {exc}") from None
-            if not isinstance(schema, dict):
-                raise ToolSchemaError(f"tool {spec.name!r}: parameters must be a JSON object")
-            schema.setdefault("type", "object")
-            tool = {
-                "type": "function",
-                "function": {
-                    "name": spec.name,
-                    "description": spec.description,
-                    "parameters": schema,
-                },
-            }
-            if len(self._cache) >= self._capacity:
-                del self._cache[next(iter(self._cache))]
-            self._cache[spec] = tool
-        return tool
 
-    def __len__(self) -> int:
-        return len(self._cache)
-
-
-def tool_choice_value(choice: str) -> str | dict[str, Any]:
-    """The wire form of a ``tool_choice`` setting: a mode as is, a tool's name as
-    ``{"type": "function", "function": {"name": …}}``."""
-    if choice in TOOL_CHOICE_MODES:
-        return choice
-    return {"type": "function", "function": {"name": choice}}
-
-
-def has_called_a_tool(messages: Sequence[ChatMessage]) -> bool:
-    """Whether an assistant message of ``messages`` has tool calls (the latest first)."""
-    return any(msg.tool_calls for msg in reversed(messages) if msg.role == "assistant")
+def _wire_tool(spec: ToolSpec) -> dict[str, Any]:
+    try:
+        schema = _decode(spec.parameters) if spec.parameters.strip() else {}
+    except msgspec.DecodeError as exc:
+        raise ToolSchemaError(f"tool {spec.name!r}: parameters: {exc}") from None
+    if not isinstance(schema, dict):
+        raise ToolSchemaError(f"tool {spec.name!r}: parameters must be a JSON object")
+    schema.setdefault("type", "object")
+    function = {"name": spec.name, "description": spec.description, "parameters": schema}
+    return {"type": "function", "function": function}
 
 
 _AUTO: Final = "auto"
@@ -180,14 +151,16 @@ class RequestShape:
         self.stream = options.stream
         sampling = {"temperature": options.temperature, "seed": options.seed}
         self._sampling = {key: value for key, value in sampling.items() if value is not None}
-        self._choice = tool_choice_value(options.tool_choice)
-        forcing = options.tool_choice not in (_AUTO, "none")
-        self._reset = forcing and options.reset_tool_choice
+        choice = options.tool_choice
+        self._choice: str | dict[str, Any] = choice  # a mode as is
+        if choice not in TOOL_CHOICE_MODES:  # a tool's name: that function is forced
+            self._choice = {"type": "function", "function": {"name": choice}}
+        self._reset = choice not in (_AUTO, "none") and options.reset_tool_choice
 
     def tool_choice(self, messages: Sequence[ChatMessage]) -> str | dict[str, Any]:
         """The ``tool_choice`` of a request with ``messages``: the setting's, or ``"auto"``
         once the model has called a tool when a forcing choice is reset."""
-        if self._reset and has_called_a_tool(messages):
+        if self._reset and any(m.tool_calls for m in reversed(messages) if m.role == "assistant"):
             return _AUTO
         return self._choice
 
@@ -216,13 +189,7 @@ class RequestShapes:
     __slots__ = ("_default", "_models")
 
     def __init__(self, endpoint: EndpointSettings) -> None:
-        own = RequestOptions(
-            stream=endpoint.stream,
-            tool_choice=endpoint.tool_choice,
-            reset_tool_choice=endpoint.reset_tool_choice,
-            temperature=endpoint.temperature,
-            seed=endpoint.seed,
-        )
+        own = RequestOptions(**{k: getattr(endpoint, k) for k in RequestOptions.__struct_fields__})
         self._default = RequestShape(own)
         self._models = {model: RequestShape(options) for model, options in endpoint.models.items()}
 
