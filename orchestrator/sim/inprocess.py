@@ -1,20 +1,12 @@
 """The simulator's scripted model in process: scenario replies straight onto the bus, no HTTP.
 
 A scenario that needs nothing of HTTP (:func:`plays_in_process`) is answered inside the bus
-handler of its request, as the simulator and the LLM caller together answer it over
-loopback: the same step (position from the conversation, tracks and branches), the same
-reply (text, tool calls and their ids, finish reason, invalid arguments), the same usage
-(the prompt estimated from the body the caller would send, images by their pixel size), the
-same escalation of a truncated reply. Its text comes as one delta per attempt instead of
-one per network read. A step's ``latency`` is waited in process too (the reply is published
-when it has passed; a :class:`~bus.ModelCancel` meanwhile gets the aborted reply at once, as
-from the caller), unless the wait would reach the caller's read timeout, its call deadline
-or the request's ``deadline_at``: what then happens is the caller's, so the wire plays it.
-
-Everything else goes to the wire actor (the LLM caller on a bus of its own, whose answers
-are forwarded in order): scenarios that ask for the wire, models that are no in-process
-scenario, and a request the script cannot answer (its 400 then comes from the simulator,
-word for word).
+handler of its request by the simulator's rules, as the simulator and the LLM caller together
+answer it over loopback (same step, reply, usage and escalation; one text delta per attempt).
+A step's ``latency`` is waited in process unless the wait would reach the caller's read
+timeout, its call deadline or the request's ``deadline_at``. Everything else goes to the wire
+actor (the LLM caller on a bus of its own, whose answers are forwarded in order). The rules:
+``docs/scenarios.md`` ("In process or over the wire").
 """
 
 from __future__ import annotations
@@ -41,8 +33,8 @@ from bus import (
     Usage,
 )
 from orchestrator.sim.content import ContentError, content_text, request_images
-from orchestrator.sim.scenario import MAIN_TRACK, Scenario, Step
-from orchestrator.sim.script import locate, step_at
+from orchestrator.sim.scenario import Scenario
+from orchestrator.sim.script import find_track, locate, step_at
 from orchestrator.sim.wire import build_reply, estimate_tokens
 
 __all__ = ["InProcessModel", "WireActor", "plays_in_process"]
@@ -68,11 +60,7 @@ def plays_in_process(scenario: Scenario) -> bool:
     if scenario.abort is not None and scenario.abort.after_text_chars is not None:
         return False
     steps = (*scenario.steps, *(step for track in scenario.tracks.values() for step in track))
-    return not any(_needs_wire(step) for step in steps)
-
-
-def _needs_wire(step: Step) -> bool:
-    return bool(step.faults or step.chunk_latency or step.keep_alive or step.stream is not None)
+    return not any(s.faults or s.chunk_latency or s.keep_alive or s.stream for s in steps)
 
 
 class InProcessModel:
@@ -138,14 +126,8 @@ class InProcessModel:
         return {ModelRequest: self._request, ModelCancel: self._cancel}
 
     def _request(self, request: ModelRequest) -> None:
-        scenario = self._scenarios.get(request.model)
-        track = MAIN_TRACK
-        if scenario is None and "/" in request.model:  # a pipeline stage: SCENARIO/TRACK
-            name, _, track = request.model.partition("/")
-            scenario = self._scenarios.get(name)
-            if scenario is not None and track not in scenario.tracks:
-                scenario = None
-        played = self._play(scenario, track, request) if scenario is not None else None
+        found = find_track(self._scenarios, request.model)
+        played = self._play(*found, request) if found is not None else None
         if played is None:
             self._to_wire(request)
             return
@@ -161,10 +143,7 @@ class InProcessModel:
             waiting = self._waiting[key] = _Waiting(request, answer)
             self._tg.start_soon(self._answer_later, key, waiting, latency)
             return
-        self.answered += 1
-        publish = self._bus.publish_nowait
-        for msg in answer:
-            publish(msg)
+        self._publish(answer)
 
     async def _answer_later(self, key: tuple[str, int], waiting: _Waiting, latency: float) -> None:
         with waiting.scope:
@@ -172,9 +151,12 @@ class InProcessModel:
         if self._waiting.get(key) is not waiting:
             return  # answered already (cancelled)
         del self._waiting[key]
+        self._publish(waiting.answer)
+
+    def _publish(self, answer: list[Message]) -> None:
         self.answered += 1
         publish = self._bus.publish_nowait
-        for msg in waiting.answer:
+        for msg in answer:
             publish(msg)
 
     def _cancel(self, msg: ModelCancel) -> None:

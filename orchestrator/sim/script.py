@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from actors.loop.llm_check import SYSTEM_PREFIX as LOOP_CHECK_PREFIX
@@ -23,6 +23,7 @@ __all__ = [
     "Position",
     "fault_for",
     "filler",
+    "find_track",
     "locate",
     "render_arguments",
     "step_at",
@@ -46,6 +47,17 @@ class Position(NamedTuple):
     track: str
     step: int
     replies: int
+
+
+def find_track(scenarios: Mapping[str, Scenario], model: str) -> tuple[Scenario, str] | None:
+    """The scenario and track that ``model`` plays (a pipeline stage's ``SCENARIO/TRACK``
+    plays ``TRACK``), or ``None`` when it names none."""
+    scenario = scenarios.get(model)
+    if scenario is not None:
+        return scenario, MAIN_TRACK
+    name, _, track = model.partition("/")
+    scenario = scenarios.get(name)
+    return (scenario, track) if scenario is not None and track in scenario.tracks else None
 
 
 def locate(

@@ -143,12 +143,12 @@ class Frames:
             "model": model,
             "system_fingerprint": "fp_loopfuse_sim",
         }
-        self._include_usage = include_usage
+        self.include_usage = include_usage
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         body: dict[str, Any] = {**self._head, "choices": [choice]}
-        if self._include_usage:
+        if self.include_usage:
             body["usage"] = None
         return _frame(body)
 
@@ -182,10 +182,6 @@ class Frames:
 
     def usage(self, reply: Reply) -> bytes:
         return _frame({**self._head, "choices": [], "usage": reply.usage()})
-
-    @property
-    def include_usage(self) -> bool:
-        return self._include_usage
 
 
 def completion(completion_id: str, model: str, created: int, reply: Reply) -> dict[str, Any]:
@@ -241,6 +237,10 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
     """Status and body of a context overflow in the shape ``fault.shape``."""
     status = fault.status or 400
     too_long = f"This model's maximum context length is {window} tokens. However, "
+    requested = (
+        f"{too_long}you requested {prompt_tokens} tokens ({prompt_tokens} in the messages, 0 "
+        "in the completion). Please reduce the length of the messages or completion."
+    )
     match fault.shape:
         case "openai" | "llama_cpp_python":  # (streamed: B answers it with an empty 200)
             message = (
@@ -250,19 +250,9 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
             error = _error(fault, message, "invalid_request_error", "context_length_exceeded")
             return status, {"error": {**error, "param": "messages"}}
         case "deepseek":
-            message = (
-                f"{too_long}you requested {prompt_tokens} tokens ({prompt_tokens} in the "
-                "messages, 0 in the completion). Please reduce the length of the messages "
-                "or completion."
-            )
-            return status, {"error": _error(fault, message, "invalid_request_error", None)}
+            return status, {"error": _error(fault, requested, "invalid_request_error", None)}
         case "vllm" | "vllm_old":
-            message = (
-                f"{too_long}you requested {prompt_tokens} tokens ({prompt_tokens} in the "
-                "messages, 0 in the completion). Please reduce the length of the messages "
-                "or completion."
-            )
-            error = {**_error(fault, message, "BadRequestError", None), "code": status}
+            error = {**_error(fault, requested, "BadRequestError", None), "code": status}
             if fault.shape == "vllm":
                 return status, {"error": error}
             return status, {"object": "error", **error}
