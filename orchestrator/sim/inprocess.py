@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
 from actors.llm.accumulator import ReplyAccumulator
+from actors.llm.caller import LLMCaller
 from actors.llm.settings import EndpointSettings
 from actors.llm.wire import RequestShapes, ToolSchemaError, WireTools, estimate_usage, prompt_chars
 from bus import (
@@ -37,16 +38,10 @@ from orchestrator.sim.scenario import Scenario
 from orchestrator.sim.script import find_track, locate, step_at
 from orchestrator.sim.wire import build_reply, estimate_tokens
 
-__all__ = ["InProcessModel", "WireActor", "plays_in_process"]
+__all__ = ["InProcessModel", "plays_in_process"]
 
 _INCLUDE_USAGE: Final = {"include_usage": True}
 _encode = msgspec.json.Encoder().encode
-
-
-class WireActor(Protocol):
-    """An actor answering model requests over HTTP (the LLM caller)."""
-
-    async def run(self, *, task_status: TaskStatus[None] = ...) -> None: ...
 
 
 def plays_in_process(scenario: Scenario) -> bool:
@@ -74,7 +69,7 @@ class InProcessModel:
         scenarios: Iterable[Scenario],
         endpoint: EndpointSettings,
         *,
-        wire: Callable[[Bus], WireActor] | None = None,
+        wire: Callable[[Bus], LLMCaller] | None = None,
     ) -> None:
         self._bus = bus
         self._endpoint = endpoint

@@ -159,7 +159,7 @@ def _convert_folder(raw: object, source: str) -> dict[str, str]:
         raise ScenarioError(source, "folder", "expected a table of path = text")
     for key, value in raw.items():
         if not isinstance(value, str):
-            got = _NOUNS.get(_KINDS.get(type(value), ""), type(value).__name__)
+            got = _NOUNS.get(type(value).__name__, type(value).__name__)
             raise ScenarioError(source, f"folder.{key!r}", f"expected a string, got {got}")
     return dict(raw)
 
@@ -176,14 +176,8 @@ _NOUNS: Final = {
     "float": "a number",
     "bool": "a boolean",
     "null": "nothing",
-}
-_KINDS: Final[dict[type, str]] = {
-    str: "str",
-    int: "int",
-    float: "float",
-    bool: "bool",
-    dict: "object",
-    list: "array",
+    "dict": "a table",  # the Python types of TOML values
+    "list": "an array",
 }
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "exit_reason": tuple(ExitReason),

@@ -6,6 +6,7 @@ context-overflow errors can also take the DeepSeek, vLLM and llama.cpp shapes.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
@@ -156,29 +157,25 @@ class Frames:
         """Per call: a first fragment with id, type, name and ``""``, then argument pieces
         (OpenAI's shape); ``shape`` may repeat the head in every fragment, send the
         arguments cumulatively and choose where fragments end."""
+        shape = shape or StreamShape()
         for index, call in enumerate(reply.calls):
-            head = {"name": call.name, "arguments": ""}
-            first = {"index": index, "id": call.id, "type": "function", "function": head}
-            yield self.chunk({"tool_calls": [first]})
+            head = {"index": index, "id": call.id, "type": "function"}
+            yield self.chunk(
+                {"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]}
+            )
             text = call.arguments
             ends = (
                 [*(end for end in shape.splits if end < len(text)), len(text)]
-                if shape is not None and shape.splits is not None
+                if shape.splits is not None
                 else [*range(reply.chunk_size, len(text), reply.chunk_size), len(text)]
             )
-            start = 0
-            for end in ends if text else ():
-                cumulative = shape is not None and shape.arguments == "cumulative"
-                fragment: dict[str, Any] = {"index": index}
-                if shape is not None and shape.repeat_head:
-                    fragment.update(id=call.id, type="function")
-                    function = {"name": call.name, "arguments": ""}
+            for start, end in itertools.pairwise([0, *ends]) if text else ():
+                piece = text[:end] if shape.arguments == "cumulative" else text[start:end]
+                if shape.repeat_head:
+                    fragment = {**head, "function": {"name": call.name, "arguments": piece}}
                 else:
-                    function = {}
-                function["arguments"] = text[:end] if cumulative else text[start:end]
-                fragment["function"] = function
+                    fragment = {"index": index, "function": {"arguments": piece}}
                 yield self.chunk({"tool_calls": [fragment]})
-                start = end
 
     def usage(self, reply: Reply) -> bytes:
         return _frame({**self._head, "choices": [], "usage": reply.usage()})
