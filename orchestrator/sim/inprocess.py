@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -203,9 +204,7 @@ class InProcessModel:
         max_tokens = request.max_tokens or endpoint.default_max_tokens
         escalate = request.escalated_max_tokens or endpoint.escalated_max_tokens
         out: list[Message] = []
-        attempts = 0
-        while True:
-            attempts += 1
+        for attempts in (1, 2):
             body = dict(params)  # as the caller sends it: the simulator's prompt estimate
             if max_tokens is not None:
                 body[endpoint.max_tokens_param] = max_tokens
@@ -230,8 +229,8 @@ class InProcessModel:
                 and (max_tokens is None or max_tokens < escalate)
             ):
                 max_tokens = escalate  # the caller's one retry with a higher output limit
-                continue
-            break
+            else:
+                break
         acc = ReplyAccumulator()
         acc.add_text(text)
         for index, call in enumerate(reply.calls):
@@ -259,16 +258,14 @@ class InProcessModel:
         return out, step.latency
 
 
+@dataclass(slots=True)
 class _Waiting:
     """A reply waiting out its step's latency."""
 
-    __slots__ = ("answer", "request", "scope", "started")
-
-    def __init__(self, request: ModelRequest, answer: list[Message]) -> None:
-        self.request = request
-        self.answer = answer
-        self.scope = anyio.CancelScope()
-        self.started = anyio.current_time()
+    request: ModelRequest
+    answer: list[Message]
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    started: float = field(default_factory=anyio.current_time)
 
     def aborted(self) -> ModelReply:
         """What the caller replies when cancelled before anything arrived: no text, the
