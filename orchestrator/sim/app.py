@@ -157,9 +157,8 @@ class _Player:
             )
             if shaped == llama.EMPTY_STREAM:
                 return EventStream(_no_events(), headers=headers)
-            if shaped == llama.FAILED_ASSERTION:
+            if not isinstance(shaped, wire.Reply):  # FAILED_ASSERTION
                 return JSONResponse(llama.assertion_error(), status_code=500, headers=headers)
-            assert isinstance(shaped, wire.Reply)
             reply = shaped
         if fault is not None and fault.kind in ("status", "context_length"):
             if fault.kind == "context_length":
