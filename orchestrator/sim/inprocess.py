@@ -96,22 +96,19 @@ class InProcessModel:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 try:
-                    if self._make_wire is None:
-                        await sub.serve_by_type(handlers, task_status=task_status)
-                        return
-                    wire_bus = Bus()
-                    forward = wire_bus.subscribe(
-                        ModelReply, ModelError, ModelTextDelta, name="wire_forwarder"
-                    )
-                    tg.start_soon(forward.serve, self._bus.publish)
-                    await tg.start(self._make_wire(wire_bus).run)
-                    self._wire_bus = wire_bus
-                    try:
-                        await sub.serve_by_type(handlers, task_status=task_status)
-                    finally:
-                        self._wire_bus = None
-                        wire_bus.close()
+                    if self._make_wire is not None:
+                        wire_bus = Bus()
+                        forward = wire_bus.subscribe(
+                            ModelReply, ModelError, ModelTextDelta, name="wire_forwarder"
+                        )
+                        tg.start_soon(forward.serve, self._bus.publish)
+                        await tg.start(self._make_wire(wire_bus).run)
+                        self._wire_bus = wire_bus
+                    await sub.serve_by_type(handlers, task_status=task_status)
                 finally:
+                    if self._wire_bus is not None:
+                        self._wire_bus.close()
+                    self._wire_bus = None
                     self._tg = None
                     tg.cancel_scope.cancel()  # replies still waiting: the runtime is closing
         finally:

@@ -7,7 +7,6 @@ one step (to fail the first N of them) are counted, keyed by run, track and step
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any, Final, NamedTuple
@@ -70,17 +69,12 @@ def locate(
     scenario has one: each check is a conversation of its own, so its first step."""
     start, assistants = 0, 0
     seen: Counter[str] = Counter()
-    messages = iter(messages)
-    first = next(messages, None)
-    if first is None:
-        return Position(track, 0, 0)
-    if (
-        first[0] == "system"
-        and LOOP_CHECK_TRACK in scenario.tracks
-        and first[1].startswith(LOOP_CHECK_PREFIX)
-    ):
-        return Position(LOOP_CHECK_TRACK, 0, 0)
-    for role, text in itertools.chain((first,), messages):
+    messages = list(messages)
+    if LOOP_CHECK_TRACK in scenario.tracks and messages[:1]:
+        role, text = messages[0]
+        if role == "system" and text.startswith(LOOP_CHECK_PREFIX):
+            return Position(LOOP_CHECK_TRACK, 0, 0)
+    for role, text in messages:
         if role == "assistant":
             assistants += 1
             continue
