@@ -3,10 +3,6 @@
 ``make_figure`` writes the files its sandbox passed back into a per-run temporary folder
 (the daemon writes them: the sandbox has no writable view of the host) and answers
 ``Saved: PATH, PATH``.
-:func:`saved_figures` reads those paths back from the explore run's transcript;
-:func:`place_figures` copies the files into ``NAME.figures/`` next to the report, points
-any mention of a temporary path in the report at its copy, and (Markdown) adds a
-``## Figures`` section linking the figures the text does not show yet.
 """
 
 from __future__ import annotations
@@ -51,7 +47,9 @@ def figures_dir(out: Path) -> Path:
 def place_figures(
     report: str, figures: tuple[Path, ...], out: Path, report_format: ReportFormat
 ) -> tuple[str, tuple[Path, ...]]:
-    """Copy ``figures`` next to ``out``; return the report with its links and the copies.
+    """Copy ``figures`` into ``NAME.figures/`` next to ``out``; return the report, its
+    mentions of their temporary paths pointed at the copies (Markdown: a ``## Figures``
+    section links those the text does not show), and the copies.
 
     A figure that no longer exists, or is not a regular file (a link, a pipe), is left
     out. Runs in a worker thread (file I/O).

@@ -2,10 +2,8 @@
 
 Files are bucketed by extension into documents / images / data / other with counts and
 sizes. The walk is bounded by file count, depth, entries read per directory and time (no
-file's content is read), goes through directory
-descriptors (as the path guard does: a directory swapped for a link mid-walk leads nowhere
-outside), follows a symbolic link only when it stays inside the folder, and skips hidden
-entries.
+file's content is read), and skips hidden entries; :func:`scan_folder` says how it stays
+inside the folder.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ import itertools
 import os
 import stat
 import time
+from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
 import msgspec
@@ -124,19 +123,17 @@ def scan_folder(
         return FolderScan(root=folder.real_path, files=tuple(files), truncated=walk.truncated)
 
 
+@dataclass
 class _Scan:
     """One bounded walk: depth first, each directory's entries by name."""
 
-    def __init__(
-        self, folder: Folder, max_files: int, max_depth: int, deadline: float, max_entries: int
-    ) -> None:
-        self.folder = folder
-        self.max_files = max_files
-        self.max_depth = max_depth
-        self.deadline = deadline
-        self.max_entries = max_entries
-        self.files: list[ScannedFile] = []
-        self.truncated: str | None = None
+    folder: Folder
+    max_files: int
+    max_depth: int
+    deadline: float
+    max_entries: int
+    files: list[ScannedFile] = field(default_factory=list)
+    truncated: str | None = None
 
     def visit(self, fd: int, prefix: str, depth: int) -> None:
         """Directory ``fd`` (at ``prefix``, ``depth`` below the folder) and what it holds."""

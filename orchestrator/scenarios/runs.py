@@ -138,12 +138,8 @@ def call_mismatches(calls: Sequence[CallExpectation], result: RunResult) -> list
             )
             continue
         entry = result.call_log[wanted.call - 1]
-        if wanted.verdict is not None and entry.verdict != wanted.verdict:
-            mismatches.append(
-                f"calls[{wanted.call}].verdict: expected {wanted.verdict!r}, got {entry.verdict!r}"
-            )
-        if wanted.tool is not None and entry.tool != wanted.tool:
-            mismatches.append(
-                f"calls[{wanted.call}].tool: expected {wanted.tool!r}, got {entry.tool!r}"
-            )
+        for key in ("verdict", "tool"):
+            want, got = getattr(wanted, key), getattr(entry, key)
+            if want is not None and got != want:
+                mismatches.append(f"calls[{wanted.call}].{key}: expected {want!r}, got {got!r}")
     return mismatches

@@ -24,8 +24,8 @@ from starlette.routing import Route
 from orchestrator.sim import llama, wire
 from orchestrator.sim.content import ContentError, content_text, request_images
 from orchestrator.sim.responses import DropConnection, EventStream, TruncatedResponse
-from orchestrator.sim.scenario import MAIN_TRACK, Fault, Scenario, Step, StreamShape
-from orchestrator.sim.script import AttemptCounter, fault_for, locate, step_at
+from orchestrator.sim.scenario import Fault, Scenario, Step, StreamShape
+from orchestrator.sim.script import AttemptCounter, fault_for, find_track, locate, step_at
 
 __all__ = ["RUN_ID_HEADER", "make_app"]
 
@@ -104,15 +104,11 @@ class _Player:
             images = request_images((m.role, m.content) for m in req.messages)
         except ContentError as exc:
             return _error(400, f"Invalid message content: {exc}", code="invalid_content")
-        scenario, track = self._scenarios.get(req.model), MAIN_TRACK
-        if scenario is None and "/" in req.model:  # a pipeline stage: SCENARIO/TRACK
-            name, _, track = req.model.partition("/")
-            scenario = self._scenarios.get(name)
-            if scenario is not None and track not in scenario.tracks:
-                scenario = None
-        if scenario is None:
+        found = find_track(self._scenarios, req.model)
+        if found is None:
             message = f"The model `{req.model}` does not exist or you do not have access to it."
             return _error(404, message, code="model_not_found")
+        scenario, track = found
         as_llama = scenario.server == "llama_cpp_python"
         if as_llama and (refused := llama.validation_error(body)) is not None:
             return JSONResponse(refused, status_code=500)
@@ -161,9 +157,8 @@ class _Player:
             )
             if shaped == llama.EMPTY_STREAM:
                 return EventStream(_no_events(), headers=headers)
-            if shaped == llama.FAILED_ASSERTION:
+            if not isinstance(shaped, wire.Reply):  # FAILED_ASSERTION
                 return JSONResponse(llama.assertion_error(), status_code=500, headers=headers)
-            assert isinstance(shaped, wire.Reply)
             reply = shaped
         if fault is not None and fault.kind in ("status", "context_length"):
             if fault.kind == "context_length":

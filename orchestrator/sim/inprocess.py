@@ -1,33 +1,27 @@
 """The simulator's scripted model in process: scenario replies straight onto the bus, no HTTP.
 
 A scenario that needs nothing of HTTP (:func:`plays_in_process`) is answered inside the bus
-handler of its request, as the simulator and the LLM caller together answer it over
-loopback: the same step (position from the conversation, tracks and branches), the same
-reply (text, tool calls and their ids, finish reason, invalid arguments), the same usage
-(the prompt estimated from the body the caller would send, images by their pixel size), the
-same escalation of a truncated reply. Its text comes as one delta per attempt instead of
-one per network read. A step's ``latency`` is waited in process too (the reply is published
-when it has passed; a :class:`~bus.ModelCancel` meanwhile gets the aborted reply at once, as
-from the caller), unless the wait would reach the caller's read timeout, its call deadline
-or the request's ``deadline_at``: what then happens is the caller's, so the wire plays it.
-
-Everything else goes to the wire actor (the LLM caller on a bus of its own, whose answers
-are forwarded in order): scenarios that ask for the wire, models that are no in-process
-scenario, and a request the script cannot answer (its 400 then comes from the simulator,
-word for word).
+handler of its request by the simulator's rules, as the simulator and the LLM caller together
+answer it over loopback (same step, reply, usage and escalation; one text delta per attempt).
+A step's ``latency`` is waited in process unless the wait would reach the caller's read
+timeout, its call deadline or the request's ``deadline_at``. Everything else goes to the wire
+actor (the LLM caller on a bus of its own, whose answers are forwarded in order). The rules:
+``docs/scenarios.md`` ("In process or over the wire").
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import anyio
 import msgspec
 from anyio.abc import TaskGroup, TaskStatus
 
 from actors.llm.accumulator import ReplyAccumulator
+from actors.llm.caller import LLMCaller
 from actors.llm.settings import EndpointSettings
 from actors.llm.wire import RequestShapes, ToolSchemaError, WireTools, estimate_usage, prompt_chars
 from bus import (
@@ -41,20 +35,14 @@ from bus import (
     Usage,
 )
 from orchestrator.sim.content import ContentError, content_text, request_images
-from orchestrator.sim.scenario import MAIN_TRACK, Scenario, Step
-from orchestrator.sim.script import locate, step_at
+from orchestrator.sim.scenario import Scenario
+from orchestrator.sim.script import find_track, locate, step_at
 from orchestrator.sim.wire import build_reply, estimate_tokens
 
-__all__ = ["InProcessModel", "WireActor", "plays_in_process"]
+__all__ = ["InProcessModel", "plays_in_process"]
 
 _INCLUDE_USAGE: Final = {"include_usage": True}
 _encode = msgspec.json.Encoder().encode
-
-
-class WireActor(Protocol):
-    """An actor answering model requests over HTTP (the LLM caller)."""
-
-    async def run(self, *, task_status: TaskStatus[None] = ...) -> None: ...
 
 
 def plays_in_process(scenario: Scenario) -> bool:
@@ -68,11 +56,7 @@ def plays_in_process(scenario: Scenario) -> bool:
     if scenario.abort is not None and scenario.abort.after_text_chars is not None:
         return False
     steps = (*scenario.steps, *(step for track in scenario.tracks.values() for step in track))
-    return not any(_needs_wire(step) for step in steps)
-
-
-def _needs_wire(step: Step) -> bool:
-    return bool(step.faults or step.chunk_latency or step.keep_alive or step.stream is not None)
+    return not any(s.faults or s.chunk_latency or s.keep_alive or s.stream for s in steps)
 
 
 class InProcessModel:
@@ -86,7 +70,7 @@ class InProcessModel:
         scenarios: Iterable[Scenario],
         endpoint: EndpointSettings,
         *,
-        wire: Callable[[Bus], WireActor] | None = None,
+        wire: Callable[[Bus], LLMCaller] | None = None,
     ) -> None:
         self._bus = bus
         self._endpoint = endpoint
@@ -112,22 +96,19 @@ class InProcessModel:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 try:
-                    if self._make_wire is None:
-                        await sub.serve_by_type(handlers, task_status=task_status)
-                        return
-                    wire_bus = Bus()
-                    forward = wire_bus.subscribe(
-                        ModelReply, ModelError, ModelTextDelta, name="wire_forwarder"
-                    )
-                    tg.start_soon(forward.serve, self._bus.publish)
-                    await tg.start(self._make_wire(wire_bus).run)
-                    self._wire_bus = wire_bus
-                    try:
-                        await sub.serve_by_type(handlers, task_status=task_status)
-                    finally:
-                        self._wire_bus = None
-                        wire_bus.close()
+                    if self._make_wire is not None:
+                        wire_bus = Bus()
+                        forward = wire_bus.subscribe(
+                            ModelReply, ModelError, ModelTextDelta, name="wire_forwarder"
+                        )
+                        tg.start_soon(forward.serve, self._bus.publish)
+                        await tg.start(self._make_wire(wire_bus).run)
+                        self._wire_bus = wire_bus
+                    await sub.serve_by_type(handlers, task_status=task_status)
                 finally:
+                    if self._wire_bus is not None:
+                        self._wire_bus.close()
+                    self._wire_bus = None
                     self._tg = None
                     tg.cancel_scope.cancel()  # replies still waiting: the runtime is closing
         finally:
@@ -138,14 +119,8 @@ class InProcessModel:
         return {ModelRequest: self._request, ModelCancel: self._cancel}
 
     def _request(self, request: ModelRequest) -> None:
-        scenario = self._scenarios.get(request.model)
-        track = MAIN_TRACK
-        if scenario is None and "/" in request.model:  # a pipeline stage: SCENARIO/TRACK
-            name, _, track = request.model.partition("/")
-            scenario = self._scenarios.get(name)
-            if scenario is not None and track not in scenario.tracks:
-                scenario = None
-        played = self._play(scenario, track, request) if scenario is not None else None
+        found = find_track(self._scenarios, request.model)
+        played = self._play(*found, request) if found is not None else None
         if played is None:
             self._to_wire(request)
             return
@@ -161,10 +136,7 @@ class InProcessModel:
             waiting = self._waiting[key] = _Waiting(request, answer)
             self._tg.start_soon(self._answer_later, key, waiting, latency)
             return
-        self.answered += 1
-        publish = self._bus.publish_nowait
-        for msg in answer:
-            publish(msg)
+        self._publish(answer)
 
     async def _answer_later(self, key: tuple[str, int], waiting: _Waiting, latency: float) -> None:
         with waiting.scope:
@@ -172,9 +144,12 @@ class InProcessModel:
         if self._waiting.get(key) is not waiting:
             return  # answered already (cancelled)
         del self._waiting[key]
+        self._publish(waiting.answer)
+
+    def _publish(self, answer: list[Message]) -> None:
         self.answered += 1
         publish = self._bus.publish_nowait
-        for msg in waiting.answer:
+        for msg in answer:
             publish(msg)
 
     def _cancel(self, msg: ModelCancel) -> None:
@@ -226,9 +201,7 @@ class InProcessModel:
         max_tokens = request.max_tokens or endpoint.default_max_tokens
         escalate = request.escalated_max_tokens or endpoint.escalated_max_tokens
         out: list[Message] = []
-        attempts = 0
-        while True:
-            attempts += 1
+        for attempts in (1, 2):
             body = dict(params)  # as the caller sends it: the simulator's prompt estimate
             if max_tokens is not None:
                 body[endpoint.max_tokens_param] = max_tokens
@@ -253,8 +226,8 @@ class InProcessModel:
                 and (max_tokens is None or max_tokens < escalate)
             ):
                 max_tokens = escalate  # the caller's one retry with a higher output limit
-                continue
-            break
+            else:
+                break
         acc = ReplyAccumulator()
         acc.add_text(text)
         for index, call in enumerate(reply.calls):
@@ -282,16 +255,14 @@ class InProcessModel:
         return out, step.latency
 
 
+@dataclass(slots=True)
 class _Waiting:
     """A reply waiting out its step's latency."""
 
-    __slots__ = ("answer", "request", "scope", "started")
-
-    def __init__(self, request: ModelRequest, answer: list[Message]) -> None:
-        self.request = request
-        self.answer = answer
-        self.scope = anyio.CancelScope()
-        self.started = anyio.current_time()
+    request: ModelRequest
+    answer: list[Message]
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    started: float = field(default_factory=anyio.current_time)
 
     def aborted(self) -> ModelReply:
         """What the caller replies when cancelled before anything arrived: no text, the

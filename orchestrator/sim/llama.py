@@ -1,23 +1,8 @@
 """The ``llama_cpp_python`` server profile: the simulator answering as llama-cpp-python 0.3.36's
 server (``python -m llama_cpp.server --chat_format chatml-function-calling``) does where it
 differs from OpenAI, for tests that cannot run the real server (facts: notes/interop.md).
-
-- An assistant message with ``"content": null``, a message of an unknown role, a tool message
-  without ``tool_call_id``: ``500`` with ``type: "internal_server_error"`` and, as message,
-  FastAPI's validation dump (one entry per member of the message union, as pydantic reports).
-- Tools: ``tool_choice`` omitted or ``"none"``: no tool is called (the scripted text only);
-  ``"auto"``: as scripted, but streamed it is a ``200`` event stream with no event at all (the
-  server fails "Automatic streaming tool choice is not supported" after the headers);
-  ``"required"``: ``500`` with an empty message (the server's failed assertion); a tool's
-  name: exactly one call of that tool, no text.
-- Call ids ``call__<i>_<name>_cmpl-<id>``; streamed, every tool-call chunk repeats ``index``,
-  ``id``, ``type`` and ``function.name`` beside its ``arguments`` fragment (one of them
-  ``""``), with the legacy ``function_call`` alongside; a whole completion with one call
-  carries ``function_call`` too.
-- ``stream_options.include_usage`` is accepted and ignored: no usage chunk.
-
-An over-long prompt is the scenario's ``context_error = "llama_cpp_python"`` (streamed: an
-empty ``200``), as for any profile.
+What differs is listed in ``docs/scenarios.md`` ("Server profiles"); a whole completion with
+one call carries the legacy ``function_call`` too.
 """
 
 from __future__ import annotations
@@ -66,39 +51,23 @@ def _member_errors(index: int, message: dict[str, Any]) -> list[dict[str, Any]]:
     role = message.get("role")
     entries: list[dict[str, Any]] = []
     for name, required in _MEMBERS:
-        member = f"ChatCompletionRequest{name.capitalize()}Message"
-        loc = ("body", "messages", index, member)
+        at = ("body", "messages", index, f"ChatCompletionRequest{name.capitalize()}Message")
         if role != name:
             expected = f"'{name}'"
-            entries.append(
-                {
-                    "type": "literal_error",
-                    "loc": (*loc, "role"),
-                    "msg": f"Input should be {expected}",
-                    "input": role,
-                    "ctx": {"expected": expected},
-                }
-            )
+            wrong = _entry("literal_error", (*at, "role"), f"Input should be {expected}", role)
+            entries.append({**wrong, "ctx": {"expected": expected}})
         if name == "assistant" and "content" in message and message["content"] is None:
             entries.append(
-                {
-                    "type": "string_type",
-                    "loc": (*loc, "content"),
-                    "msg": "Input should be a valid string",
-                    "input": None,
-                }
+                _entry("string_type", (*at, "content"), "Input should be a valid string", None)
             )
         for field in required:
             if field not in message:
-                entries.append(
-                    {
-                        "type": "missing",
-                        "loc": (*loc, field),
-                        "msg": "Field required",
-                        "input": message,
-                    }
-                )
+                entries.append(_entry("missing", (*at, field), "Field required", message))
     return entries
+
+
+def _entry(kind: str, loc: tuple[Any, ...], msg: str, value: Any) -> dict[str, Any]:
+    return {"type": kind, "loc": loc, "msg": msg, "input": value}
 
 
 def _fits(message: dict[str, Any]) -> bool:
@@ -130,18 +99,13 @@ def validation_error(body: bytes) -> dict[str, Any] | None:
 
 
 def _internal_error(message: str) -> dict[str, Any]:
-    return {
-        "error": {"message": message, "type": "internal_server_error", "param": None, "code": None}
-    }
+    error = {"message": message, "type": "internal_server_error", "param": None, "code": None}
+    return {"error": error}
 
 
 def assertion_error() -> dict[str, Any]:
     """The 500 body of the server's failed ``assert`` (``tool_choice: "required"``)."""
     return _internal_error("")
-
-
-def _call_id(index: int, name: str, completion_id: str) -> str:
-    return f"call__{index}_{name}_{completion_id.removeprefix('chat')}"
 
 
 def shape_reply(
@@ -167,10 +131,12 @@ def shape_reply(
         scripted = [call for call in reply.calls if call.name == name]
         calls = (scripted[0] if scripted else wire.Call("", str(name), "{}"),)
         reply = reply._replace(text="", text_chars=0, finish_reason="tool_calls")
-    renamed = tuple(
-        call._replace(id=_call_id(i, call.name, completion_id)) for i, call in enumerate(calls)
+    cmpl = completion_id.removeprefix("chat")
+    return reply._replace(
+        calls=tuple(
+            call._replace(id=f"call__{i}_{call.name}_{cmpl}") for i, call in enumerate(calls)
+        )
     )
-    return reply._replace(calls=renamed)
 
 
 def completion(completion_id: str, model: str, created: int, reply: wire.Reply) -> dict[str, Any]:
@@ -201,10 +167,6 @@ class LlamaFrames(wire.Frames):
             for piece in pieces:
                 function = {"name": call.name, "arguments": piece}
                 head = {"index": index, "id": call.id, "type": "function", "function": function}
-                delta = {
-                    "role": None,
-                    "content": None,
-                    "function_call": function,
-                    "tool_calls": [head],
-                }
-                yield self.chunk(delta)
+                yield self.chunk(
+                    {"role": None, "content": None, "function_call": function, "tool_calls": [head]}
+                )

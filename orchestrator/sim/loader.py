@@ -91,17 +91,16 @@ def load_scenarios(path: str | os.PathLike[str]) -> tuple[Scenario, ...]:
 def shipped_scenarios() -> tuple[Scenario, ...]:
     """Every scenario shipped in ``orchestrator/scenarios`` (a file with ``[[runs]]`` gives
     one per run, ``NAME.LABEL``), sorted by file name."""
-    return tuple(s for p in sorted(SCENARIO_DIR.glob("*.toml")) for s in load_scenarios(p))
+    return _scenarios_in(SCENARIO_DIR)
 
 
 def optional_scenarios() -> tuple[Scenario, ...]:
     """The shipped scenarios that need an extra (:data:`OPTIONAL_SCENARIO_DIRS`)."""
-    return tuple(
-        s
-        for d in OPTIONAL_SCENARIO_DIRS
-        for p in sorted(d.glob("*.toml"))
-        for s in load_scenarios(p)
-    )
+    return _scenarios_in(*OPTIONAL_SCENARIO_DIRS)
+
+
+def _scenarios_in(*folders: Path) -> tuple[Scenario, ...]:
+    return tuple(s for d in folders for p in sorted(d.glob("*.toml")) for s in load_scenarios(p))
 
 
 def find_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
@@ -110,22 +109,18 @@ def find_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or candidate.exists():
         return _single(load_scenario(candidate))
-    if str(name_or_path) == candidate.name:
-        for folder in (SCENARIO_DIR, *OPTIONAL_SCENARIO_DIRS):
-            shipped = folder / f"{candidate.name}.toml"
-            if shipped.exists():
-                return _single(load_scenario(shipped))
-    stem, _, label = candidate.name.rpartition(".")
-    shipped = SCENARIO_DIR / f"{stem}.toml"
-    if label and str(name_or_path) == candidate.name and shipped.exists():
-        for scenario in load_scenarios(shipped):
-            if scenario.name == candidate.name:
-                return scenario
-    files = [
-        *SCENARIO_DIR.glob("*.toml"),
-        *(p for d in OPTIONAL_SCENARIO_DIRS for p in d.glob("*.toml")),
-    ]
-    names = ", ".join(sorted(p.stem for p in files))
+    folders = (SCENARIO_DIR, *OPTIONAL_SCENARIO_DIRS)
+    name = candidate.name
+    if str(name_or_path) == name:
+        for folder in folders:
+            if (folder / f"{name}.toml").exists():
+                return _single(load_scenario(folder / f"{name}.toml"))
+        shipped = SCENARIO_DIR / f"{name.rpartition('.')[0]}.toml"  # NAME.LABEL: one run
+        if shipped.exists():
+            for scenario in load_scenarios(shipped):
+                if scenario.name == name:
+                    return scenario
+    names = ", ".join(sorted(p.stem for folder in folders for p in folder.glob("*.toml")))
     raise ScenarioError(str(name_or_path), "", f"no such file or shipped scenario ({names})")
 
 
@@ -164,7 +159,7 @@ def _convert_folder(raw: object, source: str) -> dict[str, str]:
         raise ScenarioError(source, "folder", "expected a table of path = text")
     for key, value in raw.items():
         if not isinstance(value, str):
-            got = _NOUNS.get(_KINDS.get(type(value), ""), type(value).__name__)
+            got = _NOUNS.get(type(value).__name__, type(value).__name__)
             raise ScenarioError(source, f"folder.{key!r}", f"expected a string, got {got}")
     return dict(raw)
 
@@ -181,14 +176,8 @@ _NOUNS: Final = {
     "float": "a number",
     "bool": "a boolean",
     "null": "nothing",
-}
-_KINDS: Final[dict[type, str]] = {
-    str: "str",
-    int: "int",
-    float: "float",
-    bool: "bool",
-    dict: "object",
-    list: "array",
+    "dict": "a table",  # the Python types of TOML values
+    "list": "an array",
 }
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "exit_reason": tuple(ExitReason),

@@ -46,9 +46,7 @@ class EventStream(StreamingResponse):
             try:
                 async for frame in self._frames:
                     await send({"type": "http.response.body", "body": frame, "more_body": True})
-            except DropConnection:
-                complete = False
-            except OSError:  # the client went away while we were writing
+            except (DropConnection, OSError):  # OSError: the client went away as we wrote
                 complete = False
             tg.cancel_scope.cancel()
         if complete:

@@ -1,9 +1,9 @@
 """The scenario format: frozen msgspec Structs for one scripted model and the run around it.
 
-A scenario is a TOML file (see ``docs/scenarios.md``). The simulator plays its ``steps``
-(the ``main`` track) and ``tracks``; the runtime uses ``task``, ``system``, ``config``,
-``folder`` and ``tools`` to set the run up, and tests compare the run with ``expect``.
-Struct constructors do not validate: :func:`orchestrator.sim.loader.load_scenario` does.
+A scenario is a TOML file; ``docs/scenarios.md`` says what each key means. The simulator
+plays its ``steps`` (the ``main`` track) and ``tracks``; the runtime sets the run up from the
+rest, and tests compare the run with ``expect``. Struct constructors do not validate:
+:func:`orchestrator.sim.loader.load_scenario` does.
 """
 
 from __future__ import annotations
@@ -83,10 +83,7 @@ class ScriptedUsage(_Spec, frozen=True, kw_only=True):
 
 
 class Fault(_Spec, frozen=True, kw_only=True):
-    """A failed attempt: an HTTP error, a context overflow, an error frame or a dropped stream.
-
-    The first ``times`` attempts of a step fail this way (every attempt when ``forever``).
-    """
+    """How the first ``times`` attempts of a step fail (every attempt when ``forever``)."""
 
     kind: FaultKind = "status"
     status: int | None = None
@@ -102,14 +99,7 @@ class Fault(_Spec, frozen=True, kw_only=True):
 
 
 class StreamShape(_Spec, frozen=True, kw_only=True):
-    """How a streamed reply's tool calls are cut into chunks (servers differ).
-
-    ``arguments``: ``delta`` (OpenAI: each fragment is the next piece) or ``cumulative``
-    (each fragment is the whole arguments so far). ``repeat_head``: every fragment repeats
-    the call's ``id``, ``type`` and ``function.name`` (else only the first has them).
-    ``splits``: character offsets in the arguments text where a fragment ends (instead of
-    every ``chunk_size`` characters); offsets past the end are ignored.
-    """
+    """How a streamed reply's tool calls are cut into chunks (servers differ)."""
 
     arguments: ArgumentStream = "delta"
     repeat_head: bool = False
@@ -117,11 +107,7 @@ class StreamShape(_Spec, frozen=True, kw_only=True):
 
 
 class Step(_Spec, frozen=True, kw_only=True):
-    """One model reply: text and/or tool calls, how it is streamed, and how attempts fail.
-
-    ``require_images``: the request must carry at least this many image parts, else it
-    is answered ``400 scenario_expectation`` (a scenario proves an image reached the model).
-    """
+    """One model reply: text and/or tool calls, how it is streamed, and how attempts fail."""
 
     text: str = ""
     text_tokens: int = 0
@@ -137,9 +123,7 @@ class Step(_Spec, frozen=True, kw_only=True):
     faults: tuple[Fault, ...] = ()
     require_images: int = 0
     cycle: bool = False
-    """(last step of a track only) after it, play the track again from its first step."""
     stream: StreamShape | None = None
-    """How the tool calls are chunked when the reply streams (default: OpenAI's shape)."""
 
 
 class Branch(_Spec, frozen=True, kw_only=True):
@@ -155,10 +139,8 @@ class Branch(_Spec, frozen=True, kw_only=True):
 
 
 class ToolReply(_Spec, frozen=True, kw_only=True):
-    """What a scripted tool returns: ``text``, or a tool error when ``error`` is set.
-
-    ``size``: return ``text`` repeated (and cut) to exactly this many characters (a huge
-    result without a huge file)."""
+    """What a scripted tool returns: ``text`` (repeated to ``size`` characters if set), or a
+    tool error when ``error`` is set."""
 
     text: str = ""
     error: str | None = None
@@ -183,9 +165,6 @@ class ToolDef(_Spec, frozen=True, kw_only=True):
 
     ``parameters`` is a JSON schema (a table with ``type = "object"``) or a simple map
     ``{arg = "string" | "integer" | …}``; a type ending in ``?`` makes the argument optional.
-    ``results`` are returned one per call, the last repeating; a matching ``cases`` entry
-    (first match wins) replaces them. ``delay_seconds`` makes every call take that long
-    (a slow tool, e.g. for aborts).
     """
 
     name: str
@@ -198,20 +177,20 @@ class ToolDef(_Spec, frozen=True, kw_only=True):
 
     @property
     def has_json_schema(self) -> bool:
-        """True when ``parameters`` is a JSON schema rather than a simple map."""
-        return _is_json_schema(self.parameters)
+        """True when ``parameters`` is a JSON schema (``type = "object"`` and a
+        ``properties`` table, or nothing else) rather than a simple map."""
+        parameters = self.parameters
+        if parameters.get("type") != "object":
+            return False
+        return isinstance(parameters.get("properties"), dict) or len(parameters) == 1
 
     def json_schema(self) -> dict[str, Any]:
         """The parameters as a JSON schema object."""
         if self.has_json_schema:
             return dict(self.parameters)
-        properties: dict[str, Any] = {}
-        required: list[str] = []
-        for arg, kind in self.parameters.items():
-            base = str(kind).removesuffix("?")
-            properties[arg] = {"type": base}
-            if not str(kind).endswith("?"):
-                required.append(arg)
+        kinds = {arg: str(kind) for arg, kind in self.parameters.items()}
+        properties = {arg: {"type": kind.removesuffix("?")} for arg, kind in kinds.items()}
+        required = [arg for arg, kind in kinds.items() if not kind.endswith("?")]
         return {"type": "object", "properties": properties, "required": required}
 
     def match(self, arguments: Mapping[str, Any]) -> int:
@@ -230,11 +209,8 @@ class ToolDef(_Spec, frozen=True, kw_only=True):
             return ToolReply(error=f"no scripted result for {self.name} with these arguments")
         result = results[min(nth, len(results) - 1)]
         reply = ToolReply(text=result) if isinstance(result, str) else result
-        if "{n}" in reply.text or (reply.error is not None and "{n}" in reply.error):
-            error = reply.error.replace("{n}", str(nth)) if reply.error is not None else None
-            text = reply.text.replace("{n}", str(nth))
-            return ToolReply(text=text, error=error, size=reply.size)
-        return reply
+        error = reply.error.replace("{n}", str(nth)) if reply.error is not None else None
+        return ToolReply(text=reply.text.replace("{n}", str(nth)), error=error, size=reply.size)
 
 
 class CallExpectation(_Spec, frozen=True, kw_only=True):
@@ -247,11 +223,7 @@ class CallExpectation(_Spec, frozen=True, kw_only=True):
 
 
 class Expect(_Spec, frozen=True, kw_only=True):
-    """How a run of this scenario must end; every unset count is not checked.
-
-    ``calls``: per-call expectations; ``detail_contains`` / ``hint_contains``: text the
-    result's detail / hint must contain (each entry).
-    """
+    """How a run of this scenario must end; every unset count is not checked."""
 
     exit_reason: ExitReason
     cause: str | None = None
@@ -269,12 +241,7 @@ class Expect(_Spec, frozen=True, kw_only=True):
 
 class AbortTrigger(_Spec, frozen=True, kw_only=True):
     """Abort the run (as its caller would) once this happens; exactly one condition is set.
-
-    ``after_text_chars``: that many characters of model text have streamed.
-    ``after_tool_result``: the result of a call of the tool of that name has come back
-    (the other calls of its batch started with it and may still be running).
-    The simulator ignores it; the scenario runner watches the run's events.
-    """
+    The simulator ignores it; the scenario runner watches the run's events."""
 
     after_text_chars: int | None = None
     after_tool_result: str | None = None
@@ -318,16 +285,13 @@ class Scenario(_Spec, frozen=True, kw_only=True):
     context_window: int | None = None
     context_error: ErrorShape = "openai"
     server: ServerProfile = "openai"
-    """How the simulator answers where servers differ: ``llama_cpp_python`` as that server
-    does (:mod:`orchestrator.sim.llama`: ``content: null`` refused with a 500, tools only
-    with a ``tool_choice``, every streamed tool-call chunk repeating the call's head)."""
+    """How the simulator answers where servers differ (:mod:`orchestrator.sim.llama`)."""
     abort: AbortTrigger | None = None
     pipeline: PipelineSpec | None = None
     """Run this pipeline instead of one agent run; each agent stage asks for model
     ``NAME/STAGE`` and plays the track named after the stage."""
     wire: bool = False
-    """Play the model over HTTP even when nothing in the scenario needs it (scenarios
-    without faults, latencies or a window of their own play in process)."""
+    """Play the model over HTTP even when nothing in the scenario needs it."""
     runs: tuple[RunVariant, ...] = ()
     expect: Expect
     """With ``runs`` and no ``[expect]`` of its own: the first run's (the loader sets it)."""
@@ -366,10 +330,3 @@ def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
-
-
-def _is_json_schema(parameters: Mapping[str, Any]) -> bool:
-    """A JSON schema has ``type = "object"`` and a ``properties`` table (or nothing else)."""
-    if parameters.get("type") != "object":
-        return False
-    return isinstance(parameters.get("properties"), dict) or len(parameters) == 1

@@ -7,9 +7,8 @@ one step (to fail the first N of them) are counted, keyed by run, track and step
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from actors.loop.llm_check import SYSTEM_PREFIX as LOOP_CHECK_PREFIX
@@ -23,6 +22,7 @@ __all__ = [
     "Position",
     "fault_for",
     "filler",
+    "find_track",
     "locate",
     "render_arguments",
     "step_at",
@@ -48,6 +48,17 @@ class Position(NamedTuple):
     replies: int
 
 
+def find_track(scenarios: Mapping[str, Scenario], model: str) -> tuple[Scenario, str] | None:
+    """The scenario and track that ``model`` plays (a pipeline stage's ``SCENARIO/TRACK``
+    plays ``TRACK``), or ``None`` when it names none."""
+    scenario = scenarios.get(model)
+    if scenario is not None:
+        return scenario, MAIN_TRACK
+    name, _, track = model.partition("/")
+    scenario = scenarios.get(name)
+    return (scenario, track) if scenario is not None and track in scenario.tracks else None
+
+
 def locate(
     scenario: Scenario, messages: Iterable[tuple[str, str]], *, track: str = MAIN_TRACK
 ) -> Position:
@@ -58,17 +69,12 @@ def locate(
     scenario has one: each check is a conversation of its own, so its first step."""
     start, assistants = 0, 0
     seen: Counter[str] = Counter()
-    messages = iter(messages)
-    first = next(messages, None)
-    if first is None:
-        return Position(track, 0, 0)
-    if (
-        first[0] == "system"
-        and LOOP_CHECK_TRACK in scenario.tracks
-        and first[1].startswith(LOOP_CHECK_PREFIX)
-    ):
-        return Position(LOOP_CHECK_TRACK, 0, 0)
-    for role, text in itertools.chain((first,), messages):
+    messages = list(messages)
+    if LOOP_CHECK_TRACK in scenario.tracks and messages[:1]:
+        role, text = messages[0]
+        if role == "system" and text.startswith(LOOP_CHECK_PREFIX):
+            return Position(LOOP_CHECK_TRACK, 0, 0)
+    for role, text in messages:
         if role == "assistant":
             assistants += 1
             continue

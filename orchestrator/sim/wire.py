@@ -6,6 +6,7 @@ context-overflow errors can also take the DeepSeek, vLLM and llama.cpp shapes.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator
 from typing import Any, Final, NamedTuple
@@ -143,12 +144,12 @@ class Frames:
             "model": model,
             "system_fingerprint": "fp_loopfuse_sim",
         }
-        self._include_usage = include_usage
+        self.include_usage = include_usage
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         body: dict[str, Any] = {**self._head, "choices": [choice]}
-        if self._include_usage:
+        if self.include_usage:
             body["usage"] = None
         return _frame(body)
 
@@ -156,36 +157,28 @@ class Frames:
         """Per call: a first fragment with id, type, name and ``""``, then argument pieces
         (OpenAI's shape); ``shape`` may repeat the head in every fragment, send the
         arguments cumulatively and choose where fragments end."""
+        shape = shape or StreamShape()
         for index, call in enumerate(reply.calls):
-            head = {"name": call.name, "arguments": ""}
-            first = {"index": index, "id": call.id, "type": "function", "function": head}
-            yield self.chunk({"tool_calls": [first]})
+            head = {"index": index, "id": call.id, "type": "function"}
+            yield self.chunk(
+                {"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]}
+            )
             text = call.arguments
             ends = (
                 [*(end for end in shape.splits if end < len(text)), len(text)]
-                if shape is not None and shape.splits is not None
+                if shape.splits is not None
                 else [*range(reply.chunk_size, len(text), reply.chunk_size), len(text)]
             )
-            start = 0
-            for end in ends if text else ():
-                cumulative = shape is not None and shape.arguments == "cumulative"
-                fragment: dict[str, Any] = {"index": index}
-                if shape is not None and shape.repeat_head:
-                    fragment.update(id=call.id, type="function")
-                    function = {"name": call.name, "arguments": ""}
+            for start, end in itertools.pairwise([0, *ends]) if text else ():
+                piece = text[:end] if shape.arguments == "cumulative" else text[start:end]
+                if shape.repeat_head:
+                    fragment = {**head, "function": {"name": call.name, "arguments": piece}}
                 else:
-                    function = {}
-                function["arguments"] = text[:end] if cumulative else text[start:end]
-                fragment["function"] = function
+                    fragment = {"index": index, "function": {"arguments": piece}}
                 yield self.chunk({"tool_calls": [fragment]})
-                start = end
 
     def usage(self, reply: Reply) -> bytes:
         return _frame({**self._head, "choices": [], "usage": reply.usage()})
-
-    @property
-    def include_usage(self) -> bool:
-        return self._include_usage
 
 
 def completion(completion_id: str, model: str, created: int, reply: Reply) -> dict[str, Any]:
@@ -241,6 +234,10 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
     """Status and body of a context overflow in the shape ``fault.shape``."""
     status = fault.status or 400
     too_long = f"This model's maximum context length is {window} tokens. However, "
+    requested = (
+        f"{too_long}you requested {prompt_tokens} tokens ({prompt_tokens} in the messages, 0 "
+        "in the completion). Please reduce the length of the messages or completion."
+    )
     match fault.shape:
         case "openai" | "llama_cpp_python":  # (streamed: B answers it with an empty 200)
             message = (
@@ -250,19 +247,9 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
             error = _error(fault, message, "invalid_request_error", "context_length_exceeded")
             return status, {"error": {**error, "param": "messages"}}
         case "deepseek":
-            message = (
-                f"{too_long}you requested {prompt_tokens} tokens ({prompt_tokens} in the "
-                "messages, 0 in the completion). Please reduce the length of the messages "
-                "or completion."
-            )
-            return status, {"error": _error(fault, message, "invalid_request_error", None)}
+            return status, {"error": _error(fault, requested, "invalid_request_error", None)}
         case "vllm" | "vllm_old":
-            message = (
-                f"{too_long}you requested {prompt_tokens} tokens ({prompt_tokens} in the "
-                "messages, 0 in the completion). Please reduce the length of the messages "
-                "or completion."
-            )
-            error = {**_error(fault, message, "BadRequestError", None), "code": status}
+            error = {**_error(fault, requested, "BadRequestError", None), "code": status}
             if fault.shape == "vllm":
                 return status, {"error": error}
             return status, {"object": "error", **error}

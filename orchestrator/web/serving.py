@@ -20,10 +20,7 @@ __all__ = ["QuietServer", "no_delay", "serve_on"]
 
 def no_delay(sock: socket.socket) -> None:
     """Turn Nagle's algorithm off on a listening TCP socket; the connections it accepts
-    inherit that. asyncio sets ``TCP_NODELAY`` on an accepted connection only when its
-    socket says ``IPPROTO_TCP``, and one from :func:`socket.create_server` says 0: a response
-    written in two parts (head, then body) then waited for the client's delayed ACK of the
-    first, ~40 ms on every request after a connection's first."""
+    inherit that (asyncio would not set it on them: why and its cost, docs/daemon.md)."""
     if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 

@@ -1,16 +1,10 @@
-"""The fuse acceptance corpus (issue #32): legitimate runs and stuck runs, played under
-every loop preset.
+"""The fuse acceptance corpus (issue #32): legitimate runs (``legit/*.toml``) and stuck runs
+(``stuck/*.toml``), played under every loop preset; the bar each must meet is in
+``docs/loop-detection.md`` ("The acceptance corpus"). A file's first line names its kind
+(``# kind: legit.poll``).
 
-``legit/*.toml`` are runs that make progress: each must complete with no loop verdict
-(no warning, refusal, nudge or stop of the loop monitor). ``stuck/*.toml`` are runs that
-never will: each must be stopped with a ``loop.`` cause before its 21st call
-(:data:`STOP_BY`). A file's first line names its kind (``# kind: legit.poll``), so a
-preset's documented exceptions are declared per kind (``tests/test_fuse_corpus.py``).
-The files are written by ``tests/corpus_generate.py``.
-
-:func:`play_corpus` runs them in process against the simulator (the library
-:class:`~orchestrator.runtime.Runtime`), every scenario under every preset, and
-:func:`outcome` says what became of each run; ``python -m bench.waste --corpus`` reports it.
+:func:`play_corpus` runs them in process against the simulator, every scenario under every
+preset, and :func:`outcome` says what became of each run.
 """
 
 from __future__ import annotations
