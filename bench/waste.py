@@ -42,11 +42,11 @@ import anyio
 import msgspec
 
 from actors.loop import PRESETS
+from bench.corpus_play import Outcome
 from bench.waste_corpus import CorpusRow, format_corpus, measure_corpus
 from orchestrator.config import Config, RunSettings
 from orchestrator.result import RunResult
 from orchestrator.runtime import Runtime
-from orchestrator.scenarios.corpus import Outcome
 from orchestrator.scenarios.runs import run_scenario
 from orchestrator.sim import Scenario, find_scenario
 

@@ -1,12 +1,12 @@
 """The fuse acceptance corpus (issue #32) per preset: ``python -m bench.waste --corpus``.
 
 Every corpus run (``orchestrator/scenarios/corpus``) is played under every preset, in
-process on one runtime (:func:`orchestrator.scenarios.corpus.play_corpus`). Per preset:
+process on one runtime (:func:`bench.corpus_play.play_corpus`). Per preset:
 
 * **legit**: runs, runs that got a loop verdict (false positives: a warning, a refusal, a
   loop nudge or a loop stop), and the requests and tokens the legitimate runs spent;
 * **stuck**: runs, runs stopped with a ``loop.`` cause, those stopped by call 20
-  (:data:`~orchestrator.scenarios.corpus.STOP_BY`), the median and largest call at which
+  (:data:`~bench.corpus_play.STOP_BY`), the median and largest call at which
   they were stopped, and the requests and tokens the stuck runs spent (a run no fuse stops
   runs to its 40-turn budget).
 
@@ -23,8 +23,9 @@ from typing import TextIO
 import msgspec
 
 from actors.loop import PRESETS
+from bench.corpus_play import STOP_BY, Outcome, play_corpus
 from orchestrator.config import Config
-from orchestrator.scenarios.corpus import STOP_BY, CorpusRun, Outcome, corpus, play_corpus
+from orchestrator.scenarios.corpus import CorpusRun, corpus
 
 __all__ = ["CorpusRow", "corpus_rows", "format_corpus", "measure_corpus"]
 

@@ -22,8 +22,9 @@ import msgspec
 import pytest
 
 from actors.loop import PRESETS
+from bench.corpus_play import STOP_BY, Outcome, play_corpus
 from bench.waste import main as waste_main
-from orchestrator.scenarios.corpus import STOP_BY, CorpusRun, Outcome, corpus, play_corpus
+from orchestrator.scenarios.corpus import CorpusRun, corpus
 from tests.corpus_generate import main as generate_main
 
 RUNS: Final = corpus()
