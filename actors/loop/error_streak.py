@@ -17,7 +17,7 @@ from typing import Final
 
 from actors.loop.config import ErrorStreakConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, Levels, by_level
+from actors.loop.verdicts import Hit, Levels, by_level
 
 __all__ = ["ERRORS_QUOTED", "ERROR_CHARS", "ErrorStreak"]
 
@@ -51,22 +51,17 @@ class ErrorStreak(ToolDetector):
     def fresh(self) -> ErrorStreak:
         return ErrorStreak(self._config)
 
-    def _level(self) -> Level:
-        count = self._streak
-        level = self._levels.level(count)
-        if level == "warning" and self._warned:
-            return "none"
-        if level == "critical" and count == self._refused_at:
-            return "none"
-        return level
-
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        if self._streak < self._levels.lowest:
-            return None  # the common case: the last call did not fail
-        level = self._level()
-        if level == "none":
-            return None
         count = self._streak
+        if count < self._levels.lowest:
+            return None  # the common case: the last call did not fail
+        level = self._levels.level(count)
+        if (
+            level == "none"
+            or (level == "warning" and self._warned)
+            or (level == "critical" and count == self._refused_at)
+        ):
+            return None
         errors = _quoted(self._errors)
         message = by_level(
             level,

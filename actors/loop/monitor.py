@@ -26,7 +26,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, assert_never
+from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskStatus
@@ -48,7 +48,6 @@ from bus import (
     ToolCallProposed,
     ToolResult,
     ToolVerdict,
-    Verdict,
     stop_signal,
 )
 
@@ -343,28 +342,18 @@ class LoopMonitor:
             self._nudge(run_id, decision)
 
     def _answer_call(self, state: _Run, msg: ToolCallProposed, decision: Decision) -> None:
-        publish = self._bus.publish_nowait
-        verdict: Verdict
-        match decision.level:
-            case "none":
-                return
-            case "warning":
-                if decision.nudge is None:
-                    return
-                verdict = "warn"
-            case "critical":
-                verdict = "block"
-            case "break":
-                self._stop(state, msg.run_id, decision)
-                return
-            case _:
-                assert_never(decision.level)
-        publish(
+        level = decision.level  # not "none": the caller answers findings only
+        if level == "break":
+            self._stop(state, msg.run_id, decision)
+            return
+        if level == "warning" and decision.nudge is None:
+            return  # a rate-limited warning: nothing to say
+        self._bus.publish_nowait(
             ToolVerdict(
                 run_id=msg.run_id,
                 turn=msg.turn,
                 call_id=msg.call.id,
-                verdict=verdict,
+                verdict="warn" if level == "warning" else "block",
                 source=self._name,
                 message=decision.message,
                 cause=decision.cause or "",

@@ -95,9 +95,7 @@ class PingPong(ToolDetector):
         self._refused: _Refused | None = None
 
     def fresh(self) -> PingPong:
-        if not self._continue:
-            return self
-        return PingPong(self._config, continue_refused=True)
+        return PingPong(self._config, continue_refused=True) if self._continue else self
 
     def _continued(self, call: CallRecord, window: Window) -> Alternation | None:
         """The alternation a refusal left, when ``call`` is its next call and no call has
