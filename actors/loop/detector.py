@@ -128,12 +128,6 @@ class _Plan:
         previous = any(detector.previous_results for detector in detectors)
         self.last_results = previous or (self.results and config.record_blocked)
 
-    def fresh_detectors(self) -> tuple[ToolDetector, ...]:
-        """The tool detectors of a new run (the shared tuple when none keeps state)."""
-        if self.shared:
-            return self.detectors
-        return tuple([detector.fresh() for detector in self.detectors])
-
     def pick(
         self, detectors: tuple[ToolDetector, ...], positions: tuple[int, ...]
     ) -> tuple[ToolDetector, ...]:
@@ -200,7 +194,9 @@ class LoopDetector:
         self.reads_results = plan.results
         self._pending: dict[str, CallRecord] | None = {} if plan.results else None
         self._last_results: dict[str, str] | None = {} if plan.last_results else None
-        detectors = plan.fresh_detectors()
+        detectors = plan.detectors  # the shared tuple when none keeps state
+        if not plan.shared:
+            detectors = tuple([detector.fresh() for detector in detectors])
         self._detectors = detectors
         self._recorders = plan.pick(detectors, plan.recorders)
         self._watchers = plan.pick(detectors, plan.watchers)

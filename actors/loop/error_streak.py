@@ -27,10 +27,6 @@ ERRORS_QUOTED: Final = 3
 """The latest errors quoted in a message."""
 
 
-def _quoted(errors: list[list[str]]) -> str:
-    return "\n".join(f"- {tool}: {text}" for tool, text in errors)
-
-
 class ErrorStreak(ToolDetector):
     """The streak of failed calls and the latest errors."""
 
@@ -62,7 +58,7 @@ class ErrorStreak(ToolDetector):
             or (level == "critical" and count == self._refused_at)
         ):
             return None
-        errors = _quoted(self._errors)
+        errors = "\n".join(f"- {tool}: {text}" for tool, text in self._errors)
         message = by_level(
             level,
             f"WARNING: your last {count} tool calls failed. The latest errors:\n{errors}\n"

@@ -375,20 +375,17 @@ class LoopMonitor:
     def _nudge(self, run_id: str, decision: Decision) -> None:
         if decision.nudge is not None and decision.cause is not None:
             text = decision.nudge
-            if decision.detector == "error_streak":
-                text = self._with_listing(run_id, text)
+            folder = self._folders.get(run_id)
+            if (
+                decision.detector == "error_streak"
+                and folder is not None
+                and any(words in text.lower() for words in _PATH_ERRORS)
+                and (listing := folder_listing(folder))
+            ):
+                text = f"{text}\n{listing}"  # after path errors, the folder's listing
             self._bus.publish_nowait(
                 Nudge(run_id=run_id, kind=decision.cause, text=text, source=self._name)
             )
-
-    def _with_listing(self, run_id: str, text: str) -> str:
-        """``text`` with the run's folder listing after path errors."""
-        folder = self._folders.get(run_id)
-        lowered = text.lower()
-        if folder is None or not any(words in lowered for words in _PATH_ERRORS):
-            return text
-        listing = folder_listing(folder)
-        return f"{text}\n{listing}" if listing else text
 
     def _stop(self, state: _Run, run_id: str, decision: Decision) -> None:
         state.stopped = True
