@@ -92,22 +92,14 @@ async def _tokenize(
     )
     for path, body in zip(TOKENIZER_PATHS, bodies, strict=True):
         answer = await _ask(http, "POST", root + path, body)
-        count = _token_count(answer)
-        if count is not None:
+        if not isinstance(answer, dict):
+            continue
+        tokens, count = answer.get("tokens"), answer.get("count")
+        if isinstance(tokens, list) and tokens:
+            return path, len(tokens)
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
             return path, count
     return None, None
-
-
-def _token_count(answer: Any) -> int | None:
-    if not isinstance(answer, dict):
-        return None
-    tokens = answer.get("tokens")
-    if isinstance(tokens, list) and tokens:
-        return len(tokens)
-    count = answer.get("count")
-    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-        return count
-    return None
 
 
 async def _ask(http: httpx2.AsyncClient, method: str, url: str, body: dict[str, str] | None) -> Any:
