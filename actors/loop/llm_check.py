@@ -10,7 +10,7 @@ gemini-cli's schema; a fenced ```json block is accepted).
 An answer whose confidence is outside [0, 1] (a checker answering ``5`` for 5 %) is not a
 verdict: it is never read as certainty. The caller asks once more and then ignores the
 check (``actors.loop.monitor`` says so in a ``Notice``). The interval is rounded half up,
-as upstream's ``Math.round`` (:func:`round_half_up`), not to even.
+as upstream's ``Math.round``, not to even (as Python's ``round``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ __all__ = [
     "Verdict",
     "check_messages",
     "parse_answer",
-    "round_half_up",
 ]
 
 SYSTEM_PREFIX: Final = "You decide whether an AI agent is stuck in an unproductive loop."
@@ -71,12 +70,6 @@ class _Answer(msgspec.Struct):
 
 
 _decode = msgspec.json.Decoder(_Answer).decode
-
-
-def round_half_up(value: float) -> int:
-    """``value`` rounded to the nearest integer, halves up (JavaScript's ``Math.round``,
-    which gemini-cli's interval uses; Python's ``round`` rounds halves to even)."""
-    return math.floor(value + 0.5)
 
 
 def parse_answer(text: str) -> Verdict | None:
@@ -148,6 +141,7 @@ class LlmCheck:
             self.offences += 1
         elif verdict is not None:  # errors keep the interval (as gemini-cli)
             span = cfg.max_interval - cfg.min_interval
-            self.interval = round_half_up(cfg.min_interval + span * (1.0 - verdict.confidence))
+            # rounded half up (gemini-cli's ``Math.round``; Python's ``round`` rounds to even)
+            self.interval = math.floor(cfg.min_interval + span * (1.0 - verdict.confidence) + 0.5)
         self.next_turn = self.asked + self.interval
         return looping
