@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from typing import Final
 
 import msgspec
 import re2
@@ -57,19 +57,15 @@ _ENTRY_CHARS: Final = 600
 _FENCE: Final = re2.compile(r"(?s)```(?:json)?\s*(\{.*?\})\s*```")  # RE2: model text
 
 
-class Verdict(NamedTuple):
-    """The checker's answer: its confidence that the run is stuck, and why."""
+class Verdict(msgspec.Struct):
+    """The checker's answer: its confidence that the run is stuck, and why (the JSON
+    object's keys are gemini-cli's)."""
 
-    confidence: float
-    analysis: str
-
-
-class _Answer(msgspec.Struct):
-    unproductive_state_confidence: float
-    unproductive_state_analysis: str = ""
+    confidence: float = msgspec.field(name="unproductive_state_confidence")
+    analysis: str = msgspec.field(default="", name="unproductive_state_analysis")
 
 
-_decode = msgspec.json.Decoder(_Answer).decode
+_decode = msgspec.json.Decoder(Verdict).decode
 
 
 def parse_answer(text: str) -> Verdict | None:
@@ -88,9 +84,8 @@ def parse_answer(text: str) -> Verdict | None:
             answer = _decode(candidate)
         except msgspec.DecodeError:
             continue
-        confidence = answer.unproductive_state_confidence
-        if 0.0 <= confidence <= 1.0:  # NaN and out-of-range values are not verdicts
-            return Verdict(confidence, answer.unproductive_state_analysis)
+        if 0.0 <= answer.confidence <= 1.0:  # NaN and out-of-range values are not verdicts
+            return answer
     return None
 
 
