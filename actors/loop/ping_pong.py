@@ -148,8 +148,7 @@ class PingPong(ToolDetector):
 
     def restore(self, state: dict[str, object]) -> None:
         saved = state.get("refused")
-        self._found = None
-        self._refused = None
+        self._found = self._refused = None
         if isinstance(saved, list) and len(saved) == 4:
             fingerprint, paired, length, newest = saved
             if isinstance(length, int) and all(
