@@ -231,12 +231,11 @@ class LoopDetector:
         plan = self._plan
         if tool in plan.exempt:
             return Decision(call_id=call_id)
-        actions = plan.polls.get(tool)  # a poll tool's polling actions (empty: any call)
+        poll = tool in plan.polls  # a poll tool: any call, or one of its polling actions
+        if poll and plan.polls[tool]:
+            poll = _argument(arguments_json, "action") in plan.polls[tool]
         call = CallRecord(
-            tool,
-            fingerprint or fingerprint_call(tool, arguments_json),
-            call_id,
-            actions is not None and (not actions or _argument(arguments_json, "action") in actions),
+            tool, fingerprint or fingerprint_call(tool, arguments_json), call_id, poll
         )
         if tool in plan.shell_tools:
             command = _argument(arguments_json, plan.shell_argument)
