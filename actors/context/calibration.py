@@ -39,8 +39,7 @@ class _Ratio:
 class Calibration:
     """Per-model ratios of reported to estimated prompt tokens (shared by all runs)."""
 
-    def __init__(self, *, alpha: float = ALPHA, low: float = LOW, high: float = HIGH) -> None:
-        self._alpha = alpha
+    def __init__(self, *, low: float = LOW, high: float = HIGH) -> None:
         self._low = low
         self._high = high
         self._ratios: dict[str, _Ratio] = {}
@@ -91,10 +90,9 @@ class Calibration:
                 return found.value  # usage counts what the tokenizer sample cannot (framing)
             self._ratios[model] = _Ratio(sample, 1, source, of_bound)
             return sample
-        alpha = self._alpha
-        found.value += alpha * (sample - found.value)
+        found.value += ALPHA * (sample - found.value)
         if bound > 0:
-            found.of_bound += alpha * (of_bound - found.of_bound)
+            found.of_bound += ALPHA * (of_bound - found.of_bound)
         found.samples += 1
         return found.value
 

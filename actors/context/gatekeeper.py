@@ -367,15 +367,14 @@ class ContextGatekeeper:
         # each message's framing counted as RESULT_FRAMING characters: more than it costs
         if chars + (len(found) - 1) * RESULT_FRAMING <= run.cut_chars:
             return  # cannot be over the share together whatever calibration says
-        room = run.limit - self._tokens(run, *run.base)
+        calibration = self.calibration
+        room = run.limit - calibration.apply(run.model, *run.base)
         if room <= 0:
             return  # the task alone fills the window: the check says so
         allowed = max(math.floor(share * room), 1)
         entries = run.ledger.entries
-        owns = [
-            self._tokens(run, entries[index].estimate.tokens, entries[index].estimate.bound)
-            for index, _ in found
-        ]
+        estimates = [entries[index].estimate for index, _ in found]
+        owns = [calibration.apply(run.model, e.tokens, e.bound) for e in estimates]
         if sum(owns) <= allowed:
             return
         parts = _shared_out(owns, allowed, [len(m.content or "") <= NOTE_CHARS for _, m in found])
@@ -399,9 +398,6 @@ class ContextGatekeeper:
             )
             self._act(run, msg.turn, "collapse", detail, before, after, folds=tuple(folds))
 
-    def _tokens(self, run: _Run, tokens: int, bound: int) -> int:
-        return self.calibration.apply(run.model, tokens, bound)
-
     def _cut_fold(
         self,
         run: _Run,
@@ -422,7 +418,7 @@ class ContextGatekeeper:
         stub = cut_result(content, keep, tool=entry.tool, offset=offset)
         for _ in range(CUT_ROUNDS):
             found = estimator.message(ChatMessage(role="tool", tool_call_id=call_id, content=stub))
-            tokens = self._tokens(run, found.tokens, found.bound)
+            tokens = self.calibration.apply(run.model, found.tokens, found.bound)
             if tokens <= allowed or keep <= 0:
                 break
             keep = keep * allowed // tokens - NOTE_CHARS
@@ -447,8 +443,18 @@ class ContextGatekeeper:
         if prompt <= limit:
             return
         bounded = run.counting == "bound"
-        if bounded and msg.turn == 1 and ledger.tokens + tools.tokens <= limit:
-            self._first_request_anyway(run, msg.turn, prompt, limit)
+        typical = ledger.tokens + tools.tokens
+        if bounded and msg.turn == 1 and typical <= limit:
+            # Nothing has calibrated the model yet and only its bound is over the limit: the
+            # first request goes out, and the server's answer decides (its usage calibrates;
+            # a refusal takes the ``prompt_too_long`` path). A bound blocks only once it is
+            # all there is (later turns).
+            detail = (
+                f"The prompt's upper bound ({prompt:,} tokens) is over the limit ({limit:,}) "
+                f"but its typical estimate ({typical:,}) is not, and nothing has calibrated "
+                f"{run.model!r} yet: the request is sent and the server's answer decides."
+            )
+            self._act(run, msg.turn, "counting", detail, prompt)
             return
         self._blocked += 1
         detail = (
@@ -465,19 +471,6 @@ class ContextGatekeeper:
             )
         self._act(run, msg.turn, "blocked", detail, prompt, prompt)
         self._stop(run, "context.blocking_limit", detail)
-
-    def _first_request_anyway(self, run: _Run, turn: int, bound: int, limit: int) -> None:
-        """Nothing has calibrated the model yet and only its bound is over the limit: the
-        first request goes out, and the server's answer decides (its usage calibrates; a
-        refusal takes the ``prompt_too_long`` path). A bound blocks only once it is all
-        there is (later turns)."""
-        typical = run.ledger.tokens + run.tools.tokens
-        detail = (
-            f"The prompt's upper bound ({bound:,} tokens) is over the limit ({limit:,}) but "
-            f"its typical estimate ({typical:,}) is not, and nothing has calibrated "
-            f"{run.model!r} yet: the request is sent and the server's answer decides."
-        )
-        self._act(run, turn, "counting", detail, bound)
 
     def _collapse(
         self, run: _Run, turn: int, folds: tuple[Fold, ...], before: int, *, reactive: bool

@@ -74,8 +74,7 @@ class ServerProbes:
     ) -> None:
         """Ask about ``model`` in :attr:`task_group` if nobody has yet (returns at once)."""
         if self.task_group is not None and self._claim(model):
-            sample = _sample(task, tool_specs)
-            self.task_group.start_soon(self._probe, model, sample, estimator)
+            self.task_group.start_soon(self._probe, model, _sample(task, tool_specs), estimator)
 
     async def prepare(
         self, model: str, task: str, tool_specs: Sequence[ToolSpec], estimator: Estimator

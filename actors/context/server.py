@@ -47,12 +47,6 @@ class ServerEndpoint:
     base_url: str
     api_key: str = ""
 
-    @property
-    def root(self) -> str:
-        """``base_url`` without a trailing ``/v1``: where the tokenizer paths live."""
-        url = self.base_url.rstrip("/")
-        return url[: -len("/v1")] if url.endswith("/v1") else url
-
 
 class ServerReport(NamedTuple):
     """What the server said (``None``: it did not say)."""
@@ -67,14 +61,16 @@ class ServerReport(NamedTuple):
 async def probe(endpoint: ServerEndpoint, model: str, sample: str) -> ServerReport:
     """Ask ``endpoint`` about ``model``: its window and its count of ``sample``."""
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    url = endpoint.base_url.rstrip("/")
     async with httpx2.AsyncClient(timeout=TIMEOUT_SECONDS, headers=headers) as http:
-        window = await _window(http, endpoint, model)
-        tokenizer, count = await _tokenize(http, endpoint, model, sample)
+        window = await _window(http, url, model)
+        # the tokenizer paths live at the base URL without its /v1
+        tokenizer, count = await _tokenize(http, url.removesuffix("/v1"), model, sample)
     return ServerReport(window, tokenizer, count)
 
 
-async def _window(http: httpx2.AsyncClient, endpoint: ServerEndpoint, model: str) -> int | None:
-    answer = await _ask(http, "GET", endpoint.base_url.rstrip("/") + "/models", None)
+async def _window(http: httpx2.AsyncClient, base_url: str, model: str) -> int | None:
+    answer = await _ask(http, "GET", base_url + "/models", None)
     entries = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(entries, list):
         return None
@@ -88,30 +84,22 @@ async def _window(http: httpx2.AsyncClient, endpoint: ServerEndpoint, model: str
 
 
 async def _tokenize(
-    http: httpx2.AsyncClient, endpoint: ServerEndpoint, model: str, sample: str
+    http: httpx2.AsyncClient, root: str, model: str, sample: str
 ) -> tuple[str | None, int | None]:
     bodies = (
         {"input": sample, "model": model},
         {"content": sample, "prompt": sample, "model": model},
     )
     for path, body in zip(TOKENIZER_PATHS, bodies, strict=True):
-        answer = await _ask(http, "POST", endpoint.root + path, body)
-        count = _token_count(answer)
-        if count is not None:
+        answer = await _ask(http, "POST", root + path, body)
+        if not isinstance(answer, dict):
+            continue
+        tokens, count = answer.get("tokens"), answer.get("count")
+        if isinstance(tokens, list) and tokens:
+            return path, len(tokens)
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
             return path, count
     return None, None
-
-
-def _token_count(answer: Any) -> int | None:
-    if not isinstance(answer, dict):
-        return None
-    tokens = answer.get("tokens")
-    if isinstance(tokens, list) and tokens:
-        return len(tokens)
-    count = answer.get("count")
-    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-        return count
-    return None
 
 
 async def _ask(http: httpx2.AsyncClient, method: str, url: str, body: dict[str, str] | None) -> Any:

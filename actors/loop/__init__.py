@@ -8,41 +8,12 @@
 
 from __future__ import annotations
 
-from actors.loop.config import (
-    CallCapConfig,
-    ContentConfig,
-    CycleConfig,
-    GenericRepeatConfig,
-    GlobalBreakerConfig,
-    LlmCheckConfig,
-    LoopConfig,
-    LoopConfigError,
-    NoNewInformationConfig,
-    PingPongConfig,
-    PollConfig,
-    PollTool,
-    ReadLoopConfig,
-    ResultPattern,
-    ShellStagnationConfig,
-    StrikesConfig,
-    ToolStagnationConfig,
-    UnknownToolConfig,
-    check_config,
-    load_config,
-)
-from actors.loop.detector import LoopDetector
-from actors.loop.presets import (
-    GEMINI,
-    GEMINI_RECOVERY_TEXT,
-    OPENCLAW,
-    OPENCLAW_CURRENT,
-    PRESETS,
-    QWEN,
-    STRICT,
-    STRICT_NUDGE_TEXT,
-)
-from actors.loop.registry import DETECTORS
-from actors.loop.verdicts import Decision, Detector, Level
+# ruff: noqa: F405 (the names of ``__all__`` come from the star imports)
+from actors.loop.config import *  # noqa: F403
+from actors.loop.detector import *  # noqa: F403
+from actors.loop.presets import *  # noqa: F403
+from actors.loop.registry import *  # noqa: F403
+from actors.loop.verdicts import *  # noqa: F403
 
 __all__ = [
     "DETECTORS",

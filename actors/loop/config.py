@@ -504,9 +504,8 @@ def check_config(config: LoopConfig, *, notes: list[str] | None = None) -> LoopC
     OpenClaw does (``block_at`` ≤ ``warn_at`` becomes ``warn_at`` + 1, with a warning
     logged and, with ``notes``, a sentence per clamped threshold appended to it); else
     raise :class:`LoopConfigError`."""
-    _positive("history_size", config.history_size)
-    _positive("warning_bucket", config.warning_bucket)
-    _positive("refusal_limit", config.refusal_limit)
+    for key in ("history_size", "warning_bucket", "refusal_limit"):
+        _positive(key, getattr(config, key))
     replaced: dict[str, Any] = {}
     for name in LEVELLED:
         section = getattr(config, name)

@@ -108,8 +108,26 @@ class ContentLoop:
         if was_in_code or self._in_code or divider:
             return False
         self._text += delta
-        self._truncate()
-        return self._analyse()
+        excess = len(self._text) - self._config.max_history
+        if excess > 0:  # only the last max_history characters are kept
+            self._text = self._text[excess:]
+            self._base += excess
+            self._next = max(self._next, self._base)
+            if len(self._seen) > 2 * self._config.max_history:
+                self._seen = {
+                    chunk: kept
+                    for chunk, positions in self._seen.items()
+                    if (kept := [p for p in positions if p >= self._base])
+                }
+        size = self._config.chunk_size
+        end = self._base + len(self._text)
+        while self._next + size <= end:
+            at = self._next - self._base
+            if self._repeats(self._text[at : at + size]):
+                self._hit = self._next
+                return True
+            self._next += 1
+        return False
 
     def _fences(self, delta: str) -> int:
         """Code fences (three backticks) completed by ``delta``, runs carried over."""
@@ -126,31 +144,6 @@ class ContentLoop:
                 fences += 1
                 self._ticks = 0
         return fences
-
-    def _truncate(self) -> None:
-        excess = len(self._text) - self._config.max_history
-        if excess <= 0:
-            return
-        self._text = self._text[excess:]
-        self._base += excess
-        self._next = max(self._next, self._base)
-        if len(self._seen) > 2 * self._config.max_history:
-            self._seen = {
-                chunk: kept
-                for chunk, positions in self._seen.items()
-                if (kept := [p for p in positions if p >= self._base])
-            }
-
-    def _analyse(self) -> bool:
-        size = self._config.chunk_size
-        end = self._base + len(self._text)
-        while self._next + size <= end:
-            at = self._next - self._base
-            if self._repeats(self._text[at : at + size]):
-                self._hit = self._next
-                return True
-            self._next += 1
-        return False
 
     def _repeats(self, chunk: str) -> bool:
         cfg = self._config

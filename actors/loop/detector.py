@@ -128,12 +128,6 @@ class _Plan:
         previous = any(detector.previous_results for detector in detectors)
         self.last_results = previous or (self.results and config.record_blocked)
 
-    def fresh_detectors(self) -> tuple[ToolDetector, ...]:
-        """The tool detectors of a new run (the shared tuple when none keeps state)."""
-        if self.shared:
-            return self.detectors
-        return tuple([detector.fresh() for detector in self.detectors])
-
     def pick(
         self, detectors: tuple[ToolDetector, ...], positions: tuple[int, ...]
     ) -> tuple[ToolDetector, ...]:
@@ -200,7 +194,9 @@ class LoopDetector:
         self.reads_results = plan.results
         self._pending: dict[str, CallRecord] | None = {} if plan.results else None
         self._last_results: dict[str, str] | None = {} if plan.last_results else None
-        detectors = plan.fresh_detectors()
+        detectors = plan.detectors  # the shared tuple when none keeps state
+        if not plan.shared:
+            detectors = tuple([detector.fresh() for detector in detectors])
         self._detectors = detectors
         self._recorders = plan.pick(detectors, plan.recorders)
         self._watchers = plan.pick(detectors, plan.watchers)
@@ -235,14 +231,15 @@ class LoopDetector:
         plan = self._plan
         if tool in plan.exempt:
             return Decision(call_id=call_id)
+        poll = tool in plan.polls  # a poll tool: any call, or one of its polling actions
+        if poll and plan.polls[tool]:
+            poll = _argument(arguments_json, "action") in plan.polls[tool]
         call = CallRecord(
-            tool,
-            fingerprint or fingerprint_call(tool, arguments_json),
-            call_id,
-            tool in plan.polls and self._is_poll(tool, arguments_json),
+            tool, fingerprint or fingerprint_call(tool, arguments_json), call_id, poll
         )
         if tool in plan.shell_tools:
-            call.inspection = self._is_inspection(arguments_json)
+            command = _argument(arguments_json, plan.shell_argument)
+            call.inspection = isinstance(command, str) and is_git_overview(command)
         window = self._window
         chosen: Hit | None = None
         by: ToolDetector | None = None
@@ -369,14 +366,6 @@ class LoopDetector:
             call.refused = True
             self.record_result(call.call_id, result_fingerprint=previous)
 
-    def _is_inspection(self, arguments_json: str) -> bool:
-        command = _argument(arguments_json, self._plan.shell_argument)
-        return isinstance(command, str) and is_git_overview(command)
-
-    def _is_poll(self, tool: str, arguments_json: str) -> bool:
-        actions = self._plan.polls[tool]
-        return not actions or _argument(arguments_json, "action") in actions
-
     def _record(self, call: CallRecord) -> None:
         if self._window is not EMPTY_WINDOW:
             self._window.append(call)
@@ -406,18 +395,17 @@ class LoopDetector:
             allowed = self._first_nudge(hit, always=True)
         else:
             allowed = self._bucket_allows(hit) and self._first_nudge(hit)
+        text = self.config.generic_repeat.warn_text
+        if not text or hit.detector != "generic_repeat":
+            text = hit.message
         return Decision(
             level="warning",
             detector=hit.detector,
             count=hit.count,
             message=hit.message,
-            nudge=self._warn_text(hit) if allowed else None,
+            nudge=text if allowed else None,
             rate_limited=not allowed,
         )
-
-    def _warn_text(self, hit: Hit) -> str:
-        text = self.config.generic_repeat.warn_text
-        return text if text and hit.detector == "generic_repeat" else hit.message
 
     def _strike(self, hit: Hit, detail: str, message: str) -> Decision:
         strikes = self.config.strikes

@@ -17,7 +17,7 @@ from typing import Final
 
 from actors.loop.config import ErrorStreakConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, Levels, by_level
+from actors.loop.verdicts import Hit, Levels, by_level
 
 __all__ = ["ERRORS_QUOTED", "ERROR_CHARS", "ErrorStreak"]
 
@@ -25,10 +25,6 @@ ERROR_CHARS: Final = 200
 """Characters of one error kept to quote it."""
 ERRORS_QUOTED: Final = 3
 """The latest errors quoted in a message."""
-
-
-def _quoted(errors: list[list[str]]) -> str:
-    return "\n".join(f"- {tool}: {text}" for tool, text in errors)
 
 
 class ErrorStreak(ToolDetector):
@@ -51,23 +47,18 @@ class ErrorStreak(ToolDetector):
     def fresh(self) -> ErrorStreak:
         return ErrorStreak(self._config)
 
-    def _level(self) -> Level:
-        count = self._streak
-        level = self._levels.level(count)
-        if level == "warning" and self._warned:
-            return "none"
-        if level == "critical" and count == self._refused_at:
-            return "none"
-        return level
-
     def check(self, call: CallRecord, window: Window) -> Hit | None:
-        if self._streak < self._levels.lowest:
-            return None  # the common case: the last call did not fail
-        level = self._level()
-        if level == "none":
-            return None
         count = self._streak
-        errors = _quoted(self._errors)
+        if count < self._levels.lowest:
+            return None  # the common case: the last call did not fail
+        level = self._levels.level(count)
+        if (
+            level == "none"
+            or (level == "warning" and self._warned)
+            or (level == "critical" and count == self._refused_at)
+        ):
+            return None
+        errors = "\n".join(f"- {tool}: {text}" for tool, text in self._errors)
         message = by_level(
             level,
             f"WARNING: your last {count} tool calls failed. The latest errors:\n{errors}\n"

@@ -10,14 +10,14 @@ gemini-cli's schema; a fenced ```json block is accepted).
 An answer whose confidence is outside [0, 1] (a checker answering ``5`` for 5 %) is not a
 verdict: it is never read as certainty. The caller asks once more and then ignores the
 check (``actors.loop.monitor`` says so in a ``Notice``). The interval is rounded half up,
-as upstream's ``Math.round`` (:func:`round_half_up`), not to even.
+as upstream's ``Math.round``, not to even (as Python's ``round``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final, NamedTuple
+from typing import Final
 
 import msgspec
 import re2
@@ -31,7 +31,6 @@ __all__ = [
     "Verdict",
     "check_messages",
     "parse_answer",
-    "round_half_up",
 ]
 
 SYSTEM_PREFIX: Final = "You decide whether an AI agent is stuck in an unproductive loop."
@@ -58,25 +57,15 @@ _ENTRY_CHARS: Final = 600
 _FENCE: Final = re2.compile(r"(?s)```(?:json)?\s*(\{.*?\})\s*```")  # RE2: model text
 
 
-class Verdict(NamedTuple):
-    """The checker's answer: its confidence that the run is stuck, and why."""
+class Verdict(msgspec.Struct):
+    """The checker's answer: its confidence that the run is stuck, and why (the JSON
+    object's keys are gemini-cli's)."""
 
-    confidence: float
-    analysis: str
-
-
-class _Answer(msgspec.Struct):
-    unproductive_state_confidence: float
-    unproductive_state_analysis: str = ""
+    confidence: float = msgspec.field(name="unproductive_state_confidence")
+    analysis: str = msgspec.field(default="", name="unproductive_state_analysis")
 
 
-_decode = msgspec.json.Decoder(_Answer).decode
-
-
-def round_half_up(value: float) -> int:
-    """``value`` rounded to the nearest integer, halves up (JavaScript's ``Math.round``,
-    which gemini-cli's interval uses; Python's ``round`` rounds halves to even)."""
-    return math.floor(value + 0.5)
+_decode = msgspec.json.Decoder(Verdict).decode
 
 
 def parse_answer(text: str) -> Verdict | None:
@@ -95,9 +84,8 @@ def parse_answer(text: str) -> Verdict | None:
             answer = _decode(candidate)
         except msgspec.DecodeError:
             continue
-        confidence = answer.unproductive_state_confidence
-        if 0.0 <= confidence <= 1.0:  # NaN and out-of-range values are not verdicts
-            return Verdict(confidence, answer.unproductive_state_analysis)
+        if 0.0 <= answer.confidence <= 1.0:  # NaN and out-of-range values are not verdicts
+            return answer
     return None
 
 
@@ -148,6 +136,7 @@ class LlmCheck:
             self.offences += 1
         elif verdict is not None:  # errors keep the interval (as gemini-cli)
             span = cfg.max_interval - cfg.min_interval
-            self.interval = round_half_up(cfg.min_interval + span * (1.0 - verdict.confidence))
+            # rounded half up (gemini-cli's ``Math.round``; Python's ``round`` rounds to even)
+            self.interval = math.floor(cfg.min_interval + span * (1.0 - verdict.confidence) + 0.5)
         self.next_turn = self.asked + self.interval
         return looping

@@ -26,7 +26,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, assert_never
+from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskStatus
@@ -48,7 +48,6 @@ from bus import (
     ToolCallProposed,
     ToolResult,
     ToolVerdict,
-    Verdict,
     stop_signal,
 )
 
@@ -343,28 +342,18 @@ class LoopMonitor:
             self._nudge(run_id, decision)
 
     def _answer_call(self, state: _Run, msg: ToolCallProposed, decision: Decision) -> None:
-        publish = self._bus.publish_nowait
-        verdict: Verdict
-        match decision.level:
-            case "none":
-                return
-            case "warning":
-                if decision.nudge is None:
-                    return
-                verdict = "warn"
-            case "critical":
-                verdict = "block"
-            case "break":
-                self._stop(state, msg.run_id, decision)
-                return
-            case _:
-                assert_never(decision.level)
-        publish(
+        level = decision.level  # not "none": the caller answers findings only
+        if level == "break":
+            self._stop(state, msg.run_id, decision)
+            return
+        if level == "warning" and decision.nudge is None:
+            return  # a rate-limited warning: nothing to say
+        self._bus.publish_nowait(
             ToolVerdict(
                 run_id=msg.run_id,
                 turn=msg.turn,
                 call_id=msg.call.id,
-                verdict=verdict,
+                verdict="warn" if level == "warning" else "block",
                 source=self._name,
                 message=decision.message,
                 cause=decision.cause or "",
@@ -386,20 +375,17 @@ class LoopMonitor:
     def _nudge(self, run_id: str, decision: Decision) -> None:
         if decision.nudge is not None and decision.cause is not None:
             text = decision.nudge
-            if decision.detector == "error_streak":
-                text = self._with_listing(run_id, text)
+            folder = self._folders.get(run_id)
+            if (
+                decision.detector == "error_streak"
+                and folder is not None
+                and any(words in text.lower() for words in _PATH_ERRORS)
+                and (listing := folder_listing(folder))
+            ):
+                text = f"{text}\n{listing}"  # after path errors, the folder's listing
             self._bus.publish_nowait(
                 Nudge(run_id=run_id, kind=decision.cause, text=text, source=self._name)
             )
-
-    def _with_listing(self, run_id: str, text: str) -> str:
-        """``text`` with the run's folder listing after path errors."""
-        folder = self._folders.get(run_id)
-        lowered = text.lower()
-        if folder is None or not any(words in lowered for words in _PATH_ERRORS):
-            return text
-        listing = folder_listing(folder)
-        return f"{text}\n{listing}" if listing else text
 
     def _stop(self, state: _Run, run_id: str, decision: Decision) -> None:
         state.stopped = True

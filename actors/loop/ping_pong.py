@@ -95,9 +95,7 @@ class PingPong(ToolDetector):
         self._refused: _Refused | None = None
 
     def fresh(self) -> PingPong:
-        if not self._continue:
-            return self
-        return PingPong(self._config, continue_refused=True)
+        return PingPong(self._config, continue_refused=True) if self._continue else self
 
     def _continued(self, call: CallRecord, window: Window) -> Alternation | None:
         """The alternation a refusal left, when ``call`` is its next call and no call has
@@ -150,8 +148,7 @@ class PingPong(ToolDetector):
 
     def restore(self, state: dict[str, object]) -> None:
         saved = state.get("refused")
-        self._found = None
-        self._refused = None
+        self._found = self._refused = None
         if isinstance(saved, list) and len(saved) == 4:
             fingerprint, paired, length, newest = saved
             if isinstance(length, int) and all(

@@ -259,10 +259,6 @@ class CallCap(_Qwen):
         self.watches_results = self.judges_progress = config.count_no_progress
         self.records = not config.count_no_progress  # else counted from results
 
-    @property
-    def _what(self) -> str:
-        return "without progress" if self.watches_results else "made"
-
     def fresh(self) -> CallCap:
         return CallCap(self._config)
 
@@ -281,13 +277,9 @@ class CallCap(_Qwen):
             if repeat >= cfg.stuck_repeats
             else f"past the hard cap of {hard} calls"
         )
-        return Hit(
-            "call_cap",
-            "break",
-            total,
-            "call-cap",
-            f"Stopped: {total} tool calls {self._what} in this run, {why}.",
-        )
+        what = "without progress" if self.watches_results else "made"
+        message = f"Stopped: {total} tool calls {what} in this run, {why}."
+        return Hit("call_cap", "break", total, "call-cap", message)
 
     def record(self, call: CallRecord) -> None:
         if not self.watches_results:

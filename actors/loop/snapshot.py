@@ -7,7 +7,7 @@ Struct lives here, outside the modules compiled with mypyc.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -43,13 +43,9 @@ class LoopSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """The model-based check's next turn, interval and loops found (``None``: never due)."""
 
 
-_encoder = msgspec.json.Encoder()
+encode_snapshot: Final = msgspec.json.Encoder().encode
+"""A :class:`LoopSnapshot` as JSON bytes."""
 _decoder = msgspec.json.Decoder(LoopSnapshot)
-
-
-def encode_snapshot(snapshot: LoopSnapshot) -> bytes:
-    """``snapshot`` as JSON bytes."""
-    return _encoder.encode(snapshot)
 
 
 def decode_snapshot(data: bytes) -> LoopSnapshot:

@@ -99,13 +99,8 @@ class UnknownTool(ToolDetector):
         if call.tool == self._tool:
             level = self._levels.level(count)
             if level != "none" and _RANK[level] >= _RANK[storm]:
-                return Hit(
-                    "unknown_tool",
-                    level,
-                    count,
-                    f"unknown-tool:{call.tool}",
-                    _message(level, call.tool, count),
-                )
+                key = f"unknown-tool:{call.tool}"
+                return Hit("unknown_tool", level, count, key, _message(level, call.tool, count))
         if storm == "none":
             return None
         return Hit(
