@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from actors.hooks.config import PYTHON_PLACEHOLDER
 
@@ -76,20 +76,6 @@ async def _feed(stream: ByteSendStream | None, data: bytes) -> None:
         pass  # the hook exited without reading its input: its exit status still counts
 
 
-def _kill(process: Process) -> None:
-    try:
-        if _POSIX:
-            os.killpg(process.pid, signal.SIGKILL)
-        else:  # pragma: no cover - loopfuse runs on POSIX
-            process.kill()
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _argv(command: Sequence[str]) -> list[str]:
-    return [sys.executable if arg == PYTHON_PLACEHOLDER else arg for arg in command]
-
-
 async def run_command(
     command: Sequence[str],
     stdin: bytes,
@@ -105,7 +91,7 @@ async def run_command(
     is killed with its process group. ``{python}`` as an argument is the interpreter.
     ``env`` replaces the environment (default: this process's).
     """
-    argv = _argv(command)
+    argv = [sys.executable if arg == PYTHON_PLACEHOLDER else arg for arg in command]
     try:
         process = await anyio.open_process(
             argv,
@@ -133,6 +119,12 @@ async def run_command(
         return CommandResult(returncode, out.text(), err.text())
     finally:
         if not finished:
-            _kill(process)
+            try:
+                if _POSIX:
+                    os.killpg(process.pid, signal.SIGKILL)
+                else:  # pragma: no cover - loopfuse runs on POSIX
+                    process.kill()
+            except (ProcessLookupError, PermissionError):
+                pass
         with anyio.CancelScope(shield=True), anyio.move_on_after(REAP_SECONDS):
             await process.aclose()
