@@ -140,7 +140,7 @@ class McpConnection:
                         self._set("restarting")
                         self._cause = self._closed_cause()
                         uptime = anyio.current_time() - up_at
-                        if uptime >= spec.min_uptime_seconds and not self._protocol_error:
+                        if uptime >= spec.min_uptime_seconds and not self._attempt.protocol_error:
                             in_a_row = 0
                 except Exception as exc:  # through the SDK's task groups: maybe grouped
                     error = start_error(spec, exc)
@@ -257,10 +257,6 @@ class McpConnection:
         attempt.protocol_error = problem
         logger.error("MCP server %r broke the protocol: %s", self.spec.name, problem)
 
-    @property
-    def _protocol_error(self) -> str:
-        return self._attempt.protocol_error
-
     def _env(self) -> dict[str, str]:
         missing = [name for name in self.spec.pass_env if name not in self._environ]
         if missing:
@@ -340,8 +336,8 @@ class McpConnection:
             self._lost.set()
 
     def _closed_cause(self) -> str:
-        if self._protocol_error:
-            return f"it broke the protocol: {self._protocol_error}"
+        if self._attempt.protocol_error:
+            return f"it broke the protocol: {self._attempt.protocol_error}"
         if self.spec.transport == "http":
             return "the connection to the server ended"
         return "the server process closed its output or exited" + self._stderr_tail()
