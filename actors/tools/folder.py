@@ -107,13 +107,9 @@ class Folder:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._given = os.path.abspath(root)
-        self._fd = os.open(self._given, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        self._real: str | None = None
-
-    @property
-    def fd(self) -> int:
+        self.fd = os.open(self._given, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         """The folder's own descriptor (an ``O_PATH`` handle: for lookups, not for reading)."""
-        return self._fd
+        self._real: str | None = None
 
     @property
     def real_path(self) -> str:
@@ -158,9 +154,9 @@ class Folder:
             walk.close()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def __enter__(self) -> Folder:
         return self
