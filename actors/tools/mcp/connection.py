@@ -63,7 +63,8 @@ _SSE_FAILED: Final = "SSE stream failed"
 """How the SDK's streamable-HTTP transport begins the error it answers a request with when
 that request's event stream broke (``httpx2.SSEError``), not the connection."""
 PROTOCOL_ERROR: Final = "mcp_error"
-"""The :class:`ToolError` kind of a call whose server broke the protocol."""
+"""The :class:`ToolError` kind of a call whose server broke the protocol or answered with an
+error (a protocol error, an ``isError`` result)."""
 
 
 class _Attempt:
@@ -321,7 +322,7 @@ class McpConnection:
                     f"({self._closed_cause()}); loopfuse is restarting it",
                 ) from None
             raise ToolError(
-                "mcp_error", f"MCP server {self.spec.name!r}: {_mcp_error(exc)}"
+                PROTOCOL_ERROR, f"MCP server {self.spec.name!r}: {_mcp_error(exc)}"
             ) from None
         except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._connection_lost(session)
