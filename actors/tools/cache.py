@@ -128,7 +128,8 @@ class ResultCache:
         if self._by_use is None or self._by_age is None:
             self._by_use, self._by_age = OrderedDict(), OrderedDict()
         by_use, by_age = self._by_use, self._by_age
-        self._drop(key)
+        if by_use.pop(key, None) is not None:
+            del by_age[key]
         entry = _Entry(content, self._clock() + self._settings.ttl_seconds)
         by_use[key] = entry
         by_age[key] = entry
@@ -149,11 +150,6 @@ class ResultCache:
     def __contains__(self, key: object) -> bool:
         self._expire()
         return self._by_use is not None and key in self._by_use
-
-    def _drop(self, key: str) -> None:
-        by_use, by_age = self._by_use, self._by_age
-        if by_use is not None and by_age is not None and by_use.pop(key, None) is not None:
-            del by_age[key]
 
     def _expire(self) -> None:
         by_use, by_age = self._by_use, self._by_age
