@@ -24,6 +24,7 @@ operator's root must not hold hard links to files outside it.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from pathlib import Path
@@ -109,14 +110,11 @@ class Folder:
         self._given = os.path.abspath(root)
         self.fd = os.open(self._given, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         """The folder's own descriptor (an ``O_PATH`` handle: for lookups, not for reading)."""
-        self._real: str | None = None
 
-    @property
+    @functools.cached_property
     def real_path(self) -> str:
         """The folder's path with links resolved (computed once, on first use)."""
-        if self._real is None:
-            self._real = os.path.realpath(self._given)
-        return self._real
+        return os.path.realpath(self._given)
 
     def entry(self, path: str) -> Entry:
         """What ``path`` names beneath the folder (use the result as a context manager).
