@@ -188,11 +188,8 @@ def _render_entries(entries: list[tuple[str, tuple[str, ...], str]]) -> str:
         if kind == "literal_error" and loc[-1:] and loc[-1] in _UNION_TAGS
     }
     kept = [entry for entry in entries if entry[1][:-1] not in unmatched] or entries
-    rendered = []
-    for _, loc, msg in kept:
-        where = ".".join(loc[1:] if loc[:1] == ("body",) else loc)
-        rendered.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(dict.fromkeys(rendered))
+    located = [(".".join(loc[1:] if loc[:1] == ("body",) else loc), msg) for _, loc, msg in kept]
+    return "; ".join(dict.fromkeys(f"{where}: {msg}" if where else msg for where, msg in located))
 
 
 def _body_fields(exc: openai.APIError) -> tuple[str | None, str | None, str]:
