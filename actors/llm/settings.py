@@ -140,8 +140,6 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
         fields = ", ".join(f"{key}={value!r}" for key, value in self.__rich_repr__())
         return f"EndpointSettings({fields})"
 
-    __str__ = __repr__
-
     def __rich_repr__(self) -> list[tuple[str, Any]]:
         return [
             ("base_url", self.base_url),
