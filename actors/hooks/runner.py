@@ -17,6 +17,7 @@ to ``RunFinished`` (``docs/hooks.md``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -159,10 +160,8 @@ class HookRunner:
     async def _judge_call(self, state: _Run, msg: ToolCallProposed, hooks: list[Hook]) -> None:
         call = msg.call
         arguments: Any = call.arguments  # as decoded JSON, or the raw text when it is not JSON
-        try:
+        with contextlib.suppress(msgspec.DecodeError):
             arguments = msgspec.json.decode(call.arguments)
-        except msgspec.DecodeError:
-            pass
         outcomes = await self._run_hooks(
             state,
             hooks,

@@ -12,6 +12,7 @@ that fails (:mod:`actors.llm.sdk_errors`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import email.utils
 import http.cookies
 import importlib.metadata
@@ -512,13 +513,11 @@ def _fixed_headers(
 
 def _expired(morsel: http.cookies.Morsel[str]) -> bool:
     max_age, expires = morsel["max-age"], morsel["expires"]
-    try:
+    with contextlib.suppress(TypeError, ValueError):  # an unreadable limit: kept, as if none
         if max_age:
             return int(max_age) <= 0
         if expires:
             return email.utils.parsedate_to_datetime(expires).timestamp() <= time.time()
-    except (TypeError, ValueError):
-        pass  # an unreadable limit: kept, as if it had none
     return False
 
 
