@@ -487,12 +487,6 @@ class ToolExecutor:
     def _unknown(self, run: _Run, name: str) -> Outcome:
         return unknown_tool(name, (n for n in run.enabled if n in self._registry))
 
-    async def _wait_for_leader(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
-        while slot.leader is not None:
-            await slot.leader.wait_done()
-            slot.leader = None
-            self._claim(run, batch, slot)
-
     def _fill(self, run: _Run, batch: _Batch, slot: _Slot, outcome: Outcome) -> None:
         if run.in_flight.get(slot.fingerprint) is slot:
             del run.in_flight[slot.fingerprint]
@@ -533,8 +527,10 @@ class ToolExecutor:
         call's alone while it runs) carries the tool's time limit and the batch's abort."""
         started = time.monotonic()
         try:
-            if slot.leader is not None:
-                await self._wait_for_leader(run, batch, slot)
+            while slot.leader is not None:  # the identical call in flight, then the cache
+                await slot.leader.wait_done()
+                slot.leader = None
+                self._claim(run, batch, slot)
             outcome = slot.ready
             if outcome is None:
                 if len(batch.slots) == 1:  # max_parallel_calls >= 1: the limiter never waits
