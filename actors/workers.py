@@ -114,7 +114,11 @@ class Workers:
         job: Job | None = first
         while job is not None:
             if isinstance(job, _Plain):  # needs no scope, so none is made (the runtime's runs)
-                await self._plain(job)
+                self._busy += 1
+                try:
+                    await job.fn()
+                finally:
+                    self._busy -= 1
                 job = None  # an idle worker keeps nothing of its last job alive
                 job = await self._park()
                 continue
@@ -136,10 +140,3 @@ class Workers:
                     return  # told to end while idle
                 # The scope was cancelled for a job that has ended: a new one for the next.
                 job = await self._park()
-
-    async def _plain(self, job: _Plain) -> None:
-        self._busy += 1
-        try:
-            await job.fn()
-        finally:
-            self._busy -= 1

@@ -109,7 +109,11 @@ class TokenAccount:
             return self._end_of_turn(budget) if ended_turn else None
         if not self.warned and budget * NUDGE_FRACTION <= completion_tokens < budget:
             self.warned = True
-            return BudgetNudge(WARNING_KIND, _warning_text(completion_tokens, budget))
+            return BudgetNudge(
+                WARNING_KIND,
+                f"Output-token budget {completion_tokens * 100 // budget}% used "
+                f"({completion_tokens:,} / {budget:,}); keep working, do not summarise.",
+            )
         return None
 
     def exhausted(self) -> BudgetStop | None:
@@ -162,24 +166,7 @@ class TokenAccount:
         self.continuations += 1
         return BudgetNudge(
             CONTINUE_KIND,
-            _target_text(total, target, self.continuations),
+            f"Output-token target {total * 100 // target}% reached ({total:,} / {target:,}), "
+            f"continuation {self.continuations}; keep working, do not summarise.",
             continues=True,
         )
-
-
-def _percent(used: int, budget: int) -> int:
-    return used * 100 // budget
-
-
-def _warning_text(used: int, budget: int) -> str:
-    return (
-        f"Output-token budget {_percent(used, budget)}% used ({used:,} / {budget:,}); "
-        "keep working, do not summarise."
-    )
-
-
-def _target_text(used: int, target: int, continuation: int) -> str:
-    return (
-        f"Output-token target {_percent(used, target)}% reached ({used:,} / {target:,}), "
-        f"continuation {continuation}; keep working, do not summarise."
-    )

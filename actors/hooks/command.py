@@ -7,6 +7,7 @@ killed together with anything it started. Each of stdout and stderr is read conc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final, NamedTuple
 
 import anyio
-from anyio.abc import ByteReceiveStream, ByteSendStream, Process
+from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from actors.hooks.config import PYTHON_PLACEHOLDER
 
@@ -51,15 +52,13 @@ class _Capture:
     async def drain(self, stream: ByteReceiveStream | None) -> None:
         if stream is None:
             return
-        try:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             async for chunk in stream:
                 room = self.cap - self.kept
                 if room > 0:
                     self.chunks.append(chunk[:room])
                     self.kept += min(room, len(chunk))
                 self.dropped += max(len(chunk) - max(room, 0), 0)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass
 
     def text(self) -> str:
         text = b"".join(self.chunks).decode("utf-8", errors="replace")
@@ -69,25 +68,10 @@ class _Capture:
 async def _feed(stream: ByteSendStream | None, data: bytes) -> None:
     if stream is None:
         return
-    try:
+    # The hook may exit without reading its input: its exit status still counts.
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
         await stream.send(data)
         await stream.aclose()
-    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-        pass  # the hook exited without reading its input: its exit status still counts
-
-
-def _kill(process: Process) -> None:
-    try:
-        if _POSIX:
-            os.killpg(process.pid, signal.SIGKILL)
-        else:  # pragma: no cover - loopfuse runs on POSIX
-            process.kill()
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _argv(command: Sequence[str]) -> list[str]:
-    return [sys.executable if arg == PYTHON_PLACEHOLDER else arg for arg in command]
 
 
 async def run_command(
@@ -105,7 +89,7 @@ async def run_command(
     is killed with its process group. ``{python}`` as an argument is the interpreter.
     ``env`` replaces the environment (default: this process's).
     """
-    argv = _argv(command)
+    argv = [sys.executable if arg == PYTHON_PLACEHOLDER else arg for arg in command]
     try:
         process = await anyio.open_process(
             argv,
@@ -133,6 +117,10 @@ async def run_command(
         return CommandResult(returncode, out.text(), err.text())
     finally:
         if not finished:
-            _kill(process)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if _POSIX:
+                    os.killpg(process.pid, signal.SIGKILL)
+                else:  # pragma: no cover - loopfuse runs on POSIX
+                    process.kill()
         with anyio.CancelScope(shield=True), anyio.move_on_after(REAP_SECONDS):
             await process.aclose()

@@ -76,9 +76,7 @@ class _HookBase(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     def applies_to(self, event: HookEvent, tool: str | None = None) -> bool:
         """Whether this hook judges ``event`` (for ``tool``, when it is a tool call)."""
-        if event != self.event:
-            return False
-        return not self.tools or tool in self.tools
+        return event == self.event and (not self.tools or tool in self.tools)
 
 
 class CommandHook(_HookBase, frozen=True, kw_only=True, tag_field="kind", tag="command"):

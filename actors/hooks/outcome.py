@@ -94,8 +94,5 @@ def function_outcome(hook: Hook, result: FunctionResult) -> HookOutcome:
 
 def most_severe(outcomes: list[HookOutcome]) -> HookOutcome | None:
     """The first ``deny``, else the first ``block``; ``None`` when every hook allows."""
-    worst: HookOutcome | None = None
-    for outcome in outcomes:
-        if _SEVERITY[outcome.action] > (_SEVERITY[worst.action] if worst else 0):
-            worst = outcome
-    return worst
+    worst = max(outcomes, key=lambda outcome: _SEVERITY[outcome.action], default=None)
+    return worst if worst is not None and worst.action != "allow" else None

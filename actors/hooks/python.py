@@ -21,16 +21,6 @@ class FunctionResult(NamedTuple):
     failure: str | None = None
 
 
-async def _call(function: HookFunction, payload: HookInput) -> object:
-    if inspect.iscoroutinefunction(function):
-        return await function(payload)
-    # A thread that outlives the timeout is abandoned: its late answer is discarded.
-    result: object = await anyio.to_thread.run_sync(function, payload, abandon_on_cancel=True)
-    if inspect.isawaitable(result):
-        return await result
-    return result
-
-
 async def call_function(
     function: HookFunction, payload: HookInput, *, time_limit: float
 ) -> FunctionResult:
@@ -38,7 +28,13 @@ async def call_function(
     result: object = None
     with anyio.move_on_after(time_limit) as scope:
         try:
-            result = await _call(function, payload)
+            if inspect.iscoroutinefunction(function):
+                result = await function(payload)
+            else:
+                # A thread that outlives the timeout is abandoned: its late answer is discarded.
+                result = await anyio.to_thread.run_sync(function, payload, abandon_on_cancel=True)
+                if inspect.isawaitable(result):
+                    result = await result
         except Exception as exc:
             return FunctionResult(None, f"raised {exc!r}"[:500])
     if scope.cancelled_caught:

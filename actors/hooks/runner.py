@@ -17,6 +17,7 @@ to ``RunFinished`` (``docs/hooks.md``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -158,6 +159,9 @@ class HookRunner:
 
     async def _judge_call(self, state: _Run, msg: ToolCallProposed, hooks: list[Hook]) -> None:
         call = msg.call
+        arguments: Any = call.arguments  # as decoded JSON, or the raw text when it is not JSON
+        with contextlib.suppress(msgspec.DecodeError):
+            arguments = msgspec.json.decode(call.arguments)
         outcomes = await self._run_hooks(
             state,
             hooks,
@@ -166,7 +170,7 @@ class HookRunner:
             turn=msg.turn,
             tool=call.name,
             call_id=call.id,
-            arguments=_arguments(call.arguments),
+            arguments=arguments,
         )
         worst = most_severe(outcomes) if outcomes is not None else None
         if worst is None:
@@ -236,12 +240,14 @@ class HookRunner:
         index: int,
     ) -> None:
         if isinstance(hook, CommandHook):
+            hide = self._hide_env
+            env = {k: v for k, v in os.environ.items() if k not in hide} if hide else None
             result = await run_command(
                 hook.command,
                 _encode(payload) + b"\n",
                 time_limit=hook.timeout_seconds,
                 cwd=cwd,
-                env=self._environment(),
+                env=env,
             )
             outcome = command_outcome(hook, result)
         else:
@@ -262,11 +268,6 @@ class HookRunner:
             )
         outcomes[index] = outcome
 
-    def _environment(self) -> dict[str, str] | None:
-        if not self._hide_env:
-            return None
-        return {key: value for key, value in os.environ.items() if key not in self._hide_env}
-
     def _stop(self, state: _Run, run_id: str, outcome: HookOutcome, subject: str) -> None:
         state.stopped = True
         self._bus.publish_nowait(
@@ -284,10 +285,3 @@ class HookRunner:
             state.aborted = True
             if state.scope is not None:
                 state.scope.cancel()
-
-
-def _arguments(text: str) -> Any:
-    try:
-        return msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return text

@@ -271,7 +271,13 @@ class LLMCaller:
                     retry = Failure("stream", f"{exc}; asking again without streaming")
                     self._bus.publish_nowait(self._error(call, retry, final=False))
                     continue
-                failure = self._classify(call, exc)
+                if isinstance(exc, StreamInterrupted):
+                    call.stream = False  # asked again whole, not streamed: docs/transport.md
+                    failure = Failure("interrupted", str(exc), None, None, True)
+                elif isinstance(exc, EmptyStream):
+                    failure = Failure("stream", str(exc), None, None, True)
+                else:
+                    failure = classify(exc, streaming=call.streaming)
                 if cut is not None and failure.kind == "bad_request":
                     # The endpoint refuses the escalated output limit (its own cap is lower):
                     # answer with the cut reply, so the conductor's recovery takes over, and
@@ -314,17 +320,6 @@ class LLMCaller:
                 )
                 continue
             return self._reply(call)
-
-    @staticmethod
-    def _classify(call: _Call, exc: Exception) -> Failure:
-        """:func:`~actors.llm.errors.classify`, and the stream endings
-        :mod:`actors.llm.stream` tells apart."""
-        if isinstance(exc, StreamInterrupted):
-            call.stream = False  # asked again whole, not streamed: docs/transport.md
-            return Failure("interrupted", str(exc), None, None, True)
-        if isinstance(exc, EmptyStream):
-            return Failure("stream", str(exc), None, None, True)
-        return classify(exc, streaming=call.streaming)
 
     async def _attempt(self, call: _Call, params: dict[str, Any], max_tokens: int | None) -> None:
         """One HTTP attempt through the run's transport, its text streamed as deltas into

@@ -19,6 +19,7 @@ an ``invalid_request_error``). Exception tree handled (openai 3.x)::
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import time
 from collections.abc import Mapping
@@ -103,17 +104,13 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     """Seconds to wait from ``retry-after-ms``, or ``retry-after`` (seconds or an HTTP date)."""
     raw_ms = headers.get("retry-after-ms")
     if raw_ms is not None:
-        try:
+        with contextlib.suppress(ValueError):
             return max(float(raw_ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
     raw = headers.get("retry-after")
     if raw is None:
         return None
-    try:
+    with contextlib.suppress(ValueError):
         return max(float(raw), 0.0)
-    except ValueError:
-        pass
     try:
         when = email.utils.parsedate_to_datetime(raw)
     except (TypeError, ValueError):
@@ -188,11 +185,8 @@ def _render_entries(entries: list[tuple[str, tuple[str, ...], str]]) -> str:
         if kind == "literal_error" and loc[-1:] and loc[-1] in _UNION_TAGS
     }
     kept = [entry for entry in entries if entry[1][:-1] not in unmatched] or entries
-    rendered = []
-    for _, loc, msg in kept:
-        where = ".".join(loc[1:] if loc[:1] == ("body",) else loc)
-        rendered.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(dict.fromkeys(rendered))
+    located = [(".".join(loc[1:] if loc[:1] == ("body",) else loc), msg) for _, loc, msg in kept]
+    return "; ".join(dict.fromkeys(f"{where}: {msg}" if where else msg for where, msg in located))
 
 
 def _body_fields(exc: openai.APIError) -> tuple[str | None, str | None, str]:

@@ -136,16 +136,9 @@ class EndpointSettings(EndpointLimits, frozen=True, kw_only=True):
                     f"({_TOOL_CHOICE.pattern}), got {choice!r}"
                 )
 
-    def request_options(self, model: str) -> RequestOptions:
-        """The request options of ``model`` (its own, else the endpoint's)."""
-        fields = RequestOptions.__struct_fields__
-        return self.models.get(model) or RequestOptions(**{k: getattr(self, k) for k in fields})
-
     def __repr__(self) -> str:
         fields = ", ".join(f"{key}={value!r}" for key, value in self.__rich_repr__())
         return f"EndpointSettings({fields})"
-
-    __str__ = __repr__
 
     def __rich_repr__(self) -> list[tuple[str, Any]]:
         return [

@@ -12,6 +12,7 @@ that fails (:mod:`actors.llm.sdk_errors`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import email.utils
 import http.cookies
 import importlib.metadata
@@ -199,7 +200,7 @@ class ChatTransport:
                 await session.close()
             raise
         if stream:
-            reply.own(session)
+            reply.session = session
         else:
             await session.close()
         return reply
@@ -348,10 +349,10 @@ class Reply:
         "_encoding",
         "_response",
         "_run_id",
-        "_session",
         "_transport",
         "content",
         "http_version",
+        "session",
         "status_code",
     )
 
@@ -367,7 +368,7 @@ class Reply:
         self._run_id = run_id
         self._encoding = encoding
         self.content = b""  # the body, once aread has read it
-        self._session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None  # its own connection, closed with it
         self.status_code = response.status
         version = response.version
         self.http_version = (
@@ -399,14 +400,10 @@ class Reply:
             return True  # the answer is complete: a failure after it is no failure of it
         return content.at_eof()
 
-    def own(self, session: aiohttp.ClientSession) -> None:
-        """Close ``session`` (the reply's own connection) with the reply."""
-        self._session = session
-
     def close_now(self) -> bool:
         """:meth:`aclose` without waiting, if nothing is left to wait for (the reply has no
         connection of its own to close); whether it was."""
-        if self._session is not None:
+        if self.session is not None:
             return False
         self._response.release()
         return True
@@ -415,8 +412,8 @@ class Reply:
         """Done with the body: the connection goes back to the pool if it was read to its
         end, else it is closed."""
         self._response.release()
-        if self._session is not None:
-            await self._session.close()
+        if self.session is not None:
+            await self.session.close()
 
     @property
     def request(self) -> httpx2.Request:
@@ -516,13 +513,11 @@ def _fixed_headers(
 
 def _expired(morsel: http.cookies.Morsel[str]) -> bool:
     max_age, expires = morsel["max-age"], morsel["expires"]
-    try:
+    with contextlib.suppress(TypeError, ValueError):  # an unreadable limit: kept, as if none
         if max_age:
             return int(max_age) <= 0
         if expires:
             return email.utils.parsedate_to_datetime(expires).timestamp() <= time.time()
-    except (TypeError, ValueError):
-        pass  # an unreadable limit: kept, as if it had none
     return False
 
 

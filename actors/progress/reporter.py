@@ -84,9 +84,8 @@ class ProgressReporter:
         if ended is None:
             return
         done = f"{msg.exit_reason.value} ({msg.cause})"
-        position = self._position(ended, ended.current)
         self._emit(msg.run_id, ended, ended.current, "finished", done)
-        for stage in ended.stages[position:]:
+        for stage in ended.stages[ended.index :]:  # the stages after the current one
             self._emit(msg.run_id, ended, stage, "skipped", "not reached")
 
     @staticmethod

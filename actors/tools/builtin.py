@@ -24,10 +24,6 @@ def builtin_tools() -> tuple[Tool[Any], ...]:
     it: the report workflow enables it only for a vision-capable explore model.
     """
     figure = figure_tool()
-    return (*_core_tools(), image_tool(), *((figure,) if figure is not None else ()))
-
-
-def _core_tools() -> tuple[Tool[Any], ...]:
     return (
         Tool(
             "list_dir",
@@ -57,6 +53,8 @@ def _core_tools() -> tuple[Tool[Any], ...]:
             finishes_stage=True,
             needs_folder=True,  # it records what the exploration of the folder found
         ),
+        image_tool(),
+        *((figure,) if figure is not None else ()),
     )
 
 

@@ -77,7 +77,7 @@ class ResultCache:
     :raises ValueError: a setting is out of range (the message names it).
     """
 
-    __slots__ = ("_by_age", "_by_use", "_clock", "_settings")
+    __slots__ = ("_by_age", "_by_use", "_clock", "settings")
 
     def __init__(
         self,
@@ -91,7 +91,7 @@ class ResultCache:
             raise ValueError(f"ttl_seconds: must be > 0, got {settings.ttl_seconds!r}")
         if settings.max_entries < 0:
             raise ValueError(f"max_entries: must be >= 0, got {settings.max_entries!r}")
-        self._settings = settings
+        self.settings = settings
         self._clock = clock
         # The same entries twice: in order of last use (LRU eviction) and in order of
         # storing (expiry; one TTL for all, so the oldest store expires first). Made at
@@ -100,13 +100,9 @@ class ResultCache:
         self._by_age: OrderedDict[str, _Entry] | None = None
 
     @property
-    def settings(self) -> CacheSettings:
-        return self._settings
-
-    @property
     def enabled(self) -> bool:
         """False when ``max_entries == 0``: nothing is ever stored."""
-        return self._settings.max_entries > 0
+        return self.settings.max_entries > 0
 
     def lookup(self, key: str) -> Lookup:
         """Find ``key`` and count a hit on it: ``miss``, ``hit`` (with the text) or ``loop``
@@ -116,7 +112,7 @@ class ResultCache:
         if entry is None:
             return Lookup("miss")
         entry.hits += 1
-        if entry.hits > self._settings.max_hits:
+        if entry.hits > self.settings.max_hits:
             return Lookup("loop", hits=entry.hits)
         self._by_use.move_to_end(key)  # type: ignore[union-attr]  # found in it
         return Lookup("hit", entry.content, entry.hits)
@@ -128,12 +124,13 @@ class ResultCache:
         if self._by_use is None or self._by_age is None:
             self._by_use, self._by_age = OrderedDict(), OrderedDict()
         by_use, by_age = self._by_use, self._by_age
-        self._drop(key)
-        entry = _Entry(content, self._clock() + self._settings.ttl_seconds)
+        if by_use.pop(key, None) is not None:
+            del by_age[key]
+        entry = _Entry(content, self._clock() + self.settings.ttl_seconds)
         by_use[key] = entry
         by_age[key] = entry
         self._expire()
-        while len(by_use) > self._settings.max_entries:
+        while len(by_use) > self.settings.max_entries:
             oldest, _ = by_use.popitem(last=False)
             del by_age[oldest]
 
@@ -149,11 +146,6 @@ class ResultCache:
     def __contains__(self, key: object) -> bool:
         self._expire()
         return self._by_use is not None and key in self._by_use
-
-    def _drop(self, key: str) -> None:
-        by_use, by_age = self._by_use, self._by_age
-        if by_use is not None and by_age is not None and by_use.pop(key, None) is not None:
-            del by_age[key]
 
     def _expire(self) -> None:
         by_use, by_age = self._by_use, self._by_age

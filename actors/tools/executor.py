@@ -328,7 +328,11 @@ class ToolExecutor:
             if len(self._tool_sets) >= TOOL_SETS_KEPT:
                 self._tool_sets.clear()
             enabled = self._tool_sets[msg.tools] = frozenset(msg.tools)
-        self._runs[msg.run_id] = _Run(ctx, enabled, self._new_cache(msg), msg.tool_timeout_seconds)
+        # Out-of-range cache settings raise (naming the key), which fails the run as an actor
+        # failure; the config loader refuses them long before.
+        settings = CacheSettings(msg.max_cache_hits, msg.cache_ttl_seconds, msg.cache_max_entries)
+        cache = ResultCache(settings, clock=self._clock)
+        self._runs[msg.run_id] = _Run(ctx, enabled, cache, msg.tool_timeout_seconds)
 
     def _cancel(self, msg: ToolsCancel) -> None:
         if run := self._runs.get(msg.run_id):
@@ -371,12 +375,6 @@ class ToolExecutor:
         workers.start(batch.bind(self, run))
 
     # ------------------------------------------------------------------ result cache
-
-    def _new_cache(self, msg: RunStarted) -> ResultCache:
-        """The run's cache. Out-of-range settings raise (naming the key), which fails the run
-        as an actor failure; the config loader refuses them long before."""
-        settings = CacheSettings(msg.max_cache_hits, msg.cache_ttl_seconds, msg.cache_max_entries)
-        return ResultCache(settings, clock=self._clock)
 
     def _plan(self, run: _Run, batch: _Batch) -> bool:
         """Find each call's tool and decide, in call order and before anything runs, which
@@ -489,12 +487,6 @@ class ToolExecutor:
     def _unknown(self, run: _Run, name: str) -> Outcome:
         return unknown_tool(name, (n for n in run.enabled if n in self._registry))
 
-    async def _wait_for_leader(self, run: _Run, batch: _Batch, slot: _Slot) -> None:
-        while slot.leader is not None:
-            await slot.leader.wait_done()
-            slot.leader = None
-            self._claim(run, batch, slot)
-
     def _fill(self, run: _Run, batch: _Batch, slot: _Slot, outcome: Outcome) -> None:
         if run.in_flight.get(slot.fingerprint) is slot:
             del run.in_flight[slot.fingerprint]
@@ -535,8 +527,10 @@ class ToolExecutor:
         call's alone while it runs) carries the tool's time limit and the batch's abort."""
         started = time.monotonic()
         try:
-            if slot.leader is not None:
-                await self._wait_for_leader(run, batch, slot)
+            while slot.leader is not None:  # the identical call in flight, then the cache
+                await slot.leader.wait_done()
+                slot.leader = None
+                self._claim(run, batch, slot)
             outcome = slot.ready
             if outcome is None:
                 if len(batch.slots) == 1:  # max_parallel_calls >= 1: the limiter never waits

@@ -24,6 +24,7 @@ operator's root must not hold hard links to files outside it.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from pathlib import Path
@@ -107,20 +108,13 @@ class Folder:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._given = os.path.abspath(root)
-        self._fd = os.open(self._given, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        self._real: str | None = None
-
-    @property
-    def fd(self) -> int:
+        self.fd = os.open(self._given, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         """The folder's own descriptor (an ``O_PATH`` handle: for lookups, not for reading)."""
-        return self._fd
 
-    @property
+    @functools.cached_property
     def real_path(self) -> str:
         """The folder's path with links resolved (computed once, on first use)."""
-        if self._real is None:
-            self._real = os.path.realpath(self._given)
-        return self._real
+        return os.path.realpath(self._given)
 
     def entry(self, path: str) -> Entry:
         """What ``path`` names beneath the folder (use the result as a context manager).
@@ -158,9 +152,9 @@ class Folder:
             walk.close()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def __enter__(self) -> Folder:
         return self

@@ -128,13 +128,6 @@ def _raised_cancel(tool: Tool[Any], exc: BaseException) -> Outcome:
     return Outcome(text, is_error=True, error_kind="exception")
 
 
-def _valid_utf8(text: str) -> str:
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    except UnicodeEncodeError:  # a surrogate no byte decodes to: escape it as itself
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def cap_text(text: str, max_chars: int) -> str:
     """``text`` cut to ``max_chars`` characters, with a note saying how much was cut.
 
@@ -142,7 +135,10 @@ def cap_text(text: str, max_chars: int) -> str:
     ``\\xNN`` escapes: the request that carries the text to the model must be valid UTF-8.
     """
     if not text.isascii():
-        text = _valid_utf8(text)
+        try:
+            text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate no byte decodes to: escape it as itself
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) <= max_chars:
         return text
     cut = len(text) - max_chars

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import msgspec
 
@@ -103,7 +103,12 @@ class Tool(Generic[P]):
             raise ValueError(f"tool name {name!r} must match {_NAME.pattern}")
         if timeout_seconds is not None and not timeout_seconds > 0:
             raise ValueError(f"tool {name!r}: timeout_seconds must be positive")
-        inline = not _is_async(fn)
+        # A plain def, unless calling ``fn`` gives a coroutine: an ``async def`` function, method
+        # or :func:`functools.partial` of one, or an object whose ``__call__`` is one.
+        inline = not (
+            inspect.iscoroutinefunction(fn)
+            or (callable(fn) and inspect.iscoroutinefunction(type(fn).__call__))
+        )
         if inline and timeout_seconds is not None:
             raise ValueError(
                 f"tool {name!r}: timeout_seconds needs an async def function (a plain def "
@@ -187,23 +192,12 @@ class Tool(Generic[P]):
         return f"Tool({self.name!r})"
 
 
-class _RawSchema:
+class _RawSchema(NamedTuple):
     """What :meth:`Tool.from_json_schema` passes as ``params``: a checked object schema and
     the decoder that checks arguments against it."""
 
-    __slots__ = ("decode", "schema")
-
-    def __init__(self, schema: dict[str, Any], decode: Callable[[bytes], Any]) -> None:
-        self.schema = schema
-        self.decode = decode
-
-
-def _is_async(fn: object) -> bool:
-    """Whether calling ``fn`` gives a coroutine: an ``async def`` function, method or
-    :func:`functools.partial` of one, or an object whose ``__call__`` is one."""
-    if inspect.iscoroutinefunction(fn):
-        return True
-    return callable(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+    schema: dict[str, Any]
+    decode: Callable[[bytes], Any]
 
 
 class ToolRegistry:

@@ -155,7 +155,8 @@ def _message(error: ValidationError) -> str:
     if error.validator == "type":
         kinds = [value] if isinstance(value, str) else list(value)
         wanted = " | ".join(f"`{kind}`" for kind in kinds)
-        return f"Expected {wanted}, got `{_json_type(instance)}`{at}"
+        got = next((k for k in _JSON_TYPES if _TYPES.is_type(instance, k)), type(instance).__name__)
+        return f"Expected {wanted}, got `{got}`{at}"
     if error.validator == "required":
         missing = next(name for name in value if name not in instance)
         return f"Object missing required field `{missing}`{at}"
@@ -166,9 +167,6 @@ def _message(error: ValidationError) -> str:
     return f"{error.message}{at}"
 
 
-def _json_type(value: Any) -> str:
-    kinds = ("null", "boolean", "integer", "number", "string", "array", "object")
-    return next((k for k in kinds if _TYPES.is_type(value, k)), type(value).__name__)
-
+_JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 
 _TYPES = Draft202012Validator.TYPE_CHECKER

@@ -35,7 +35,6 @@ def scripted_tool(
     results: ScriptedResults,
     *,
     idempotent: bool = False,
-    timeout_seconds: float | None = None,
 ) -> Tool[dict[str, Any]]:
     """A tool that answers from ``results`` (see the module docstring).
 
@@ -56,12 +55,7 @@ def scripted_tool(
         return replies[min(index, len(replies) - 1)]
 
     return Tool.from_json_schema(
-        name,
-        description,
-        parameters_schema,
-        answer,
-        idempotent=idempotent,
-        timeout_seconds=timeout_seconds,
+        name, description, parameters_schema, answer, idempotent=idempotent
     )
 
 

@@ -15,16 +15,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from actors.tools.mcp.spec import MCP_TOOL_SEPARATOR, McpServer, McpStartError, McpTransport
+from actors.tools.mcp.spec import McpServer, McpStartError
 
-__all__ = [
-    "INSTALL_HINT",
-    "MCP_TOOL_SEPARATOR",
-    "McpServer",
-    "McpStartError",
-    "McpTransport",
-    "mcp_installed",
-]
+__all__ = ["INSTALL_HINT", "McpServer", "McpStartError", "mcp_installed"]
 
 INSTALL_HINT = "MCP servers need the mcp extra: pip install 'loopfuse[mcp]'"
 

@@ -11,19 +11,16 @@ cap, the cache and hooks are the tool executor's and the conductor's, as for eve
 from __future__ import annotations
 
 import json
-from typing import Any, Final
+from typing import Any
 
 import mcp_types
 
 from actors.tools.context import ToolContext
 from actors.tools.errors import ToolError
-from actors.tools.mcp.connection import McpConnection
+from actors.tools.mcp.connection import PROTOCOL_ERROR, McpConnection
 from actors.tools.registry import Tool
 
-__all__ = ["MCP_ERROR", "mcp_tool", "result_text"]
-
-MCP_ERROR: Final = "mcp_error"
-"""The :class:`ToolError` kind of an ``isError`` result or a protocol error."""
+__all__ = ["mcp_tool", "result_text"]
 
 
 def mcp_tool(connection: McpConnection, listed: mcp_types.Tool) -> Tool[dict[str, Any]]:
@@ -40,7 +37,7 @@ def mcp_tool(connection: McpConnection, listed: mcp_types.Tool) -> Tool[dict[str
         result = await connection.call_tool(server_name, arguments)
         text = result_text(result)
         if result.is_error:
-            raise ToolError(MCP_ERROR, text or f"{server_name} failed (no message)")
+            raise ToolError(PROTOCOL_ERROR, text or f"{server_name} failed (no message)")
         return text
 
     schema = listed.input_schema

@@ -63,7 +63,8 @@ _SSE_FAILED: Final = "SSE stream failed"
 """How the SDK's streamable-HTTP transport begins the error it answers a request with when
 that request's event stream broke (``httpx2.SSEError``), not the connection."""
 PROTOCOL_ERROR: Final = "mcp_error"
-"""The :class:`ToolError` kind of a call whose server broke the protocol."""
+"""The :class:`ToolError` kind of a call whose server broke the protocol or answered with an
+error (a protocol error, an ``isError`` result)."""
 
 
 class _Attempt:
@@ -85,30 +86,22 @@ class McpConnection:
     def __init__(self, spec: McpServer, *, environ: Mapping[str, str] | None = None) -> None:
         self.spec = spec
         self._environ = os.environ if environ is None else environ
-        self._status: McpStatus = "starting"
+        self.status: McpStatus = "starting"
         self._session: ClientSession | None = None
         self._changed = anyio.Event()
         self._lost: anyio.Event | None = None
         self._errlog: IO[str] | None = None
         self._attempt = _Attempt()
-        self._cause = ""
+        self.cause = ""
+        """Why the server last went away ("" if it never did)."""
         self.restarts = 0
         """Restarts that brought the server back."""
-
-    @property
-    def status(self) -> McpStatus:
-        return self._status
 
     async def wait_changed(self) -> McpStatus:
         """Wait for the next change of :attr:`status` (a restart goes through
         ``restarting`` to ``up``); the status it changed to."""
         await self._changed.wait()
-        return self._status
-
-    @property
-    def cause(self) -> str:
-        """Why the server last went away ("" if it never did)."""
-        return self._cause
+        return self.status
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -138,16 +131,16 @@ class McpConnection:
                             task_status.started(tools)
                         await lost.wait()
                         self._set("restarting")
-                        self._cause = self._closed_cause()
+                        self.cause = self._closed_cause()
                         uptime = anyio.current_time() - up_at
-                        if uptime >= spec.min_uptime_seconds and not self._protocol_error:
+                        if uptime >= spec.min_uptime_seconds and not self._attempt.protocol_error:
                             in_a_row = 0
                 except Exception as exc:  # through the SDK's task groups: maybe grouped
                     error = start_error(spec, exc)
                     if not started:
                         raise error from None
                     if not was_up:  # a failed restart (an error closing a lost one is not)
-                        self._cause = error.reason
+                        self.cause = error.reason
                 if in_a_row >= spec.max_restarts:
                     logger.error(
                         "MCP server %r: given up after %d restart(s) in a row, none of which "
@@ -155,7 +148,7 @@ class McpConnection:
                         spec.name,
                         in_a_row,
                         spec.min_uptime_seconds,
-                        self._cause,
+                        self.cause,
                     )
                     self._set("down")
                     await anyio.sleep_forever()
@@ -165,18 +158,18 @@ class McpConnection:
                     spec.name,
                     in_a_row,
                     spec.max_restarts,
-                    self._cause,
+                    self.cause,
                 )
                 self._set("restarting")
                 backoff = spec.restart_backoff_seconds * 2 ** (in_a_row - 1)
                 await anyio.sleep(min(backoff, BACKOFF_CAP_SECONDS))
         finally:
             self._set("closed")
-            if not self._cause:
-                self._cause = "loopfuse stopped the server"
+            if not self.cause:
+                self.cause = "loopfuse stopped the server"
 
     def _set(self, status: McpStatus, session: ClientSession | None = None) -> None:
-        self._status = status
+        self.status = status
         self._session = session
         self._changed.set()
         self._changed = anyio.Event()
@@ -257,10 +250,6 @@ class McpConnection:
         attempt.protocol_error = problem
         logger.error("MCP server %r broke the protocol: %s", self.spec.name, problem)
 
-    @property
-    def _protocol_error(self) -> str:
-        return self._attempt.protocol_error
-
     def _env(self) -> dict[str, str]:
         missing = [name for name in self.spec.pass_env if name not in self._environ]
         if missing:
@@ -294,10 +283,10 @@ class McpConnection:
         """
         session = self._session
         while session is None:
-            if self._status in ("down", "closed"):
+            if self.status in ("down", "closed"):
                 raise ToolError(
                     UNAVAILABLE,
-                    f"MCP server {self.spec.name!r} is not running ({self._status}): {self._cause}",
+                    f"MCP server {self.spec.name!r} is not running ({self.status}): {self.cause}",
                 )
             await self._changed.wait()
             session = self._session
@@ -325,7 +314,7 @@ class McpConnection:
                     f"({self._closed_cause()}); loopfuse is restarting it",
                 ) from None
             raise ToolError(
-                "mcp_error", f"MCP server {self.spec.name!r}: {_mcp_error(exc)}"
+                PROTOCOL_ERROR, f"MCP server {self.spec.name!r}: {_mcp_error(exc)}"
             ) from None
         except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._connection_lost(session)
@@ -340,8 +329,8 @@ class McpConnection:
             self._lost.set()
 
     def _closed_cause(self) -> str:
-        if self._protocol_error:
-            return f"it broke the protocol: {self._protocol_error}"
+        if self._attempt.protocol_error:
+            return f"it broke the protocol: {self._attempt.protocol_error}"
         if self.spec.transport == "http":
             return "the connection to the server ended"
         return "the server process closed its output or exited" + self._stderr_tail()

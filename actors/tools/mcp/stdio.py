@@ -167,14 +167,10 @@ async def _stop(process: Process, *, at_once: bool) -> None:
             os.killpg(process.pid, signal.SIGKILL)
         with anyio.move_on_after(EXIT_GRACE_SECONDS):
             await process.wait()
-    _close_pipes(process)
-
-
-def _close_pipes(process: Process) -> None:
-    """Close asyncio's transport of the process (its pipes). Closing anyio's stdout stream
-    only marks it ended: a pipe whose reading was paused on a full buffer (a line cut at
-    ``max_message_bytes``) would stay open. The SDK's ``stdio_client`` does the same, by
-    the same attribute walk: nothing public exposes the transport."""
+    # Close asyncio's transport of the process (its pipes). Closing anyio's stdout stream
+    # only marks it ended: a pipe whose reading was paused on a full buffer (a line cut at
+    # ``max_message_bytes``) would stay open. The SDK's ``stdio_client`` does the same, by
+    # the same attribute walk: nothing public exposes the transport.
     transport = getattr(getattr(process, "_process", None), "_transport", None)
     close = getattr(transport, "close", None)
     if callable(close):

@@ -14,25 +14,16 @@ in depth; code can get around both, so neither is the boundary. ``docs/security.
 
 from actors.tools.sandbox.limits import SandboxLimits
 from actors.tools.sandbox.runner import (
-    SandboxResult,
     SandboxUnavailable,
     run_process_layer,
     run_sandboxed,
     sandbox_warning,
 )
-from actors.tools.sandbox.static_check import (
-    ALLOWED_MODULES,
-    REFUSED_NAMES,
-    SandboxRefused,
-    check_code,
-)
+from actors.tools.sandbox.static_check import SandboxRefused, check_code
 
 __all__ = [
-    "ALLOWED_MODULES",
-    "REFUSED_NAMES",
     "SandboxLimits",
     "SandboxRefused",
-    "SandboxResult",
     "SandboxUnavailable",
     "check_code",
     "run_process_layer",

@@ -18,7 +18,6 @@ why it failed (``None``: it works); a success is remembered for the process's li
 from __future__ import annotations
 
 import os
-import shutil
 import site
 import subprocess
 import sys
@@ -38,7 +37,6 @@ __all__ = [
     "SANDBOX_ENV",
     "bubblewrap_args",
     "bubblewrap_problem",
-    "find_bubblewrap",
     "python_roots",
     "seccomp_pipe",
 ]
@@ -206,8 +204,3 @@ def _try(bwrap: str) -> str | None:
         reason = lines[-1] if lines else f"exit status {done.returncode}"
         return f"{bwrap} could not start a sandbox here ({reason})"
     return None
-
-
-def find_bubblewrap() -> str | None:
-    """``bwrap`` on ``PATH``, or ``None``."""
-    return shutil.which("bwrap")

@@ -62,12 +62,6 @@ def main() -> int:
             raise ImportError(f"import of {name!r} is refused")
         return real_import(name, globals, locals, fromlist, level)
 
-    def inside(base: str, rel: str) -> str:
-        path = os.path.realpath(os.path.join(base, rel))
-        if path != base and not path.startswith(base + os.sep):
-            raise PermissionError(f"{rel!r} is outside the allowed folder")
-        return path
-
     def output(name: str) -> str:
         name = os.path.basename(name)
         if not NAME.fullmatch(name):
@@ -75,7 +69,10 @@ def main() -> int:
         return os.path.join(out, name)
 
     def data_path(rel: str) -> str:
-        return inside(data, rel)
+        path = os.path.realpath(os.path.join(data, rel))
+        if path != data and not path.startswith(data + os.sep):
+            raise PermissionError(f"{rel!r} is outside the allowed folder")
+        return path
 
     def read_text(rel: str) -> str:
         with open(data_path(rel), encoding="utf-8") as f:

@@ -31,10 +31,5 @@ class SandboxLimits:
 
     def rlimits(self) -> dict[str, int]:
         """The driver's share, by name."""
-        return {
-            "cpu_seconds": self.cpu_seconds,
-            "memory_bytes": self.memory_bytes,
-            "file_bytes": self.file_bytes,
-            "open_files": self.open_files,
-            "processes": self.processes,
-        }
+        names = ("cpu_seconds", "memory_bytes", "file_bytes", "open_files", "processes")
+        return {name: getattr(self, name) for name in names}

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,6 @@ from actors.tools.sandbox.bubblewrap import (
     SANDBOX_ENV,
     bubblewrap_args,
     bubblewrap_problem,
-    find_bubblewrap,
     seccomp_pipe,
 )
 from actors.tools.sandbox.limits import SandboxLimits
@@ -85,7 +85,7 @@ def sandbox_warning(sandbox: FigureSandbox, bwrap: str | None = None) -> str | N
             "in a plain process, without an OS sandbox (it can read and write what the "
             "daemon's user can, and use the network)"
         )
-    problem = bubblewrap_problem(bwrap or find_bubblewrap())
+    problem = bubblewrap_problem(bwrap or shutil.which("bwrap"))
     if problem is None:
         return None
     return f"make_figure will refuse every call: {unavailable_message(problem)}"
@@ -125,7 +125,7 @@ def run_process_layer(
     :raises SandboxUnavailable: ``sandbox="bubblewrap"`` and bubblewrap is missing or
         cannot start a sandbox here.
     """
-    bwrap = bwrap or find_bubblewrap()
+    bwrap = bwrap or shutil.which("bwrap")
     if sandbox == "bubblewrap" and (problem := bubblewrap_problem(bwrap)) is not None:
         raise SandboxUnavailable(unavailable_message(problem))
     with (

@@ -72,8 +72,6 @@ def check_code(code: str) -> tuple[str, ...]:
                 raise SandboxRefused(f"line {line}: the attribute {attr!r} is refused")
             case ast.alias(asname=asname) if asname and asname.startswith("_"):
                 raise SandboxRefused(f"line {line}: the name {asname!r} is refused")
-            case _:
-                pass
     return tuple(sorted(imported))
 
 
