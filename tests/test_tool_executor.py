@@ -21,7 +21,6 @@ from actors.tools import (
     ToolExecutorSettings,
     ToolRegistry,
     default_registry,
-    scripted_tool,
 )
 from actors.tools.executor import ToolExecutor
 from bus import (
@@ -34,6 +33,7 @@ from bus import (
 )
 from tests.harness import serving
 from tests.messages_examples import finished
+from tests.scripted_tools import scripted_tool
 from tests.started import run_started
 
 WAIT = 5.0

@@ -19,17 +19,14 @@ from actors.tools.limits import READ_CHARS, ToolExecutorSettings, ToolLimits
 from actors.tools.path_guard import guard_path
 from actors.tools.registry import Tool, ToolFn, ToolRegistry
 from actors.tools.schema import parameters_schema
-from actors.tools.scripted import ANY_ARGUMENTS, ScriptedResults, scripted_tool
 
 __all__ = [
-    "ANY_ARGUMENTS",
     "PATH_ERROR",
     "READ_CHARS",
     "FinishExploration",
     "ListDir",
     "Outcome",
     "ReadFile",
-    "ScriptedResults",
     "Tool",
     "ToolContext",
     "ToolError",
@@ -43,5 +40,4 @@ __all__ = [
     "guard_path",
     "invoke",
     "parameters_schema",
-    "scripted_tool",
 ]

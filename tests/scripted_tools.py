@@ -1,4 +1,5 @@
-"""Scripted tools: fake tools defined by data (the simulator's scenario files).
+"""Scripted tools for tests: fake tools defined by data (the simulator's scenario files
+script theirs with ``orchestrator.sim.tools``).
 
 A scripted tool has a raw JSON schema and a script of results. Each run counts its own
 calls: call *n* gets result *n*, and the last result repeats. Results may instead be keyed
