@@ -69,7 +69,7 @@ from orchestrator.config import (
 )
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
-from orchestrator.metrics.collectors import ToolCacheCollector
+from orchestrator.metrics.collectors import TOOL_CACHE, ScalarCollector
 from orchestrator.result import RunResult, simulator_answered
 from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.folders import SharedFolders
@@ -302,7 +302,7 @@ class Runtime:
                 self.bus, self._policy_of, server=self._context_server()
             )
             executor = self.tool_executor = ToolExecutor(self.bus, self.tools, self._tool_settings)
-            self.metrics_registry.register(ToolCacheCollector(executor.cache_statistics))
+            self.metrics_registry.register(ScalarCollector(TOOL_CACHE, executor.cache_statistics))
             actors = (
                 self.metrics,
                 self.event_log,

@@ -76,12 +76,12 @@ class TraceStatistics(NamedTuple):
 
     runs: int
     """Runs with an open span."""
-    errors: int
-    """Messages the exporter failed on (logged; the run went on)."""
     queued: int
     dropped: int
     exported: int
     failed: int
+    errors: int
+    """Messages the exporter failed on (logged; the run went on)."""
 
 
 @dataclass(slots=True)
@@ -160,7 +160,7 @@ class TraceExporter:
 
     def statistics(self) -> TraceStatistics:
         counts = self._pipeline.processor.counts()
-        return TraceStatistics(len(self._runs), self._errors, *counts)
+        return TraceStatistics(len(self._runs), *counts, self._errors)
 
     def traceparent(self, request: ModelRequest) -> str | None:
         """The ``traceparent`` header naming ``request``'s chat span (``None``: none open)."""
