@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -142,7 +142,7 @@ class _CountingExporter(SpanExporter):
         return self._exporter.force_flush(timeout_millis)
 
 
-class CountingProcessor(SpanProcessor):
+class CountingProcessor(BatchSpanProcessor):
     """A :class:`BatchSpanProcessor` that refuses a span, counted, when its queue is full."""
 
     def __init__(
@@ -156,7 +156,7 @@ class CountingProcessor(SpanProcessor):
         self._exporter = _CountingExporter(exporter, target=target)
         self._queue_size = queue_size
         batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", _DEFAULT_BATCH), queue_size)
-        self._batch = BatchSpanProcessor(
+        super().__init__(
             self._exporter,
             max_queue_size=queue_size,
             max_export_batch_size=batch,
@@ -174,10 +174,7 @@ class CountingProcessor(SpanProcessor):
             self.dropped += 1
             return
         self.queued += 1
-        self._batch.on_end(span)
-
-    def shutdown(self) -> None:
-        self._batch.shutdown()  # type: ignore[no-untyped-call]
+        BatchSpanProcessor.on_end(self, span)
 
     def abandon(self) -> None:
         """Give up on what is still queued or being sent (a shutdown that takes too long):
@@ -185,9 +182,6 @@ class CountingProcessor(SpanProcessor):
         if self.queued > self._exporter.exported + self._exporter.failed:
             self._exporter.warn()
         self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._batch.force_flush(timeout_millis)
 
 
 class TracingPipeline(NamedTuple):
