@@ -86,13 +86,11 @@ from orchestrator.tracing import parse_traceparent
 from orchestrator.tracing.gen_ai_provider import MODEL_ACTOR_PROVIDER, provider_of
 from orchestrator.tracing.wiring import open_tracing, require_tracing
 
-if TYPE_CHECKING:  # the otel extra; imported at run time only with tracing on
+if TYPE_CHECKING:  # the otel/mcp extras: imported at run time only with tracing/[mcp] servers
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from orchestrator.tracing.exporter import TraceExporter
-
-if TYPE_CHECKING:  # the mcp extra; imported at run time only with [mcp] servers
     from actors.tools.mcp.servers import McpServers
+    from orchestrator.tracing.exporter import TraceExporter
 
 __all__ = ["FOLDER_SYSTEM_PROMPT", "Runtime"]
 
@@ -366,11 +364,7 @@ class Runtime:
 
     def _run_counts(self) -> RunCounts:
         running = self._slots.borrowed
-        return RunCounts(
-            active=running,
-            queued=max(self._active - running, 0),
-            limit=self._slots.total,
-        )
+        return RunCounts(running, max(self._active - running, 0), self._slots.total)
 
     def _loop_config(self, run_id: str) -> LoopConfig:
         return live.loop if (live := self._live.get(run_id)) is not None else OFF
