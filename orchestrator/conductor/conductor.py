@@ -136,7 +136,7 @@ class Conductor:
             run.usage = run.usage + reply.usage
             if reply.aborted:
                 # Cut by a monitor (content loop) without a stop: keep what streamed, go on.
-                model.keep_partial(reply)
+                model.keep_partial(reply.text)
                 run.trace_event("stream cut", reply.finish_reason or "")
                 await self._end_turn(0)
                 continue

@@ -143,10 +143,13 @@ class ModelCall:
         """The turn's reply; a final error or a stop that came meanwhile ends the run."""
         control = self._control
         if isinstance(answer, ModelError):
-            self.keep_failed(answer)
+            # What streamed before a final failure (a server that died mid-stream) is kept
+            # as a cut reply's is, and its usage counted.
+            self._run.usage = self._run.usage + answer.usage
+            self.keep_partial(answer.partial_text)
             control.end(self.error_stop(answer))
         if control.stop is not None:
-            self.keep_partial(answer)
+            self.keep_partial(answer.text)
             self._run.usage = self._run.usage + answer.usage
             control.end()
         return answer
@@ -168,21 +171,12 @@ class ModelCall:
                 cause = "model.unavailable"
         return stop_signal(cause, run_id=run_id, source="llm_caller", detail=detail)
 
-    def keep_failed(self, error: ModelError) -> None:
-        """Keep what streamed before a final failure (a server that died mid-stream), as
-        :meth:`keep_partial` keeps a cut reply's, and count its usage."""
+    def keep_partial(self, text: str) -> None:
+        """Keep ``text``, what streamed of a cut reply."""
         run = self._run
-        run.usage = run.usage + error.usage
-        if error.partial_text:
-            run.transcript.append(ChatMessage(role="assistant", content=error.partial_text))
-            run.output = run.recovered(error.partial_text)
-
-    def keep_partial(self, reply: ModelReply) -> None:
-        """Keep what streamed of a cut reply."""
-        run = self._run
-        if reply.text:
-            run.transcript.append(ChatMessage(role="assistant", content=reply.text))
-            run.output = run.recovered(reply.text)
+        if text:
+            run.transcript.append(ChatMessage(role="assistant", content=text))
+            run.output = run.recovered(text)
 
     def truncated(self, reply: ModelReply, *, dropped: int) -> None:
         """The output limit cut ``reply``: queue a nudge to go on where it stopped, or end
