@@ -204,7 +204,13 @@ def open_pipeline(
 
         exporter = OTLPSpanExporter(endpoint=settings.endpoint or None)
         logging.getLogger(_OTLP_LOGGER).addFilter(_silenced)  # once: the same filter
-        target = _endpoint(settings)
+        # Where the OTLP exporter sends spans, as it decides (for messages).
+        base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
+        target = (
+            settings.endpoint
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or f"{base.rstrip('/')}/v1/traces"
+        )
     name = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
     resource = Resource.create({"service.name": name})
     queue_size = settings.queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", _DEFAULT_QUEUE)
@@ -221,16 +227,6 @@ def open_pipeline(
     provider = TracerProvider(resource=resource, id_generator=ids, shutdown_on_exit=False)
     provider.add_span_processor(processor)
     return TracingPipeline(provider, ids, processor)
-
-
-def _endpoint(settings: TracingSettings) -> str:
-    """Where the OTLP exporter sends spans, as it decides (for messages)."""
-    if settings.endpoint:
-        return settings.endpoint
-    if traces := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return traces
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
-    return f"{base.rstrip('/')}/v1/traces"
 
 
 def _env_int(name: str, default: int) -> int:
