@@ -131,7 +131,8 @@ class Conductor:
                 )
             )
             if control.nudges:
-                run.inject(control.take_nudges())
+                nudges, control.nudges = control.nudges, []
+                run.inject(nudges)
             reply = await self._reply()
             run.usage = run.usage + reply.usage
             if reply.aborted:

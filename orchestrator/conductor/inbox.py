@@ -148,10 +148,6 @@ class ControlInbox:
             case _:
                 logger.debug("run %s: ignored stale %s", self._run.run_id, type(msg).__name__)
 
-    def take_nudges(self) -> list[Nudge]:
-        nudges, self.nudges = self.nudges, []
-        return nudges
-
     def end_if_stopped(self) -> None:
         if self.stop is not None:
             self.end()
