@@ -585,7 +585,12 @@ class Runtime:
         self._active -= 1
         if self._active == 0:
             self._idle.set()
-        self._retire(handle.run_id)
+        self._finished.append(handle.run_id)
+        while len(self._finished) > self._keep_finished_runs:
+            old = self._finished.popleft()
+            self._handles.pop(old, None)
+            self._pipelines.discard(old)
+            self.event_log.close_run(old)
 
     async def _run_pipeline(
         self,
@@ -662,14 +667,6 @@ class Runtime:
                 await watch(handle)
             except Exception:
                 logger.exception("the watcher of run %s failed", handle.run_id)
-
-    def _retire(self, run_id: str) -> None:
-        self._finished.append(run_id)
-        while len(self._finished) > self._keep_finished_runs:
-            old = self._finished.popleft()
-            self._handles.pop(old, None)
-            self._pipelines.discard(old)
-            self.event_log.close_run(old)
 
     async def _abort(
         self,
