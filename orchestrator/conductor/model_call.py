@@ -131,12 +131,8 @@ class ModelCall:
 
     def too_long(self, answer: ModelReply | ModelError) -> ModelError | None:
         """``answer`` if the endpoint refused the prompt as too long (and nothing stops)."""
-        if (
-            isinstance(answer, ModelError)
-            and answer.kind == "context_length"
-            and self._control.stop is None
-        ):
-            return answer
+        if isinstance(answer, ModelError) and answer.kind == "context_length":
+            return answer if self._control.stop is None else None
         return None
 
     def reply(self, answer: ModelReply | ModelError) -> ModelReply:
@@ -197,11 +193,10 @@ class ModelCall:
             )
         text = TRUNCATION_NUDGES[min(run.truncations, len(TRUNCATION_NUDGES) - 1)]
         run.truncations += 1
+        detail = f"recovery {run.truncations}"
         if dropped:
             text += TRUNCATED_CALLS_NOTE
-        detail = f"recovery {run.truncations}" + (
-            f", {dropped} tool call(s) dropped" if dropped else ""
-        )
+            detail += f", {dropped} tool call(s) dropped"
         run.trace_event("truncated", detail)
         self._control.nudges.append(
             Nudge(run_id=run.run_id, kind="truncation.recover", text=text, source="conductor")
