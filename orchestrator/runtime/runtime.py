@@ -610,7 +610,6 @@ class Runtime:
 
         :raises ConfigError: another scenario already defined a different tool of that name.
         """
-        names: list[str] = []
         for definition in scenario.tools:
             known = self._scenario_tools.get(definition.name)
             if known is None:
@@ -621,8 +620,7 @@ class Runtime:
                     f"tools.{definition.name}",
                     f"scenario {scenario.name!r} redefines a tool another scenario defined",
                 )
-            names.append(definition.name)
-        return tuple(names)
+        return tuple(definition.name for definition in scenario.tools)
 
     def handle(self, run_id: str) -> RunHandle | None:
         """The handle of a run that is active or recently finished."""
