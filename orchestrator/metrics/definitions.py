@@ -110,7 +110,7 @@ class Metrics(Collector):
             "Always 1; the loopfuse and Python versions in labels.",
             ("version", "python_version"),
         )
-        self.build_info.labels(_version(), platform.python_version()).set(1)
+        self.build_info.labels(_version(), platform.python_version()).value = 1
         self.runs_started = counter(
             "loopfuse_runs_started",
             "Runs started (each ends with one loopfuse_runs_finished_total).",

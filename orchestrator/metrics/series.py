@@ -75,9 +75,6 @@ class GaugeSeries:
     def __init__(self) -> None:
         self.value = 0.0
 
-    def set(self, value: float) -> None:
-        self.value = value
-
 
 class HistogramSeries:
     """One histogram series over ``bounds`` (ascending, ending with ``+Inf``)."""
