@@ -13,9 +13,4 @@ from bus.exit import *  # noqa: F403
 from bus.messages import *  # noqa: F403
 from bus.transcript import *  # noqa: F403
 
-__all__ = []
-__all__ += bus.__all__
-__all__ += causes.__all__
-__all__ += exit.__all__
-__all__ += messages.__all__
-__all__ += transcript.__all__
+__all__ = bus.__all__ + causes.__all__ + exit.__all__ + messages.__all__ + transcript.__all__

@@ -71,11 +71,7 @@ class Conductor:
             control.nudges.extend(inputs.resume.pending_nudges)
         self._model = ModelCall(bus, run, control, settings, inputs.tool_specs)
         self._tools = ToolPhase(
-            bus,
-            run,
-            control,
-            finishing_tools=inputs.finishing_tools,
-            abort_grace_seconds=settings.abort_grace_seconds,
+            bus, run, control, inputs.finishing_tools, settings.abort_grace_seconds
         )
 
     async def run(self) -> RunResult:
@@ -131,12 +127,13 @@ class Conductor:
                 )
             )
             if control.nudges:
-                run.inject(control.take_nudges())
+                nudges, control.nudges = control.nudges, []
+                run.inject(nudges)
             reply = await self._reply()
             run.usage = run.usage + reply.usage
             if reply.aborted:
                 # Cut by a monitor (content loop) without a stop: keep what streamed, go on.
-                model.keep_partial(reply)
+                model.keep_partial(reply.text)
                 run.trace_event("stream cut", reply.finish_reason or "")
                 await self._end_turn(0)
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Final
 
 from bus import (
@@ -38,25 +39,16 @@ TRUNCATED_CALLS_NOTE: Final = (
 )
 
 
+@dataclass(slots=True, eq=False)
 class ModelCall:
     """Sends the turn's request and waits for its reply; turns endpoint failures into the
     run's ending and output-limit cuts into a nudge to go on."""
 
-    __slots__ = ("_bus", "_control", "_run", "_settings", "_tools")
-
-    def __init__(
-        self,
-        bus: Bus,
-        run: RunRecord,
-        control: ControlInbox,
-        settings: ConductorSettings,
-        tools: tuple[ToolSpec, ...],
-    ) -> None:
-        self._bus = bus
-        self._run = run
-        self._control = control
-        self._settings = settings
-        self._tools = tools
+    _bus: Bus
+    _run: RunRecord
+    _control: ControlInbox
+    _settings: ConductorSettings
+    _tools: tuple[ToolSpec, ...]
 
     async def send(self) -> None:
         """Publish the turn's request: the whole transcript, with the tools (the run's
@@ -131,22 +123,21 @@ class ModelCall:
 
     def too_long(self, answer: ModelReply | ModelError) -> ModelError | None:
         """``answer`` if the endpoint refused the prompt as too long (and nothing stops)."""
-        if (
-            isinstance(answer, ModelError)
-            and answer.kind == "context_length"
-            and self._control.stop is None
-        ):
-            return answer
+        if isinstance(answer, ModelError) and answer.kind == "context_length":
+            return answer if self._control.stop is None else None
         return None
 
     def reply(self, answer: ModelReply | ModelError) -> ModelReply:
         """The turn's reply; a final error or a stop that came meanwhile ends the run."""
         control = self._control
         if isinstance(answer, ModelError):
-            self.keep_failed(answer)
+            # What streamed before a final failure (a server that died mid-stream) is kept
+            # as a cut reply's is, and its usage counted.
+            self._run.usage = self._run.usage + answer.usage
+            self.keep_partial(answer.partial_text)
             control.end(self.error_stop(answer))
         if control.stop is not None:
-            self.keep_partial(answer)
+            self.keep_partial(answer.text)
             self._run.usage = self._run.usage + answer.usage
             control.end()
         return answer
@@ -168,21 +159,12 @@ class ModelCall:
                 cause = "model.unavailable"
         return stop_signal(cause, run_id=run_id, source="llm_caller", detail=detail)
 
-    def keep_failed(self, error: ModelError) -> None:
-        """Keep what streamed before a final failure (a server that died mid-stream), as
-        :meth:`keep_partial` keeps a cut reply's, and count its usage."""
+    def keep_partial(self, text: str) -> None:
+        """Keep ``text``, what streamed of a cut reply."""
         run = self._run
-        run.usage = run.usage + error.usage
-        if error.partial_text:
-            run.transcript.append(ChatMessage(role="assistant", content=error.partial_text))
-            run.output = run.recovered(error.partial_text)
-
-    def keep_partial(self, reply: ModelReply) -> None:
-        """Keep what streamed of a cut reply."""
-        run = self._run
-        if reply.text:
-            run.transcript.append(ChatMessage(role="assistant", content=reply.text))
-            run.output = run.recovered(reply.text)
+        if text:
+            run.transcript.append(ChatMessage(role="assistant", content=text))
+            run.output = run.recovered(text)
 
     def truncated(self, reply: ModelReply, *, dropped: int) -> None:
         """The output limit cut ``reply``: queue a nudge to go on where it stopped, or end
@@ -203,11 +185,10 @@ class ModelCall:
             )
         text = TRUNCATION_NUDGES[min(run.truncations, len(TRUNCATION_NUDGES) - 1)]
         run.truncations += 1
+        detail = f"recovery {run.truncations}"
         if dropped:
             text += TRUNCATED_CALLS_NOTE
-        detail = f"recovery {run.truncations}" + (
-            f", {dropped} tool call(s) dropped" if dropped else ""
-        )
+            detail += f", {dropped} tool call(s) dropped"
         run.trace_event("truncated", detail)
         self._control.nudges.append(
             Nudge(run_id=run.run_id, kind="truncation.recover", text=text, source="conductor")

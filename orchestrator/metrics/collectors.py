@@ -8,16 +8,15 @@ own figures, SSE clients included, come from its collector, ``loopfuse_daemon_*`
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from actors.tools.executor import ToolCacheStatistics
 from bus import Bus, SubscriptionStatistics
 
-__all__ = ["RunCounts", "StateCollector", "ToolCacheCollector"]
+__all__ = ["TOOL_CACHE", "RunCounts", "ScalarCollector", "Scalars", "StateCollector"]
 
 
 class RunCounts(NamedTuple):
@@ -28,89 +27,84 @@ class RunCounts(NamedTuple):
     limit: int
 
 
-class ToolCacheCollector(Collector):
-    """The idempotent result caches of every run, computed on each scrape."""
+Scalars = tuple[tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str], ...]
+"""Unlabelled families: each one's kind, name and help."""
 
-    def __init__(self, counts: Callable[[], ToolCacheStatistics]) -> None:
-        self._counts = counts
+
+class ScalarCollector(Collector):
+    """Unlabelled gauges and counters read at scrape time: ``read()`` gives their values in
+    the order of ``families`` (zeros for the registry's describe, which reads no source)."""
+
+    def __init__(self, families: Scalars, read: Callable[[], Sequence[float]]) -> None:
+        self._families = families
+        self._read = read
 
     def describe(self) -> Iterator[Metric]:
-        return self._families(ToolCacheStatistics(0, 0, 0, 0))
+        return self._metrics((0,) * len(self._families))
 
     def collect(self) -> Iterator[Metric]:
-        return self._families(self._counts())
+        return self._metrics(self._read())
 
-    @staticmethod
-    def _families(counts: ToolCacheStatistics) -> Iterator[Metric]:
-        entries, hits, misses, loops = counts
-        yield GaugeMetricFamily(
-            "loopfuse_tool_cache_entries",
-            "Idempotent tool results cached now, every run together (is the cache bounded?).",
-            value=entries,
-        )
-        yield CounterMetricFamily(
-            "loopfuse_tool_cache_hits",
-            "Idempotent calls answered from the cache without running the tool.",
-            value=hits,
-        )
-        yield CounterMetricFamily(
-            "loopfuse_tool_cache_misses",
-            "Idempotent calls that ran the tool (and were cached).",
-            value=misses,
-        )
-        yield CounterMetricFamily(
-            "loopfuse_tool_cache_loops",
-            "Calls refused because their cached result was asked for too often (loop.cache_hits).",
-            value=loops,
-        )
+    def _metrics(self, values: Sequence[float]) -> Iterator[Metric]:
+        for (kind, name, documentation), value in zip(self._families, values, strict=True):
+            yield kind(name, documentation, value=value)
 
 
-class StateCollector(Collector):
+TOOL_CACHE: Final[Scalars] = (
+    (
+        GaugeMetricFamily,
+        "loopfuse_tool_cache_entries",
+        "Idempotent tool results cached now, every run together (is the cache bounded?).",
+    ),
+    (
+        CounterMetricFamily,
+        "loopfuse_tool_cache_hits",
+        "Idempotent calls answered from the cache without running the tool.",
+    ),
+    (
+        CounterMetricFamily,
+        "loopfuse_tool_cache_misses",
+        "Idempotent calls that ran the tool (and were cached).",
+    ),
+    (
+        CounterMetricFamily,
+        "loopfuse_tool_cache_loops",
+        "Calls refused because their cached result was asked for too often (loop.cache_hits).",
+    ),
+)
+"""The idempotent result caches of every run (``ToolExecutor.cache_statistics()``)."""
+
+_STATE: Final[Scalars] = (
+    (GaugeMetricFamily, "loopfuse_runs_active", "Runs executing now."),
+    (GaugeMetricFamily, "loopfuse_runs_queued", "Runs accepted and waiting for a free slot."),
+    (
+        GaugeMetricFamily,
+        "loopfuse_runs_max_concurrent",
+        "How many runs may execute at once (runtime.max_concurrent_runs).",
+    ),
+    (
+        GaugeMetricFamily,
+        "loopfuse_bus_run_inboxes",
+        "Run control inboxes open on the bus (one per executing run).",
+    ),
+    (CounterMetricFamily, "loopfuse_bus_published_messages", "Messages published on the bus."),
+)
+
+
+class StateCollector(ScalarCollector):
     """Runs and bus mailboxes, computed on each scrape."""
 
     def __init__(self, bus: Bus, runs: Callable[[], RunCounts]) -> None:
+        super().__init__(_STATE, lambda: (*runs(), bus.active_inboxes(), bus.published))
         self._bus = bus
-        self._runs = runs
 
     def describe(self) -> Iterator[Metric]:
-        # Names only (lets the registry refuse a duplicate), without reading any source.
-        return self._families(_State(RunCounts(0, 0, 0), 0, 0, ()))
+        yield from super().describe()
+        yield from _mailboxes(())
 
     def collect(self) -> Iterator[Metric]:
-        bus = self._bus
-        state = _State(self._runs(), bus.active_inboxes(), bus.published, bus.statistics())
-        return self._families(state)
-
-    @staticmethod
-    def _families(state: _State) -> Iterator[Metric]:
-        runs = state.runs
-        yield GaugeMetricFamily("loopfuse_runs_active", "Runs executing now.", value=runs.active)
-        yield GaugeMetricFamily(
-            "loopfuse_runs_queued", "Runs accepted and waiting for a free slot.", value=runs.queued
-        )
-        yield GaugeMetricFamily(
-            "loopfuse_runs_max_concurrent",
-            "How many runs may execute at once (runtime.max_concurrent_runs).",
-            value=runs.limit,
-        )
-        yield GaugeMetricFamily(
-            "loopfuse_bus_run_inboxes",
-            "Run control inboxes open on the bus (one per executing run).",
-            value=state.inboxes,
-        )
-        yield CounterMetricFamily(
-            "loopfuse_bus_published_messages",
-            "Messages published on the bus.",
-            value=state.published,
-        )
-        yield from _mailboxes(state.subscriptions)
-
-
-class _State(NamedTuple):
-    runs: RunCounts
-    inboxes: int
-    published: int
-    subscriptions: tuple[SubscriptionStatistics, ...]
+        yield from super().collect()
+        yield from _mailboxes(self._bus.statistics())
 
 
 def _mailboxes(subscriptions: tuple[SubscriptionStatistics, ...]) -> Iterator[Metric]:

@@ -110,7 +110,7 @@ class Metrics(Collector):
             "Always 1; the loopfuse and Python versions in labels.",
             ("version", "python_version"),
         )
-        self.build_info.labels(_version(), platform.python_version()).set(1)
+        self.build_info.labels(_version(), platform.python_version()).value = 1
         self.runs_started = counter(
             "loopfuse_runs_started",
             "Runs started (each ends with one loopfuse_runs_finished_total).",
@@ -223,20 +223,6 @@ class Metrics(Collector):
             for family in vars(self).values()
             if isinstance(family, CounterFamily | GaugeFamily | HistogramFamily)
         )
-        self._precreate()
-        registry.register(self)
-
-    def describe(self) -> Iterator[Metric]:
-        """Every family's names, without samples (the registry refuses duplicates)."""
-        for family in self._families:
-            yield family.describe()
-
-    def collect(self) -> Iterator[Metric]:
-        """Every family with its current samples (safe from another thread)."""
-        for family in self._families:
-            yield family.collect()
-
-    def _precreate(self) -> None:
         for reason, cause in (*expected_pairs(), *((reason, OTHER) for reason in EXIT_REASONS)):
             self.runs_finished.labels(reason, cause, "done" if reason == "completed" else "failed")
         for reason in EXIT_REASONS:
@@ -255,6 +241,15 @@ class Metrics(Collector):
             self.bus_messages.labels(name)
         self.add_models((OTHER,))
         self.add_tools((OTHER,))
+        registry.register(self)
+
+    def describe(self) -> Iterator[Metric]:
+        """Every family's names, without samples (the registry refuses duplicates)."""
+        return (family.describe() for family in self._families)
+
+    def collect(self) -> Iterator[Metric]:
+        """Every family with its current samples (safe from another thread)."""
+        return (family.collect() for family in self._families)
 
     def add_models(self, models: tuple[str, ...] | list[str]) -> None:
         """Create the zero series of each model in ``models``."""

@@ -144,11 +144,8 @@ def cause_label(cause: str) -> str:
 
 def loop_detector(cause: str | None) -> str:
     """The detector of a ``loop.<detector>`` cause, else ``other``."""
-    if cause is not None and cause.startswith("loop."):
-        name = cause.removeprefix("loop.")
-        if name in LOOP_DETECTORS:
-            return name
-    return OTHER
+    name = cause.removeprefix("loop.") if cause is not None and cause.startswith("loop.") else ""
+    return name if name in LOOP_DETECTORS else OTHER
 
 
 def nudge_kind(kind: str) -> str:
@@ -168,9 +165,7 @@ def tool_outcome(result: ToolResult) -> str:
     kind = result.error_kind
     if kind in ("timeout", "invalid_arguments", "unknown_tool", "aborted"):
         return kind
-    if not result.executed:
-        return "aborted"
-    return "error"
+    return "error" if result.executed else "aborted"
 
 
 def exemplar(run_id: str, trace_id: str | None = None) -> dict[str, str]:

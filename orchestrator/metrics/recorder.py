@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Container, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -135,16 +135,14 @@ class _ModelSeries:
         self.blocked = metrics.blocked_requests.labels(label)
 
 
+@dataclass(slots=True)
 class _ToolSeries:
     """The series of one ``tool`` label, each looked up at its first use (a tool
     registered after the recorder was made has no series until it is called)."""
 
-    __slots__ = ("duration", "label", "outcomes")
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.outcomes: dict[str, CounterSeries] = {}
-        self.duration: HistogramSeries | None = None
+    label: str
+    outcomes: dict[str, CounterSeries] = field(default_factory=dict)
+    duration: HistogramSeries | None = None
 
 
 @dataclass(slots=True)
@@ -168,9 +166,6 @@ class MetricsRecorder:
         own ``tool`` label. A name once found there keeps its label (tools are added to a
         registry, never removed).
     :param runs: reads the runtime's run counts at scrape time.
-    :param context_window: the context window (tokens) of a model name, for
-        ``loopfuse_model_prompt_window_ratio``; by default the context gatekeeper's table
-        (:func:`actors.context.window_for`). :meth:`set_context_window` overrides it.
     :param clock: monotonic seconds, for run durations.
     :param mailbox_size: the subscription's mailbox capacity (:data:`METRICS_MAILBOX_SIZE`);
         inline, the recorder handles each message during its publish and drops none.
@@ -186,7 +181,6 @@ class MetricsRecorder:
         models: Iterable[str] = (),
         tools: Container[str] = (),
         runs: Callable[[], RunCounts] | None = None,
-        context_window: Callable[[str], int | None] = window_for,
         clock: Callable[[], float] = time.monotonic,
         mailbox_size: int = METRICS_MAILBOX_SIZE,
         max_runs: int = MAX_TRACKED_RUNS,
@@ -201,7 +195,6 @@ class MetricsRecorder:
         self._tool_series: dict[str, _ToolSeries] = {}  # by label
         self._windows: dict[str, int] = {}  # model name -> window (0: none), cached
         self._windows_set: dict[str, int] = {}  # set_context_window's, never forgotten
-        self._window_of = context_window
         self._clock = clock
         self._runs: dict[str, _Run] = {}
         self._model_series: dict[str, _ModelSeries] = {}
@@ -495,8 +488,10 @@ class MetricsRecorder:
                 series.window_ratio.observe(prompt / window)
 
     def _window(self, run: _Run) -> int:
-        """``run``'s model's context window (0: none known), remembered for next time."""
-        window = self._window_of(run.model) or 0
+        """``run``'s model's context window for ``loopfuse_model_prompt_window_ratio`` (0: none
+        known): the context gatekeeper's table's (:func:`actors.context.window_for`) unless
+        :meth:`set_context_window` set it; remembered for next time."""
+        window = window_for(run.model) or 0
         if len(self._windows) >= MAX_CACHED_WINDOWS:  # open-ended names: start over
             self._windows = dict(self._windows_set)
         self._windows[run.model] = window

@@ -43,12 +43,6 @@ ExemplarLabels = dict[str, str]
 _Kept = tuple[ExemplarLabels, float, float]  # labels, value, unix time
 
 
-def _created_samples() -> bool:
-    """Whether ``_created`` samples are exposed (prometheus_client's own switch:
-    ``PROMETHEUS_DISABLE_CREATED_SERIES``, ``disable_created_metrics()``)."""
-    return bool(getattr(prometheus_client.metrics, "_use_created", True))
-
-
 class CounterSeries:
     """One counter series: add to :attr:`value` (never a negative amount)."""
 
@@ -80,9 +74,6 @@ class GaugeSeries:
 
     def __init__(self) -> None:
         self.value = 0.0
-
-    def set(self, value: float) -> None:
-        self.value = value
 
 
 class HistogramSeries:
@@ -150,7 +141,9 @@ class Family(Generic[_Series]):
         """The family with a sample per series, as prometheus_client would expose it."""
         metric = self.describe()
         names = self.labelnames
-        created = _created_samples()
+        # Whether ``_created`` samples are exposed (prometheus_client's own switch:
+        # ``PROMETHEUS_DISABLE_CREATED_SERIES``, ``disable_created_metrics()``).
+        created = bool(getattr(prometheus_client.metrics, "_use_created", True))
         # dict.copy() runs no Python code midway; list(d.items()) could, through a garbage
         # collection its tuples trigger, while the loop's thread adds a series.
         for values, series in self.series.copy().items():

@@ -184,7 +184,18 @@ async def run_pipeline(
         _progress(runtime, run, stage.name, index, "finished", outcome.detail)
     if reason is ExitReason.COMPLETED and run.degraded_by:
         detail = f"Every stage ran; degraded by {', '.join(run.degraded_by)}."
-    result = _result(run, reason, cause, detail)
+    result = msgspec.structs.replace(
+        end_result(run.run_id, run.trace_id, reason, cause, detail),
+        turns=sum(r.turns for r in run.results),
+        llm_requests=sum(r.llm_requests for r in run.results),
+        tool_calls=sum(r.tool_calls for r in run.results),
+        usage=run.usage,
+        output=run.output,
+        degraded=bool(run.degraded_by),
+        nudges=sum(r.nudges for r in run.results),
+        trace=tuple(e for r in run.results for e in r.trace),
+        call_log=tuple(e for r in run.results for e in r.call_log),
+    )
     await runtime.bus.publish(finished_message(result))
     return result
 
@@ -208,19 +219,4 @@ def _progress(
             tokens=run.usage.total_tokens,
             elapsed_seconds=round(time.monotonic() - run.started, 3),
         )
-    )
-
-
-def _result(run: PipelineRun, reason: ExitReason, cause: str, detail: str) -> RunResult:
-    return msgspec.structs.replace(
-        end_result(run.run_id, run.trace_id, reason, cause, detail),
-        turns=sum(r.turns for r in run.results),
-        llm_requests=sum(r.llm_requests for r in run.results),
-        tool_calls=sum(r.tool_calls for r in run.results),
-        usage=run.usage,
-        output=run.output,
-        degraded=bool(run.degraded_by),
-        nudges=sum(r.nudges for r in run.results),
-        trace=tuple(e for r in run.results for e in r.trace),
-        call_log=tuple(e for r in run.results for e in r.call_log),
     )

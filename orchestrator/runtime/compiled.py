@@ -18,12 +18,11 @@ _EXTENSIONS = (".so", ".pyd")
 
 
 def _loaded() -> list[tuple[str, str]]:
-    loaded = []
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None)
-        if path and name.split(".", 1)[0] in _PACKAGES:
-            loaded.append((name, path))
-    return loaded
+    return [
+        (name, path)
+        for name, module in list(sys.modules.items())
+        if (path := getattr(module, "__file__", None)) and name.split(".", 1)[0] in _PACKAGES
+    ]
 
 
 def compiled_modules() -> tuple[str, ...]:

@@ -69,7 +69,7 @@ from orchestrator.config import (
 )
 from orchestrator.errors import ConfigError, RuntimeClosedError
 from orchestrator.metrics import MetricsRecorder, RunCounts, new_registry
-from orchestrator.metrics.collectors import ToolCacheCollector
+from orchestrator.metrics.collectors import TOOL_CACHE, ScalarCollector
 from orchestrator.result import RunResult, simulator_answered
 from orchestrator.runtime.event_log import EventLog
 from orchestrator.runtime.folders import SharedFolders
@@ -86,13 +86,11 @@ from orchestrator.tracing import parse_traceparent
 from orchestrator.tracing.gen_ai_provider import MODEL_ACTOR_PROVIDER, provider_of
 from orchestrator.tracing.wiring import open_tracing, require_tracing
 
-if TYPE_CHECKING:  # the otel extra; imported at run time only with tracing on
+if TYPE_CHECKING:  # the otel/mcp extras: imported at run time only with tracing/[mcp] servers
     from opentelemetry.sdk.trace.export import SpanExporter
 
-    from orchestrator.tracing.exporter import TraceExporter
-
-if TYPE_CHECKING:  # the mcp extra; imported at run time only with [mcp] servers
     from actors.tools.mcp.servers import McpServers
+    from orchestrator.tracing.exporter import TraceExporter
 
 __all__ = ["FOLDER_SYSTEM_PROMPT", "Runtime"]
 
@@ -302,7 +300,7 @@ class Runtime:
                 self.bus, self._policy_of, server=self._context_server()
             )
             executor = self.tool_executor = ToolExecutor(self.bus, self.tools, self._tool_settings)
-            self.metrics_registry.register(ToolCacheCollector(executor.cache_statistics))
+            self.metrics_registry.register(ScalarCollector(TOOL_CACHE, executor.cache_statistics))
             actors = (
                 self.metrics,
                 self.event_log,
@@ -366,11 +364,7 @@ class Runtime:
 
     def _run_counts(self) -> RunCounts:
         running = self._slots.borrowed
-        return RunCounts(
-            active=running,
-            queued=max(self._active - running, 0),
-            limit=self._slots.total,
-        )
+        return RunCounts(running, max(self._active - running, 0), self._slots.total)
 
     def _loop_config(self, run_id: str) -> LoopConfig:
         return live.loop if (live := self._live.get(run_id)) is not None else OFF
@@ -591,7 +585,12 @@ class Runtime:
         self._active -= 1
         if self._active == 0:
             self._idle.set()
-        self._retire(handle.run_id)
+        self._finished.append(handle.run_id)
+        while len(self._finished) > self._keep_finished_runs:
+            old = self._finished.popleft()
+            self._handles.pop(old, None)
+            self._pipelines.discard(old)
+            self.event_log.close_run(old)
 
     async def _run_pipeline(
         self,
@@ -611,7 +610,6 @@ class Runtime:
 
         :raises ConfigError: another scenario already defined a different tool of that name.
         """
-        names: list[str] = []
         for definition in scenario.tools:
             known = self._scenario_tools.get(definition.name)
             if known is None:
@@ -622,8 +620,7 @@ class Runtime:
                     f"tools.{definition.name}",
                     f"scenario {scenario.name!r} redefines a tool another scenario defined",
                 )
-            names.append(definition.name)
-        return tuple(names)
+        return tuple(definition.name for definition in scenario.tools)
 
     def handle(self, run_id: str) -> RunHandle | None:
         """The handle of a run that is active or recently finished."""
@@ -668,14 +665,6 @@ class Runtime:
                 await watch(handle)
             except Exception:
                 logger.exception("the watcher of run %s failed", handle.run_id)
-
-    def _retire(self, run_id: str) -> None:
-        self._finished.append(run_id)
-        while len(self._finished) > self._keep_finished_runs:
-            old = self._finished.popleft()
-            self._handles.pop(old, None)
-            self._pipelines.discard(old)
-            self.event_log.close_run(old)
 
     async def _abort(
         self,

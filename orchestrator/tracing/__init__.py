@@ -9,11 +9,6 @@ set, so with tracing off no OpenTelemetry module is loaded and nothing is subscr
 
 from __future__ import annotations
 
-from orchestrator.tracing.traceparent import (
-    HEADER,
-    TraceParent,
-    format_traceparent,
-    parse_traceparent,
-)
+from orchestrator.tracing.traceparent import HEADER, TraceParent, parse_traceparent
 
-__all__ = ["HEADER", "TraceParent", "format_traceparent", "parse_traceparent"]
+__all__ = ["HEADER", "TraceParent", "parse_traceparent"]

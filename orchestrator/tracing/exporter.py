@@ -76,12 +76,12 @@ class TraceStatistics(NamedTuple):
 
     runs: int
     """Runs with an open span."""
-    errors: int
-    """Messages the exporter failed on (logged; the run went on)."""
     queued: int
     dropped: int
     exported: int
     failed: int
+    errors: int
+    """Messages the exporter failed on (logged; the run went on)."""
 
 
 @dataclass(slots=True)
@@ -100,7 +100,6 @@ class TraceExporter:
     :param base_url: the model endpoint (``server.address`` and ``server.port`` of chat
         spans whose reply came from it; not of those the simulator answered in process).
     :param provider: ``gen_ai.provider.name`` (:mod:`orchestrator.tracing.gen_ai_provider`).
-    :param max_runs: runs tracked at most (:data:`MAX_TRACKED_RUNS`).
     """
 
     def __init__(
@@ -111,7 +110,6 @@ class TraceExporter:
         capture_content: bool = False,
         base_url: str | None = None,
         provider: str = "openai",
-        max_runs: int = MAX_TRACKED_RUNS,
     ) -> None:
         self._bus = bus
         self._pipeline = pipeline
@@ -121,7 +119,6 @@ class TraceExporter:
         self._server = _server(base_url)
         self._provider = provider
         self._workflows: dict[str, _Run] = {}  # pipeline run id → its workflow span
-        self._max_runs = max_runs
         self._runs: dict[str, _Run] = {}
         self._errors = 0
         # Epoch nanoseconds that never go back (durations from a monotonic clock).
@@ -160,7 +157,7 @@ class TraceExporter:
 
     def statistics(self) -> TraceStatistics:
         counts = self._pipeline.processor.counts()
-        return TraceStatistics(len(self._runs), self._errors, *counts)
+        return TraceStatistics(len(self._runs), *counts, self._errors)
 
     def traceparent(self, request: ModelRequest) -> str | None:
         """The ``traceparent`` header naming ``request``'s chat span (``None``: none open)."""
@@ -187,9 +184,9 @@ class TraceExporter:
 
     def _track(self, runs: dict[str, _Run], run_id: str, span: Span, now: int) -> _Run:
         """``span`` as the open span of ``run_id`` in ``runs``; the oldest beyond
-        ``max_runs`` is ended."""
+        :data:`MAX_TRACKED_RUNS` is ended."""
         run = runs[run_id] = _Run(span, set_span_in_context(span, Context()), {}, {})
-        while len(runs) > self._max_runs:
+        while len(runs) > MAX_TRACKED_RUNS:
             _end(runs.pop(next(iter(runs))), now, unfinished=True)
         return run
 

@@ -47,9 +47,5 @@ def provider_of(base_url: str | None) -> str:
         host = (urllib.parse.urlsplit(base_url).hostname or "").lower()
     except ValueError:
         return OPENAI_COMPATIBLE
-    if host in _HOSTS:
-        return _HOSTS[host]
-    for suffix, name in _SUFFIXES.items():
-        if host.endswith(suffix):
-            return name
-    return OPENAI_COMPATIBLE
+    suffixed = (name for suffix, name in _SUFFIXES.items() if host.endswith(suffix))
+    return _HOSTS.get(host) or next(suffixed, OPENAI_COMPATIBLE)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Final, NamedTuple
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
@@ -142,7 +142,7 @@ class _CountingExporter(SpanExporter):
         return self._exporter.force_flush(timeout_millis)
 
 
-class CountingProcessor(SpanProcessor):
+class CountingProcessor(BatchSpanProcessor):
     """A :class:`BatchSpanProcessor` that refuses a span, counted, when its queue is full."""
 
     def __init__(
@@ -156,7 +156,7 @@ class CountingProcessor(SpanProcessor):
         self._exporter = _CountingExporter(exporter, target=target)
         self._queue_size = queue_size
         batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", _DEFAULT_BATCH), queue_size)
-        self._batch = BatchSpanProcessor(
+        super().__init__(
             self._exporter,
             max_queue_size=queue_size,
             max_export_batch_size=batch,
@@ -174,10 +174,7 @@ class CountingProcessor(SpanProcessor):
             self.dropped += 1
             return
         self.queued += 1
-        self._batch.on_end(span)
-
-    def shutdown(self) -> None:
-        self._batch.shutdown()  # type: ignore[no-untyped-call]
+        BatchSpanProcessor.on_end(self, span)
 
     def abandon(self) -> None:
         """Give up on what is still queued or being sent (a shutdown that takes too long):
@@ -185,9 +182,6 @@ class CountingProcessor(SpanProcessor):
         if self.queued > self._exporter.exported + self._exporter.failed:
             self._exporter.warn()
         self._exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._batch.force_flush(timeout_millis)
 
 
 class TracingPipeline(NamedTuple):
@@ -210,7 +204,13 @@ def open_pipeline(
 
         exporter = OTLPSpanExporter(endpoint=settings.endpoint or None)
         logging.getLogger(_OTLP_LOGGER).addFilter(_silenced)  # once: the same filter
-        target = _endpoint(settings)
+        # Where the OTLP exporter sends spans, as it decides (for messages).
+        base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
+        target = (
+            settings.endpoint
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or f"{base.rstrip('/')}/v1/traces"
+        )
     name = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
     resource = Resource.create({"service.name": name})
     queue_size = settings.queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", _DEFAULT_QUEUE)
@@ -227,16 +227,6 @@ def open_pipeline(
     provider = TracerProvider(resource=resource, id_generator=ids, shutdown_on_exit=False)
     provider.add_span_processor(processor)
     return TracingPipeline(provider, ids, processor)
-
-
-def _endpoint(settings: TracingSettings) -> str:
-    """Where the OTLP exporter sends spans, as it decides (for messages)."""
-    if settings.endpoint:
-        return settings.endpoint
-    if traces := os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        return traces
-    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
-    return f"{base.rstrip('/')}/v1/traces"
 
 
 def _env_int(name: str, default: int) -> int:

@@ -51,9 +51,7 @@ def parse_traceparent(value: str | None) -> TraceParent | None:
     version-00 header exactly 55 characters, a later version's extra fields after a ``-``,
     neither id all zeros. Spaces and tabs around the value are allowed (HTTP's).
     """
-    if value is None:
-        return None
-    value = value.strip(" \t")
+    value = (value or "").strip(" \t")
     if len(value) < _LENGTH or len(value) > 512:
         return None
     match = _FIELDS.match(value)

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from bus import Bus
 from orchestrator.config import TracingSettings
 from orchestrator.errors import ConfigError
+from orchestrator.metrics.collectors import ScalarCollector, Scalars
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -23,12 +25,35 @@ if TYPE_CHECKING:
     from orchestrator.tracing.exporter import TraceExporter
     from orchestrator.tracing.provider import TracingPipeline
 
-__all__ = ["FLUSH_SECONDS", "open_tracing", "require_tracing"]
+__all__ = ["FLUSH_SECONDS", "TRACE_METRICS", "open_tracing", "require_tracing"]
 
 FLUSH_SECONDS: Final = 2.0
 """How long a stopping runtime waits for its queued spans to be exported: a command-line
 run exits at most this late when the backend is down (then the spans are lost, one
 warning line says so)."""
+
+TRACE_METRICS: Final[Scalars] = (
+    (GaugeMetricFamily, "loopfuse_trace_runs_open", "Runs whose span is open now."),
+    (CounterMetricFamily, "loopfuse_trace_spans_queued", "Spans handed to the export queue."),
+    (
+        CounterMetricFamily,
+        "loopfuse_trace_spans_dropped",
+        "Spans lost because the export queue was full (the backend slow or unreachable).",
+    ),
+    (CounterMetricFamily, "loopfuse_trace_spans_exported", "Spans the tracing backend accepted."),
+    (
+        CounterMetricFamily,
+        "loopfuse_trace_spans_failed",
+        "Spans in batches the exporter gave up on (the backend refused or was down).",
+    ),
+    (
+        CounterMetricFamily,
+        "loopfuse_trace_exporter_errors",
+        "Messages the trace exporter failed on (logged; the run went on).",
+    ),
+)
+"""``loopfuse_trace_*``, read at scrape time: the exporter's
+:class:`~orchestrator.tracing.exporter.TraceStatistics`."""
 
 _EXTRA: Final = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http")
 
@@ -62,7 +87,6 @@ def open_tracing(
     after the exporter has ended the spans still open.
     """
     from orchestrator.tracing.exporter import TraceExporter
-    from orchestrator.tracing.metrics import TraceCollector
     from orchestrator.tracing.provider import open_pipeline
 
     pipeline = open_pipeline(settings, exporter)
@@ -74,7 +98,7 @@ def open_tracing(
         base_url=base_url,
         provider=settings.provider_name or provider,
     )
-    registry.register(TraceCollector(tracer.statistics))
+    registry.register(ScalarCollector(TRACE_METRICS, tracer.statistics))
     return tracer
 
 
