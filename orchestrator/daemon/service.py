@@ -72,15 +72,6 @@ class ServiceStatistics(NamedTuple):
     crash_aborted: int
 
 
-def _key_conflict() -> ApiError:
-    return ApiError(
-        409,
-        "idempotency_conflict",
-        "this idempotency key was used for a different request",
-        key="idempotency_key",
-    )
-
-
 def _log(message: str, run_id: str, trace_id: str, **fields: Any) -> None:
     # The record is made directly: the JSON line names no source line, so logger.info's
     # search of the stack for its caller (twice per run) would be wasted.
@@ -174,8 +165,15 @@ class RunService:
             await claim.wait()  # then its row is committed, or it was refused
         claim = self._claims[key] = anyio.Event()
         try:
-            earlier = await self._earlier(key, digest)
+            earlier = await self._store.find_key(key)
             if earlier is not None:
+                if earlier.request_hash != digest:
+                    raise ApiError(
+                        409,
+                        "idempotency_conflict",
+                        "this idempotency key was used for a different request",
+                        key="idempotency_key",
+                    )
                 return earlier, False
             self._check_open()
             return await self._create(request, encoded, digest, key, traceparent), True
@@ -193,7 +191,16 @@ class RunService:
     ) -> RunRow:
         admitted = self._policy.admit(request)
         on_crash = admitted.settings.on_crash
-        self._check_room()
+        if self._in_flight >= self.capacity:
+            self._rejected_full += 1
+            logger.warning("run refused: queue full", extra={"in_flight": self._in_flight})
+            raise ApiError(
+                429,
+                "queue_full",
+                f"{self._in_flight} runs are running or queued, the limit "
+                "(runtime.max_concurrent_runs + daemon.queue_size); retry later",
+                headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
+            )
         run_id = new_id()
         trace_id = parent.trace_id if parent is not None else new_id()
         row = RunRow(
@@ -209,7 +216,7 @@ class RunService:
         point = StartPoint(trace_id=trace_id, traceparent=parent.header() if parent else None)
         finished = await self._launch(row, request, point, admitted)
         self._store.insert_run(row)  # queued before any of its events can be
-        self._watch(row, finished, request)
+        self._finishers.submit(partial(self._finish, row, finished, request))
         with anyio.CancelScope(shield=True):  # a started run's row is committed, always
             await self._store.flush()  # committed before the 202
         self._accepted += 1
@@ -225,24 +232,6 @@ class RunService:
                 "the daemon is shutting down and accepts no new runs",
                 headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
             )
-
-    def _check_room(self) -> None:
-        if self._in_flight >= self.capacity:
-            self._rejected_full += 1
-            logger.warning("run refused: queue full", extra={"in_flight": self._in_flight})
-            raise ApiError(
-                429,
-                "queue_full",
-                f"{self._in_flight} runs are running or queued, the limit "
-                "(runtime.max_concurrent_runs + daemon.queue_size); retry later",
-                headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
-            )
-
-    async def _earlier(self, key: str, digest: str) -> RunRow | None:
-        row = await self._store.find_key(key)
-        if row is not None and row.request_hash != digest:
-            raise _key_conflict()
-        return row
 
     def scenario_names(self) -> list[str]:
         return sorted(self._scenarios)
@@ -267,9 +256,6 @@ class RunService:
         self._in_flight += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         return recorded
-
-    def _watch(self, row: RunRow, recorded: anyio.Event, request: RunRequest) -> None:
-        self._finishers.submit(partial(self._finish, row, recorded, request))
 
     async def _finish(self, row: RunRow, recorded: anyio.Event, request: RunRequest) -> None:
         result = await self._runs.result(row.id, request)
@@ -362,7 +348,7 @@ class RunService:
             return
         if point.resume is not None:
             self._resumed += 1
-        self._watch(row, recorded, request)
+        self._finishers.submit(partial(self._finish, row, recorded, request))
         action = (
             "restarted (was queued)"
             if point.resume is None
