@@ -16,6 +16,7 @@ Idle kept-alive connections are closed by uvicorn's own ``timeout_keep_alive``.
 from __future__ import annotations
 
 from collections import Counter
+from http import HTTPStatus
 from typing import Any, ClassVar, NamedTuple
 
 import msgspec
@@ -27,13 +28,6 @@ from bus import aio_seam
 from orchestrator.daemon.schemas import ErrorBody, ErrorDetail
 
 __all__ = ["ConnectionLimits", "limited_protocol"]
-
-_ENCODER = msgspec.json.Encoder()
-_REASONS = {
-    408: b"Request Timeout",
-    431: b"Request Header Fields Too Large",
-    503: b"Service Unavailable",
-}
 
 
 class ConnectionLimits(NamedTuple):
@@ -52,10 +46,10 @@ class _HeadRefused(Exception):
 
 
 def _refusal(status: int, code: str, message: str, key: str) -> bytes:
-    body = _ENCODER.encode(ErrorBody(error=ErrorDetail(code=code, message=message, key=key)))
+    body = msgspec.json.encode(ErrorBody(error=ErrorDetail(code=code, message=message, key=key)))
     head = (
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body))
+        b"connection: close\r\n\r\n" % (status, HTTPStatus(status).phrase.encode(), len(body))
     )
     return head + body
 

@@ -7,7 +7,7 @@ the same JSON error body.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NamedTuple, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 import re2
@@ -32,7 +32,6 @@ __all__ = [
     "EXCEPTION_HANDLERS",
     "PAGE_LIMIT",
     "STATUSES",
-    "ListQuery",
     "RunApi",
     "decode_request",
     "error_response",
@@ -109,12 +108,6 @@ def _too_large(limit: int) -> ApiError:
     )
 
 
-def _check_declared(declared: str, limit: int) -> None:
-    digits = declared.lstrip("0")  # h11 refuses a value that is not digits
-    if declared.isascii() and declared.isdigit() and (len(digits) > 19 or int(digits or 0) > limit):
-        raise _too_large(limit)
-
-
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with a 413 past ``limit`` bytes (declared or read)."""
     body = await receive_body(request.receive, request.headers.get("content-length", ""), limit)
@@ -126,7 +119,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | None:
     """:func:`read_body` on bare ASGI: the body from ``receive`` (``declared``: the
     Content-Length header, or ``""``); ``None`` if the client went away first."""
-    _check_declared(declared, limit)
+    digits = declared.lstrip("0")  # h11 refuses a value that is not digits
+    if declared.isascii() and declared.isdigit() and (len(digits) > 19 or int(digits or 0) > limit):
+        raise _too_large(limit)
     body = bytearray()
     while True:
         message = await receive()
@@ -194,17 +189,9 @@ def int_query(
     return default if value is None else parse_integer(value, name, low=low, high=high)
 
 
-class ListQuery(NamedTuple):
-    """``GET /v1/runs``'s filters and page: ``before`` is the cursor, if any."""
-
-    status: str | None
-    exit_reason: str | None
-    limit: int
-    before: int | None
-
-
-def list_query(request: Request) -> ListQuery:
-    """The listing's query parameters, checked.
+def list_query(request: Request) -> tuple[str | None, str | None, int, int | None]:
+    """``GET /v1/runs``'s query parameters, checked: ``(status, exit_reason, limit,
+    before)``, ``before`` the cursor, if any.
 
     :raises ApiError: 400 naming the bad parameter.
     """
@@ -218,7 +205,7 @@ def list_query(request: Request) -> ListQuery:
     limit = int_query(query.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT)
     cursor = query.get("cursor")
     before = int_query(cursor, "cursor", default=0, low=1) if cursor is not None else None
-    return ListQuery(status, exit_reason, limit, before)
+    return status, exit_reason, limit, before
 
 
 class RunApi(Protocol):
