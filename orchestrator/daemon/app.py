@@ -288,14 +288,6 @@ class _Api:
         return row
 
 
-def _stored_request(raw: bytes) -> tuple[RunRequest | None, str | None]:
-    """The stored request, or why it can't be read (stored by an older version)."""
-    try:
-        return REQUEST_DECODER.decode(raw), None
-    except msgspec.DecodeError as exc:  # ValidationError included
-        return None, f"the stored request no longer matches this version's schema: {exc}"
-
-
 class _Answered(msgspec.Struct):
     simulated: bool = False
 
@@ -304,21 +296,22 @@ _ANSWERED: Final = msgspec.json.Decoder(_Answered)
 """Reads a stored result's ``simulated`` alone (the rest is skipped, not built)."""
 
 
-def _simulated(
-    row: RunRow, request: RunRequest | None, result: dict[str, Any] | None, config: Config
-) -> bool:
-    """Whether the embedded simulator answered the run though it plays no scenario: as its
-    stored result says; a run not ended yet is answered by this daemon (``config``)."""
-    if row.result is None:
-        return request is not None and answered_by_simulator(config, request)
-    if result is not None:
-        return result.get("simulated") is True
-    return _ANSWERED.decode(row.result).simulated
-
-
 def _view(row: RunRow, config: Config, *, with_result: bool = True) -> RunView:
-    request, request_error = _stored_request(row.request)
+    request: RunRequest | None = None
+    request_error: str | None = None
+    try:
+        request = REQUEST_DECODER.decode(row.request)
+    except msgspec.DecodeError as exc:  # ValidationError included: stored by an older version
+        request_error = f"the stored request no longer matches this version's schema: {exc}"
     result = _RESULT.decode(row.result) if with_result and row.result is not None else None
+    # Whether the embedded simulator answered the run though it plays no scenario: as its
+    # stored result says; a run not ended yet is answered by this daemon (``config``).
+    if row.result is None:
+        simulated = request is not None and answered_by_simulator(config, request)
+    elif result is not None:
+        simulated = result.get("simulated") is True
+    else:
+        simulated = _ANSWERED.decode(row.result).simulated
     return RunView(
         id=row.id,
         trace_id=row.trace_id,
@@ -333,6 +326,6 @@ def _view(row: RunRow, config: Config, *, with_result: bool = True) -> RunView:
         events_dropped=row.events_dropped,
         request=request,
         request_error=request_error,
-        simulated=_simulated(row, request, result, config),
+        simulated=simulated,
         result=result,
     )
