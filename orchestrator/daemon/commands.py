@@ -135,11 +135,8 @@ def _client(url: str) -> DaemonClient:
 
 
 async def _runs(url: str, args: argparse.Namespace) -> int:
-    query: dict[str, str | int] = {"limit": args.limit}
-    if args.status:
-        query["status"] = args.status
-    if args.exit_reason:
-        query["exit_reason"] = args.exit_reason
+    filters = {"status": args.status, "exit_reason": args.exit_reason}
+    query = {"limit": args.limit, **{key: value for key, value in filters.items() if value}}
     async with _client(url) as client:
         page = await client.runs(**query)
     if args.json:
