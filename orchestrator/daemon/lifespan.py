@@ -27,7 +27,7 @@ from actors.tools.figure import warn_about_figure_sandbox
 from orchestrator.config import Config
 from orchestrator.daemon import retention
 from orchestrator.daemon.auth import Authenticator
-from orchestrator.daemon.metrics import DaemonCollector, daemon_registry
+from orchestrator.daemon.metrics import DaemonCollector
 from orchestrator.daemon.recorder import EventRecorder
 from orchestrator.daemon.recovery import StoreJournal
 from orchestrator.daemon.service import RunService
@@ -138,7 +138,7 @@ class Daemon:
         self, service: RunService, runtime: Runtime, store: Store, tg: TaskGroup
     ) -> Daemon:
         self._service = service
-        self.registry = daemon_registry(runtime)
+        self.registry = runtime.metrics_registry
         self.registry.register(DaemonCollector(service, store, lambda: self.streams))
         await warn_about_figure_sandbox(logger, runtime.tools, self.config.tools.figure_sandbox)
         await service.recover()
