@@ -93,7 +93,7 @@ def inserted_row(row: RunRow, columns: dict[str, Any] | None, last_event: int) -
     row = msgspec.structs.replace(
         row, **(columns or {}), last_event=max(row.last_event, last_event)
     )
-    return tuple(getattr(row, name) for name in NAMES)
+    return msgspec.structs.astuple(row)
 
 
 def row_updates(
