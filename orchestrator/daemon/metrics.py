@@ -34,16 +34,15 @@ class DaemonCollector(Collector):
         self._streams = streams
 
     def collect(self) -> Iterator[Metric]:
-        stats = self._service.statistics()
+        runs = self._service
+        stats = runs.statistics
         yield _gauge(
-            "runs_in_flight", "Runs accepted and not ended (running or queued).", stats.in_flight
+            "runs_in_flight", "Runs accepted and not ended (running or queued).", runs.in_flight
         )
         yield _gauge(
-            "runs_capacity", "Runs that may be in flight before new ones get a 429.", stats.capacity
+            "runs_capacity", "Runs that may be in flight before new ones get a 429.", runs.capacity
         )
-        yield _gauge(
-            "draining", "1 while the daemon drains for shutdown.", int(self._service.draining)
-        )
+        yield _gauge("draining", "1 while the daemon drains for shutdown.", int(runs.draining))
         yield _counter("runs_accepted", "Runs accepted with 202.", stats.accepted)
         yield _counter(
             "runs_rejected",
@@ -58,7 +57,7 @@ class DaemonCollector(Collector):
         yield _counter(
             "runs_ended",
             "Runs ended since start-up, by exit reason.",
-            exit_reason={reason.value: self._service.ended(reason) for reason in ExitReason},
+            exit_reason={reason.value: runs.ended(reason) for reason in ExitReason},
         )
         yield _gauge("sse_clients", "Open event streams.", self._streams())
         store = self._store.statistics()

@@ -18,8 +18,9 @@ import collections
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -60,16 +61,15 @@ ABORT_WAIT_SECONDS: Final = 15.0
 CRASH_TAIL: Final = 32
 
 
-class ServiceStatistics(NamedTuple):
-    """The service at a glance (exported as metrics)."""
+@dataclass
+class ServiceStatistics:
+    """What the service did since start-up (exported as metrics)."""
 
-    in_flight: int
-    capacity: int
-    accepted: int
-    rejected_full: int
-    rejected_draining: int
-    resumed: int
-    crash_aborted: int
+    accepted: int = 0
+    rejected_full: int = 0
+    rejected_draining: int = 0
+    resumed: int = 0
+    crash_aborted: int = 0
 
 
 def _log(message: str, run_id: str, trace_id: str, **fields: Any) -> None:
@@ -110,28 +110,13 @@ class RunService:
         )
         self.capacity = config.runtime.max_concurrent_runs + config.daemon.queue_size
         self.draining = False
-        self._in_flight = 0
+        self.in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
         self._claims: dict[str, anyio.Event] = {}
         """Idempotency keys being submitted, each with the event set when its request is done."""
-        self._accepted = 0
-        self._rejected_full = 0
-        self._rejected_draining = 0
-        self._resumed = 0
-        self._crash_aborted = 0
+        self.statistics = ServiceStatistics()
         self._ended: collections.Counter[str] = collections.Counter()
-
-    def statistics(self) -> ServiceStatistics:
-        return ServiceStatistics(
-            self._in_flight,
-            self.capacity,
-            self._accepted,
-            self._rejected_full,
-            self._rejected_draining,
-            self._resumed,
-            self._crash_aborted,
-        )
 
     def ended(self, reason: ExitReason) -> int:
         """Runs that ended with ``reason`` since start-up."""
@@ -191,13 +176,13 @@ class RunService:
     ) -> RunRow:
         admitted = self._policy.admit(request)
         on_crash = admitted.settings.on_crash
-        if self._in_flight >= self.capacity:
-            self._rejected_full += 1
-            logger.warning("run refused: queue full", extra={"in_flight": self._in_flight})
+        if self.in_flight >= self.capacity:
+            self.statistics.rejected_full += 1
+            logger.warning("run refused: queue full", extra={"in_flight": self.in_flight})
             raise ApiError(
                 429,
                 "queue_full",
-                f"{self._in_flight} runs are running or queued, the limit "
+                f"{self.in_flight} runs are running or queued, the limit "
                 "(runtime.max_concurrent_runs + daemon.queue_size); retry later",
                 headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
             )
@@ -219,13 +204,13 @@ class RunService:
         self._finishers.submit(partial(self._finish, row, finished, request))
         with anyio.CancelScope(shield=True):  # a started run's row is committed, always
             await self._store.flush()  # committed before the 202
-        self._accepted += 1
+        self.statistics.accepted += 1
         _log("run accepted", run_id, trace_id, on_crash=on_crash)
         return row
 
     def _check_open(self) -> None:
         if self.draining:
-            self._rejected_draining += 1
+            self.statistics.rejected_draining += 1
             raise ApiError(
                 503,
                 "draining",
@@ -253,7 +238,7 @@ class RunService:
             await self._runs.start(self._runtime, row.id, request, point, admitted)
         except ConfigError as exc:
             raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
-        self._in_flight += 1
+        self.in_flight += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         return recorded
 
@@ -265,8 +250,8 @@ class RunService:
         if not recorded.is_set():
             await recorded.wait()
         self._end(row, result)
-        self._in_flight -= 1
-        if self._in_flight == 0:
+        self.in_flight -= 1
+        if self.in_flight == 0:
             self._idle.set()
         _log(
             "run ended",
@@ -347,7 +332,7 @@ class RunService:
             self._crash_abort(row, phase_of(tail), checkpoint, detail=detail)
             return
         if point.resume is not None:
-            self._resumed += 1
+            self.statistics.resumed += 1
         self._finishers.submit(partial(self._finish, row, recorded, request))
         action = (
             "restarted (was queued)"
@@ -372,7 +357,7 @@ class RunService:
             seq += 1
             self._store.append_event(row.id, seq, type(event).__name__, ENCODER.encode(event))
         self._end(row, result)
-        self._crash_aborted += 1
+        self.statistics.crash_aborted += 1
         _log("run ended by the crash", row.id, row.trace_id, exit_reason=result.exit_reason.value)
 
     async def drain(self, grace_seconds: float) -> None:
@@ -381,15 +366,15 @@ class RunService:
         if not self.draining:
             self.draining = True
             logger.info(
-                "draining", extra={"in_flight": self._in_flight, "grace_seconds": grace_seconds}
+                "draining", extra={"in_flight": self.in_flight, "grace_seconds": grace_seconds}
             )
         with anyio.move_on_after(grace_seconds):
             await self._idle.wait()
-        if self._in_flight:
-            logger.info("aborting the runs still active", extra={"in_flight": self._in_flight})
+        if self.in_flight:
+            logger.info("aborting the runs still active", extra={"in_flight": self.in_flight})
             for run_id in list(self._runs.handles):
                 await self._runs.abort(run_id, "The daemon is shutting down.", "shutdown")
             with anyio.move_on_after(ABORT_WAIT_SECONDS):
                 await self._idle.wait()
         await self._store.flush()
-        logger.info("drained", extra={"in_flight": self._in_flight})
+        logger.info("drained", extra={"in_flight": self.in_flight})
