@@ -41,10 +41,6 @@ class ConnectionLimits(NamedTuple):
     max_connections_per_client: int
 
 
-class _HeadRefused(Exception):
-    """Raised from a parser callback to stop parsing (httptools wraps it)."""
-
-
 def _refusal(status: int, code: str, message: str, key: str) -> bytes:
     body = msgspec.json.encode(ErrorBody(error=ErrorDetail(code=code, message=message, key=key)))
     head = (
@@ -154,7 +150,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
                 f"the request has more than {self.limits.max_headers} header lines",
                 "daemon.max_headers",
             )
-            raise _HeadRefused
+            raise RuntimeError("too many header lines")  # httptools wraps it: parsing stops
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
