@@ -33,7 +33,6 @@ from orchestrator.daemon.http import (
     read_body,
     receive_body,
     run_routes,
-    send_json,
 )
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.metrics import render
@@ -183,7 +182,14 @@ class _Api:
         if body is None:  # the client went away before it finished sending
             return
         status, accepted = await self._accept(body, parents)
-        await send_json(send, accepted, status, [(b"location", f"/v1/runs/{accepted.id}".encode())])
+        content = _ENCODER.encode(accepted)  # what json_response would send
+        headers = [
+            (b"content-length", str(len(content)).encode()),
+            (b"content-type", b"application/json"),
+            (b"location", f"/v1/runs/{accepted.id}".encode()),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
 
     async def _accept(self, body: bytes, parents: list[str]) -> tuple[int, RunAccepted]:
         """Submit the run ``body`` asks for: 202 and the new run, or 200 and the earlier

@@ -6,7 +6,7 @@ the same JSON error body.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
-from starlette.types import ExceptionHandler, Message, Receive, Send
+from starlette.types import ExceptionHandler, Receive
 
 from bus import ExitReason
 from orchestrator.daemon.errors import ApiError
@@ -41,7 +41,6 @@ __all__ = [
     "read_body",
     "receive_body",
     "run_routes",
-    "send_json",
 ]
 
 _ENCODER: Final = msgspec.json.Encoder()
@@ -132,24 +131,6 @@ async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | N
             raise _too_large(limit)
         if not message.get("more_body", False):
             return bytes(body)
-
-
-async def send_json(
-    send: Send, body: msgspec.Struct, status: int, headers: Sequence[tuple[bytes, bytes]] = ()
-) -> None:
-    """``body`` as a JSON response on bare ASGI (what :func:`json_response` sends)."""
-    content = _ENCODER.encode(body)
-    start: Message = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": [
-            (b"content-length", str(len(content)).encode()),
-            (b"content-type", b"application/json"),
-            *headers,
-        ],
-    }
-    await send(start)
-    await send({"type": "http.response.body", "body": content})
 
 
 def decode_request(
