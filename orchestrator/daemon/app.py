@@ -62,13 +62,6 @@ _PAGE_FRAME: Final = len(b'{"runs":[],"next_cursor":"9223372036854775807"}')
 _TRACEPARENT: Final = TRACEPARENT.lower().encode("latin-1")
 
 
-def _version() -> str:
-    try:
-        return version("loopfuse")
-    except PackageNotFoundError:
-        return "0"
-
-
 class _Guard:
     """ASGI middleware: the ``Host`` header (:mod:`.browsers`), bearer tokens, a POST's
     content type, and :class:`ApiError` as a JSON response. It also serves ``POST /v1/runs``
@@ -265,8 +258,11 @@ class _Api:
         return json_response({"scenarios": self._daemon.service.scenario_names()})
 
     async def openapi(self, request: Request) -> Response:
-        limits = self._daemon.config.daemon
-        return json_response(openapi_document(_version(), limits.max_task_chars))
+        try:
+            release = version("loopfuse")
+        except PackageNotFoundError:
+            release = "0"
+        return json_response(openapi_document(release, self._daemon.config.daemon.max_task_chars))
 
     async def metrics(self, request: Request) -> Response:
         registry = self._daemon.registry

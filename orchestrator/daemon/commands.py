@@ -109,7 +109,9 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
                 file=sys.stderr,
             )
             return ExitStatus.USAGE
-    url = args.url or os.environ.get("LOOPFUSE_URL") or _url(config)
+    host = config.daemon.host
+    configured = f"http://{f'[{host}]' if ':' in host else host}:{config.daemon.port}"
+    url = args.url or os.environ.get("LOOPFUSE_URL") or configured
     try:
         if args.command == "runs":
             return anyio.run(_runs, url, args)
@@ -123,11 +125,6 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
         raise DaemonUnreachable(url, f"not a URL: {exc}") from None
     except msgspec.DecodeError:
         raise DaemonUnreachable(url, "what answers there is not a loopfuse daemon") from None
-
-
-def _url(config: Config) -> str:
-    host = config.daemon.host
-    return f"http://{f'[{host}]' if ':' in host else host}:{config.daemon.port}"
 
 
 def _client(url: str) -> DaemonClient:
