@@ -352,9 +352,7 @@ class RunService:
         events, result = crash_ending(
             row.id, row.trace_id, reason, checkpoint, detail or crash_detail()
         )
-        seq = row.last_event
-        for event in events:
-            seq += 1
+        for seq, event in enumerate(events, row.last_event + 1):
             self._store.append_event(row.id, seq, type(event).__name__, ENCODER.encode(event))
         self._end(row, result)
         self.statistics.crash_aborted += 1
