@@ -4,9 +4,9 @@ uvicorn's httptools protocol bounds none of these (``docs/security.md``, "Connec
 :func:`limited_protocol` returns its subclass held to :class:`ConnectionLimits`. A request
 head (request line plus headers) longer than ``max_header_bytes``, or with more than
 ``max_headers`` header lines, is answered ``431`` (the bytes past the limit never reach the
-parser); a head not complete within ``header_timeout`` seconds of the connection opening (or
+parser); a head not complete within ``header_timeout_seconds`` of the connection opening (or
 of its first byte, for a later request on a kept-alive connection) ``408``; a body not
-complete within ``body_timeout`` seconds of its head closes the connection, whether the app
+complete within ``body_timeout_seconds`` of its head closes the connection, whether the app
 reads it or not. Past ``max_connections`` open connections in all, or
 ``max_connections_per_client`` from one client address, a new one is answered ``503``. Each
 refusal is the API's JSON error body with ``Connection: close``, and the connection closes.
@@ -35,8 +35,8 @@ class ConnectionLimits(NamedTuple):
 
     max_header_bytes: int
     max_headers: int
-    header_timeout: float
-    body_timeout: float
+    header_timeout_seconds: float
+    body_timeout_seconds: float
     max_connections: int
     max_connections_per_client: int
 
@@ -96,7 +96,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
             return
         self._address = address
         self.per_client[address] += 1
-        self._head_timer = self.loop.call_later(limits.header_timeout, self._head_timed_out)
+        self._head_timer = self.loop.call_later(limits.header_timeout_seconds, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
@@ -137,7 +137,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self._header_lines = 0
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(
-                self.limits.header_timeout, self._head_timed_out
+                self.limits.header_timeout_seconds, self._head_timed_out
             )
         super().on_message_begin()
 
@@ -158,7 +158,9 @@ class _LimitedHttpTools(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timed_out)
+        self._body_timer = self.loop.call_later(
+            self.limits.body_timeout_seconds, self._body_timed_out
+        )
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -185,7 +187,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self._close_with(
             408,
             "header_timeout",
-            f"the request's head did not arrive within {self.limits.header_timeout} s",
+            f"the request's head did not arrive within {self.limits.header_timeout_seconds} s",
             "daemon.header_timeout_seconds",
         )
 

@@ -103,15 +103,7 @@ async def open_daemon(
 
 def connection_limits(config: Config) -> ConnectionLimits:
     """The ``[daemon]`` connection limits of ``config``."""
-    daemon = config.daemon
-    return ConnectionLimits(
-        max_header_bytes=daemon.max_header_bytes,
-        max_headers=daemon.max_headers,
-        header_timeout=daemon.header_timeout_seconds,
-        body_timeout=daemon.body_timeout_seconds,
-        max_connections=daemon.max_connections,
-        max_connections_per_client=daemon.max_connections_per_client,
-    )
+    return ConnectionLimits(*(getattr(config.daemon, key) for key in ConnectionLimits._fields))
 
 
 async def serve_daemon(
