@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import ExceptionHandler, Receive
 
-from bus import ExitReason
+from bus import ENCODER, ExitReason
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.limits import (
     MAX_FOLDER_CHARS,
@@ -43,7 +43,6 @@ __all__ = [
     "run_routes",
 ]
 
-_ENCODER: Final = msgspec.json.Encoder()
 # RE2 (linear time): a validation message quotes the client's own field names
 _AT_PATH: Final = re2.compile(r"(?s)^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$")
 _UNKNOWN: Final = re2.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
@@ -58,7 +57,7 @@ def json_response(
 ) -> Response:
     """``body`` as a JSON response."""
     return Response(
-        _ENCODER.encode(body), status_code=status, media_type="application/json", headers=headers
+        ENCODER.encode(body), status_code=status, media_type="application/json", headers=headers
     )
 
 
