@@ -130,11 +130,10 @@ def create_app(config: Config, *, daemon: Daemon | None = None, lifespan: bool =
         async with daemon.running():
             yield
 
-    replay = ReplayApi(config)
     routes = run_routes(
         api,
         Route("/v1/openapi.json", api.openapi, methods=["GET"]),
-        Route(REPLAY_PATH, replay.replay, methods=["POST"]),
+        Route(REPLAY_PATH, ReplayApi(config).replay, methods=["POST"]),
     )
     app = Starlette(
         routes=routes,
