@@ -99,7 +99,6 @@ class RunService:
         self._runtime = runtime
         self._store = store
         self._recorder = recorder
-        self._journal = journal
         self._scenarios = dict(scenarios)
         self._policy = Policy(config, self._scenarios)
         # The tasks that see runs end, reused: a task started per run would cost more than
