@@ -33,7 +33,6 @@ from orchestrator.daemon.http import (
     read_body,
     receive_body,
     run_routes,
-    send_json,
 )
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.metrics import render
@@ -61,13 +60,6 @@ LIST_PREVIEW_CHARS: Final = 200
 to this many characters, and its ``config`` left out (``GET /v1/runs/{id}`` has them)."""
 _PAGE_FRAME: Final = len(b'{"runs":[],"next_cursor":"9223372036854775807"}')
 _TRACEPARENT: Final = TRACEPARENT.lower().encode("latin-1")
-
-
-def _version() -> str:
-    try:
-        return version("loopfuse")
-    except PackageNotFoundError:
-        return "0"
 
 
 class _Guard:
@@ -138,11 +130,10 @@ def create_app(config: Config, *, daemon: Daemon | None = None, lifespan: bool =
         async with daemon.running():
             yield
 
-    replay = ReplayApi(config)
     routes = run_routes(
         api,
         Route("/v1/openapi.json", api.openapi, methods=["GET"]),
-        Route(REPLAY_PATH, replay.replay, methods=["POST"]),
+        Route(REPLAY_PATH, ReplayApi(config).replay, methods=["POST"]),
     )
     app = Starlette(
         routes=routes,
@@ -183,7 +174,14 @@ class _Api:
         if body is None:  # the client went away before it finished sending
             return
         status, accepted = await self._accept(body, parents)
-        await send_json(send, accepted, status, [(b"location", f"/v1/runs/{accepted.id}".encode())])
+        content = _ENCODER.encode(accepted)  # what json_response would send
+        headers = [
+            (b"content-length", str(len(content)).encode()),
+            (b"content-type", b"application/json"),
+            (b"location", f"/v1/runs/{accepted.id}".encode()),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
 
     async def _accept(self, body: bytes, parents: list[str]) -> tuple[int, RunAccepted]:
         """Submit the run ``body`` asks for: 202 and the new run, or 200 and the earlier
@@ -259,8 +257,11 @@ class _Api:
         return json_response({"scenarios": self._daemon.service.scenario_names()})
 
     async def openapi(self, request: Request) -> Response:
-        limits = self._daemon.config.daemon
-        return json_response(openapi_document(_version(), limits.max_task_chars))
+        try:
+            release = version("loopfuse")
+        except PackageNotFoundError:
+            release = "0"
+        return json_response(openapi_document(release, self._daemon.config.daemon.max_task_chars))
 
     async def metrics(self, request: Request) -> Response:
         registry = self._daemon.registry
@@ -288,14 +289,6 @@ class _Api:
         return row
 
 
-def _stored_request(raw: bytes) -> tuple[RunRequest | None, str | None]:
-    """The stored request, or why it can't be read (stored by an older version)."""
-    try:
-        return REQUEST_DECODER.decode(raw), None
-    except msgspec.DecodeError as exc:  # ValidationError included
-        return None, f"the stored request no longer matches this version's schema: {exc}"
-
-
 class _Answered(msgspec.Struct):
     simulated: bool = False
 
@@ -304,21 +297,22 @@ _ANSWERED: Final = msgspec.json.Decoder(_Answered)
 """Reads a stored result's ``simulated`` alone (the rest is skipped, not built)."""
 
 
-def _simulated(
-    row: RunRow, request: RunRequest | None, result: dict[str, Any] | None, config: Config
-) -> bool:
-    """Whether the embedded simulator answered the run though it plays no scenario: as its
-    stored result says; a run not ended yet is answered by this daemon (``config``)."""
-    if row.result is None:
-        return request is not None and answered_by_simulator(config, request)
-    if result is not None:
-        return result.get("simulated") is True
-    return _ANSWERED.decode(row.result).simulated
-
-
 def _view(row: RunRow, config: Config, *, with_result: bool = True) -> RunView:
-    request, request_error = _stored_request(row.request)
+    request: RunRequest | None = None
+    request_error: str | None = None
+    try:
+        request = REQUEST_DECODER.decode(row.request)
+    except msgspec.DecodeError as exc:  # ValidationError included: stored by an older version
+        request_error = f"the stored request no longer matches this version's schema: {exc}"
     result = _RESULT.decode(row.result) if with_result and row.result is not None else None
+    # Whether the embedded simulator answered the run though it plays no scenario: as its
+    # stored result says; a run not ended yet is answered by this daemon (``config``).
+    if row.result is None:
+        simulated = request is not None and answered_by_simulator(config, request)
+    elif result is not None:
+        simulated = result.get("simulated") is True
+    else:
+        simulated = _ANSWERED.decode(row.result).simulated
     return RunView(
         id=row.id,
         trace_id=row.trace_id,
@@ -333,6 +327,6 @@ def _view(row: RunRow, config: Config, *, with_result: bool = True) -> RunView:
         events_dropped=row.events_dropped,
         request=request,
         request_error=request_error,
-        simulated=_simulated(row, request, result, config),
+        simulated=simulated,
         result=result,
     )

@@ -72,7 +72,11 @@ class HostCheck:
             return cls(frozenset(), any=True)
         names = set(LOOPBACK_NAMES)
         bound = daemon.host.strip().lower()
-        if not _wildcard(bound):
+        try:
+            wildcard = ipaddress.ip_address(bound).is_unspecified
+        except ValueError:
+            wildcard = bound == ""
+        if not wildcard:
             names.add(f"[{bound}]".encode() if ":" in bound else bound.encode())
         for allowed in daemon.allowed_hosts:
             name = host_name(allowed.encode() if allowed.isascii() else allowed.encode("idna"))
@@ -104,13 +108,6 @@ def _address(name: bytes) -> bool:
     except (UnicodeDecodeError, ValueError):
         return False
     return True
-
-
-def _wildcard(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_unspecified
-    except ValueError:
-        return host == ""
 
 
 def content_type_refusal(value: bytes | None, *, required: bool) -> ApiError | None:

@@ -109,7 +109,9 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
                 file=sys.stderr,
             )
             return ExitStatus.USAGE
-    url = args.url or os.environ.get("LOOPFUSE_URL") or _url(config)
+    host = config.daemon.host
+    configured = f"http://{f'[{host}]' if ':' in host else host}:{config.daemon.port}"
+    url = args.url or os.environ.get("LOOPFUSE_URL") or configured
     try:
         if args.command == "runs":
             return anyio.run(_runs, url, args)
@@ -125,21 +127,13 @@ def run_command(config: Config, args: argparse.Namespace, *, serve_fleet: ServeF
         raise DaemonUnreachable(url, "what answers there is not a loopfuse daemon") from None
 
 
-def _url(config: Config) -> str:
-    host = config.daemon.host
-    return f"http://{f'[{host}]' if ':' in host else host}:{config.daemon.port}"
-
-
 def _client(url: str) -> DaemonClient:
     return DaemonClient(url, token=os.environ.get("LOOPFUSE_TOKEN") or None)
 
 
 async def _runs(url: str, args: argparse.Namespace) -> int:
-    query: dict[str, str | int] = {"limit": args.limit}
-    if args.status:
-        query["status"] = args.status
-    if args.exit_reason:
-        query["exit_reason"] = args.exit_reason
+    filters = {"status": args.status, "exit_reason": args.exit_reason}
+    query = {"limit": args.limit, **{key: value for key, value in filters.items() if value}}
     async with _client(url) as client:
         page = await client.runs(**query)
     if args.json:

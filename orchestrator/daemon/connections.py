@@ -4,9 +4,9 @@ uvicorn's httptools protocol bounds none of these (``docs/security.md``, "Connec
 :func:`limited_protocol` returns its subclass held to :class:`ConnectionLimits`. A request
 head (request line plus headers) longer than ``max_header_bytes``, or with more than
 ``max_headers`` header lines, is answered ``431`` (the bytes past the limit never reach the
-parser); a head not complete within ``header_timeout`` seconds of the connection opening (or
+parser); a head not complete within ``header_timeout_seconds`` of the connection opening (or
 of its first byte, for a later request on a kept-alive connection) ``408``; a body not
-complete within ``body_timeout`` seconds of its head closes the connection, whether the app
+complete within ``body_timeout_seconds`` of its head closes the connection, whether the app
 reads it or not. Past ``max_connections`` open connections in all, or
 ``max_connections_per_client`` from one client address, a new one is answered ``503``. Each
 refusal is the API's JSON error body with ``Connection: close``, and the connection closes.
@@ -16,6 +16,7 @@ Idle kept-alive connections are closed by uvicorn's own ``timeout_keep_alive``.
 from __future__ import annotations
 
 from collections import Counter
+from http import HTTPStatus
 from typing import Any, ClassVar, NamedTuple
 
 import msgspec
@@ -28,34 +29,23 @@ from orchestrator.daemon.schemas import ErrorBody, ErrorDetail
 
 __all__ = ["ConnectionLimits", "limited_protocol"]
 
-_ENCODER = msgspec.json.Encoder()
-_REASONS = {
-    408: b"Request Timeout",
-    431: b"Request Header Fields Too Large",
-    503: b"Service Unavailable",
-}
-
 
 class ConnectionLimits(NamedTuple):
     """What one daemon lets its clients hold (``[daemon]`` keys of the same names)."""
 
     max_header_bytes: int
     max_headers: int
-    header_timeout: float
-    body_timeout: float
+    header_timeout_seconds: float
+    body_timeout_seconds: float
     max_connections: int
     max_connections_per_client: int
 
 
-class _HeadRefused(Exception):
-    """Raised from a parser callback to stop parsing (httptools wraps it)."""
-
-
 def _refusal(status: int, code: str, message: str, key: str) -> bytes:
-    body = _ENCODER.encode(ErrorBody(error=ErrorDetail(code=code, message=message, key=key)))
+    body = msgspec.json.encode(ErrorBody(error=ErrorDetail(code=code, message=message, key=key)))
     head = (
         b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body))
+        b"connection: close\r\n\r\n" % (status, HTTPStatus(status).phrase.encode(), len(body))
     )
     return head + body
 
@@ -106,7 +96,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
             return
         self._address = address
         self.per_client[address] += 1
-        self._head_timer = self.loop.call_later(limits.header_timeout, self._head_timed_out)
+        self._head_timer = self.loop.call_later(limits.header_timeout_seconds, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timers()
@@ -147,7 +137,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self._header_lines = 0
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(
-                self.limits.header_timeout, self._head_timed_out
+                self.limits.header_timeout_seconds, self._head_timed_out
             )
         super().on_message_begin()
 
@@ -160,7 +150,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
                 f"the request has more than {self.limits.max_headers} header lines",
                 "daemon.max_headers",
             )
-            raise _HeadRefused
+            raise RuntimeError("too many header lines")  # httptools wraps it: parsing stops
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -168,7 +158,9 @@ class _LimitedHttpTools(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
-        self._body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timed_out)
+        self._body_timer = self.loop.call_later(
+            self.limits.body_timeout_seconds, self._body_timed_out
+        )
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -195,7 +187,7 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self._close_with(
             408,
             "header_timeout",
-            f"the request's head did not arrive within {self.limits.header_timeout} s",
+            f"the request's head did not arrive within {self.limits.header_timeout_seconds} s",
             "daemon.header_timeout_seconds",
         )
 

@@ -6,8 +6,8 @@ the same JSON error body.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final, NamedTuple, Protocol
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
 import msgspec
 import re2
@@ -15,9 +15,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
-from starlette.types import ExceptionHandler, Message, Receive, Send
+from starlette.types import ExceptionHandler, Receive
 
-from bus import ExitReason
+from bus import ENCODER, ExitReason
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.limits import (
     MAX_FOLDER_CHARS,
@@ -32,7 +32,6 @@ __all__ = [
     "EXCEPTION_HANDLERS",
     "PAGE_LIMIT",
     "STATUSES",
-    "ListQuery",
     "RunApi",
     "decode_request",
     "error_response",
@@ -42,10 +41,8 @@ __all__ = [
     "read_body",
     "receive_body",
     "run_routes",
-    "send_json",
 ]
 
-_ENCODER: Final = msgspec.json.Encoder()
 # RE2 (linear time): a validation message quotes the client's own field names
 _AT_PATH: Final = re2.compile(r"(?s)^(?P<reason>.*?)(?: - at `\$(?P<path>[^`]*)`)?$")
 _UNKNOWN: Final = re2.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
@@ -60,7 +57,7 @@ def json_response(
 ) -> Response:
     """``body`` as a JSON response."""
     return Response(
-        _ENCODER.encode(body), status_code=status, media_type="application/json", headers=headers
+        ENCODER.encode(body), status_code=status, media_type="application/json", headers=headers
     )
 
 
@@ -109,12 +106,6 @@ def _too_large(limit: int) -> ApiError:
     )
 
 
-def _check_declared(declared: str, limit: int) -> None:
-    digits = declared.lstrip("0")  # h11 refuses a value that is not digits
-    if declared.isascii() and declared.isdigit() and (len(digits) > 19 or int(digits or 0) > limit):
-        raise _too_large(limit)
-
-
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with a 413 past ``limit`` bytes (declared or read)."""
     body = await receive_body(request.receive, request.headers.get("content-length", ""), limit)
@@ -126,7 +117,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | None:
     """:func:`read_body` on bare ASGI: the body from ``receive`` (``declared``: the
     Content-Length header, or ``""``); ``None`` if the client went away first."""
-    _check_declared(declared, limit)
+    digits = declared.lstrip("0")  # h11 refuses a value that is not digits
+    if declared.isascii() and declared.isdigit() and (len(digits) > 19 or int(digits or 0) > limit):
+        raise _too_large(limit)
     body = bytearray()
     while True:
         message = await receive()
@@ -137,24 +130,6 @@ async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | N
             raise _too_large(limit)
         if not message.get("more_body", False):
             return bytes(body)
-
-
-async def send_json(
-    send: Send, body: msgspec.Struct, status: int, headers: Sequence[tuple[bytes, bytes]] = ()
-) -> None:
-    """``body`` as a JSON response on bare ASGI (what :func:`json_response` sends)."""
-    content = _ENCODER.encode(body)
-    start: Message = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": [
-            (b"content-length", str(len(content)).encode()),
-            (b"content-type", b"application/json"),
-            *headers,
-        ],
-    }
-    await send(start)
-    await send({"type": "http.response.body", "body": content})
 
 
 def decode_request(
@@ -194,17 +169,9 @@ def int_query(
     return default if value is None else parse_integer(value, name, low=low, high=high)
 
 
-class ListQuery(NamedTuple):
-    """``GET /v1/runs``'s filters and page: ``before`` is the cursor, if any."""
-
-    status: str | None
-    exit_reason: str | None
-    limit: int
-    before: int | None
-
-
-def list_query(request: Request) -> ListQuery:
-    """The listing's query parameters, checked.
+def list_query(request: Request) -> tuple[str | None, str | None, int, int | None]:
+    """``GET /v1/runs``'s query parameters, checked: ``(status, exit_reason, limit,
+    before)``, ``before`` the cursor, if any.
 
     :raises ApiError: 400 naming the bad parameter.
     """
@@ -218,7 +185,7 @@ def list_query(request: Request) -> ListQuery:
     limit = int_query(query.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT)
     cursor = query.get("cursor")
     before = int_query(cursor, "cursor", default=0, low=1) if cursor is not None else None
-    return ListQuery(status, exit_reason, limit, before)
+    return status, exit_reason, limit, before
 
 
 class RunApi(Protocol):

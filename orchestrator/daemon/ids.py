@@ -32,18 +32,14 @@ def new_id() -> str:
     # Two threads refilling at once each make a block; ids of the one replaced are unused.
     found = next(_ids, None)
     if found is None:
-        block = _block()
+        raw = bytearray(os.urandom(16 * IDS_PER_BLOCK))
+        raw[6::16] = raw[6::16].translate(_VERSION)
+        raw[8::16] = raw[8::16].translate(_VARIANT)
+        text = raw.hex()
+        block = [text[i : i + 32] for i in range(0, len(text), 32)]
         found = block[0]
         _ids = iter(block[1:])
     return found
-
-
-def _block() -> list[str]:
-    raw = bytearray(os.urandom(16 * IDS_PER_BLOCK))
-    raw[6::16] = raw[6::16].translate(_VERSION)
-    raw[8::16] = raw[8::16].translate(_VARIANT)
-    text = raw.hex()
-    return [text[i : i + 32] for i in range(0, len(text), 32)]
 
 
 def _forget() -> None:

@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Final
 
 import anyio
-from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 from actors.tools.figure import warn_about_figure_sandbox
 from orchestrator.config import Config
 from orchestrator.daemon import retention
 from orchestrator.daemon.auth import Authenticator
-from orchestrator.daemon.metrics import DaemonCollector, daemon_registry
+from orchestrator.daemon.metrics import DaemonCollector
 from orchestrator.daemon.recorder import EventRecorder
 from orchestrator.daemon.recovery import StoreJournal
 from orchestrator.daemon.service import RunService
@@ -120,7 +119,19 @@ class Daemon:
                         service = RunService(
                             self.config, runtime, store, recorder, journal, self._scenarios(), tg
                         )
-                        yield await self._start(service, runtime, store, tg)
+                        self._service = service
+                        collector = DaemonCollector(service, store, lambda: self.streams)
+                        self.registry = runtime.metrics_registry
+                        self.registry.register(collector)
+                        figure_sandbox = self.config.tools.figure_sandbox
+                        await warn_about_figure_sandbox(logger, runtime.tools, figure_sandbox)
+                        await service.recover()
+                        await retention.prune_now(store, settings)
+                        tg.start_soon(retention.keep_pruning, store, settings)
+                        self.ready = True
+                        ready = {"store": str(self.store_path), "auth": self.auth.enabled}
+                        logger.info("ready", extra=ready)
+                        yield self
                         await self.shutdown(self.config.daemon.drain_seconds)
                         tg.cancel_scope.cancel()
             finally:
@@ -133,23 +144,6 @@ class Daemon:
         if self.config.model.base_url is not None:
             return {}
         return {s.name: s for s in (*shipped_scenarios(), *self.extra_scenarios)}
-
-    async def _start(
-        self, service: RunService, runtime: Runtime, store: Store, tg: TaskGroup
-    ) -> Daemon:
-        self._service = service
-        self.registry = daemon_registry(runtime)
-        self.registry.register(DaemonCollector(service, store, lambda: self.streams))
-        await warn_about_figure_sandbox(logger, runtime.tools, self.config.tools.figure_sandbox)
-        await service.recover()
-        await retention.prune_now(store, self.config.daemon)
-        tg.start_soon(retention.keep_pruning, store, self.config.daemon)
-        self.ready = True
-        logger.info(
-            "ready",
-            extra={"store": str(self.store_path), "auth": self.auth.enabled},
-        )
-        return self
 
     async def shutdown(self, drain_seconds: float) -> None:
         """Drain the runs (see :meth:`RunService.drain`), then end every event stream."""

@@ -18,13 +18,10 @@ import msgspec
 
 __all__ = ["JsonFormatter", "configure_logging"]
 
-_STANDARD: Final = frozenset(
-    logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None).__dict__
-) | {"message", "asctime", "taskName", "color_message"}
+_RECORD: Final = logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None).__dict__
+_STANDARD: Final = frozenset(_RECORD) | {"message", "asctime", "taskName", "color_message"}
 _ENCODER: Final = msgspec.json.Encoder()
-
-
-_BUILT_IN: Final = len(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None).__dict__)
+_BUILT_IN: Final = len(_RECORD)
 """How many attributes a record gets before its ``extra`` ones (set after them, in order)."""
 
 

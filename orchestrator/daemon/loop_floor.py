@@ -48,9 +48,7 @@ def _number(value: Any) -> str:
 
 def _above(value: Any, floor: Any) -> bool:
     """Whether ``value`` stops later than ``floor`` (``None``: never)."""
-    if value is None:
-        return floor is not None
-    return floor is not None and value > floor
+    return floor is not None and (value is None or value > floor)
 
 
 def loop_refusal(
@@ -109,7 +107,7 @@ def _section_refusal(
                 why = "under strikes, only strikes.stop_at" if frozen else "only its stop levels"
                 return f"{name}.{field}", (
                     f"a request may not change it ({why} may be lowered; the operator's "
-                    f"value is {_shown(own)})"
+                    f"value is {msgspec.to_builtins(own)!r})"
                 )
         return None
     if not effective.enabled:
@@ -132,7 +130,3 @@ def _section_refusal(
             "for a model reply (max_output_tokens)"
         )
     return None
-
-
-def _shown(value: Any) -> str:
-    return repr(msgspec.to_builtins(value))

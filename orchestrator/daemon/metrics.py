@@ -1,10 +1,9 @@
-"""``/metrics``: the runtime's registry when it has one, plus the daemon's own gauges.
+"""``/metrics``: the runtime's registry, plus the daemon's own gauges.
 
 The metrics recorder (one per runtime, ``runtime.metrics_registry``) owns the run metrics.
-Until a runtime has one, the daemon makes a registry of its own. Either way the daemon adds
-one collector whose values are read at scrape time from the service, the store and the SSE
-streams (no other code touches a metric). Every label comes from a closed set and every
-series exists from the start.
+The daemon adds one collector to that registry whose values are read at scrape time from the
+service, the store and the SSE streams (no other code touches a metric). Every label comes
+from a closed set and every series exists from the start.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
@@ -20,24 +19,10 @@ from prometheus_client.registry import Collector
 from bus import ExitReason
 from orchestrator.daemon.service import RunService
 from orchestrator.daemon.store import Store
-from orchestrator.runtime import Runtime
 
-__all__ = ["DaemonCollector", "daemon_registry", "render"]
+__all__ = ["DaemonCollector", "render"]
 
 PREFIX: Final = "loopfuse_daemon"
-
-
-def daemon_registry(runtime: Runtime) -> CollectorRegistry:
-    """``runtime.metrics_registry`` if the runtime has one; else a fresh registry with the
-    process, platform and GC collectors."""
-    registry = getattr(runtime, "metrics_registry", None)
-    if isinstance(registry, CollectorRegistry):
-        return registry
-    registry = CollectorRegistry()
-    ProcessCollector(registry=registry)
-    PlatformCollector(registry=registry)
-    GCCollector(registry=registry)
-    return registry
 
 
 class DaemonCollector(Collector):
@@ -49,16 +34,15 @@ class DaemonCollector(Collector):
         self._streams = streams
 
     def collect(self) -> Iterator[Metric]:
-        stats = self._service.statistics()
+        runs = self._service
+        stats = runs.statistics
         yield _gauge(
-            "runs_in_flight", "Runs accepted and not ended (running or queued).", stats.in_flight
+            "runs_in_flight", "Runs accepted and not ended (running or queued).", runs.in_flight
         )
         yield _gauge(
-            "runs_capacity", "Runs that may be in flight before new ones get a 429.", stats.capacity
+            "runs_capacity", "Runs that may be in flight before new ones get a 429.", runs.capacity
         )
-        yield _gauge(
-            "draining", "1 while the daemon drains for shutdown.", int(self._service.draining)
-        )
+        yield _gauge("draining", "1 while the daemon drains for shutdown.", int(runs.draining))
         yield _counter("runs_accepted", "Runs accepted with 202.", stats.accepted)
         yield _counter(
             "runs_rejected",
@@ -73,7 +57,7 @@ class DaemonCollector(Collector):
         yield _counter(
             "runs_ended",
             "Runs ended since start-up, by exit reason.",
-            exit_reason={reason.value: self._service.ended(reason) for reason in ExitReason},
+            exit_reason={reason.value: runs.ended(reason) for reason in ExitReason},
         )
         yield _gauge("sse_clients", "Open event streams.", self._streams())
         store = self._store.statistics()

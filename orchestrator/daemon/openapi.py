@@ -71,10 +71,6 @@ def _json(name: str, description: str, **headers: str) -> dict[str, Any]:
     return response
 
 
-def _errors(*codes: int) -> dict[str, Any]:
-    return {str(code): _json("ErrorBody", _ERRORS[code]) for code in codes}
-
-
 def _operation(
     summary: str,
     responses: dict[str, Any],
@@ -96,7 +92,8 @@ def _operation(
             "required": True,
             "content": {"application/json": {"schema": _ref(body)}},
         }
-    operation["responses"] = {**responses, **_errors(*errors)}
+    refusals = {str(code): _json("ErrorBody", _ERRORS[code]) for code in errors}
+    operation["responses"] = {**responses, **refusals}
     return operation
 
 
@@ -216,17 +213,6 @@ _LIST_PARAMETERS: Final = [
 ]
 
 
-def _limit_texts(components: dict[str, Any], max_chars: int) -> None:
-    """Add ``maxLength`` to the string branch of every free-text field."""
-    for name, fields in _TEXT_FIELDS.items():
-        properties = components[name]["properties"]
-        for field in fields:
-            schema = properties[field]
-            for branch in schema.get("anyOf", [schema]):
-                if branch.get("type") == "string":
-                    branch["maxLength"] = max_chars
-
-
 @cache
 def openapi_document(version: str, max_text_chars: int) -> dict[str, Any]:
     """The whole document for a daemon whose ``daemon.max_task_chars`` is
@@ -245,7 +231,12 @@ def openapi_document(version: str, max_text_chars: int) -> dict[str, Any]:
         },
         "required": ["rows", "totals"],
     }
-    _limit_texts(components, max_text_chars)
+    for name, fields in _TEXT_FIELDS.items():  # maxLength on each free text's string branch
+        for field in fields:
+            schema = components[name]["properties"][field]
+            for branch in schema.get("anyOf", [schema]):
+                if branch.get("type") == "string":
+                    branch["maxLength"] = max_text_chars
     components["Scenarios"] = {
         "type": "object",
         "properties": {"scenarios": {"type": "array", "items": {"type": "string"}}},

@@ -93,7 +93,15 @@ class Policy:
         if request.pipeline is not None:
             _check_keys(client, config.daemon.client_overrides, allowed=_PIPELINE_KEYS)
             return Admitted(request, None, folder, _settings(config, client))
-        scenario = _scenario(request, self.scenarios) if request.scenario is not None else None
+        # A scenario is a name, never a path: nothing is looked up on disk.
+        scenario = self.scenarios.get(request.scenario) if request.scenario is not None else None
+        if request.scenario is not None and scenario is None:
+            raise ApiError(
+                422,
+                "unknown_scenario",
+                f"no scenario named {request.scenario!r}; GET /v1/scenarios lists them",
+                key="scenario",
+            )
         operator: dict[str, Any] = (
             {"model": scenario.name, **scenario.config} if scenario is not None else {}
         )
@@ -105,7 +113,7 @@ class Policy:
             _check_value(key, settings, base, config, policy)
         _check_effect(settings, base, config, policy)
         if scenario is not None and client:
-            scenario = _with_config(scenario, client)
+            scenario = msgspec.structs.replace(scenario, config={**scenario.config, **client})
         return Admitted(request, scenario, folder, settings)
 
     def _base(self, scenario: Scenario | None, operator: Mapping[str, Any]) -> RunSettings:
@@ -139,23 +147,6 @@ def _check_shape(request: RunRequest) -> None:
         raise ApiError(
             422, "missing_field", "give a `task`, a `pipeline` or a `scenario`", key="task"
         )
-
-
-def _scenario(request: RunRequest, scenarios: Mapping[str, Scenario]) -> Scenario:
-    assert request.scenario is not None
-    scenario = scenarios.get(request.scenario)
-    if scenario is None:  # a name, never a path: nothing is looked up on disk
-        raise ApiError(
-            422,
-            "unknown_scenario",
-            f"no scenario named {request.scenario!r}; GET /v1/scenarios lists them",
-            key="scenario",
-        )
-    return scenario
-
-
-def _with_config(scenario: Scenario, client: Mapping[str, Any]) -> Scenario:
-    return msgspec.structs.replace(scenario, config={**scenario.config, **client})
 
 
 def _settings(config: Config, overrides: Mapping[str, Any]) -> RunSettings:

@@ -55,7 +55,7 @@ class _Track:
 
 @dataclass
 class RecorderStatistics:
-    """What the recorder saved the store (exported in ``bench.daemon``'s figures)."""
+    """What the recorder saved the store."""
 
     messages: int = 0
     coalesced_deltas: int = 0

@@ -24,7 +24,7 @@ from typing import Final
 
 import msgspec
 
-from bus import DECODER, AbortRequested, ExitReason, Message, abort_reason_after
+from bus import DECODER, ENCODER, AbortRequested, ExitReason, Message, abort_reason_after
 from orchestrator.conductor import RunCheckpoint
 from orchestrator.daemon.store import Store, StoredEvent
 from orchestrator.result import RunResult, TraceEntry, end_result, finished_message
@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 CHECKPOINT_DECODER: Final = msgspec.json.Decoder(RunCheckpoint)
-_ENCODER: Final = msgspec.json.Encoder()
 
 
 class StoreJournal:
@@ -61,7 +60,7 @@ class StoreJournal:
         return self._points.pop(run_id, None)
 
     def checkpoint(self, checkpoint: RunCheckpoint) -> None:
-        self._store.save_checkpoint(checkpoint.run_id, _ENCODER.encode(checkpoint))
+        self._store.save_checkpoint(checkpoint.run_id, ENCODER.encode(checkpoint))
 
 
 def phase_of(tail: Sequence[StoredEvent]) -> ExitReason:

@@ -53,7 +53,20 @@ class ReplayApi:
         self._api = Authenticator.from_environment(daemon.token_env, metrics_auth=False)
 
     async def replay(self, request: Request) -> Response:
-        self._authorise(request.headers.get("authorization"))
+        authorization = request.headers.get("authorization")
+        if not self._operators.enabled:
+            raise ApiError(
+                403, "forbidden", "replay needs an operator token (daemon.operator_token_env)"
+            )
+        if not self._operators.accepts(authorization):
+            if self._api.enabled and self._api.accepts(authorization):
+                raise ApiError(403, "forbidden", "replay needs an operator token, not an API token")
+            raise ApiError(
+                401,
+                "unauthorized",
+                "an operator's bearer token is required (Authorization: Bearer <token>)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         body = await read_body(request, self._config.daemon.max_body_bytes)
         try:
             document = _BODY.decode(body)
@@ -80,22 +93,6 @@ class ReplayApi:
         recordings = [_recording(index, run) for index, run in enumerate(runs)]
         rows = await replay_rows(self._config, recordings, presets)
         return json_response({"rows": rows, "totals": totals(rows)})
-
-    def _authorise(self, authorization: str | None) -> None:
-        if not self._operators.enabled:
-            raise ApiError(
-                403, "forbidden", "replay needs an operator token (daemon.operator_token_env)"
-            )
-        if self._operators.accepts(authorization):
-            return
-        if self._api.enabled and self._api.accepts(authorization):
-            raise ApiError(403, "forbidden", "replay needs an operator token, not an API token")
-        raise ApiError(
-            401,
-            "unauthorized",
-            "an operator's bearer token is required (Authorization: Bearer <token>)",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
 
 
 def _recording(index: int, run: Any) -> Recording:

@@ -18,10 +18,9 @@ import logging
 import os
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Final, TextIO
+from typing import Final
 
 import anyio
 import uvicorn
@@ -104,15 +103,7 @@ async def open_daemon(
 
 def connection_limits(config: Config) -> ConnectionLimits:
     """The ``[daemon]`` connection limits of ``config``."""
-    daemon = config.daemon
-    return ConnectionLimits(
-        max_header_bytes=daemon.max_header_bytes,
-        max_headers=daemon.max_headers,
-        header_timeout=daemon.header_timeout_seconds,
-        body_timeout=daemon.body_timeout_seconds,
-        max_connections=daemon.max_connections,
-        max_connections_per_client=daemon.max_connections_per_client,
-    )
+    return ConnectionLimits(*(getattr(config.daemon, key) for key in ConnectionLimits._fields))
 
 
 async def serve_daemon(
@@ -120,10 +111,8 @@ async def serve_daemon(
     *,
     host: str | None = None,
     port: int | None = None,
-    out: TextIO | None = None,
 ) -> int:
     """``loopfuse serve``: serve until a signal; returns the exit status."""
-    out = out or sys.stdout
     async with open_daemon(config, host=host, port=port) as running:
         if (
             not running.daemon.auth.enabled
@@ -136,7 +125,6 @@ async def serve_daemon(
         print(
             f"loopfuse daemon listening on {running.url} (API {running.url}/v1, "
             f"metrics {running.url}/metrics, store {running.daemon.store_path})",
-            file=out,
             flush=True,
         )
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

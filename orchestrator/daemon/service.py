@@ -18,8 +18,9 @@ import collections
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import anyio
 import msgspec
@@ -60,25 +61,15 @@ ABORT_WAIT_SECONDS: Final = 15.0
 CRASH_TAIL: Final = 32
 
 
-class ServiceStatistics(NamedTuple):
-    """The service at a glance (exported as metrics)."""
+@dataclass
+class ServiceStatistics:
+    """What the service did since start-up (exported as metrics)."""
 
-    in_flight: int
-    capacity: int
-    accepted: int
-    rejected_full: int
-    rejected_draining: int
-    resumed: int
-    crash_aborted: int
-
-
-def _key_conflict() -> ApiError:
-    return ApiError(
-        409,
-        "idempotency_conflict",
-        "this idempotency key was used for a different request",
-        key="idempotency_key",
-    )
+    accepted: int = 0
+    rejected_full: int = 0
+    rejected_draining: int = 0
+    resumed: int = 0
+    crash_aborted: int = 0
 
 
 def _log(message: str, run_id: str, trace_id: str, **fields: Any) -> None:
@@ -108,7 +99,6 @@ class RunService:
         self._runtime = runtime
         self._store = store
         self._recorder = recorder
-        self._journal = journal
         self._scenarios = dict(scenarios)
         self._policy = Policy(config, self._scenarios)
         # The tasks that see runs end, reused: a task started per run would cost more than
@@ -119,28 +109,13 @@ class RunService:
         )
         self.capacity = config.runtime.max_concurrent_runs + config.daemon.queue_size
         self.draining = False
-        self._in_flight = 0
+        self.in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
         self._claims: dict[str, anyio.Event] = {}
         """Idempotency keys being submitted, each with the event set when its request is done."""
-        self._accepted = 0
-        self._rejected_full = 0
-        self._rejected_draining = 0
-        self._resumed = 0
-        self._crash_aborted = 0
+        self.statistics = ServiceStatistics()
         self._ended: collections.Counter[str] = collections.Counter()
-
-    def statistics(self) -> ServiceStatistics:
-        return ServiceStatistics(
-            self._in_flight,
-            self.capacity,
-            self._accepted,
-            self._rejected_full,
-            self._rejected_draining,
-            self._resumed,
-            self._crash_aborted,
-        )
 
     def ended(self, reason: ExitReason) -> int:
         """Runs that ended with ``reason`` since start-up."""
@@ -174,8 +149,15 @@ class RunService:
             await claim.wait()  # then its row is committed, or it was refused
         claim = self._claims[key] = anyio.Event()
         try:
-            earlier = await self._earlier(key, digest)
+            earlier = await self._store.find_key(key)
             if earlier is not None:
+                if earlier.request_hash != digest:
+                    raise ApiError(
+                        409,
+                        "idempotency_conflict",
+                        "this idempotency key was used for a different request",
+                        key="idempotency_key",
+                    )
                 return earlier, False
             self._check_open()
             return await self._create(request, encoded, digest, key, traceparent), True
@@ -193,7 +175,16 @@ class RunService:
     ) -> RunRow:
         admitted = self._policy.admit(request)
         on_crash = admitted.settings.on_crash
-        self._check_room()
+        if self.in_flight >= self.capacity:
+            self.statistics.rejected_full += 1
+            logger.warning("run refused: queue full", extra={"in_flight": self.in_flight})
+            raise ApiError(
+                429,
+                "queue_full",
+                f"{self.in_flight} runs are running or queued, the limit "
+                "(runtime.max_concurrent_runs + daemon.queue_size); retry later",
+                headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
+            )
         run_id = new_id()
         trace_id = parent.trace_id if parent is not None else new_id()
         row = RunRow(
@@ -209,40 +200,22 @@ class RunService:
         point = StartPoint(trace_id=trace_id, traceparent=parent.header() if parent else None)
         finished = await self._launch(row, request, point, admitted)
         self._store.insert_run(row)  # queued before any of its events can be
-        self._watch(row, finished, request)
+        self._finishers.submit(partial(self._finish, row, finished, request))
         with anyio.CancelScope(shield=True):  # a started run's row is committed, always
             await self._store.flush()  # committed before the 202
-        self._accepted += 1
+        self.statistics.accepted += 1
         _log("run accepted", run_id, trace_id, on_crash=on_crash)
         return row
 
     def _check_open(self) -> None:
         if self.draining:
-            self._rejected_draining += 1
+            self.statistics.rejected_draining += 1
             raise ApiError(
                 503,
                 "draining",
                 "the daemon is shutting down and accepts no new runs",
                 headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
             )
-
-    def _check_room(self) -> None:
-        if self._in_flight >= self.capacity:
-            self._rejected_full += 1
-            logger.warning("run refused: queue full", extra={"in_flight": self._in_flight})
-            raise ApiError(
-                429,
-                "queue_full",
-                f"{self._in_flight} runs are running or queued, the limit "
-                "(runtime.max_concurrent_runs + daemon.queue_size); retry later",
-                headers={"Retry-After": str(self._config.daemon.retry_after_seconds)},
-            )
-
-    async def _earlier(self, key: str, digest: str) -> RunRow | None:
-        row = await self._store.find_key(key)
-        if row is not None and row.request_hash != digest:
-            raise _key_conflict()
-        return row
 
     def scenario_names(self) -> list[str]:
         return sorted(self._scenarios)
@@ -264,12 +237,9 @@ class RunService:
             await self._runs.start(self._runtime, row.id, request, point, admitted)
         except ConfigError as exc:
             raise ApiError(422, "invalid_config", exc.reason, key=exc.key) from None
-        self._in_flight += 1
+        self.in_flight += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         return recorded
-
-    def _watch(self, row: RunRow, recorded: anyio.Event, request: RunRequest) -> None:
-        self._finishers.submit(partial(self._finish, row, recorded, request))
 
     async def _finish(self, row: RunRow, recorded: anyio.Event, request: RunRequest) -> None:
         result = await self._runs.result(row.id, request)
@@ -279,8 +249,8 @@ class RunService:
         if not recorded.is_set():
             await recorded.wait()
         self._end(row, result)
-        self._in_flight -= 1
-        if self._in_flight == 0:
+        self.in_flight -= 1
+        if self.in_flight == 0:
             self._idle.set()
         _log(
             "run ended",
@@ -361,8 +331,8 @@ class RunService:
             self._crash_abort(row, phase_of(tail), checkpoint, detail=detail)
             return
         if point.resume is not None:
-            self._resumed += 1
-        self._watch(row, recorded, request)
+            self.statistics.resumed += 1
+        self._finishers.submit(partial(self._finish, row, recorded, request))
         action = (
             "restarted (was queued)"
             if point.resume is None
@@ -381,12 +351,10 @@ class RunService:
         events, result = crash_ending(
             row.id, row.trace_id, reason, checkpoint, detail or crash_detail()
         )
-        seq = row.last_event
-        for event in events:
-            seq += 1
+        for seq, event in enumerate(events, row.last_event + 1):
             self._store.append_event(row.id, seq, type(event).__name__, ENCODER.encode(event))
         self._end(row, result)
-        self._crash_aborted += 1
+        self.statistics.crash_aborted += 1
         _log("run ended by the crash", row.id, row.trace_id, exit_reason=result.exit_reason.value)
 
     async def drain(self, grace_seconds: float) -> None:
@@ -395,15 +363,15 @@ class RunService:
         if not self.draining:
             self.draining = True
             logger.info(
-                "draining", extra={"in_flight": self._in_flight, "grace_seconds": grace_seconds}
+                "draining", extra={"in_flight": self.in_flight, "grace_seconds": grace_seconds}
             )
         with anyio.move_on_after(grace_seconds):
             await self._idle.wait()
-        if self._in_flight:
-            logger.info("aborting the runs still active", extra={"in_flight": self._in_flight})
+        if self.in_flight:
+            logger.info("aborting the runs still active", extra={"in_flight": self.in_flight})
             for run_id in list(self._runs.handles):
                 await self._runs.abort(run_id, "The daemon is shutting down.", "shutdown")
             with anyio.move_on_after(ABORT_WAIT_SECONDS):
                 await self._idle.wait()
         await self._store.flush()
-        logger.info("drained", extra={"in_flight": self._in_flight})
+        logger.info("drained", extra={"in_flight": self.in_flight})

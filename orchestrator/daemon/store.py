@@ -49,7 +49,6 @@ from orchestrator.daemon.writer_thread import WriterThread
 
 __all__ = [
     "MAX_PENDING_EVENTS",
-    "EventTail",
     "RunRow",
     "Store",
     "StoreFailed",
@@ -292,31 +291,24 @@ class Store:
     ) -> list[tuple[int, bytes]]:
         """``checkpoints`` keyed by their run's cursor, but for the runs this commit ends
         (an ended run is never resumed: its checkpoint would not be read)."""
-        keyed = []
-        for run_id, data in checkpoints.items():
-            columns = updates.get(run_id)
-            if columns is not None and columns.get("status") == "ended":
-                continue
-            cursor = self._cursor(conn, run_id)
-            if cursor is not None:
-                keyed.append((cursor, data))
-        return keyed
+        return [
+            (cursor, data)
+            for run_id, data in checkpoints.items()
+            if updates.get(run_id, {}).get("status") != "ended"
+            and (cursor := self._cursor(conn, run_id)) is not None
+        ]
 
     def _keyed(
         self, conn: sqlite3.Connection, events: list[tuple[str, int, str, bytes]]
     ) -> list[tuple[int, int, str, bytes]]:
         """``events`` keyed by their run's cursor. Events of a run with no row are not
         stored: nothing could read them."""
-        cursors = self._cursors
-        keyed = []
-        for run_id, seq, kind, data in events:
-            cursor = cursors.get(run_id)
-            if cursor is None:
-                cursor = self._cursor(conn, run_id)
-                if cursor is None:
-                    continue
-            keyed.append((cursor, seq, kind, data))
-        return keyed
+        cursors = self._cursors  # a cursor is never 0: ``or`` looks up only unknown runs
+        return [
+            (cursor, seq, kind, data)
+            for run_id, seq, kind, data in events
+            if (cursor := cursors.get(run_id) or self._cursor(conn, run_id)) is not None
+        ]
 
     def _open_writer(self) -> None:
         self._writer = connect(self.path, same_thread=True)
@@ -469,13 +461,14 @@ class Store:
         ``{}``.
         """
         where, args = ["1 = 1"], list[Any]()
-        for column, value in (("status", status), ("exit_reason", exit_reason)):
+        for test, value in (
+            ("status = ?", status),
+            ("exit_reason = ?", exit_reason),
+            ("cursor < ?", before),
+        ):
             if value is not None:
-                where.append(f"{column} = ?")
+                where.append(test)
                 args.append(value)
-        if before is not None:
-            where.append("cursor < ?")
-            args.append(before)
         columns = COLUMNS if preview_chars is None else SUMMARY_COLUMNS
         sql = f"SELECT {columns} FROM runs WHERE {' AND '.join(where)} ORDER BY cursor DESC LIMIT ?"
         if preview_chars is not None:

@@ -16,24 +16,30 @@ __all__ = [
     "read_row",
 ]
 
-NAMES: Final = (  # the columns of ``runs``, in the order a read selects them
-    "cursor",
-    "id",
-    "trace_id",
-    "status",
-    "on_crash",
-    "request",
-    "request_hash",
-    "idempotency_key",
-    "created_at",
-    "started_at",
-    "ended_at",
-    "exit_reason",
-    "cause",
-    "result",
-    "last_event",
-    "events_dropped",
-)
+
+class RunRow(msgspec.Struct, kw_only=True):
+    """A run as stored (``request`` and ``result`` are JSON bytes)."""
+
+    id: str
+    trace_id: str
+    status: str
+    on_crash: str
+    request: bytes
+    request_hash: str
+    idempotency_key: str | None = None
+    created_at: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    exit_reason: str | None = None
+    cause: str | None = None
+    result: bytes | None = None
+    last_event: int = 0
+    events_dropped: int = 0
+    cursor: int = 0
+
+
+NAMES: Final = RunRow.__struct_fields__
+"""The columns of ``runs``: a run row's fields, in the order a read selects them."""
 LAST_EVENT: Final = (
     "max(last_event, (SELECT coalesce(max(seq), 0) FROM run_events WHERE run = runs.cursor))"
 )
@@ -64,27 +70,6 @@ _SUMMARIES: Final = {
 }
 SUMMARY_COLUMNS: Final = ", ".join(_SUMMARIES.get(name, name) for name in NAMES)
 """:data:`COLUMNS` with the request and result as summaries (:meth:`Store.list_runs`)."""
-
-
-class RunRow(msgspec.Struct, kw_only=True):
-    """A run as stored (``request`` and ``result`` are JSON bytes)."""
-
-    id: str
-    trace_id: str
-    status: str
-    on_crash: str
-    request: bytes
-    request_hash: str
-    idempotency_key: str | None = None
-    created_at: float
-    started_at: float | None = None
-    ended_at: float | None = None
-    exit_reason: str | None = None
-    cause: str | None = None
-    result: bytes | None = None
-    last_event: int = 0
-    events_dropped: int = 0
-    cursor: int = 0
 
 
 def read_row(values: tuple[Any, ...]) -> RunRow:

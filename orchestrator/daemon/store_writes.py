@@ -63,11 +63,6 @@ def _statement(head: str, width: int, rows: int, tail: str) -> str:
     return head + ", ".join([row] * rows) + tail
 
 
-def _size_class(rows: int, most: int) -> int:
-    """The statement size for ``rows`` rows: a power of two from :data:`_SMALLEST` to ``most``."""
-    return min(most, max(_SMALLEST, 1 << (rows - 1).bit_length()))
-
-
 def execute_rows(
     cursor: sqlite3.Cursor, head: str, rows: Sequence[Sequence[Any]], *, tail: str
 ) -> None:
@@ -84,7 +79,8 @@ def execute_rows(
     most = 1 << (fit.bit_length() - 1)
     for start in range(0, len(rows), most):
         chunk = rows[start : start + most]
-        size = _size_class(len(chunk), most)
+        # The statement's size class: a power of two from _SMALLEST to ``most``.
+        size = min(most, max(_SMALLEST, 1 << (len(chunk) - 1).bit_length()))
         values = [value for row in chunk for value in row]
         values.extend([0] * (width * (size - len(chunk))))
         values.append(len(chunk))
@@ -97,7 +93,7 @@ def inserted_row(row: RunRow, columns: dict[str, Any] | None, last_event: int) -
     row = msgspec.structs.replace(
         row, **(columns or {}), last_event=max(row.last_event, last_event)
     )
-    return tuple(getattr(row, name) for name in NAMES)
+    return msgspec.structs.astuple(row)
 
 
 def row_updates(

@@ -117,7 +117,13 @@ class EventTail:
                     self._drop(run, len(kept) - per_run)
             self._events += added
             self._bytes += size + added * EVENT_OVERHEAD_BYTES
-            self._evict()
+            while self._bytes > self.total_bytes and runs:  # the least recently written first
+                oldest_id, oldest = next(iter(runs.items()))
+                while oldest.events and self._bytes > self.total_bytes:
+                    self._drop(oldest, 1)
+                if not oldest.events:
+                    del runs[oldest_id]
+                    self._bytes -= ENTRY_OVERHEAD_BYTES
         for run_id, columns in updates.items():
             run = self._runs.get(run_id)
             if run is None:
@@ -167,12 +173,3 @@ class EventTail:
             self._bytes -= len(event.data) + EVENT_OVERHEAD_BYTES
         self._events -= count
         self._evicted += count
-
-    def _evict(self) -> None:
-        while self._bytes > self.total_bytes and self._runs:
-            run_id, run = next(iter(self._runs.items()))
-            while run.events and self._bytes > self.total_bytes:
-                self._drop(run, 1)
-            if not run.events:
-                del self._runs[run_id]
-                self._bytes -= ENTRY_OVERHEAD_BYTES
