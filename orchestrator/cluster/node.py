@@ -35,7 +35,6 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from bus import ExitReason
-from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.events import ClusterEvent, last_event, run_events
 from orchestrator.cluster.jetstream import Buckets, bucket_keys, connect, ensure_layout, retrying
 from orchestrator.cluster.publisher import EventPublisher, KvJournal
@@ -54,7 +53,7 @@ from orchestrator.result import RunResult, end_result, finished_result
 from orchestrator.runtime import Runtime, StartPoint
 from orchestrator.sim import Scenario, shipped_scenarios
 
-__all__ = ["ClusterNode", "NodeStatistics"]
+__all__ = ["ClusterError", "ClusterNode", "NodeStatistics"]
 
 logger = logging.getLogger("loopfuse.cluster")
 
@@ -63,6 +62,12 @@ CONSUMER: Final = "workers"
 FETCH_SECONDS: Final = 0.5
 ACK_ATTEMPTS: Final = 20
 KEEP_FINISHED_IN_MEMORY: Final = 32
+
+
+class ClusterError(ApiError):
+    """A fleet operation refused: ``status`` is the HTTP status that fits, ``code`` a word,
+    ``key`` the request's offending field if there is one (the API answers it as any
+    :class:`ApiError`)."""
 
 
 class NodeStatistics(NamedTuple):
@@ -171,7 +176,7 @@ class ClusterNode:
                     await tg.start(journal.run)
                     await self._beat()
                     tg.start_soon(self._heartbeat)
-                    await self._listen_for_aborts()
+                    await self.nc.subscribe(self.settings.abort_subject("*"), cb=self._on_abort)
                     if self._pull:
                         await tg.start(self._work, tg)
                     logger.info("joined the fleet", extra={"node": self.name})
@@ -359,12 +364,8 @@ class ClusterNode:
 
     # ------------------------------------------------------------------ aborts
 
-    async def _listen_for_aborts(self) -> None:
-
-        async def on_message(msg: Msg) -> None:
-            await self._abort_local(msg.subject.split(".")[-2])
-
-        await self.nc.subscribe(self.settings.abort_subject("*"), cb=on_message)
+    async def _on_abort(self, msg: Msg) -> None:
+        await self._abort_local(msg.subject.split(".")[-2])
 
     async def _check_state(self, run_id: str) -> None:
         """Catch an abort whose message was missed: the run's entry says ``aborting``."""
