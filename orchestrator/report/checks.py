@@ -38,10 +38,7 @@ _SECTIONS: Final = re2.compile(r"(?m)^## \S")
 
 def leaked_markup(text: str) -> str | None:
     """The kind of tool markup found in ``text``, or ``None`` when it is clean."""
-    for name, pattern in _MARKUP:
-        if pattern.search(text):
-            return name
-    return None
+    return next((name for name, pattern in _MARKUP if pattern.search(text)), None)
 
 
 def structure_problems(text: str, fmt: ReportFormat) -> list[str]:
@@ -56,9 +53,8 @@ def structure_problems(text: str, fmt: ReportFormat) -> list[str]:
         if len(_SECTIONS.findall(stripped)) < 2:
             problems.append("fewer than two '## ' sections")
     else:
-        for required in (r"\documentclass", r"\begin{document}", r"\end{document}"):
-            if required not in stripped:
-                problems.append(f"no {required}")
+        required = (r"\documentclass", r"\begin{document}", r"\end{document}")
+        problems += [f"no {part}" for part in required if part not in stripped]
         if not stripped.startswith(r"\documentclass"):
             problems.append(r"text before \documentclass")
     return problems
