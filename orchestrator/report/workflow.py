@@ -127,16 +127,15 @@ def report_pipeline(options: ReportOptions, probes: Probes) -> PipelineConfig:
 def report_handlers(options: ReportOptions, probes: Probes) -> Mapping[str, StageHandler]:
     """One handler per stage of :func:`report_pipeline` (same options, same probes)."""
     workflow = _Workflow(options, probes)
-    handlers: dict[str, StageHandler] = {
+    reflect = (f"reflect.{n}" for n in range(1, options.reflect_rounds + 1))
+    return {
         "scan": workflow.scan,
         "explore": workflow.explore,
         "draft": workflow.draft,
         "finalize": workflow.finalize,
         "compile": workflow.compile,
+        **dict.fromkeys(reflect, workflow.reflect),
     }
-    for n in range(1, options.reflect_rounds + 1):
-        handlers[f"reflect.{n}"] = workflow.reflect
-    return handlers
 
 
 class _Workflow:
