@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
-from typing import TextIO
 
 import uvicorn
 
@@ -42,10 +40,8 @@ async def serve_fleet_daemon(
     *,
     host: str | None = None,
     port: int | None = None,
-    out: TextIO | None = None,
 ) -> int:
     """Serve a fleet member until a signal; returns the exit status."""
-    out = out or sys.stdout
     host = host if host is not None else config.daemon.host
     port = port if port is not None else config.daemon.port
     scenarios = [find_scenario(path) for path in config.daemon.scenarios]
@@ -61,7 +57,6 @@ async def serve_fleet_daemon(
             print(
                 f"loopfuse daemon {node.name} listening on http://{host}:{bound} "
                 f"(fleet {settings.subject_prefix} on {settings.nats_url})",
-                file=out,
                 flush=True,
             )
             server = uvicorn.Server(
