@@ -227,7 +227,10 @@ class ClusterNode:
         :raises ClusterError: 422 bad request or refused by the operator's policy
             (:mod:`~orchestrator.daemon.policy`), 409 key reused for a different request.
         """
-        on_crash = self._on_crash(request)
+        try:  # the operator's policy
+            on_crash = admit(request, self.config, self._scenarios).settings.on_crash
+        except ApiError as exc:
+            raise ClusterError(exc.status, exc.code, exc.message, key=exc.key) from None
         digest = starting.request_digest(request)
         key = request.idempotency_key
         run_id = (
@@ -354,13 +357,6 @@ class ClusterNode:
         return NodeStatistics(
             node=self.name, in_flight=self._in_flight, slots=self.slots, **self._counts
         )
-
-    def _on_crash(self, request: RunRequest) -> str:
-        """The run's ``on_crash``, once ``request`` passed the operator's policy."""
-        try:
-            return admit(request, self.config, self._scenarios).settings.on_crash
-        except ApiError as exc:
-            raise ClusterError(exc.status, exc.code, exc.message, key=exc.key) from None
 
     # ------------------------------------------------------------------ aborts
 
