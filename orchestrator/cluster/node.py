@@ -182,26 +182,21 @@ class ClusterNode:
                     logger.info("joined the fleet", extra={"node": self.name})
                     yield self
                     self._stopping = True
-                    await self._hand_back()
+                    # The runs still held go back to the queue at once (they resume elsewhere;
+                    # a failed nak: delivered again after ack_wait anyway).
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                        for deliveries in list(self._deliveries.values()):
+                            for delivery in deliveries:
+                                with suppress(nats.errors.Error):
+                                    await delivery.nak()
                     tg.cancel_scope.cancel()
         finally:
-            await self._leave(nc)
-
-    async def _hand_back(self) -> None:
-        """Give the runs still held back to the queue at once (they resume elsewhere)."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            for deliveries in list(self._deliveries.values()):
-                for delivery in deliveries:
-                    with suppress(nats.errors.Error):  # delivered again after ack_wait anyway
-                        await delivery.nak()
-
-    async def _leave(self, nc: Client) -> None:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            if self._buckets is not None and nc.is_connected:
-                with suppress(nats.errors.Error):
-                    await self._buckets.nodes.delete(self.name)
-            await nc.close()
-        logger.info("left the fleet", extra={"node": self.name})
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                if self._buckets is not None and nc.is_connected:
+                    with suppress(nats.errors.Error):
+                        await self._buckets.nodes.delete(self.name)
+                await nc.close()
+            logger.info("left the fleet", extra={"node": self.name})
 
     async def _beat(self) -> None:
         await retrying("heartbeat", lambda: self.buckets.nodes.put(self.name, b"alive"))
@@ -363,12 +358,6 @@ class ClusterNode:
     async def _on_abort(self, msg: Msg) -> None:
         await self._abort_local(msg.subject.split(".")[-2])
 
-    async def _check_state(self, run_id: str) -> None:
-        """Catch an abort whose message was missed: the run's entry says ``aborting``."""
-        with suppress(ClusterError):
-            if (await self.state(run_id)).status == "aborting":
-                await self._abort_local(run_id)
-
     async def _abort_local(self, run_id: str) -> None:
         if self._runs is not None:
             await self._runs.abort(run_id)
@@ -491,14 +480,17 @@ class ClusterNode:
             await retrying("checkpoint delete", lambda: self.buckets.checkpoints.purge(run_id))
 
     async def _keep_in_progress(self, run_id: str, scope: anyio.CancelScope) -> None:
+        beat = self.settings.ack_wait_seconds / 3
         with scope:
             while True:
-                await anyio.sleep(self.settings.ack_wait_seconds / 3)
+                await anyio.sleep(beat)
                 for delivery in self._deliveries.get(run_id, ()):
                     with suppress(nats.errors.Error):  # NATS is away; the next beat tries again
                         await delivery.in_progress()
-                with anyio.move_on_after(self.settings.ack_wait_seconds / 3):
-                    await self._check_state(run_id)
+                # Catch an abort whose message was missed: the run's entry says ``aborting``.
+                with anyio.move_on_after(beat), suppress(ClusterError):
+                    if (await self.state(run_id)).status == "aborting":
+                        await self._abort_local(run_id)
 
     async def _run(self, state: RunState, took_over: bool) -> RunState:
         """Run ``state``'s run to its end; its final state (not yet stored)."""
@@ -512,7 +504,11 @@ class ClusterNode:
             if newest is not None and newest.type == "RunFinished":
                 finished = starting.FINISHED_DECODER.decode(newest.data)
                 return _ended(state, finished_result(finished, state.trace_id))
-            checkpoint = await self._checkpoint(run_id)
+            try:
+                entry = await retrying("checkpoint", lambda: self.buckets.checkpoints.get(run_id))
+                checkpoint = CHECKPOINT_DECODER.decode(entry.value) if entry.value else None
+            except NotFoundError:
+                checkpoint = None
             restart = starting.restart_point(
                 run_id, state.trace_id, False, state.on_crash, checkpoint
             )
@@ -527,13 +523,6 @@ class ClusterNode:
         result = await self._runs.result(run_id, request)
         await published.wait()
         return _ended(state, result)
-
-    async def _checkpoint(self, run_id: str) -> RunCheckpoint | None:
-        try:
-            entry = await retrying("checkpoint", lambda: self.buckets.checkpoints.get(run_id))
-        except NotFoundError:
-            return None
-        return CHECKPOINT_DECODER.decode(entry.value) if entry.value else None
 
     async def _crash_end(
         self, state: RunState, newest: ClusterEvent | None, checkpoint: RunCheckpoint | None
