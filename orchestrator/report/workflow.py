@@ -306,5 +306,4 @@ def _notes(result: RunResult) -> str:
         if message.role == "tool" and message.tool_call_id in names:
             text = message_text(message)  # an image's data is no note for the draft
             parts.append(f"--- {names[message.tool_call_id]}\n{text[:6000]}")
-    notes = "\n\n".join(parts)
-    return notes[:NOTES_CHARS]
+    return "\n\n".join(parts)[:NOTES_CHARS]
