@@ -199,6 +199,19 @@ async def play(
         models.append(model)
         return model
 
+    point = recording.abort
+
+    async def abort_at(handle: RunHandle) -> None:
+        """Abort the replay after the event the recording's abort came."""
+        assert point is not None
+        seen = 0
+        async for event in handle.events():
+            if type(event).__name__ == point.after and getattr(event, "turn", 0) == point.turn:
+                seen += 1
+                if seen >= point.count:
+                    await handle.abort(point.detail or "Aborted (replayed from the recording).")
+                    return
+
     settings: dict[str, Any] = {**recording.overrides, **(overrides or {})}
     settings["tools"] = tuple(spec.name for spec in recording.tools)
     settings.pop("model", None)  # the replay's model is the recording, under its name:
@@ -214,7 +227,7 @@ async def play(
                     folder=folder,
                     overrides=settings,
                 ),
-                watch=_abort_at(recording) if recording.abort is not None else None,
+                watch=abort_at if point is not None else None,
             )
             result = await handle.result()
             events = rt.event_log.events(handle.run_id)
@@ -246,20 +259,3 @@ def _recreate_folder(listing: str | None, scratch: Path) -> str | None:
         else:
             path.touch()
     return str(scratch)
-
-
-def _abort_at(recording: Recording) -> Callable[[RunHandle], Any]:
-    """A run watcher that aborts the replay after the event the recording's abort came."""
-    point = recording.abort
-    assert point is not None
-
-    async def watch(handle: RunHandle) -> None:
-        seen = 0
-        async for event in handle.events():
-            if type(event).__name__ == point.after and getattr(event, "turn", 0) == point.turn:
-                seen += 1
-                if seen >= point.count:
-                    await handle.abort(point.detail or "Aborted (replayed from the recording).")
-                    return
-
-    return watch
