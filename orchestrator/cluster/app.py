@@ -94,22 +94,16 @@ class _Guard:
             await error_response(exc)(scope, receive, send)
 
 
-def create_fleet_app(
-    node: ClusterNode, *, auth: Authenticator | None = None, lifespan: bool = True
-) -> Starlette:
-    """The fleet member's ASGI app; its lifespan runs ``node`` (:func:`running_fleet_app`),
-    unless ``lifespan`` is false: then the caller runs it around serving the app, so a
-    failed start raises to the caller (``loopfuse serve --nats``)."""
+def create_fleet_app(node: ClusterNode) -> Starlette:
+    """The fleet member's ASGI app, with no lifespan: the caller runs ``node`` around serving
+    it (:func:`running_fleet_app`), so a failed start raises to the caller (``loopfuse serve
+    --nats``)."""
     config = node.config
-    auth = auth or Authenticator.from_environment(
+    auth = Authenticator.from_environment(
         config.daemon.token_env, metrics_auth=config.daemon.metrics_auth
     )
     api = _FleetApi(node)
-    app = Starlette(
-        routes=run_routes(api),
-        lifespan=running_fleet_app if lifespan else None,
-        exception_handlers=EXCEPTION_HANDLERS,
-    )
+    app = Starlette(routes=run_routes(api), exception_handlers=EXCEPTION_HANDLERS)
     app.state.node = node
     app.state.api = api
     app.add_middleware(_Guard, auth=auth, hosts=HostCheck.from_config(config))

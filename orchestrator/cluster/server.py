@@ -46,7 +46,7 @@ async def serve_fleet_daemon(
     port = port if port is not None else config.daemon.port
     scenarios = [find_scenario(path) for path in config.daemon.scenarios]
     node = ClusterNode(config, settings, name=config.cluster.node_name or None, scenarios=scenarios)
-    app = create_fleet_app(node, lifespan=False)
+    app = create_fleet_app(node)
     sock = socket.create_server((host, port))
     with sock:
         bound = sock.getsockname()[1]
