@@ -5,12 +5,9 @@ A draft that fails is not patched; the draft stage retries it with a firmer inst
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import re2
-
-if TYPE_CHECKING:
-    from re2 import _Regexp
 
 __all__ = ["ReportFormat", "draft_problems", "leaked_markup", "structure_problems"]
 
@@ -18,7 +15,7 @@ ReportFormat = Literal["markdown", "latex"]
 
 # Tool-call markup models leak into text when they "call" a tool they do not have. RE2
 # (linear time): the text is the model's.
-_MARKUP: Final[tuple[tuple[str, _Regexp[str]], ...]] = (
+_MARKUP: Final = (
     # DeepSeek's DSML tags, with ASCII or fullwidth bars: <｜DSML｜function_calls>
     ("DeepSeek DSML tag", re2.compile(r"(?i)<\s*/?\s*[|｜]\s*DSML\s*[|｜]")),
     ("DeepSeek tool-call token", re2.compile(r"<[|｜]tool[▁_ ]?calls?[▁_ ]?(begin|end)[|｜]>")),
