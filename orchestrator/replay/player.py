@@ -163,10 +163,9 @@ def replay_registry(recording: Recording) -> ToolRegistry:
 
 def _answerer(name: str, recording: Recording) -> Callable[[dict[str, Any], ToolContext], Any]:
     results = recording.results
-    encode = msgspec.json.Encoder().encode
 
     async def answer(params: dict[str, Any], ctx: ToolContext) -> str:
-        key = result_key(name, encode(params).decode())
+        key = result_key(name, msgspec.json.encode(params).decode())
         outcomes = results.get(key)
         if not outcomes:
             raise ToolError("replay", _NO_RESULT)
