@@ -52,10 +52,6 @@ class _StreamSubjects(msgspec.Struct):
     error: dict[str, Any] | None = None
 
 
-_JSON: Final = msgspec.json.Encoder()
-_STREAM_SUBJECTS: Final = msgspec.json.Decoder(_StreamSubjects)
-
-
 class Buckets(NamedTuple):
     """The fleet's key-value buckets."""
 
@@ -147,9 +143,9 @@ async def bucket_keys(nc: Client, bucket: str) -> list[str]:
     while True:
         request = {"subjects_filter": prefix + ">", "offset": len(keys)}
         reply = await nc.request(
-            f"{JS_API}.STREAM.INFO.KV_{bucket}", _JSON.encode(request), timeout=5
+            f"{JS_API}.STREAM.INFO.KV_{bucket}", msgspec.json.encode(request), timeout=5
         )
-        page = _STREAM_SUBJECTS.decode(reply.data)
+        page = msgspec.json.decode(reply.data, type=_StreamSubjects)
         if page.error is not None:
             APIError.from_error(page.error)  # raises NotFoundError, BadRequestError, …
         subjects = page.state.subjects or {}
