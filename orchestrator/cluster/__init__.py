@@ -7,17 +7,7 @@ every run's last completed turn (so another daemon can resume it), and a subject
 progress beat carry aborts to whichever daemon runs the run.
 """
 
-from orchestrator.cluster.errors import ClusterError
-from orchestrator.cluster.events import ClusterEvent
-from orchestrator.cluster.node import ClusterNode, NodeStatistics
+from orchestrator.cluster.node import ClusterError, ClusterNode
 from orchestrator.cluster.settings import ClusterSettings
-from orchestrator.cluster.state import RunState
 
-__all__ = [
-    "ClusterError",
-    "ClusterEvent",
-    "ClusterNode",
-    "ClusterSettings",
-    "NodeStatistics",
-    "RunState",
-]
+__all__ = ["ClusterError", "ClusterNode", "ClusterSettings"]

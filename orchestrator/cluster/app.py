@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Final
 
 import anyio
 import msgspec
@@ -22,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from orchestrator.cluster.metrics import FleetCollector, NodeCollector
 from orchestrator.cluster.node import ClusterNode
-from orchestrator.cluster.state import RunState
+from orchestrator.cluster.state import STATE_DECODER, RunState
 from orchestrator.daemon import sse
 from orchestrator.daemon.auth import Authenticator
 from orchestrator.daemon.browsers import HostCheck, add_cors, browser_refusal
@@ -42,8 +41,6 @@ from orchestrator.daemon.schemas import REQUEST_DECODER, Health, RunAccepted, Ru
 
 __all__ = ["create_fleet_app", "running_fleet_app"]
 
-_REQUEST: Final = msgspec.json.Encoder()
-
 
 def _micros(seconds: float) -> int:
     return round(seconds * 1_000_000)
@@ -60,7 +57,7 @@ def _view(state: RunState) -> RunView:
         cause=state.cause,
         on_crash="abort" if state.on_crash == "abort" else "resume",
         events=0,
-        request=REQUEST_DECODER.decode(_REQUEST.encode(state.request)),
+        request=REQUEST_DECODER.decode(msgspec.json.encode(state.request)),
         simulated=state.result is not None and state.result.get("simulated") is True,
         result=state.result,
     )
@@ -68,7 +65,7 @@ def _view(state: RunState) -> RunView:
 
 class _Guard:
     """The ``Host`` and ``Content-Type`` checks (:mod:`orchestrator.daemon.browsers`), bearer
-    tokens, and :class:`ApiError` (a :class:`~orchestrator.cluster.errors.ClusterError` too) as
+    tokens, and :class:`ApiError` (a :class:`~orchestrator.cluster.node.ClusterError` too) as
     JSON responses."""
 
     def __init__(self, app: ASGIApp, auth: Authenticator, hosts: HostCheck) -> None:
@@ -77,47 +74,36 @@ class _Guard:
         self._hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            refusal = browser_refusal(scope, self._hosts, body_required=scope["path"] == "/v1/runs")
-            if refusal is not None:
-                await error_response(refusal)(scope, receive, send)
-                return
-        if scope["type"] == "http" and self._auth.needs_token(scope["path"]):
-            authorization = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    authorization = value  # the bytes: tokens are compared as bytes
-            if not self._auth.accepts(authorization):
-                refusal = ApiError(
-                    401,
-                    "unauthorized",
-                    "a valid bearer token is required (Authorization: Bearer <token>)",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-                await error_response(refusal)(scope, receive, send)
-                return
         try:
+            if scope["type"] == "http":
+                path = scope["path"]
+                refusal = browser_refusal(scope, self._hosts, body_required=path == "/v1/runs")
+                if refusal is not None:
+                    raise refusal
+                # The header's bytes: tokens are compared as bytes.
+                authorization = dict(scope["headers"]).get(b"authorization")
+                if self._auth.needs_token(path) and not self._auth.accepts(authorization):
+                    raise ApiError(
+                        401,
+                        "unauthorized",
+                        "a valid bearer token is required (Authorization: Bearer <token>)",
+                        headers={"WWW-Authenticate": "Bearer"},
+                    )
             await self._app(scope, receive, send)
         except ApiError as exc:
             await error_response(exc)(scope, receive, send)
 
 
-def create_fleet_app(
-    node: ClusterNode, *, auth: Authenticator | None = None, lifespan: bool = True
-) -> Starlette:
-    """The fleet member's ASGI app; its lifespan runs ``node`` (:func:`running_fleet_app`),
-    unless ``lifespan`` is false: then the caller runs it around serving the app, so a
-    failed start raises to the caller (``loopfuse serve --nats``)."""
+def create_fleet_app(node: ClusterNode) -> Starlette:
+    """The fleet member's ASGI app, with no lifespan: the caller runs ``node`` around serving
+    it (:func:`running_fleet_app`), so a failed start raises to the caller (``loopfuse serve
+    --nats``)."""
     config = node.config
-    auth = auth or Authenticator.from_environment(
+    auth = Authenticator.from_environment(
         config.daemon.token_env, metrics_auth=config.daemon.metrics_auth
     )
     api = _FleetApi(node)
-    app = Starlette(
-        routes=run_routes(api),
-        lifespan=running_fleet_app if lifespan else None,
-        exception_handlers=EXCEPTION_HANDLERS,
-    )
+    app = Starlette(routes=run_routes(api), exception_handlers=EXCEPTION_HANDLERS)
     app.state.node = node
     app.state.api = api
     app.add_middleware(_Guard, auth=auth, hosts=HostCheck.from_config(config))
@@ -178,9 +164,8 @@ class _FleetApi:
             and (before is None or _micros(view.created_at) < before)
         ]
         page = chosen[:limit]
-        more = len(chosen) > limit
         runs = [msgspec.structs.replace(view, result=None) for view in page]
-        next_cursor = str(_micros(page[-1].created_at)) if more and page else None
+        next_cursor = str(_micros(page[-1].created_at)) if len(chosen) > limit and page else None
         return json_response(RunPage(runs=runs, next_cursor=next_cursor))
 
     async def scenarios(self, request: Request) -> Response:
@@ -222,7 +207,7 @@ class _FleetApi:
             while state.status != "ended":
                 entry = await watcher.updates(timeout=None)  # type: ignore[no-untyped-call]
                 if entry is not None and entry.value:
-                    state = msgspec.json.decode(entry.value, type=RunState)
+                    state = STATE_DECODER.decode(entry.value)
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
         body = {

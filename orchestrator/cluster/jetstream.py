@@ -52,10 +52,6 @@ class _StreamSubjects(msgspec.Struct):
     error: dict[str, Any] | None = None
 
 
-_JSON: Final = msgspec.json.Encoder()
-_STREAM_SUBJECTS: Final = msgspec.json.Decoder(_StreamSubjects)
-
-
 class Buckets(NamedTuple):
     """The fleet's key-value buckets."""
 
@@ -101,29 +97,28 @@ async def connect(settings: ClusterSettings, *, name: str) -> Client:
 
 async def ensure_layout(js: JetStreamContext, settings: ClusterSettings) -> Buckets:
     """Create the streams and buckets the fleet needs (idempotent; the first daemon wins)."""
-    await _stream(
-        js,
-        StreamConfig(
-            name=settings.runs_stream,
-            subjects=[settings.submit_subject],
-            retention=RetentionPolicy.WORK_QUEUE,
-            storage=StorageType.FILE,
-            duplicate_window=settings.duplicate_window_seconds,
-        ),
+    runs = StreamConfig(
+        name=settings.runs_stream,
+        subjects=[settings.submit_subject],
+        retention=RetentionPolicy.WORK_QUEUE,
+        storage=StorageType.FILE,
+        duplicate_window=settings.duplicate_window_seconds,
     )
-    await _stream(
-        js,
-        StreamConfig(
-            name=settings.events_stream,
-            subjects=[settings.events_subject("*")],
-            retention=RetentionPolicy.LIMITS,
-            storage=StorageType.FILE,
-            max_age=settings.events_max_age_seconds,
-            max_msgs_per_subject=EVENTS_PER_RUN,
-            discard=DiscardPolicy.OLD,
-            duplicate_window=settings.duplicate_window_seconds,
-        ),
+    events = StreamConfig(
+        name=settings.events_stream,
+        subjects=[settings.events_subject("*")],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=settings.events_max_age_seconds,
+        max_msgs_per_subject=EVENTS_PER_RUN,
+        discard=DiscardPolicy.OLD,
+        duplicate_window=settings.duplicate_window_seconds,
     )
+    for name, config in ((settings.runs_stream, runs), (settings.events_stream, events)):
+        try:
+            await js.stream_info(name)
+        except NotFoundError:
+            await js.add_stream(config)
     return Buckets(
         state=await _bucket(js, KeyValueConfig(bucket=settings.state_bucket, history=1)),
         checkpoints=await _bucket(js, KeyValueConfig(bucket=settings.checkpoint_bucket)),
@@ -148,23 +143,15 @@ async def bucket_keys(nc: Client, bucket: str) -> list[str]:
     while True:
         request = {"subjects_filter": prefix + ">", "offset": len(keys)}
         reply = await nc.request(
-            f"{JS_API}.STREAM.INFO.KV_{bucket}", _JSON.encode(request), timeout=5
+            f"{JS_API}.STREAM.INFO.KV_{bucket}", msgspec.json.encode(request), timeout=5
         )
-        page = _STREAM_SUBJECTS.decode(reply.data)
+        page = msgspec.json.decode(reply.data, type=_StreamSubjects)
         if page.error is not None:
             APIError.from_error(page.error)  # raises NotFoundError, BadRequestError, …
         subjects = page.state.subjects or {}
         keys.extend(subject[len(prefix) :] for subject in subjects)
         if not subjects or len(keys) >= page.total:
             return keys
-
-
-async def _stream(js: JetStreamContext, config: StreamConfig) -> None:
-    assert config.name is not None
-    try:
-        await js.stream_info(config.name)
-    except NotFoundError:
-        await js.add_stream(config)
 
 
 async def _bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:

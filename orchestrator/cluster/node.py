@@ -35,7 +35,6 @@ from nats.js.api import AckPolicy, ConsumerConfig
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from bus import ExitReason
-from orchestrator.cluster.errors import ClusterError
 from orchestrator.cluster.events import ClusterEvent, last_event, run_events
 from orchestrator.cluster.jetstream import Buckets, bucket_keys, connect, ensure_layout, retrying
 from orchestrator.cluster.publisher import EventPublisher, KvJournal
@@ -54,7 +53,7 @@ from orchestrator.result import RunResult, end_result, finished_result
 from orchestrator.runtime import Runtime, StartPoint
 from orchestrator.sim import Scenario, shipped_scenarios
 
-__all__ = ["ClusterNode", "NodeStatistics"]
+__all__ = ["ClusterError", "ClusterNode", "NodeStatistics"]
 
 logger = logging.getLogger("loopfuse.cluster")
 
@@ -63,6 +62,12 @@ CONSUMER: Final = "workers"
 FETCH_SECONDS: Final = 0.5
 ACK_ATTEMPTS: Final = 20
 KEEP_FINISHED_IN_MEMORY: Final = 32
+
+
+class ClusterError(ApiError):
+    """A fleet operation refused: ``status`` is the HTTP status that fits, ``code`` a word,
+    ``key`` the request's offending field if there is one (the API answers it as any
+    :class:`ApiError`)."""
 
 
 class NodeStatistics(NamedTuple):
@@ -171,32 +176,27 @@ class ClusterNode:
                     await tg.start(journal.run)
                     await self._beat()
                     tg.start_soon(self._heartbeat)
-                    await self._listen_for_aborts()
+                    await self.nc.subscribe(self.settings.abort_subject("*"), cb=self._on_abort)
                     if self._pull:
                         await tg.start(self._work, tg)
                     logger.info("joined the fleet", extra={"node": self.name})
                     yield self
                     self._stopping = True
-                    await self._hand_back()
+                    # The runs still held go back to the queue at once (they resume elsewhere;
+                    # a failed nak: delivered again after ack_wait anyway).
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                        for deliveries in list(self._deliveries.values()):
+                            for delivery in deliveries:
+                                with suppress(nats.errors.Error):
+                                    await delivery.nak()
                     tg.cancel_scope.cancel()
         finally:
-            await self._leave(nc)
-
-    async def _hand_back(self) -> None:
-        """Give the runs still held back to the queue at once (they resume elsewhere)."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            for deliveries in list(self._deliveries.values()):
-                for delivery in deliveries:
-                    with suppress(nats.errors.Error):  # delivered again after ack_wait anyway
-                        await delivery.nak()
-
-    async def _leave(self, nc: Client) -> None:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            if self._buckets is not None and nc.is_connected:
-                with suppress(nats.errors.Error):
-                    await self._buckets.nodes.delete(self.name)
-            await nc.close()
-        logger.info("left the fleet", extra={"node": self.name})
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                if self._buckets is not None and nc.is_connected:
+                    with suppress(nats.errors.Error):
+                        await self._buckets.nodes.delete(self.name)
+                await nc.close()
+            logger.info("left the fleet", extra={"node": self.name})
 
     async def _beat(self) -> None:
         await retrying("heartbeat", lambda: self.buckets.nodes.put(self.name, b"alive"))
@@ -222,7 +222,10 @@ class ClusterNode:
         :raises ClusterError: 422 bad request or refused by the operator's policy
             (:mod:`~orchestrator.daemon.policy`), 409 key reused for a different request.
         """
-        on_crash = self._on_crash(request)
+        try:  # the operator's policy
+            on_crash = admit(request, self.config, self._scenarios).settings.on_crash
+        except ApiError as exc:
+            raise ClusterError(exc.status, exc.code, exc.message, key=exc.key) from None
         digest = starting.request_digest(request)
         key = request.idempotency_key
         run_id = (
@@ -350,27 +353,10 @@ class ClusterNode:
             node=self.name, in_flight=self._in_flight, slots=self.slots, **self._counts
         )
 
-    def _on_crash(self, request: RunRequest) -> str:
-        """The run's ``on_crash``, once ``request`` passed the operator's policy."""
-        try:
-            return admit(request, self.config, self._scenarios).settings.on_crash
-        except ApiError as exc:
-            raise ClusterError(exc.status, exc.code, exc.message, key=exc.key) from None
-
     # ------------------------------------------------------------------ aborts
 
-    async def _listen_for_aborts(self) -> None:
-
-        async def on_message(msg: Msg) -> None:
-            await self._abort_local(msg.subject.split(".")[-2])
-
-        await self.nc.subscribe(self.settings.abort_subject("*"), cb=on_message)
-
-    async def _check_state(self, run_id: str) -> None:
-        """Catch an abort whose message was missed: the run's entry says ``aborting``."""
-        with suppress(ClusterError):
-            if (await self.state(run_id)).status == "aborting":
-                await self._abort_local(run_id)
+    async def _on_abort(self, msg: Msg) -> None:
+        await self._abort_local(msg.subject.split(".")[-2])
 
     async def _abort_local(self, run_id: str) -> None:
         if self._runs is not None:
@@ -494,14 +480,17 @@ class ClusterNode:
             await retrying("checkpoint delete", lambda: self.buckets.checkpoints.purge(run_id))
 
     async def _keep_in_progress(self, run_id: str, scope: anyio.CancelScope) -> None:
+        beat = self.settings.ack_wait_seconds / 3
         with scope:
             while True:
-                await anyio.sleep(self.settings.ack_wait_seconds / 3)
+                await anyio.sleep(beat)
                 for delivery in self._deliveries.get(run_id, ()):
                     with suppress(nats.errors.Error):  # NATS is away; the next beat tries again
                         await delivery.in_progress()
-                with anyio.move_on_after(self.settings.ack_wait_seconds / 3):
-                    await self._check_state(run_id)
+                # Catch an abort whose message was missed: the run's entry says ``aborting``.
+                with anyio.move_on_after(beat), suppress(ClusterError):
+                    if (await self.state(run_id)).status == "aborting":
+                        await self._abort_local(run_id)
 
     async def _run(self, state: RunState, took_over: bool) -> RunState:
         """Run ``state``'s run to its end; its final state (not yet stored)."""
@@ -515,7 +504,11 @@ class ClusterNode:
             if newest is not None and newest.type == "RunFinished":
                 finished = starting.FINISHED_DECODER.decode(newest.data)
                 return _ended(state, finished_result(finished, state.trace_id))
-            checkpoint = await self._checkpoint(run_id)
+            try:
+                entry = await retrying("checkpoint", lambda: self.buckets.checkpoints.get(run_id))
+                checkpoint = CHECKPOINT_DECODER.decode(entry.value) if entry.value else None
+            except NotFoundError:
+                checkpoint = None
             restart = starting.restart_point(
                 run_id, state.trace_id, False, state.on_crash, checkpoint
             )
@@ -530,13 +523,6 @@ class ClusterNode:
         result = await self._runs.result(run_id, request)
         await published.wait()
         return _ended(state, result)
-
-    async def _checkpoint(self, run_id: str) -> RunCheckpoint | None:
-        try:
-            entry = await retrying("checkpoint", lambda: self.buckets.checkpoints.get(run_id))
-        except NotFoundError:
-            return None
-        return CHECKPOINT_DECODER.decode(entry.value) if entry.value else None
 
     async def _crash_end(
         self, state: RunState, newest: ClusterEvent | None, checkpoint: RunCheckpoint | None

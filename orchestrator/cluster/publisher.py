@@ -28,7 +28,6 @@ from orchestrator.runtime import StartPoint
 __all__ = ["TYPE_HEADER", "EventPublisher", "KvJournal"]
 
 TYPE_HEADER: Final = "Loopfuse-Type"
-_CHECKPOINT: Final = ENCODER
 
 
 @dataclass
@@ -46,7 +45,6 @@ class EventPublisher:
         self._js = js
         self._settings = settings
         self._runs: dict[str, _Track] = {}
-        self.published = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         subscription = self._bus.subscribe(name="cluster_events")
@@ -72,19 +70,17 @@ class EventPublisher:
             del self._runs[msg.run_id]
             track.finished.set()
 
-    async def publish(self, msg: Message, *, msg_id: str) -> int:
-        """Store ``msg`` on its run's subject (retrying through outages); its stream sequence."""
+    async def publish(self, msg: Message, *, msg_id: str) -> None:
+        """Store ``msg`` on its run's subject (retrying through outages)."""
         subject = self._settings.events_subject(msg.run_id)
         payload = ENCODER.encode(for_the_log(msg))
         headers = {"Nats-Msg-Id": msg_id, TYPE_HEADER: type(msg).__name__}
-        ack = await retrying(
+        await retrying(
             "event publish",
             lambda: self._js.publish(
                 subject, payload, stream=self._settings.events_stream, headers=headers
             ),
         )
-        self.published += 1
-        return ack.seq
 
 
 class KvJournal:
@@ -112,7 +108,7 @@ class KvJournal:
         return self._points.pop(run_id, None)
 
     def checkpoint(self, checkpoint: RunCheckpoint) -> None:
-        self._pending[checkpoint.run_id] = _CHECKPOINT.encode(checkpoint)
+        self._pending[checkpoint.run_id] = ENCODER.encode(checkpoint)
         self._wake.set()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
-from typing import TextIO
 
 import uvicorn
 
@@ -42,15 +40,13 @@ async def serve_fleet_daemon(
     *,
     host: str | None = None,
     port: int | None = None,
-    out: TextIO | None = None,
 ) -> int:
     """Serve a fleet member until a signal; returns the exit status."""
-    out = out or sys.stdout
     host = host if host is not None else config.daemon.host
     port = port if port is not None else config.daemon.port
     scenarios = [find_scenario(path) for path in config.daemon.scenarios]
     node = ClusterNode(config, settings, name=config.cluster.node_name or None, scenarios=scenarios)
-    app = create_fleet_app(node, lifespan=False)
+    app = create_fleet_app(node)
     sock = socket.create_server((host, port))
     with sock:
         bound = sock.getsockname()[1]
@@ -61,7 +57,6 @@ async def serve_fleet_daemon(
             print(
                 f"loopfuse daemon {node.name} listening on http://{host}:{bound} "
                 f"(fleet {settings.subject_prefix} on {settings.nats_url})",
-                file=out,
                 flush=True,
             )
             server = uvicorn.Server(

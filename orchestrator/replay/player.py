@@ -68,12 +68,10 @@ class ReplayModel:
         recording: Recording,
         *,
         beyond: Beyond = "repeat",
-        max_extra: int = DEFAULT_MAX_EXTRA,
     ) -> None:
         self._bus = bus
         self._answers = recording.answers
         self._beyond = beyond
-        self._max_extra = max_extra
         self._asked: dict[str, int] = {}
         self._held: dict[tuple[str, int], ModelReply] = {}
         self.extrapolated = 0
@@ -81,16 +79,15 @@ class ReplayModel:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Answer requests until the bus subscription closes."""
-        handlers = self.handlers()
+        handlers: dict[type[Message], Callable[[Any], None]] = {
+            ModelRequest: self._request,
+            ModelCancel: self._cancel,
+        }
         sub = self._bus.subscribe(*handlers, name="replay_model", inline=True)
         try:
             await sub.serve_by_type(handlers, task_status=task_status)
         finally:
             self._bus.unsubscribe(sub)
-
-    def handlers(self) -> dict[type[Message], Callable[[Any], None]]:
-        """The function of each message type the actor handles."""
-        return {ModelRequest: self._request, ModelCancel: self._cancel}
 
     def _request(self, request: ModelRequest) -> None:
         publish = self._bus.publish_nowait
@@ -120,7 +117,7 @@ class ReplayModel:
         if index < len(recorded):
             return recorded[index]
         self.extrapolated += 1
-        if self._beyond == "repeat" and recorded and self.extrapolated <= self._max_extra:
+        if self._beyond == "repeat" and recorded and self.extrapolated <= DEFAULT_MAX_EXTRA:
             last = recorded[-1]
             if last.reply is not None and not last.reply.aborted:
                 suffix = f"~{index}"
@@ -141,11 +138,14 @@ def replay_registry(recording: Recording) -> ToolRegistry:
     registry = ToolRegistry()
     for spec in recording.tools:
         builtin = builtins.get(spec.name)
-        try:
+        try:  # a schema a tool can take (a recording's may predate the check)
             schema = msgspec.json.decode(spec.parameters)
-        except msgspec.DecodeError:
-            schema = {"type": "object", "properties": {}}
-        if not isinstance(schema, dict) or not _valid(schema):
+            if not isinstance(schema, dict):
+                raise ValueError("not an object")
+            argument_checker(inline_refs(schema))
+            if schema.get("type") != "object":
+                raise ValueError("not an object")
+        except ValueError:  # msgspec.DecodeError too
             schema = {"type": "object", "properties": {}}
         registry.add(
             Tool.from_json_schema(
@@ -161,21 +161,11 @@ def replay_registry(recording: Recording) -> ToolRegistry:
     return registry
 
 
-def _valid(schema: dict[str, Any]) -> bool:
-    """Whether ``schema`` is one a tool can take (a recording's may predate the check)."""
-    try:
-        argument_checker(inline_refs(schema))
-    except ValueError:
-        return False
-    return schema.get("type") == "object"
-
-
 def _answerer(name: str, recording: Recording) -> Callable[[dict[str, Any], ToolContext], Any]:
     results = recording.results
-    encode = msgspec.json.Encoder().encode
 
     async def answer(params: dict[str, Any], ctx: ToolContext) -> str:
-        key = result_key(name, encode(params).decode())
+        key = result_key(name, msgspec.json.encode(params).decode())
         outcomes = results.get(key)
         if not outcomes:
             raise ToolError("replay", _NO_RESULT)
@@ -198,16 +188,28 @@ async def play(
     *,
     overrides: Mapping[str, Any] | None = None,
     beyond: Beyond = "repeat",
-    max_extra: int = DEFAULT_MAX_EXTRA,
 ) -> Played:
     """Replay ``recording`` under ``config`` with the run's own overrides, then
     ``overrides`` (e.g. a ``loop_preset``) over them."""
     models: list[ReplayModel] = []
 
     def model_actor(bus: Bus) -> ReplayModel:
-        model = ReplayModel(bus, recording, beyond=beyond, max_extra=max_extra)
+        model = ReplayModel(bus, recording, beyond=beyond)
         models.append(model)
         return model
+
+    point = recording.abort
+
+    async def abort_at(handle: RunHandle) -> None:
+        """Abort the replay after the event the recording's abort came."""
+        assert point is not None
+        seen = 0
+        async for event in handle.events():
+            if type(event).__name__ == point.after and getattr(event, "turn", 0) == point.turn:
+                seen += 1
+                if seen >= point.count:
+                    await handle.abort(point.detail or "Aborted (replayed from the recording).")
+                    return
 
     settings: dict[str, Any] = {**recording.overrides, **(overrides or {})}
     settings["tools"] = tuple(spec.name for spec in recording.tools)
@@ -224,7 +226,7 @@ async def play(
                     folder=folder,
                     overrides=settings,
                 ),
-                watch=_abort_at(recording) if recording.abort is not None else None,
+                watch=abort_at if point is not None else None,
             )
             result = await handle.result()
             events = rt.event_log.events(handle.run_id)
@@ -256,20 +258,3 @@ def _recreate_folder(listing: str | None, scratch: Path) -> str | None:
         else:
             path.touch()
     return str(scratch)
-
-
-def _abort_at(recording: Recording) -> Callable[[RunHandle], Any]:
-    """A run watcher that aborts the replay after the event the recording's abort came."""
-    point = recording.abort
-    assert point is not None
-
-    async def watch(handle: RunHandle) -> None:
-        seen = 0
-        async for event in handle.events():
-            if type(event).__name__ == point.after and getattr(event, "turn", 0) == point.turn:
-                seen += 1
-                if seen >= point.count:
-                    await handle.abort(point.detail or "Aborted (replayed from the recording).")
-                    return
-
-    return watch

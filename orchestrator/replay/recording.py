@@ -25,7 +25,6 @@ import msgspec
 from actors.fingerprint import canonical_arguments
 from bus import (
     AbortRequested,
-    ChatMessage,
     Message,
     ModelError,
     ModelReply,
@@ -45,7 +44,6 @@ from orchestrator.sim.scenario import CallVerdict
 __all__ = [
     "PURPOSES",
     "Answer",
-    "CallVerdict",
     "Decision",
     "Ending",
     "Recording",
@@ -88,8 +86,6 @@ def decisions(events: Iterable[Message]) -> tuple[Decision, ...]:
             case StopSignal() if not stopped:
                 stopped = True
                 found.append(("stop", turn, msg.reason.value, msg.cause, msg.source))
-            case _:
-                pass
     return tuple(found)
 
 
@@ -183,10 +179,9 @@ def cost_of(usage: Usage, input_price: float, output_price: float) -> float:
 
 def stopped_at(verdicts: Iterable[CallVerdict]) -> int | None:
     """The 1-based index of the first call that did not run (blocked or not run)."""
-    for index, verdict in enumerate(verdicts, 1):
-        if verdict in ("block", "not_run"):
-            return index
-    return None
+    return next(
+        (i for i, verdict in enumerate(verdicts, 1) if verdict in ("block", "not_run")), None
+    )
 
 
 def recording_from_events(
@@ -271,8 +266,6 @@ def recording_from_events(
                         count=1 if last[0] == "ModelTextDelta" else counts[last],
                         detail=msg.detail,
                     )
-            case _:
-                pass
         if kind in ("ModelTextDelta", "ToolResult", "ModelReply", "ModelRequest"):
             last = (kind, turn)
     if started is None:
@@ -293,7 +286,8 @@ def recording_from_events(
             ),
             stopped_at_call=stopped_at(verdicts),
         )
-    system = _system(first_request.messages)
+    head = first_request.messages[:1]
+    system = head[0].content if head and head[0].role == "system" else None
     return Recording(
         name=name,
         task=started.task,
@@ -342,9 +336,3 @@ def _verdict(
     if not executed.get(key, False):
         return "not_run"
     return "warn" if worst == "warn" else "allow"
-
-
-def _system(messages: Iterable[ChatMessage]) -> str | None:
-    for message in messages:
-        return message.content if message.role == "system" else None
-    return None

@@ -153,10 +153,6 @@ def _overrides(request: bytes, scenarios: dict[str, Any]) -> dict[str, Any]:
         return {}
     if not isinstance(stored, dict):
         return {}
-    overrides: dict[str, Any] = {}
     scenario = scenarios.get(stored.get("scenario") or "")
-    if scenario is not None:
-        overrides.update(scenario.config)
-    if isinstance(stored.get("config"), dict):
-        overrides.update(stored["config"])
-    return overrides
+    config = stored.get("config")
+    return {**(scenario.config if scenario else {}), **(config if isinstance(config, dict) else {})}

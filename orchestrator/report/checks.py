@@ -5,12 +5,9 @@ A draft that fails is not patched; the draft stage retries it with a firmer inst
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import re2
-
-if TYPE_CHECKING:
-    from re2 import _Regexp
 
 __all__ = ["ReportFormat", "draft_problems", "leaked_markup", "structure_problems"]
 
@@ -18,7 +15,7 @@ ReportFormat = Literal["markdown", "latex"]
 
 # Tool-call markup models leak into text when they "call" a tool they do not have. RE2
 # (linear time): the text is the model's.
-_MARKUP: Final[tuple[tuple[str, _Regexp[str]], ...]] = (
+_MARKUP: Final = (
     # DeepSeek's DSML tags, with ASCII or fullwidth bars: <｜DSML｜function_calls>
     ("DeepSeek DSML tag", re2.compile(r"(?i)<\s*/?\s*[|｜]\s*DSML\s*[|｜]")),
     ("DeepSeek tool-call token", re2.compile(r"<[|｜]tool[▁_ ]?calls?[▁_ ]?(begin|end)[|｜]>")),
@@ -38,10 +35,7 @@ _SECTIONS: Final = re2.compile(r"(?m)^## \S")
 
 def leaked_markup(text: str) -> str | None:
     """The kind of tool markup found in ``text``, or ``None`` when it is clean."""
-    for name, pattern in _MARKUP:
-        if pattern.search(text):
-            return name
-    return None
+    return next((name for name, pattern in _MARKUP if pattern.search(text)), None)
 
 
 def structure_problems(text: str, fmt: ReportFormat) -> list[str]:
@@ -56,9 +50,8 @@ def structure_problems(text: str, fmt: ReportFormat) -> list[str]:
         if len(_SECTIONS.findall(stripped)) < 2:
             problems.append("fewer than two '## ' sections")
     else:
-        for required in (r"\documentclass", r"\begin{document}", r"\end{document}"):
-            if required not in stripped:
-                problems.append(f"no {required}")
+        required = (r"\documentclass", r"\begin{document}", r"\end{document}")
+        problems += [f"no {part}" for part in required if part not in stripped]
         if not stripped.startswith(r"\documentclass"):
             problems.append(r"text before \documentclass")
     return problems

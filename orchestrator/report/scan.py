@@ -53,17 +53,10 @@ class FolderScan(msgspec.Struct, frozen=True, kw_only=True):
     """Which bound stopped the walk (``files``, ``depth``, ``entries``, ``time``), or
     ``None``."""
 
-    def count(self, bucket: Bucket) -> int:
-        return sum(1 for f in self.files if f.bucket == bucket)
-
-    def size(self, bucket: Bucket) -> int:
-        return sum(f.size for f in self.files if f.bucket == bucket)
-
     def summary(self) -> str:
         """One line: counts and sizes per bucket (the first progress event's detail)."""
-        parts = [
-            f"{self.count(b)} {b} ({_human(self.size(b))})" for b in BUCKET_ORDER if self.count(b)
-        ]
+        grouped = [(b, [f for f in self.files if f.bucket == b]) for b in BUCKET_ORDER]
+        parts = [f"{len(fs)} {b} ({_human(sum(f.size for f in fs))})" for b, fs in grouped if fs]
         text = f"{len(self.files)} files: " + ", ".join(parts) if parts else "no files"
         return text + (f" (cut short by the {self.truncated} bound)" if self.truncated else "")
 

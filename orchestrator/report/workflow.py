@@ -127,16 +127,15 @@ def report_pipeline(options: ReportOptions, probes: Probes) -> PipelineConfig:
 def report_handlers(options: ReportOptions, probes: Probes) -> Mapping[str, StageHandler]:
     """One handler per stage of :func:`report_pipeline` (same options, same probes)."""
     workflow = _Workflow(options, probes)
-    handlers: dict[str, StageHandler] = {
+    reflect = (f"reflect.{n}" for n in range(1, options.reflect_rounds + 1))
+    return {
         "scan": workflow.scan,
         "explore": workflow.explore,
         "draft": workflow.draft,
         "finalize": workflow.finalize,
         "compile": workflow.compile,
+        **dict.fromkeys(reflect, workflow.reflect),
     }
-    for n in range(1, options.reflect_rounds + 1):
-        handlers[f"reflect.{n}"] = workflow.reflect
-    return handlers
 
 
 class _Workflow:
@@ -307,5 +306,4 @@ def _notes(result: RunResult) -> str:
         if message.role == "tool" and message.tool_call_id in names:
             text = message_text(message)  # an image's data is no note for the draft
             parts.append(f"--- {names[message.tool_call_id]}\n{text[:6000]}")
-    notes = "\n\n".join(parts)
-    return notes[:NOTES_CHARS]
+    return "\n\n".join(parts)[:NOTES_CHARS]
