@@ -46,8 +46,7 @@ async def open_simulator(
 ) -> AsyncIterator[RunningSimulator]:
     """Serve ``scenarios`` on ``host:port`` (0 picks a free port) for the ``async with`` body."""
     app = make_app(scenarios)
-    sock = socket.create_server((host, port))
-    with sock:
+    with socket.create_server((host, port)) as sock:
         config = uvicorn.Config(
             app,
             log_config=None,
