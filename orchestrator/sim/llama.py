@@ -19,8 +19,8 @@ __all__ = [
     "EMPTY_STREAM",
     "FAILED_ASSERTION",
     "LlamaFrames",
-    "assertion_error",
     "completion",
+    "internal_error",
     "shape_reply",
     "validation_error",
 ]
@@ -95,17 +95,14 @@ def validation_error(body: bytes) -> dict[str, Any] | None:
         return None
     lines = "".join(f"\n  {entry!r}" for entry in entries)
     noun = "error" if len(entries) == 1 else "errors"
-    return _internal_error(f"{len(entries)} validation {noun}:{lines}{APP_TRAILER}")
+    return internal_error(f"{len(entries)} validation {noun}:{lines}{APP_TRAILER}")
 
 
-def _internal_error(message: str) -> dict[str, Any]:
+def internal_error(message: str = "") -> dict[str, Any]:
+    """The server's 500 body; with no message, that of its failed ``assert``
+    (``tool_choice: "required"``)."""
     error = {"message": message, "type": "internal_server_error", "param": None, "code": None}
     return {"error": error}
-
-
-def assertion_error() -> dict[str, Any]:
-    """The 500 body of the server's failed ``assert`` (``tool_choice: "required"``)."""
-    return _internal_error("")
 
 
 def shape_reply(
