@@ -13,15 +13,7 @@ from typing import Final
 
 from actors.tools.schema import argument_checker, inline_refs
 from bus import is_known_cause
-from orchestrator.sim.scenario import (
-    MAIN_TRACK,
-    PARAMETER_TYPES,
-    Expect,
-    Fault,
-    Scenario,
-    Step,
-    ToolDef,
-)
+from orchestrator.sim.scenario import MAIN_TRACK, Expect, Fault, Scenario, Step, ToolDef
 
 __all__ = ["check_scenario"]
 
@@ -32,6 +24,7 @@ _TOOL_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_RESULT_SIZE: Final = 100_000_000
 """The largest ``size`` of a scripted tool result (characters)."""
 _LABEL: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+PARAMETER_TYPES: Final = frozenset({"string", "integer", "number", "boolean", "array", "object"})
 
 
 def check_scenario(scenario: Scenario) -> Iterator[Problem]:
@@ -157,13 +150,14 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
 
 def _check_branches(scenario: Scenario) -> Iterator[Problem]:
     known = {MAIN_TRACK, *scenario.tracks}
+    known_names = ", ".join(sorted(known))
     targets: set[str] = set()
     for i, branch in enumerate(scenario.branches):
         at = f"branches[{i}]"
         if not branch.nudge:
             yield f"{at}.nudge", "must name a nudge kind"
         if branch.track not in known:
-            yield f"{at}.track", f"unknown track {branch.track!r} (known: {_names(known)})"
+            yield f"{at}.track", f"unknown track {branch.track!r} (known: {known_names})"
         if branch.from_track is not None and branch.from_track not in known:
             yield f"{at}.from_track", f"unknown track {branch.from_track!r}"
         if branch.nth is not None and branch.nth < 1:
@@ -215,7 +209,3 @@ def _check_runs(scenario: Scenario) -> Iterator[Problem]:
             yield f"{at}.task", "must not be empty"
         if run.expect is not None:
             yield from _check_expect(f"{at}.expect", run.expect)
-
-
-def _names(names: set[str]) -> str:
-    return ", ".join(sorted(names))

@@ -10,7 +10,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Final
+from typing import Final, get_args
 
 import msgspec
 
@@ -18,11 +18,13 @@ from bus import ExitReason
 from orchestrator.errors import ScenarioError
 from orchestrator.sim.checks import check_scenario
 from orchestrator.sim.scenario import (
-    ARGUMENT_STREAMS,
-    ERROR_SHAPES,
-    FAULT_KINDS,
-    SERVER_PROFILES,
+    ArgumentStream,
+    CallVerdict,
+    ErrorShape,
+    FaultKind,
+    FinishReason,
     Scenario,
+    ServerProfile,
     Step,
 )
 
@@ -181,13 +183,13 @@ _NOUNS: Final = {
 }
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "exit_reason": tuple(ExitReason),
-    "finish_reason": ("stop", "length", "tool_calls", "content_filter"),
-    "kind": FAULT_KINDS,
-    "shape": ERROR_SHAPES,
-    "context_error": ERROR_SHAPES,
-    "server": SERVER_PROFILES,
-    "arguments": ARGUMENT_STREAMS,
-    "verdict": ("allow", "warn", "block", "not_run"),
+    "finish_reason": get_args(FinishReason),
+    "kind": get_args(FaultKind),
+    "shape": get_args(ErrorShape),
+    "context_error": get_args(ErrorShape),
+    "server": get_args(ServerProfile),
+    "arguments": get_args(ArgumentStream),
+    "verdict": get_args(CallVerdict),
 }
 
 
