@@ -50,7 +50,10 @@ without the extra."""
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read, decode and validate the scenario file at ``path``; its name defaults to the stem."""
     file = Path(path)
-    source = _display(file)
+    try:  # ``scenarios/x.toml`` for shipped files, the path as given otherwise
+        source = str(file.resolve().relative_to(SCENARIO_DIR.parent))
+    except ValueError:
+        source = str(file)
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
@@ -72,8 +75,24 @@ def parse_scenario(text: str, *, source: str, name: str) -> Scenario:
                 raise ScenarioError(source, f"runs[{i}].expect", "missing (the file has none)")
         if isinstance(runs[0], dict):
             raw["expect"] = runs[0]["expect"]
-    tracks = _convert_tracks(raw.pop("tracks", {}), source)
-    folder = _convert_folder(raw.pop("folder", {}), source)
+    tracks: dict[str, tuple[Step, ...]] = {}
+    raw_tracks = raw.pop("tracks", {})
+    if not isinstance(raw_tracks, dict):
+        raise ScenarioError(source, "tracks", "expected a table of step arrays")
+    for track, steps in raw_tracks.items():
+        try:
+            tracks[track] = msgspec.convert(steps, tuple[Step, ...])
+        except msgspec.ValidationError as exc:
+            path, reason = _translate(str(exc))
+            path = f"tracks.{track}{'' if path.startswith('[') or not path else '.'}{path}"
+            raise ScenarioError(source, path, reason) from None
+    folder = raw.pop("folder", {})
+    if not isinstance(folder, dict):
+        raise ScenarioError(source, "folder", "expected a table of path = text")
+    for key, value in folder.items():
+        if not isinstance(value, str):
+            got = _NOUNS.get(type(value).__name__, type(value).__name__)
+            raise ScenarioError(source, f"folder.{key!r}", f"expected a string, got {got}")
     try:
         scenario = msgspec.convert(raw, Scenario)
     except msgspec.ValidationError as exc:
@@ -132,38 +151,6 @@ def _single(scenario: Scenario) -> Scenario:
         names = ", ".join(s.name for s in scenario.expand())
         raise ScenarioError(scenario.name, "runs", f"has several runs; name one of: {names}")
     return scenario
-
-
-def _display(file: Path) -> str:
-    """``scenarios/x.toml`` for shipped files, the path as given otherwise."""
-    try:
-        return str(file.resolve().relative_to(SCENARIO_DIR.parent))
-    except ValueError:
-        return str(file)
-
-
-def _convert_tracks(raw: object, source: str) -> dict[str, tuple[Step, ...]]:
-    if not isinstance(raw, dict):
-        raise ScenarioError(source, "tracks", "expected a table of step arrays")
-    tracks: dict[str, tuple[Step, ...]] = {}
-    for name, steps in raw.items():
-        try:
-            tracks[name] = msgspec.convert(steps, tuple[Step, ...])
-        except msgspec.ValidationError as exc:
-            path, reason = _translate(str(exc))
-            path = f"tracks.{name}{'' if path.startswith('[') or not path else '.'}{path}"
-            raise ScenarioError(source, path, reason) from None
-    return tracks
-
-
-def _convert_folder(raw: object, source: str) -> dict[str, str]:
-    if not isinstance(raw, dict):
-        raise ScenarioError(source, "folder", "expected a table of path = text")
-    for key, value in raw.items():
-        if not isinstance(value, str):
-            got = _NOUNS.get(type(value).__name__, type(value).__name__)
-            raise ScenarioError(source, f"folder.{key!r}", f"expected a string, got {got}")
-    return dict(raw)
 
 
 _MESSAGE = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)

@@ -248,7 +248,8 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
             error = _error(fault, message, "invalid_request_error", "context_length_exceeded")
             return status, {"error": {**error, "param": "messages"}}
         case "deepseek":
-            return status, {"error": _error(fault, requested, "invalid_request_error", None)}
+            error = _error(fault, requested, "invalid_request_error", "invalid_request_error")
+            return status, {"error": error}
         case "vllm" | "vllm_old":
             error = {**_error(fault, requested, "BadRequestError", None), "code": status}
             if fault.shape == "vllm":
@@ -267,8 +268,6 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
 
 
 def _error(fault: Fault, message: str, type_: str, code: str | None) -> dict[str, Any]:
-    if fault.shape == "deepseek" and code is None:
-        code = "invalid_request_error"
     return {
         "message": fault.message or message,
         "type": fault.type or type_,
