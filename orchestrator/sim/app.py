@@ -151,9 +151,9 @@ class _Player:
                 stream=req.stream,
                 completion_id=completion_id,
             )
-            if shaped == llama.EMPTY_STREAM:
+            if shaped == "empty_stream":
                 return EventStream(_no_events(), headers=headers)
-            if not isinstance(shaped, wire.Reply):  # FAILED_ASSERTION
+            if not isinstance(shaped, wire.Reply):  # "failed_assertion"
                 return JSONResponse(llama.internal_error(), status_code=500, headers=headers)
             reply = shaped
         if fault is not None and fault.kind in ("status", "context_length"):

@@ -16,18 +16,12 @@ from orchestrator.sim import wire
 from orchestrator.sim.scenario import StreamShape
 
 __all__ = [
-    "EMPTY_STREAM",
-    "FAILED_ASSERTION",
     "LlamaFrames",
     "completion",
     "internal_error",
     "shape_reply",
     "validation_error",
 ]
-
-EMPTY_STREAM: Final = "empty_stream"
-FAILED_ASSERTION: Final = "failed_assertion"
-Refusal = Literal["empty_stream", "failed_assertion"]
 
 APP_TRAILER: Final = (
     '\n\n  File "/llama_cpp/server/app.py", line 455, in create_chat_completion\n'
@@ -112,17 +106,17 @@ def shape_reply(
     tool_choice: Any,
     stream: bool,
     completion_id: str,
-) -> wire.Reply | Refusal:
+) -> wire.Reply | Literal["empty_stream", "failed_assertion"]:
     """``reply`` as the server gives it for this ``tool_choice``, or how it refuses."""
     if not offers_tools or tool_choice is None or tool_choice == "none":
         finish = "stop" if reply.finish_reason == "tool_calls" else reply.finish_reason
         return reply._replace(calls=(), finish_reason=finish)
     if tool_choice == "auto":
         if stream:
-            return EMPTY_STREAM
+            return "empty_stream"
         calls = reply.calls
     elif tool_choice == "required":
-        return FAILED_ASSERTION
+        return "failed_assertion"
     else:
         name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else ""
         scripted = [call for call in reply.calls if call.name == name]
