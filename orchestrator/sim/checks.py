@@ -23,7 +23,6 @@ _NAME: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TOOL_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_RESULT_SIZE: Final = 100_000_000
 """The largest ``size`` of a scripted tool result (characters)."""
-_LABEL: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 PARAMETER_TYPES: Final = frozenset({"string", "integer", "number", "boolean", "array", "object"})
 
 
@@ -200,7 +199,7 @@ def _check_runs(scenario: Scenario) -> Iterator[Problem]:
     labels: set[str] = set()
     for i, run in enumerate(scenario.runs):
         at = f"runs[{i}]"
-        if not _LABEL.match(run.label):
+        if not _TOOL_NAME.match(run.label):  # a label takes a tool name's characters
             yield f"{at}.label", f"{run.label!r} is not a label (letters, digits, _ -)"
         if run.label in labels:
             yield f"{at}.label", f"duplicate label {run.label!r}"

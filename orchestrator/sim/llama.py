@@ -68,10 +68,7 @@ def _fits(message: dict[str, Any]) -> bool:
     role = message.get("role")
     if role == "assistant":
         return message.get("content", "") is not None
-    for name, required in _MEMBERS:
-        if role == name:
-            return all(field in message for field in required)
-    return False
+    return any(role == name and all(f in message for f in required) for name, required in _MEMBERS)
 
 
 def validation_error(body: bytes) -> dict[str, Any] | None:
