@@ -96,10 +96,9 @@ def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
             yield f"{at}.{key}", "must not be negative"
     if step.chunk_size < 1:
         yield f"{at}.chunk_size", "must be at least 1"
-    if step.repeat and not last:
-        yield f"{at}.repeat", "only the last step of a track can repeat"
-    if step.cycle and not last:
-        yield f"{at}.cycle", "only the last step of a track can cycle"
+    for key in ("repeat", "cycle"):
+        if getattr(step, key) and not last:
+            yield f"{at}.{key}", f"only the last step of a track can {key}"
     if step.cycle and step.repeat:
         yield f"{at}.cycle", "set repeat or cycle, not both"
     if step.stream is not None and step.stream.splits is not None:
