@@ -10,8 +10,8 @@ tool's result came back.
 from __future__ import annotations
 
 import enum
+import functools
 import tempfile
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +27,22 @@ from orchestrator.sim.scenario import AbortTrigger
 __all__ = ["expectation_mismatches", "run_scenario", "start_scenario"]
 
 
-def _abort_when(trigger: AbortTrigger) -> Callable[[RunHandle], Awaitable[None]]:
-    """A run watcher that aborts the run, as its caller, once ``trigger`` fires."""
-
-    async def watch(handle: RunHandle) -> None:
-        streamed = 0
-        async for event in handle.events():
-            if isinstance(event, ModelTextDelta) and trigger.after_text_chars is not None:
-                streamed += len(event.text)
-                if streamed >= trigger.after_text_chars:
-                    why = f"{streamed} characters of text had streamed"
-                    break
-            elif isinstance(event, ToolResult) and event.tool == trigger.after_tool_result:
-                why = f"the result of {event.tool} had come back"
+async def _abort_when(trigger: AbortTrigger, handle: RunHandle) -> None:
+    """A run watcher (bound to ``trigger``) that aborts the run, as its caller, once
+    ``trigger`` fires."""
+    streamed = 0
+    async for event in handle.events():
+        if isinstance(event, ModelTextDelta) and trigger.after_text_chars is not None:
+            streamed += len(event.text)
+            if streamed >= trigger.after_text_chars:
+                why = f"{streamed} characters of text had streamed"
                 break
-        else:
-            return
-        await handle.abort(trigger.detail or f"Aborted by the scenario: {why}.")
-
-    return watch
+        elif isinstance(event, ToolResult) and event.tool == trigger.after_tool_result:
+            why = f"the result of {event.tool} had come back"
+            break
+    else:
+        return
+    await handle.abort(trigger.detail or f"Aborted by the scenario: {why}.")
 
 
 async def start_scenario(
@@ -80,7 +77,7 @@ async def start_scenario(
             overrides=overrides,
             run_id=run_id,
         ),
-        watch=_abort_when(scenario.abort) if scenario.abort is not None else None,
+        watch=functools.partial(_abort_when, scenario.abort) if scenario.abort else None,
         scenario=True,
     )
 
