@@ -164,12 +164,9 @@ class _Player:
         if req.stream:
             if fault is not None and fault.kind == "empty_stream":
                 return EventStream(_no_events(), headers=headers)
-            include_usage = req.stream_options is not None and req.stream_options.include_usage
-            frames = (
-                llama.LlamaFrames(completion_id, req.model, int(time.time()))
-                if as_llama
-                else wire.Frames(completion_id, req.model, int(time.time()), include_usage)
-            )
+            usage = req.stream_options is not None and req.stream_options.include_usage
+            shape = llama.LlamaFrames if as_llama else wire.Frames
+            frames = shape(completion_id, req.model, int(time.time()), usage and not as_llama)
             return EventStream(_play(step, reply, frames, fault), headers=headers)
         await anyio.sleep(step.latency)
         if fault is not None and fault.kind == "stream_error":

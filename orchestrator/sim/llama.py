@@ -139,10 +139,8 @@ def completion(completion_id: str, model: str, created: int, reply: wire.Reply) 
 
 class LlamaFrames(wire.Frames):
     """Frames in the server's shape: every tool-call chunk repeats the call's head, next to
-    the legacy ``function_call``; no usage chunk, whatever the request asked."""
-
-    def __init__(self, completion_id: str, model: str, created: int) -> None:
-        super().__init__(completion_id, model, created, include_usage=False)
+    the legacy ``function_call``. The app builds them without usage: the server sends no
+    usage chunk, whatever the request asked."""
 
     def tool_call_chunks(
         self, reply: wire.Reply, shape: StreamShape | None = None
