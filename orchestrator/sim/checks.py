@@ -34,7 +34,10 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
         yield "task", "must not be empty"
     if scenario.context_window is not None and scenario.context_window < 1:
         yield "context_window", "must be at least 1"
-    yield from _check_folder(scenario)
+    for key in scenario.folder:
+        path = PurePosixPath(key)
+        if not key or path.is_absolute() or ".." in path.parts or "\\" in key:
+            yield f"folder.{key!r}", "must be a relative path inside the folder"
     yield from _check_tools(scenario.tools)
     yield from _check_track("steps", scenario.steps)
     for name, steps in scenario.tracks.items():
@@ -45,13 +48,6 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
     yield from _check_abort(scenario)
     yield from _check_expect("expect", scenario.expect)
     yield from _check_runs(scenario)
-
-
-def _check_folder(scenario: Scenario) -> Iterator[Problem]:
-    for key in scenario.folder:
-        path = PurePosixPath(key)
-        if not key or path.is_absolute() or ".." in path.parts or "\\" in key:
-            yield f"folder.{key!r}", "must be a relative path inside the folder"
 
 
 def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
