@@ -45,7 +45,14 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
             yield f"tracks.{name}", "invalid track name (not 'main'; letters, digits, _ . -)"
         yield from _check_track(f"tracks.{name}", steps)
     yield from _check_branches(scenario)
-    yield from _check_abort(scenario)
+    if (abort := scenario.abort) is not None:
+        conditions = (abort.after_text_chars, abort.after_tool_result)
+        if sum(condition is not None for condition in conditions) != 1:
+            yield "abort", "set exactly one of after_text_chars, after_tool_result"
+        if abort.after_text_chars is not None and abort.after_text_chars < 1:
+            yield "abort.after_text_chars", "must be at least 1"
+        if abort.after_tool_result is not None and not _TOOL_NAME.match(abort.after_tool_result):
+            yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
     yield from _check_expect("expect", scenario.expect)
     yield from _check_runs(scenario)
 
@@ -161,19 +168,6 @@ def _check_branches(scenario: Scenario) -> Iterator[Problem]:
         # a pipeline's stages play tracks; loop checks play `loop_check`
         if name not in targets and scenario.pipeline is None and name != "loop_check":
             yield f"tracks.{name}", "no branch switches to this track"
-
-
-def _check_abort(scenario: Scenario) -> Iterator[Problem]:
-    abort = scenario.abort
-    if abort is None:
-        return
-    conditions = (abort.after_text_chars, abort.after_tool_result)
-    if sum(condition is not None for condition in conditions) != 1:
-        yield "abort", "set exactly one of after_text_chars, after_tool_result"
-    if abort.after_text_chars is not None and abort.after_text_chars < 1:
-        yield "abort.after_text_chars", "must be at least 1"
-    if abort.after_tool_result is not None and not _TOOL_NAME.match(abort.after_tool_result):
-        yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
 
 
 def _check_expect(at: str, expect: Expect) -> Iterator[Problem]:
