@@ -51,10 +51,6 @@ class _ChatRequest(msgspec.Struct):
     tools: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)  # not decoded
     tool_choice: Any = None
 
-    @property
-    def offers_tools(self) -> bool:
-        return bytes(self.tools) not in (b"", b"null", b"[]")
-
 
 _DECODER: Final = msgspec.json.Decoder(_ChatRequest)
 
@@ -150,34 +146,31 @@ class _Player:
         if as_llama:
             shaped = llama.shape_reply(
                 reply,
-                offers_tools=req.offers_tools,
+                offers_tools=bytes(req.tools) not in (b"", b"null", b"[]"),
                 tool_choice=req.tool_choice,
                 stream=req.stream,
                 completion_id=completion_id,
             )
-            if shaped == llama.EMPTY_STREAM:
+            if shaped == "empty_stream":
                 return EventStream(_no_events(), headers=headers)
-            if not isinstance(shaped, wire.Reply):  # FAILED_ASSERTION
-                return JSONResponse(llama.assertion_error(), status_code=500, headers=headers)
+            if not isinstance(shaped, wire.Reply):  # "failed_assertion"
+                return JSONResponse(llama.internal_error(), status_code=500, headers=headers)
             reply = shaped
         if fault is not None and fault.kind in ("status", "context_length"):
             if fault.kind == "context_length":
                 return _context_error(fault, prompt_tokens, window or wire.DEFAULT_CONTEXT_WINDOW)
-            status, extra, error = wire.fault_error(fault, 500)
+            status, extra, error = wire.fault_error(fault)
             return JSONResponse(error, status_code=status, headers={**headers, **extra})
         if req.stream:
             if fault is not None and fault.kind == "empty_stream":
                 return EventStream(_no_events(), headers=headers)
-            include_usage = req.stream_options is not None and req.stream_options.include_usage
-            frames = (
-                llama.LlamaFrames(completion_id, req.model, int(time.time()))
-                if as_llama
-                else wire.Frames(completion_id, req.model, int(time.time()), include_usage)
-            )
+            usage = req.stream_options is not None and req.stream_options.include_usage
+            shape = llama.LlamaFrames if as_llama else wire.Frames
+            frames = shape(completion_id, req.model, int(time.time()), usage and not as_llama)
             return EventStream(_play(step, reply, frames, fault), headers=headers)
         await anyio.sleep(step.latency)
         if fault is not None and fault.kind == "stream_error":
-            status, extra, error = wire.fault_error(fault, 500)
+            status, extra, error = wire.fault_error(fault)
             return JSONResponse(error, status_code=status, headers={**headers, **extra})
         build = llama.completion if as_llama else wire.completion
         result = build(completion_id, req.model, int(time.time()), reply)
@@ -210,7 +203,7 @@ async def _play(
         return
     if fault.kind == "drop":
         raise DropConnection
-    _, _, error = wire.fault_error(fault, 500)
+    _, _, error = wire.fault_error(fault)
     yield b"data: " + wire.encode(error) + b"\n\n"
 
 

@@ -13,15 +13,7 @@ from typing import Final
 
 from actors.tools.schema import argument_checker, inline_refs
 from bus import is_known_cause
-from orchestrator.sim.scenario import (
-    MAIN_TRACK,
-    PARAMETER_TYPES,
-    Expect,
-    Fault,
-    Scenario,
-    Step,
-    ToolDef,
-)
+from orchestrator.sim.scenario import MAIN_TRACK, Expect, Fault, Scenario, Step, ToolDef
 
 __all__ = ["check_scenario"]
 
@@ -31,7 +23,7 @@ _NAME: Final = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TOOL_NAME: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_RESULT_SIZE: Final = 100_000_000
 """The largest ``size`` of a scripted tool result (characters)."""
-_LABEL: Final = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+PARAMETER_TYPES: Final = frozenset({"string", "integer", "number", "boolean", "array", "object"})
 
 
 def check_scenario(scenario: Scenario) -> Iterator[Problem]:
@@ -42,7 +34,10 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
         yield "task", "must not be empty"
     if scenario.context_window is not None and scenario.context_window < 1:
         yield "context_window", "must be at least 1"
-    yield from _check_folder(scenario)
+    for key in scenario.folder:
+        path = PurePosixPath(key)
+        if not key or path.is_absolute() or ".." in path.parts or "\\" in key:
+            yield f"folder.{key!r}", "must be a relative path inside the folder"
     yield from _check_tools(scenario.tools)
     yield from _check_track("steps", scenario.steps)
     for name, steps in scenario.tracks.items():
@@ -50,16 +45,16 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
             yield f"tracks.{name}", "invalid track name (not 'main'; letters, digits, _ . -)"
         yield from _check_track(f"tracks.{name}", steps)
     yield from _check_branches(scenario)
-    yield from _check_abort(scenario)
+    if (abort := scenario.abort) is not None:
+        conditions = (abort.after_text_chars, abort.after_tool_result)
+        if sum(condition is not None for condition in conditions) != 1:
+            yield "abort", "set exactly one of after_text_chars, after_tool_result"
+        if abort.after_text_chars is not None and abort.after_text_chars < 1:
+            yield "abort.after_text_chars", "must be at least 1"
+        if abort.after_tool_result is not None and not _TOOL_NAME.match(abort.after_tool_result):
+            yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
     yield from _check_expect("expect", scenario.expect)
     yield from _check_runs(scenario)
-
-
-def _check_folder(scenario: Scenario) -> Iterator[Problem]:
-    for key in scenario.folder:
-        path = PurePosixPath(key)
-        if not key or path.is_absolute() or ".." in path.parts or "\\" in key:
-            yield f"folder.{key!r}", "must be a relative path inside the folder"
 
 
 def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
@@ -104,10 +99,9 @@ def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
             yield f"{at}.{key}", "must not be negative"
     if step.chunk_size < 1:
         yield f"{at}.chunk_size", "must be at least 1"
-    if step.repeat and not last:
-        yield f"{at}.repeat", "only the last step of a track can repeat"
-    if step.cycle and not last:
-        yield f"{at}.cycle", "only the last step of a track can cycle"
+    for key in ("repeat", "cycle"):
+        if getattr(step, key) and not last:
+            yield f"{at}.{key}", f"only the last step of a track can {key}"
     if step.cycle and step.repeat:
         yield f"{at}.cycle", "set repeat or cycle, not both"
     if step.stream is not None and step.stream.splits is not None:
@@ -157,13 +151,14 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
 
 def _check_branches(scenario: Scenario) -> Iterator[Problem]:
     known = {MAIN_TRACK, *scenario.tracks}
+    known_names = ", ".join(sorted(known))
     targets: set[str] = set()
     for i, branch in enumerate(scenario.branches):
         at = f"branches[{i}]"
         if not branch.nudge:
             yield f"{at}.nudge", "must name a nudge kind"
         if branch.track not in known:
-            yield f"{at}.track", f"unknown track {branch.track!r} (known: {_names(known)})"
+            yield f"{at}.track", f"unknown track {branch.track!r} (known: {known_names})"
         if branch.from_track is not None and branch.from_track not in known:
             yield f"{at}.from_track", f"unknown track {branch.from_track!r}"
         if branch.nth is not None and branch.nth < 1:
@@ -173,19 +168,6 @@ def _check_branches(scenario: Scenario) -> Iterator[Problem]:
         # a pipeline's stages play tracks; loop checks play `loop_check`
         if name not in targets and scenario.pipeline is None and name != "loop_check":
             yield f"tracks.{name}", "no branch switches to this track"
-
-
-def _check_abort(scenario: Scenario) -> Iterator[Problem]:
-    abort = scenario.abort
-    if abort is None:
-        return
-    conditions = (abort.after_text_chars, abort.after_tool_result)
-    if sum(condition is not None for condition in conditions) != 1:
-        yield "abort", "set exactly one of after_text_chars, after_tool_result"
-    if abort.after_text_chars is not None and abort.after_text_chars < 1:
-        yield "abort.after_text_chars", "must be at least 1"
-    if abort.after_tool_result is not None and not _TOOL_NAME.match(abort.after_tool_result):
-        yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
 
 
 def _check_expect(at: str, expect: Expect) -> Iterator[Problem]:
@@ -206,7 +188,7 @@ def _check_runs(scenario: Scenario) -> Iterator[Problem]:
     labels: set[str] = set()
     for i, run in enumerate(scenario.runs):
         at = f"runs[{i}]"
-        if not _LABEL.match(run.label):
+        if not _TOOL_NAME.match(run.label):  # a label takes a tool name's characters
             yield f"{at}.label", f"{run.label!r} is not a label (letters, digits, _ -)"
         if run.label in labels:
             yield f"{at}.label", f"duplicate label {run.label!r}"
@@ -215,7 +197,3 @@ def _check_runs(scenario: Scenario) -> Iterator[Problem]:
             yield f"{at}.task", "must not be empty"
         if run.expect is not None:
             yield from _check_expect(f"{at}.expect", run.expect)
-
-
-def _names(names: set[str]) -> str:
-    return ", ".join(sorted(names))

@@ -154,10 +154,27 @@ class InProcessModel:
 
     def _cancel(self, msg: ModelCancel) -> None:
         waiting = self._waiting.pop((msg.run_id, msg.turn), None)
-        if waiting is not None:  # nothing has arrived yet: the caller's aborted reply
+        if waiting is not None:  # nothing has arrived yet: what the caller replies when
+            # cancelled so: no text, the prompt's usage estimated, ``aborted``
             waiting.scope.cancel()
             self.answered += 1
-            self._bus.publish_nowait(waiting.aborted())
+            request = waiting.request
+            tools = sum(len(t.name) + len(t.description) + len(t.parameters) for t in request.tools)
+            self._bus.publish_nowait(
+                ModelReply(
+                    run_id=request.run_id,
+                    turn=request.turn,
+                    text="",
+                    tool_calls=(),
+                    finish_reason=None,
+                    usage=estimate_usage(prompt_chars(request.messages) + tools, 0),
+                    attempts=1,
+                    latency_seconds=anyio.current_time() - waiting.started,
+                    ttft_seconds=None,
+                    aborted=True,
+                    in_process=True,
+                )
+            )
             return
         if self._wire_bus is not None:
             self._wire_bus.publish_nowait(msg)
@@ -263,22 +280,3 @@ class _Waiting:
     answer: list[Message]
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     started: float = field(default_factory=anyio.current_time)
-
-    def aborted(self) -> ModelReply:
-        """What the caller replies when cancelled before anything arrived: no text, the
-        prompt's usage estimated, ``aborted``."""
-        request = self.request
-        tools = sum(len(t.name) + len(t.description) + len(t.parameters) for t in request.tools)
-        return ModelReply(
-            run_id=request.run_id,
-            turn=request.turn,
-            text="",
-            tool_calls=(),
-            finish_reason=None,
-            usage=estimate_usage(prompt_chars(request.messages) + tools, 0),
-            attempts=1,
-            latency_seconds=anyio.current_time() - self.started,
-            ttft_seconds=None,
-            aborted=True,
-            in_process=True,
-        )

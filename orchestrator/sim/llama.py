@@ -16,18 +16,12 @@ from orchestrator.sim import wire
 from orchestrator.sim.scenario import StreamShape
 
 __all__ = [
-    "EMPTY_STREAM",
-    "FAILED_ASSERTION",
     "LlamaFrames",
-    "assertion_error",
     "completion",
+    "internal_error",
     "shape_reply",
     "validation_error",
 ]
-
-EMPTY_STREAM: Final = "empty_stream"
-FAILED_ASSERTION: Final = "failed_assertion"
-Refusal = Literal["empty_stream", "failed_assertion"]
 
 APP_TRAILER: Final = (
     '\n\n  File "/llama_cpp/server/app.py", line 455, in create_chat_completion\n'
@@ -74,10 +68,7 @@ def _fits(message: dict[str, Any]) -> bool:
     role = message.get("role")
     if role == "assistant":
         return message.get("content", "") is not None
-    for name, required in _MEMBERS:
-        if role == name:
-            return all(field in message for field in required)
-    return False
+    return any(role == name and all(f in message for f in required) for name, required in _MEMBERS)
 
 
 def validation_error(body: bytes) -> dict[str, Any] | None:
@@ -95,17 +86,14 @@ def validation_error(body: bytes) -> dict[str, Any] | None:
         return None
     lines = "".join(f"\n  {entry!r}" for entry in entries)
     noun = "error" if len(entries) == 1 else "errors"
-    return _internal_error(f"{len(entries)} validation {noun}:{lines}{APP_TRAILER}")
+    return internal_error(f"{len(entries)} validation {noun}:{lines}{APP_TRAILER}")
 
 
-def _internal_error(message: str) -> dict[str, Any]:
+def internal_error(message: str = "") -> dict[str, Any]:
+    """The server's 500 body; with no message, that of its failed ``assert``
+    (``tool_choice: "required"``)."""
     error = {"message": message, "type": "internal_server_error", "param": None, "code": None}
     return {"error": error}
-
-
-def assertion_error() -> dict[str, Any]:
-    """The 500 body of the server's failed ``assert`` (``tool_choice: "required"``)."""
-    return _internal_error("")
 
 
 def shape_reply(
@@ -115,17 +103,17 @@ def shape_reply(
     tool_choice: Any,
     stream: bool,
     completion_id: str,
-) -> wire.Reply | Refusal:
+) -> wire.Reply | Literal["empty_stream", "failed_assertion"]:
     """``reply`` as the server gives it for this ``tool_choice``, or how it refuses."""
     if not offers_tools or tool_choice is None or tool_choice == "none":
         finish = "stop" if reply.finish_reason == "tool_calls" else reply.finish_reason
         return reply._replace(calls=(), finish_reason=finish)
     if tool_choice == "auto":
         if stream:
-            return EMPTY_STREAM
+            return "empty_stream"
         calls = reply.calls
     elif tool_choice == "required":
-        return FAILED_ASSERTION
+        return "failed_assertion"
     else:
         name = tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else ""
         scripted = [call for call in reply.calls if call.name == name]
@@ -151,10 +139,8 @@ def completion(completion_id: str, model: str, created: int, reply: wire.Reply) 
 
 class LlamaFrames(wire.Frames):
     """Frames in the server's shape: every tool-call chunk repeats the call's head, next to
-    the legacy ``function_call``; no usage chunk, whatever the request asked."""
-
-    def __init__(self, completion_id: str, model: str, created: int) -> None:
-        super().__init__(completion_id, model, created, include_usage=False)
+    the legacy ``function_call``. The app builds them without usage: the server sends no
+    usage chunk, whatever the request asked."""
 
     def tool_call_chunks(
         self, reply: wire.Reply, shape: StreamShape | None = None

@@ -10,7 +10,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Final
+from typing import Final, get_args
 
 import msgspec
 
@@ -18,11 +18,13 @@ from bus import ExitReason
 from orchestrator.errors import ScenarioError
 from orchestrator.sim.checks import check_scenario
 from orchestrator.sim.scenario import (
-    ARGUMENT_STREAMS,
-    ERROR_SHAPES,
-    FAULT_KINDS,
-    SERVER_PROFILES,
+    ArgumentStream,
+    CallVerdict,
+    ErrorShape,
+    FaultKind,
+    FinishReason,
     Scenario,
+    ServerProfile,
     Step,
 )
 
@@ -48,7 +50,10 @@ without the extra."""
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read, decode and validate the scenario file at ``path``; its name defaults to the stem."""
     file = Path(path)
-    source = _display(file)
+    try:  # ``scenarios/x.toml`` for shipped files, the path as given otherwise
+        source = str(file.resolve().relative_to(SCENARIO_DIR.parent))
+    except ValueError:
+        source = str(file)
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
@@ -70,8 +75,24 @@ def parse_scenario(text: str, *, source: str, name: str) -> Scenario:
                 raise ScenarioError(source, f"runs[{i}].expect", "missing (the file has none)")
         if isinstance(runs[0], dict):
             raw["expect"] = runs[0]["expect"]
-    tracks = _convert_tracks(raw.pop("tracks", {}), source)
-    folder = _convert_folder(raw.pop("folder", {}), source)
+    tracks: dict[str, tuple[Step, ...]] = {}
+    raw_tracks = raw.pop("tracks", {})
+    if not isinstance(raw_tracks, dict):
+        raise ScenarioError(source, "tracks", "expected a table of step arrays")
+    for track, steps in raw_tracks.items():
+        try:
+            tracks[track] = msgspec.convert(steps, tuple[Step, ...])
+        except msgspec.ValidationError as exc:
+            path, reason = _translate(str(exc))
+            path = f"tracks.{track}{'' if path.startswith('[') or not path else '.'}{path}"
+            raise ScenarioError(source, path, reason) from None
+    folder = raw.pop("folder", {})
+    if not isinstance(folder, dict):
+        raise ScenarioError(source, "folder", "expected a table of path = text")
+    for key, value in folder.items():
+        if not isinstance(value, str):
+            got = _NOUNS.get(type(value).__name__, type(value).__name__)
+            raise ScenarioError(source, f"folder.{key!r}", f"expected a string, got {got}")
     try:
         scenario = msgspec.convert(raw, Scenario)
     except msgspec.ValidationError as exc:
@@ -132,38 +153,6 @@ def _single(scenario: Scenario) -> Scenario:
     return scenario
 
 
-def _display(file: Path) -> str:
-    """``scenarios/x.toml`` for shipped files, the path as given otherwise."""
-    try:
-        return str(file.resolve().relative_to(SCENARIO_DIR.parent))
-    except ValueError:
-        return str(file)
-
-
-def _convert_tracks(raw: object, source: str) -> dict[str, tuple[Step, ...]]:
-    if not isinstance(raw, dict):
-        raise ScenarioError(source, "tracks", "expected a table of step arrays")
-    tracks: dict[str, tuple[Step, ...]] = {}
-    for name, steps in raw.items():
-        try:
-            tracks[name] = msgspec.convert(steps, tuple[Step, ...])
-        except msgspec.ValidationError as exc:
-            path, reason = _translate(str(exc))
-            path = f"tracks.{name}{'' if path.startswith('[') or not path else '.'}{path}"
-            raise ScenarioError(source, path, reason) from None
-    return tracks
-
-
-def _convert_folder(raw: object, source: str) -> dict[str, str]:
-    if not isinstance(raw, dict):
-        raise ScenarioError(source, "folder", "expected a table of path = text")
-    for key, value in raw.items():
-        if not isinstance(value, str):
-            got = _NOUNS.get(type(value).__name__, type(value).__name__)
-            raise ScenarioError(source, f"folder.{key!r}", f"expected a string, got {got}")
-    return dict(raw)
-
-
 _MESSAGE = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _EXPECTED = re.compile(r"^Expected `(?P<want>[^`]+)`, got `(?P<got>[^`]+)`")
 _FIELD = re.compile(r"^Object (?P<how>missing required|contains unknown) field `(?P<key>[^`]+)`")
@@ -181,13 +170,13 @@ _NOUNS: Final = {
 }
 _CHOICES: Final[dict[str, tuple[str, ...]]] = {
     "exit_reason": tuple(ExitReason),
-    "finish_reason": ("stop", "length", "tool_calls", "content_filter"),
-    "kind": FAULT_KINDS,
-    "shape": ERROR_SHAPES,
-    "context_error": ERROR_SHAPES,
-    "server": SERVER_PROFILES,
-    "arguments": ARGUMENT_STREAMS,
-    "verdict": ("allow", "warn", "block", "not_run"),
+    "finish_reason": get_args(FinishReason),
+    "kind": get_args(FaultKind),
+    "shape": get_args(ErrorShape),
+    "context_error": get_args(ErrorShape),
+    "server": get_args(ServerProfile),
+    "arguments": get_args(ArgumentStream),
+    "verdict": get_args(CallVerdict),
 }
 
 

@@ -28,7 +28,6 @@ class EventStream(StreamingResponse):
 
     def __init__(self, frames: AsyncIterator[bytes], headers: dict[str, str]) -> None:
         super().__init__(frames, headers={"cache-control": "no-cache", **headers})
-        self._frames = frames
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
@@ -44,7 +43,7 @@ class EventStream(StreamingResponse):
 
             tg.start_soon(cancel_on_disconnect)
             try:
-                async for frame in self._frames:
+                async for frame in self.body_iterator:
                     await send({"type": "http.response.body", "body": frame, "more_body": True})
             except (DropConnection, OSError):  # OSError: the client went away as we wrote
                 complete = False

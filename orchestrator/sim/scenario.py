@@ -9,19 +9,14 @@ rest, and tests compare the run with ``expect``. Struct constructors do not vali
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal
 
 import msgspec
 
 from bus import ExitReason
 
 __all__ = [
-    "ARGUMENT_STREAMS",
-    "ERROR_SHAPES",
-    "FAULT_KINDS",
     "MAIN_TRACK",
-    "PARAMETER_TYPES",
-    "SERVER_PROFILES",
     "AbortTrigger",
     "Branch",
     "CallExpectation",
@@ -46,17 +41,10 @@ MAIN_TRACK: Final = "main"
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 FaultKind = Literal["status", "context_length", "stream_error", "drop", "empty_stream", "interrupt"]
-FAULT_KINDS: Final[tuple[str, ...]] = get_args(FaultKind)
 ErrorShape = Literal["openai", "deepseek", "vllm", "vllm_old", "llama_cpp", "llama_cpp_python"]
-ERROR_SHAPES: Final[tuple[str, ...]] = get_args(ErrorShape)
 ServerProfile = Literal["openai", "llama_cpp_python"]
-SERVER_PROFILES: Final[tuple[str, ...]] = get_args(ServerProfile)
 ArgumentStream = Literal["delta", "cumulative"]
-ARGUMENT_STREAMS: Final[tuple[str, ...]] = get_args(ArgumentStream)
 CallVerdict = Literal["allow", "warn", "block", "not_run"]
-PARAMETER_TYPES: Final[frozenset[str]] = frozenset(
-    {"string", "integer", "number", "boolean", "array", "object"}
-)
 
 
 class _Spec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -46,8 +46,7 @@ async def open_simulator(
 ) -> AsyncIterator[RunningSimulator]:
     """Serve ``scenarios`` on ``host:port`` (0 picks a free port) for the ``async with`` body."""
     app = make_app(scenarios)
-    sock = socket.create_server((host, port))
-    with sock:
+    with socket.create_server((host, port)) as sock:
         config = uvicorn.Config(
             app,
             log_config=None,
@@ -55,12 +54,11 @@ async def open_simulator(
             lifespan="off",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         )
-        running = RunningSimulator(host=host, port=sock.getsockname()[1])
         error: BaseException | None = None
         async with anyio.create_task_group() as tg:
             server = await tg.start(functools.partial(serve_on, name="simulator"), config, sock)
             try:
-                yield running
+                yield RunningSimulator(host=host, port=sock.getsockname()[1])
             except BaseException as exc:  # re-raised below, outside the task group
                 error = exc
                 server.force_exit = True

@@ -38,6 +38,7 @@ CHARS_PER_TOKEN: Final = 4
 DEFAULT_CONTEXT_WINDOW: Final = 8192
 
 _ENCODER: Final = msgspec.json.Encoder()
+encode: Final = _ENCODER.encode
 
 _DEFAULTS: Final[dict[int, tuple[str, str | None, str]]] = {
     400: ("invalid_request_error", None, "Invalid request."),
@@ -218,9 +219,9 @@ def error_body(
     return {"error": error}
 
 
-def fault_error(fault: Fault, default_status: int) -> tuple[int, dict[str, str], dict[str, Any]]:
-    """Status, headers and body of an HTTP error fault."""
-    status = fault.status or default_status
+def fault_error(fault: Fault) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """Status (500 unless set), headers and body of an HTTP error fault."""
+    status = fault.status or 500
     headers: dict[str, str] = {}
     if fault.retry_after is not None:
         after = fault.retry_after
@@ -247,7 +248,8 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
             error = _error(fault, message, "invalid_request_error", "context_length_exceeded")
             return status, {"error": {**error, "param": "messages"}}
         case "deepseek":
-            return status, {"error": _error(fault, requested, "invalid_request_error", None)}
+            error = _error(fault, requested, "invalid_request_error", "invalid_request_error")
+            return status, {"error": error}
         case "vllm" | "vllm_old":
             error = {**_error(fault, requested, "BadRequestError", None), "code": status}
             if fault.shape == "vllm":
@@ -266,8 +268,6 @@ def context_error(fault: Fault, prompt_tokens: int, window: int) -> tuple[int, d
 
 
 def _error(fault: Fault, message: str, type_: str, code: str | None) -> dict[str, Any]:
-    if fault.shape == "deepseek" and code is None:
-        code = "invalid_request_error"
     return {
         "message": fault.message or message,
         "type": fault.type or type_,
@@ -278,8 +278,3 @@ def _error(fault: Fault, message: str, type_: str, code: str | None) -> dict[str
 
 def _frame(body: dict[str, Any]) -> bytes:
     return b"data: " + _ENCODER.encode(body) + b"\n\n"
-
-
-def encode(body: Any) -> bytes:
-    """JSON bytes of ``body``."""
-    return _ENCODER.encode(body)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 
 import anyio
 import uvicorn
@@ -28,14 +28,14 @@ def no_delay(sock: socket.socket) -> None:
 class QuietServer(uvicorn.Server):
     """A uvicorn server that reports its start and leaves signal handling to the caller."""
 
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, task_status: TaskStatus[QuietServer]) -> None:
         super().__init__(config)
-        self._on_started = on_started
+        self._task_status = task_status
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started:
-            self._on_started()
+            self._task_status.started(self)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
@@ -51,12 +51,7 @@ async def serve_on(
 ) -> None:
     """Serve ``config``'s app on ``sock`` until ``should_exit`` is set on the server that
     ``task_status`` receives; raises if it could not start (``name`` says what)."""
-    server: QuietServer
-
-    def started() -> None:
-        task_status.started(server)
-
-    server = QuietServer(config, started)
+    server = QuietServer(config, task_status)
     no_delay(sock)
     with anyio.CancelScope(shield=True):
         await server.serve(sockets=[sock])

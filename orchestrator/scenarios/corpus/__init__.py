@@ -14,7 +14,7 @@ import msgspec
 
 from orchestrator.sim import Scenario, load_scenario
 
-__all__ = ["CORPUS_DIR", "CorpusRun", "Half", "corpus", "corpus_kind"]
+__all__ = ["CORPUS_DIR", "CorpusRun", "Half", "corpus"]
 
 CORPUS_DIR: Final = Path(__file__).resolve().parent
 
@@ -29,23 +29,17 @@ class CorpusRun(msgspec.Struct, frozen=True, kw_only=True):
     scenario: Scenario
 
 
-def corpus_kind(path: Path) -> str:
-    """The ``kind`` a corpus file declares on its first line (``# kind: legit.poll``)."""
-    with path.open(encoding="utf-8") as file:
-        first = file.readline()
-    prefix = "# kind: "
-    if not first.startswith(prefix):
-        raise ValueError(f"{path}: the first line must be '{prefix}<half>.<kind>'")
-    return first[len(prefix) :].strip()
-
-
 def corpus(half: Half | None = None) -> tuple[CorpusRun, ...]:
     """The corpus scenarios (of one half, or both: legitimate first), sorted by name."""
     halves: tuple[Half, ...] = (half,) if half is not None else ("legit", "stuck")
     runs: list[CorpusRun] = []
     for h in halves:
         for path in sorted((CORPUS_DIR / h).glob("*.toml")):
-            kind = corpus_kind(path)
+            with path.open(encoding="utf-8") as file:
+                first = file.readline()  # the kind it declares: ``# kind: legit.poll``
+            if not first.startswith("# kind: "):
+                raise ValueError(f"{path}: the first line must be '# kind: <half>.<kind>'")
+            kind = first.removeprefix("# kind: ").strip()
             if not kind.startswith(f"{h}."):
                 raise ValueError(f"{path}: kind {kind!r} is not of the {h} half")
             runs.append(CorpusRun(half=h, kind=kind, scenario=load_scenario(path)))

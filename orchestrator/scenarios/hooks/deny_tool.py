@@ -14,8 +14,7 @@ EXIT_DENY = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    reason = " ".join(args) or "this tool is not allowed here"
+    reason = " ".join(sys.argv[1:] if argv is None else argv) or "this tool is not allowed here"
     call = json.loads(sys.stdin.readline() or "{}")
     print(f"{call.get('tool', 'this tool')} is denied: {reason}", file=sys.stderr)
     return EXIT_DENY

@@ -16,12 +16,6 @@ EXIT_ALLOW = 0
 EXIT_BLOCK = 2
 
 
-def _inside(path: str, folder: str) -> bool:
-    path = posixpath.normpath(path)
-    folder = posixpath.normpath(folder)
-    return path == folder or path.startswith(folder + "/")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     folders = list(sys.argv[1:] if argv is None else argv)
     call = json.loads(sys.stdin.readline() or "{}")
@@ -29,8 +23,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = arguments.get("path") if isinstance(arguments, dict) else None
     if not isinstance(path, str):
         return EXIT_ALLOW
+    normal = posixpath.normpath(path)
     for folder in folders:
-        if _inside(path, folder):
+        inside = posixpath.normpath(folder)
+        if normal == inside or normal.startswith(inside + "/"):
             print(
                 f"{path} is inside the protected folder {folder}: raw data must never be "
                 "changed or deleted. Leave it alone and work on other files.",
