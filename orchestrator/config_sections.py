@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal, NamedTuple
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -89,37 +89,6 @@ class BudgetSettings(_Settings, frozen=True, kw_only=True):
     """``answer``: after a budget or loop stop, one last model call without tools."""
     answer_max_tokens: ReplyTokens = 1024
     answer_deadline_seconds: Seconds = 60.0
-
-
-class BudgetLimit(NamedTuple):
-    """How a ``[budget]`` key ends a run (docs/budgets.md's table derives from these)."""
-
-    key: str
-    """The ``[budget]`` key that sets the limit."""
-    limit: str
-    """What it limits, in words."""
-    checked: str
-    """When the budget monitor checks it."""
-    value: str | None = None
-    """The value of ``key`` that turns it on (``None``: any value but unset)."""
-
-
-BUDGET_LIMITS: Final = {
-    "budget.max_turns": BudgetLimit("max_turns", "turns", "when a turn ends (its tools ran)"),
-    "budget.max_tool_calls": BudgetLimit(
-        "max_tool_calls", "tool calls", "before the call that would exceed it"
-    ),
-    "budget.deadline": BudgetLimit(
-        "deadline_seconds", "wall clock", "a timer, and at every turn start"
-    ),
-    "budget.output_tokens": BudgetLimit("max_output_tokens", "output tokens", "when a turn ends"),
-    "budget.input_tokens": BudgetLimit("max_input_tokens", "input tokens", "when a turn ends"),
-    "budget.cost": BudgetLimit("max_cost", "cost", "when a turn ends"),
-    "budget.diminishing_returns": BudgetLimit(
-        "mode", "(target mode)", "when the model ends its turn", "target"
-    ),
-}
-"""Each ``budget.*`` cause of the cause table (``bus.causes``) with the key that sets it."""
 
 
 class ModelPrice(_Settings, frozen=True, kw_only=True):
