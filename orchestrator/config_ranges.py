@@ -89,12 +89,10 @@ def children(node: mi.Type) -> Iterator[tuple[str, mi.Type]]:
     elif isinstance(node, mi.DictType):
         yield "<name>", node.value_type
     elif isinstance(node, mi.UnionType):
-        seen: set[str] = set()
-        for member in node.types:
-            for part, child in children(member):
-                if part not in seen:
-                    seen.add(part)
-                    yield part, child
+        below: dict[str, mi.Type] = {}
+        for part, child in (pair for member in node.types for pair in children(member)):
+            below.setdefault(part, child)
+        yield from below.items()
 
 
 def range_at(kind: type[msgspec.Struct], key: str) -> NumericRange | None:

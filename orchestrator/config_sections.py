@@ -310,9 +310,6 @@ class FleetSettings(_Settings, frozen=True, kw_only=True):
     """A daemon without a heartbeat for this long is dead: its runs are taken over."""
 
 
-SPAN_QUEUE_MAX: Final = 1_000_000
-
-
 class TracingSettings(_Settings, frozen=True, kw_only=True):
     """``[tracing]``: OpenTelemetry spans of every run, exported over OTLP/HTTP
     (``docs/tracing.md``; needs the ``otel`` extra). Operator-only: no request sets these.
@@ -330,7 +327,7 @@ class TracingSettings(_Settings, frozen=True, kw_only=True):
     capture_content: bool = False
     """Put prompts, replies, tool arguments and results, nudge texts and stop details on
     the spans (off by default, as the GenAI conventions advise: they may hold anything)."""
-    queue_size: Annotated[int, msgspec.Meta(ge=1, le=SPAN_QUEUE_MAX)] | None = None
+    queue_size: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
     """Finished spans waiting for export at most (beyond: dropped and counted); unset:
     ``OTEL_BSP_MAX_QUEUE_SIZE``, else 2048."""
     export_delay_seconds: Annotated[float, msgspec.Meta(gt=0, le=3_600)] | None = None
