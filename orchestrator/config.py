@@ -159,19 +159,17 @@ def context_policy(config: Config, settings: RunSettings) -> ContextPolicy:
     if configured is None and config.model.base_url and window_for(settings.model, default=0) == 0:
         warn_default_window(settings.model, window)  # once per model
     collapse_at = settings.context_collapse_at
-    safety_buffer = scaled_reserve(
-        settings.context_safety_buffer, default=SAFETY_BUFFER, window=window, share=SAFETY_SHARE
-    )
     reserve, default = (
         (settings.max_output_tokens, MAX_OUTPUT_TOKENS)
         if settings.max_output_tokens
         else (settings.context_output_reserve, OUTPUT_RESERVE)
     )
-    output_reserve = scaled_reserve(reserve, default=default, window=window, share=OUTPUT_SHARE)
     policy = ContextPolicy(
         window=window,
-        safety_buffer=safety_buffer,
-        output_reserve=output_reserve,
+        safety_buffer=scaled_reserve(
+            settings.context_safety_buffer, default=SAFETY_BUFFER, window=window, share=SAFETY_SHARE
+        ),
+        output_reserve=scaled_reserve(reserve, default=default, window=window, share=OUTPUT_SHARE),
         collapse_at=collapse_at,
         collapse_to=min(context.collapse_to, collapse_at) if collapse_at else context.collapse_to,
         keep_recent_turns=settings.context_keep_turns,
