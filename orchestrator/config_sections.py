@@ -10,7 +10,7 @@ from actors.budget.tokens import BudgetMode
 from actors.context import DEFAULT_WINDOW, SAFETY_BUFFER, ContextPolicy
 from actors.hooks import Hook
 from actors.llm.settings import EndpointLimits, Seed, Temperature, ToolChoice
-from actors.loop import LoopConfigError, ResultPattern
+from actors.loop import ResultPattern
 from actors.loop.config import PATTERNS_MAX, compile_pattern
 from actors.tools.cache import DEFAULT_CACHE_SETTINGS
 from actors.tools.limits import FigureSandbox, ToolExecutorSettings
@@ -125,10 +125,8 @@ class LoopSettings(_Settings, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         for index, item in enumerate(self.result_patterns):
-            try:
-                compile_pattern(f"result_patterns.{index}.pattern", item.pattern)
-            except LoopConfigError as exc:
-                raise ValueError(str(exc)) from None
+            # A LoopConfigError is a ValueError: msgspec reports it as a validation error.
+            compile_pattern(f"result_patterns.{index}.pattern", item.pattern)
 
 
 _EXECUTOR: Final = ToolExecutorSettings()
