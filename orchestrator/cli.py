@@ -261,24 +261,27 @@ def _command(config: Config, args: argparse.Namespace) -> int:
 
 async def _demo(config: Config, as_json: bool) -> int:
     demo = await run_demo(config, live=None if as_json else sys.stdout)
-    rows = demo.rows
     if as_json:
-        for row in rows:
+        for row in demo.rows:
             sys.stdout.write(_json.encode(row.as_json()).decode() + "\n")
     else:
         print()
-        format_table(rows, sys.stdout)
+        format_table(demo.rows, sys.stdout)
         print(f"\nA few lines of {demo.metrics_url} (scraped before the daemon stopped):")
         for line in demo.metrics:
             print(f"  {line}")
-    return 0 if all(not row.mismatches for row in rows) else 1
+    return 0 if all(not row.mismatches for row in demo.rows) else 1
 
 
 async def _run(config: Config, args: argparse.Namespace) -> int:
     follower = Follower(progress=wanted(sys.stdout, as_json=args.json))
     if args.scenario:
         scenario = find_scenario(args.scenario)
-        async with Runtime(on_simulator(config), scenarios=[scenario]) as runtime:
+        # A scenario's model is its script: it plays on the embedded simulator whatever
+        # [model] names (docs/scenarios.md).
+        simulator = msgspec.structs.replace(config.model, base_url=None)
+        config = msgspec.structs.replace(config, model=simulator)
+        async with Runtime(config, scenarios=[scenario]) as runtime:
             handle = await start_scenario(runtime, scenario)
             result = await follower(handle)
         # An aborted run ends as Ctrl-C made it, not as the scenario expects: 130, not 3.
@@ -304,7 +307,11 @@ async def _run(config: Config, args: argparse.Namespace) -> int:
             handle = await runtime.start(RunSpec(task=args.task, folder=args.folder))
             result = await follower(handle)
         mismatches = []
-    _print_result(result, as_json=args.json)
+    if args.json:
+        sys.stdout.write(_json.encode(result_summary(result)).decode() + "\n")
+    else:
+        ending = describe_ending(result)
+        print(f"{result.output.rstrip()}\n\n{ending}" if result.output else ending)
     for mismatch in mismatches:
         print(f"scenario expectation not met: {mismatch}", file=sys.stderr)
     if mismatches:
@@ -320,15 +327,6 @@ async def _serve_fleet(config: Config, nats_url: str, host: str | None, port: in
 
     settings = cluster_settings(config, nats_url)
     return await serve_fleet_daemon(config, settings, host=host, port=port)
-
-
-def on_simulator(config: Config) -> Config:
-    """``config`` with the embedded simulator as its model: a scenario's model is its
-    script, so a scenario plays on the simulator whatever ``[model]`` names (docs/scenarios.md)."""
-    if config.model.base_url is None:
-        return config
-    model = msgspec.structs.replace(config.model, base_url=None)
-    return msgspec.structs.replace(config, model=model)
 
 
 class Follower:
@@ -368,13 +366,3 @@ class Follower:
             result = await handle.result()
             tg.cancel_scope.cancel()
         return result
-
-
-def _print_result(result: RunResult, *, as_json: bool) -> None:
-    if as_json:
-        sys.stdout.write(_json.encode(result_summary(result)).decode() + "\n")
-        return
-    if result.output:
-        print(result.output.rstrip())
-        print()
-    print(describe_ending(result))

@@ -45,7 +45,6 @@ class DaemonUnreachable(Exception):
             f"no daemon at {url} ({reason}): start one with `loopfuse serve`, "
             "or pass --url URL (or set $LOOPFUSE_URL) to name the running one"
         )
-        self.url = url
 
 
 class Failure(NamedTuple):
@@ -66,31 +65,23 @@ def explain(error: BaseException) -> Failure | None:
     if _find(error, KeyboardInterrupt) is not None:
         return Failure("", ExitStatus.INTERRUPTED)
     if (config := _find(error, LoopfuseError)) is not None:
-        return Failure(one_line(_config_message(config)), ExitStatus.USAGE)
+        message = str(config)
+        if isinstance(config, ConfigError) and config.key in RUN_KEYS:
+            where = f"{config.source}: " if config.source else ""
+            message = f"{where}config key {RUN_KEYS[config.key]}: {config.reason}"
+        return Failure(one_line(message), ExitStatus.USAGE)
     if (unreachable := _find(error, DaemonUnreachable)) is not None:
         return Failure(one_line(str(unreachable)), ExitStatus.USAGE)
     if (transport := _find(error, httpx.TransportError)) is not None:
-        where = transport.request.url if _has_request(transport) else "the daemon"
+        try:
+            where = str(transport.request.url)
+        except RuntimeError:  # the error carries no request
+            where = "the daemon"
         return Failure(
             one_line(f"the connection to {where} failed: {transport or type(transport).__name__}"),
             ExitStatus.FAILED,
         )
     return None
-
-
-def _config_message(error: LoopfuseError) -> str:
-    if isinstance(error, ConfigError) and error.key in RUN_KEYS:
-        where = f"{error.source}: " if error.source else ""
-        return f"{where}config key {RUN_KEYS[error.key]}: {error.reason}"
-    return str(error)
-
-
-def _has_request(error: httpx.TransportError) -> bool:
-    try:
-        error.request  # noqa: B018 (raises RuntimeError when the error carries none)
-    except RuntimeError:
-        return False
-    return True
 
 
 def _find(error: BaseException, kind: type[_E]) -> _E | None:

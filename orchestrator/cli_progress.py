@@ -70,16 +70,10 @@ class RunTally:
         return True
 
     def line(self) -> str:
-        parts = [self.stage] if self.stage else []
-        parts += [
-            f"turn {self.turn}",
-            _count(self.model_calls, "model call"),
-            _count(self.tool_calls, "tool call"),
-            f"{self.tokens:,} tokens",
-        ]
-        if self.verdict:
-            parts.append(f"last verdict: {self.verdict}")
-        return " · ".join(parts)
+        verdict = f"last verdict: {self.verdict}" if self.verdict else ""
+        calls = f"{_count(self.model_calls, 'model call')} · {_count(self.tool_calls, 'tool call')}"
+        parts = (self.stage, f"turn {self.turn}", calls, f"{self.tokens:,} tokens", verdict)
+        return " · ".join(part for part in parts if part)
 
 
 def _count(n: int, noun: str) -> str:

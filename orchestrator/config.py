@@ -27,7 +27,7 @@ from actors.context import (
 from actors.context.policy import OUTPUT_SHARE, SAFETY_SHARE, scaled_reserve
 from actors.llm.settings import TOOL_CHOICE_MODES, RequestOptions
 from actors.loop import LoopConfig, LoopConfigError, ResultPattern, check_config
-from orchestrator.config_load import config_error, convert, load_config
+from orchestrator.config_load import convert, load_config
 from orchestrator.config_sections import (
     BudgetSettings,
     Config,
@@ -136,28 +136,6 @@ def check_tool_choice(config: Config, model: str, tools: tuple[str, ...]) -> Non
     )
 
 
-def _with_prices(config: Config, settings: RunSettings, *, source: str) -> RunSettings:
-    """``settings`` with the run model's prices filled in; a cost budget needs them."""
-    price = config.prices.get(settings.model)
-    if price is not None:
-        own_in, own_out = settings.input_price_per_million, settings.output_price_per_million
-        settings = msgspec.structs.replace(
-            settings,
-            input_price_per_million=price.input_per_million if own_in is None else own_in,
-            output_price_per_million=price.output_per_million if own_out is None else own_out,
-        )
-    if settings.cost_budget is not None and (
-        settings.input_price_per_million is None or settings.output_price_per_million is None
-    ):
-        raise ConfigError(
-            f'prices."{settings.model}"',
-            f"a cost budget needs the price of model {settings.model!r}: set "
-            "input_per_million and output_per_million",
-            source=source,
-        )
-    return settings
-
-
 _CONTEXT_KEYS: Final = {
     "window": "config.context_window",
     "safety_buffer": "config.context_safety_buffer",
@@ -181,19 +159,17 @@ def context_policy(config: Config, settings: RunSettings) -> ContextPolicy:
     if configured is None and config.model.base_url and window_for(settings.model, default=0) == 0:
         warn_default_window(settings.model, window)  # once per model
     collapse_at = settings.context_collapse_at
-    safety_buffer = scaled_reserve(
-        settings.context_safety_buffer, default=SAFETY_BUFFER, window=window, share=SAFETY_SHARE
-    )
     reserve, default = (
         (settings.max_output_tokens, MAX_OUTPUT_TOKENS)
         if settings.max_output_tokens
         else (settings.context_output_reserve, OUTPUT_RESERVE)
     )
-    output_reserve = scaled_reserve(reserve, default=default, window=window, share=OUTPUT_SHARE)
     policy = ContextPolicy(
         window=window,
-        safety_buffer=safety_buffer,
-        output_reserve=output_reserve,
+        safety_buffer=scaled_reserve(
+            settings.context_safety_buffer, default=SAFETY_BUFFER, window=window, share=SAFETY_SHARE
+        ),
+        output_reserve=scaled_reserve(reserve, default=default, window=window, share=OUTPUT_SHARE),
         collapse_at=collapse_at,
         collapse_to=min(context.collapse_to, collapse_at) if collapse_at else context.collapse_to,
         keep_recent_turns=settings.context_keep_turns,
@@ -226,7 +202,25 @@ def run_settings(
     data = {key: default(config) for key, default in _DEFAULTS}
     data.update(overrides or {})
     settings = convert(data, RunSettings, prefix="config", source=source)
-    return _with_prices(config, settings, source=source)
+    # The run model's prices filled in: a cost budget needs them.
+    price = config.prices.get(settings.model)
+    if price is not None:
+        own_in, own_out = settings.input_price_per_million, settings.output_price_per_million
+        settings = msgspec.structs.replace(
+            settings,
+            input_price_per_million=price.input_per_million if own_in is None else own_in,
+            output_price_per_million=price.output_per_million if own_out is None else own_out,
+        )
+    if settings.cost_budget is not None and (
+        settings.input_price_per_million is None or settings.output_price_per_million is None
+    ):
+        raise ConfigError(
+            f'prices."{settings.model}"',
+            f"a cost budget needs the price of model {settings.model!r}: set "
+            "input_per_million and output_per_million",
+            source=source,
+        )
+    return settings
 
 
 def _merged(base: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -280,10 +274,7 @@ def merge_loop_overrides(
     if not overrides:
         return check_config(base, notes=notes) if result_patterns or llm_check_model else base
     data = _merged(msgspec.to_builtins(base), overrides)
-    try:
-        config = msgspec.convert(data, LoopConfig)
-    except msgspec.ValidationError as exc:
-        raise config_error(str(exc), prefix="config.loop", source=source, kind=LoopConfig) from None
+    config = convert(data, LoopConfig, prefix="config.loop", source=source)
     try:
         return check_config(config, notes=notes)
     except LoopConfigError as exc:

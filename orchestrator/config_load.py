@@ -46,14 +46,6 @@ _AT_PATH = re.compile(r"^(?P<reason>.*?) - at `\$(?P<path>[^`]*)`$", re.DOTALL)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
 
 
-def convert(data: Mapping[str, Any], kind: type[_S], *, prefix: str, source: str | None) -> _S:
-    """``data`` as a ``kind``; else a :class:`ConfigError` naming the key under ``prefix``."""
-    try:
-        return msgspec.convert(data, kind)
-    except msgspec.ValidationError as exc:
-        raise config_error(str(exc), prefix=prefix, source=source, kind=kind) from None
-
-
 def _choices(kind: type[msgspec.Struct], key: str) -> tuple[object, ...]:
     """The values a ``Literal`` field at dotted ``key`` of ``kind`` allows (else empty)."""
     node: Any = kind
@@ -71,37 +63,26 @@ def _choices(kind: type[msgspec.Struct], key: str) -> tuple[object, ...]:
     return ()
 
 
-def config_error(
-    message: str, *, prefix: str, source: str | None, kind: type[msgspec.Struct] | None = None
-) -> ConfigError:
-    """msgspec's validation ``message`` as a :class:`ConfigError` naming the whole key, with
-    the allowed values (a choice) or the range (a number) of ``kind``'s field there."""
-    reason, path = message, ""
-    match = _AT_PATH.match(message)
-    if match:
-        reason, path = match["reason"], match["path"]
-    key = path.lstrip(".").replace("[", ".").replace("]", "")
-    unknown = _UNKNOWN.match(reason)
-    if unknown:
-        key = f"{key}.{unknown['field']}" if key else unknown["field"]
-        reason = "unknown key"
-    if reason.startswith("Invalid enum value") and kind is not None:
-        choices = _choices(kind, key)
-        if choices:
+def convert(data: Mapping[str, Any], kind: type[_S], *, prefix: str, source: str) -> _S:
+    """``data`` as a ``kind``; else msgspec's reason as a :class:`ConfigError` naming the
+    whole key under ``prefix``, with the allowed values (a choice) or the range (a number)
+    of ``kind``'s field there."""
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as exc:
+        match = _AT_PATH.match(message := str(exc))
+        reason, path = (match["reason"], match["path"]) if match else (message, "")
+        key = path.lstrip(".").replace("[", ".").replace("]", "")
+        if unknown := _UNKNOWN.match(reason):
+            key = f"{key}.{unknown['field']}" if key else unknown["field"]
+            reason = "unknown key"
+        if reason.startswith("Invalid enum value") and (choices := _choices(kind, key)):
             reason += f" (one of: {', '.join(repr(c) for c in choices)})"
-    elif reason.startswith("Expected `") and kind is not None:
-        bounds = range_at(kind, key)
+        bounds = range_at(kind, key) if reason.startswith("Expected `") else None
         if bounds is not None and bounds.bounded:
             reason += f" ({bounds.describe()})"
-    full_key = ".".join(part for part in (prefix, key) if part) or "(root)"
-    return ConfigError(full_key, reason, source=source)
-
-
-def _env_value(text: str) -> Any:
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
+        full_key = ".".join(part for part in (prefix, key) if part) or "(root)"
+        raise ConfigError(full_key, reason, source=source) from None
 
 
 def _apply_environment(data: dict[str, Any], environ: Mapping[str, str]) -> None:
@@ -117,7 +98,10 @@ def _apply_environment(data: dict[str, Any], environ: Mapping[str, str]) -> None
             if not isinstance(child, dict):
                 raise ConfigError(".".join(parts), "is not a section", source=f"env {name}")
             node = child
-        node[parts[-1]] = _env_value(text)
+        try:
+            node[parts[-1]] = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            node[parts[-1]] = text
 
 
 def load_config(
@@ -130,9 +114,8 @@ def load_config(
     environ = os.environ if environ is None else environ
     path = path or environ.get(ENV_CONFIG_FILE) or None
     data: dict[str, Any] = {}
-    source = None
+    source = "env" if path is None else str(path)
     if path is not None:
-        source = str(path)
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -140,12 +123,12 @@ def load_config(
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError("(file)", f"not valid TOML: {exc}", source=source) from None
     _apply_environment(data, environ)
-    _check_context_windows(data.get("context"), source=source or "env")
-    _check_each(data.get("prices"), ModelPrice, "prices", source=source or "env")
-    _check_each(data.get("models"), ModelCapabilities, "models", source=source or "env")
-    config = convert(data, Config, prefix="", source=source or "env")
+    _check_context_windows(data.get("context"), source=source)
+    _check_each(data.get("prices"), ModelPrice, "prices", source=source)
+    _check_each(data.get("models"), ModelCapabilities, "models", source=source)
+    config = convert(data, Config, prefix="", source=source)
     if config.mcp.servers and not mcp_installed():
-        raise ConfigError("mcp.servers", INSTALL_HINT, source=source or "env")
+        raise ConfigError("mcp.servers", INSTALL_HINT, source=source)
     return config
 
 

@@ -32,20 +32,14 @@ class NumericRange(NamedTuple):
     @property
     def bounded(self) -> bool:
         """Whether it has both a lower and an upper bound."""
-        return (self.ge is not None or self.gt is not None) and (
-            self.le is not None or self.lt is not None
-        )
+        return (self.ge, self.gt) != (None, None) and (self.le, self.lt) != (None, None)
 
     def describe(self) -> str:
         """In words, for error messages: ``a positive integer, at most 100``."""
-        low, high = number_text(self.ge if self.ge is not None else self.gt), ""
-        if self.le is not None:
-            high = number_text(self.le)
-        elif self.lt is not None:
-            high = number_text(self.lt)
+        low = number_text(self.ge if self.ge is not None else self.gt)
+        high = number_text(self.le if self.le is not None else self.lt)
         article = "an" if self.kind == "integer" else "a"
-        positive = (self.kind == "integer" and self.ge == 1) or self.gt == 0
-        if positive:
+        if (self.kind == "integer" and self.ge == 1) or self.gt == 0:
             text = f"a positive {self.kind}"
         elif self.ge is not None and self.le is not None:
             return f"{article} {self.kind} from {low} to {high}"
@@ -55,10 +49,8 @@ class NumericRange(NamedTuple):
             text = f"{article} {self.kind} above {low}"
         else:
             text = f"{article} {self.kind}"
-        if self.le is not None:
-            text += f", at most {high}"
-        elif self.lt is not None:
-            text += f", below {high}"
+        if high:
+            text += f", {'at most' if self.le is not None else 'below'} {high}"
         return text
 
 
@@ -97,12 +89,10 @@ def children(node: mi.Type) -> Iterator[tuple[str, mi.Type]]:
     elif isinstance(node, mi.DictType):
         yield "<name>", node.value_type
     elif isinstance(node, mi.UnionType):
-        seen: set[str] = set()
-        for member in node.types:
-            for part, child in children(member):
-                if part not in seen:
-                    seen.add(part)
-                    yield part, child
+        below: dict[str, mi.Type] = {}
+        for part, child in (pair for member in node.types for pair in children(member)):
+            below.setdefault(part, child)
+        yield from below.items()
 
 
 def range_at(kind: type[msgspec.Struct], key: str) -> NumericRange | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Final, Literal, NamedTuple
+from typing import Annotated, Final, Literal
 
 import msgspec
 
@@ -10,7 +10,7 @@ from actors.budget.tokens import BudgetMode
 from actors.context import DEFAULT_WINDOW, SAFETY_BUFFER, ContextPolicy
 from actors.hooks import Hook
 from actors.llm.settings import EndpointLimits, Seed, Temperature, ToolChoice
-from actors.loop import LoopConfigError, ResultPattern
+from actors.loop import ResultPattern
 from actors.loop.config import PATTERNS_MAX, compile_pattern
 from actors.tools.cache import DEFAULT_CACHE_SETTINGS
 from actors.tools.limits import FigureSandbox, ToolExecutorSettings
@@ -91,37 +91,6 @@ class BudgetSettings(_Settings, frozen=True, kw_only=True):
     answer_deadline_seconds: Seconds = 60.0
 
 
-class BudgetLimit(NamedTuple):
-    """How a ``[budget]`` key ends a run (docs/budgets.md's table derives from these)."""
-
-    key: str
-    """The ``[budget]`` key that sets the limit."""
-    limit: str
-    """What it limits, in words."""
-    checked: str
-    """When the budget monitor checks it."""
-    value: str | None = None
-    """The value of ``key`` that turns it on (``None``: any value but unset)."""
-
-
-BUDGET_LIMITS: Final = {
-    "budget.max_turns": BudgetLimit("max_turns", "turns", "when a turn ends (its tools ran)"),
-    "budget.max_tool_calls": BudgetLimit(
-        "max_tool_calls", "tool calls", "before the call that would exceed it"
-    ),
-    "budget.deadline": BudgetLimit(
-        "deadline_seconds", "wall clock", "a timer, and at every turn start"
-    ),
-    "budget.output_tokens": BudgetLimit("max_output_tokens", "output tokens", "when a turn ends"),
-    "budget.input_tokens": BudgetLimit("max_input_tokens", "input tokens", "when a turn ends"),
-    "budget.cost": BudgetLimit("max_cost", "cost", "when a turn ends"),
-    "budget.diminishing_returns": BudgetLimit(
-        "mode", "(target mode)", "when the model ends its turn", "target"
-    ),
-}
-"""Each ``budget.*`` cause of the cause table (``bus.causes``) with the key that sets it."""
-
-
 class ModelPrice(_Settings, frozen=True, kw_only=True):
     """A model's price per million tokens (``[prices."gpt-4o"]``), for cost budgets."""
 
@@ -156,10 +125,8 @@ class LoopSettings(_Settings, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         for index, item in enumerate(self.result_patterns):
-            try:
-                compile_pattern(f"result_patterns.{index}.pattern", item.pattern)
-            except LoopConfigError as exc:
-                raise ValueError(str(exc)) from None
+            # A LoopConfigError is a ValueError: msgspec reports it as a validation error.
+            compile_pattern(f"result_patterns.{index}.pattern", item.pattern)
 
 
 _EXECUTOR: Final = ToolExecutorSettings()
@@ -341,9 +308,6 @@ class FleetSettings(_Settings, frozen=True, kw_only=True):
     """A daemon without a heartbeat for this long is dead: its runs are taken over."""
 
 
-SPAN_QUEUE_MAX: Final = 1_000_000
-
-
 class TracingSettings(_Settings, frozen=True, kw_only=True):
     """``[tracing]``: OpenTelemetry spans of every run, exported over OTLP/HTTP
     (``docs/tracing.md``; needs the ``otel`` extra). Operator-only: no request sets these.
@@ -361,7 +325,7 @@ class TracingSettings(_Settings, frozen=True, kw_only=True):
     capture_content: bool = False
     """Put prompts, replies, tool arguments and results, nudge texts and stop details on
     the spans (off by default, as the GenAI conventions advise: they may hold anything)."""
-    queue_size: Annotated[int, msgspec.Meta(ge=1, le=SPAN_QUEUE_MAX)] | None = None
+    queue_size: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
     """Finished spans waiting for export at most (beyond: dropped and counted); unset:
     ``OTEL_BSP_MAX_QUEUE_SIZE``, else 2048."""
     export_delay_seconds: Annotated[float, msgspec.Meta(gt=0, le=3_600)] | None = None

@@ -169,10 +169,7 @@ def finished_message(result: RunResult) -> RunFinished:
 
 def result_summary(result: RunResult) -> dict[str, object]:
     """The result as JSON-ready builtins, without the transcript."""
-    data = msgspec.to_builtins(result)
-    assert isinstance(data, dict)
-    data.pop("transcript", None)
-    return data
+    return {k: v for k, v in msgspec.to_builtins(result).items() if k != "transcript"}
 
 
 def describe_ending(result: RunResult) -> str:

@@ -30,16 +30,7 @@ MAX_OUTPUT_TOKENS: Final = 8_192
 """``model.max_output_tokens``'s default: at most a quarter of a small window is asked for."""
 OUTPUT_RESERVE: Final = 4_096
 """``context.output_reserve_tokens``'s default (without ``model.max_output_tokens``)."""
-TURNS_MAX: Final = 10_000
-TOOL_CALLS_MAX: Final = 100_000
-RUN_TOKENS_MAX: Final = 10**12
-"""Token budgets summed over a run (``max_turns`` requests of up to a window each)."""
-COST_MAX: Final = 1e9
-PRICE_MAX: Final = 1e6
-"""A price per million tokens."""
-RECOVERIES_MAX: Final = 100
 CACHE_HITS_MAX: Final = 10_000
-CACHE_ENTRIES_MAX: Final = 10_000
 RESULT_CHARS_MAX: Final = 100_000_000
 IMAGE_BYTES_MAX: Final = 64 * 1024 * 1024
 CONCURRENT_RUNS_MAX: Final = 100_000
@@ -49,18 +40,20 @@ Seconds = Annotated[float, msgspec.Meta(gt=0, le=DAY)]
 """A timeout, deadline or period: above 0, at most a day."""
 Grace = Annotated[float, msgspec.Meta(ge=0, le=DAY)]
 """A delay or grace period that may be 0, at most a day."""
-Turns = Annotated[int, msgspec.Meta(ge=1, le=TURNS_MAX)]
-ToolCalls = Annotated[int, msgspec.Meta(ge=1, le=TOOL_CALLS_MAX)]
+Turns = Annotated[int, msgspec.Meta(ge=1, le=10_000)]
+ToolCalls = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
 ReplyTokens = Annotated[int, msgspec.Meta(ge=1, le=RESERVE_MAX)]
 """One request's ``max_tokens``."""
 Reserve = Annotated[int, msgspec.Meta(ge=0, le=RESERVE_MAX)]
 Window = Annotated[int, msgspec.Meta(ge=1, le=WINDOW_MAX)]
-RunTokens = Annotated[int, msgspec.Meta(ge=1, le=RUN_TOKENS_MAX)]
-Cost = Annotated[float, msgspec.Meta(gt=0, le=COST_MAX)]
-Price = Annotated[float, msgspec.Meta(ge=0, le=PRICE_MAX)]
+RunTokens = Annotated[int, msgspec.Meta(ge=1, le=10**12)]
+"""Token budgets summed over a run (``max_turns`` requests of up to a window each)."""
+Cost = Annotated[float, msgspec.Meta(gt=0, le=1e9)]
+Price = Annotated[float, msgspec.Meta(ge=0, le=1e6)]
+"""A price per million tokens."""
 CacheHits = Annotated[int, msgspec.Meta(ge=0, le=CACHE_HITS_MAX)]
-CacheEntries = Annotated[int, msgspec.Meta(ge=0, le=CACHE_ENTRIES_MAX)]
-Recoveries = Annotated[int, msgspec.Meta(ge=0, le=RECOVERIES_MAX)]
+CacheEntries = Annotated[int, msgspec.Meta(ge=0, le=10_000)]
+Recoveries = Annotated[int, msgspec.Meta(ge=0, le=100)]
 Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
 
 

@@ -14,7 +14,7 @@ import inspect
 import operator
 import textwrap
 from collections.abc import Collection, Iterator
-from typing import Final
+from typing import Final, NamedTuple
 
 import msgspec
 import msgspec.inspect as mi
@@ -25,9 +25,9 @@ from actors.tools.mcp import McpServer
 from bus.causes import CAUSE_TABLE
 from orchestrator.config import RUN_KEYS, Config, ContextSettings, RunSettings
 from orchestrator.config_ranges import NumericRange, children, node_range, number_text, range_at
-from orchestrator.config_sections import BUDGET_LIMITS
 
 __all__ = [
+    "BUDGET_LIMITS",
     "budget_table",
     "config_roots",
     "doc_tables",
@@ -113,6 +113,37 @@ def section_table(kind: type[msgspec.Struct]) -> str:
         doc = docs.get(field.name, "")
         lines.append(f"| `{field.name}` | {_value(value)} | {inequality} | {doc} |")
     return "\n".join(lines)
+
+
+class BudgetLimit(NamedTuple):
+    """How a ``[budget]`` key ends a run (docs/budgets.md's table derives from these)."""
+
+    key: str
+    """The ``[budget]`` key that sets the limit."""
+    limit: str
+    """What it limits, in words."""
+    checked: str
+    """When the budget monitor checks it."""
+    value: str | None = None
+    """The value of ``key`` that turns it on (``None``: any value but unset)."""
+
+
+BUDGET_LIMITS: Final = {
+    "budget.max_turns": BudgetLimit("max_turns", "turns", "when a turn ends (its tools ran)"),
+    "budget.max_tool_calls": BudgetLimit(
+        "max_tool_calls", "tool calls", "before the call that would exceed it"
+    ),
+    "budget.deadline": BudgetLimit(
+        "deadline_seconds", "wall clock", "a timer, and at every turn start"
+    ),
+    "budget.output_tokens": BudgetLimit("max_output_tokens", "output tokens", "when a turn ends"),
+    "budget.input_tokens": BudgetLimit("max_input_tokens", "input tokens", "when a turn ends"),
+    "budget.cost": BudgetLimit("max_cost", "cost", "when a turn ends"),
+    "budget.diminishing_returns": BudgetLimit(
+        "mode", "(target mode)", "when the model ends its turn", "target"
+    ),
+}
+"""Each ``budget.*`` cause of the cause table (``bus.causes``) with the key that sets it."""
 
 
 def budget_table() -> str:

@@ -26,10 +26,9 @@ from orchestrator.config import (
     ToolSettings,
     run_settings,
 )
-from orchestrator.config_sections import BUDGET_LIMITS
 from orchestrator.daemon.policy import CEILINGED
 from orchestrator.runtime.runtime import conductor_settings
-from tests.config_docs import generated_tables
+from tests.config_docs import BUDGET_LIMITS, generated_tables
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
