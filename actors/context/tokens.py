@@ -198,11 +198,6 @@ class Estimator:
         self.calls = 0
         """How many texts were estimated, counted or found kept (for tests and stats)."""
 
-    def _count(self, text: str) -> int:
-        if self._counter is None:
-            self._counter = bpe_counter(self.encoding)
-        return self._counter(text)
-
     def text(self, text: str) -> Estimate:
         """Tokens of ``text``; nothing is counted for an empty text."""
         if not text:
@@ -219,7 +214,10 @@ class Estimator:
         return self._estimate(text)
 
     def _estimate(self, text: str) -> Estimate:
-        base = self._count(text)
+        counter = self._counter
+        if counter is None:
+            counter = self._counter = bpe_counter(self.encoding)
+        base = counter(text)
         if self.exact:
             return Estimate(base, base)
         extra = sum(len(run) - math.ceil(len(run) / 3) for run in _DIGITS.findall(text))
