@@ -113,8 +113,6 @@ class PingPong(ToolDetector):
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
-        if not cfg.enabled:
-            return None
         found = None
         if self._continue:
             self._found = None
