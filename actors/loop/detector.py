@@ -274,7 +274,15 @@ class LoopDetector:
                     call_id=call_id,
                 )
             self._refusals += 1
-            self._watch_refusals()
+            if self._since_refusal is None and self._pending is not None:
+                # From now on only progress ends the refusals (``refusal_limit``): a call that
+                # runs but changes nothing does not. Results are judged from here, the
+                # window's results counting as seen; without results (no detector reads
+                # them), any call that runs ends the refusals.
+                since = self._since_refusal = ProgressTracker()
+                for record in self._window.records:
+                    if record.result is not None:
+                        since.judge(record.fingerprint, record.result, is_error=record.error)
         if decision.level in ("none", "warning"):
             if self._since_refusal is None:
                 self._refusals = 0
@@ -286,7 +294,15 @@ class LoopDetector:
                     streak.on_refused(call)  # this refusal answers its failures too
             if self.config.record_blocked:
                 self._record(call)
-                self._record_refusal(call)
+                # A refused call changed nothing: its result is the call's last result, so
+                # it counts as no progress (OpenClaw's later "tool-loop-veto" outcome) and a
+                # level above ``block_at`` stays reachable for the detectors that look at
+                # results (none does when there are no last results).
+                last = self._last_results
+                previous = None if last is None else last.get(call.fingerprint)
+                if previous is not None:
+                    call.refused = True
+                    self.record_result(call.call_id, result_fingerprint=previous)
         return msgspec.structs.replace(decision, call_id=call_id)
 
     def record_result(
@@ -342,29 +358,6 @@ class LoopDetector:
             self._last_results[call.fingerprint] = call.result
         for detector in self._watchers:
             detector.on_result(call, previous)
-
-    def _watch_refusals(self) -> None:
-        """After a refusal, only progress ends the refusals (``refusal_limit``): a call that
-        runs but changes nothing does not. Results are judged from now on, the window's
-        results counting as seen; without results (no detector reads them), any call that
-        runs ends the refusals."""
-        if self._since_refusal is not None or self._pending is None:
-            return
-        since = self._since_refusal = ProgressTracker()
-        for record in self._window.records:
-            if record.result is not None:
-                since.judge(record.fingerprint, record.result, is_error=record.error)
-
-    def _record_refusal(self, call: CallRecord) -> None:
-        """A refused call changed nothing: its result is the call's last result, so it
-        counts as no progress (OpenClaw's later "tool-loop-veto" outcome) and a level above
-        ``block_at`` stays reachable for the detectors that look at results."""
-        if self._last_results is None:
-            return  # no enabled detector looks at results
-        previous = self._last_results.get(call.fingerprint)
-        if previous is not None:
-            call.refused = True
-            self.record_result(call.call_id, result_fingerprint=previous)
 
     def _record(self, call: CallRecord) -> None:
         if self._window is not EMPTY_WINDOW:
