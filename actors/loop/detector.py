@@ -528,7 +528,10 @@ class LoopDetector:
 
         :raises ValueError: ``data`` is not a snapshot, or one of another config.
         """
-        snap = decode_snapshot(data)
+        try:
+            snap = decode_snapshot(data)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"not a loop detector snapshot: {exc}") from None
         if snap.config != self.config.name or snap.detectors != len(self._detectors):
             raise ValueError(
                 f"loop snapshot of config {snap.config!r} ({snap.detectors} detectors) does "
