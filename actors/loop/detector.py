@@ -140,16 +140,6 @@ class _Plan:
 _plans: dict[int, _Plan] = {}
 
 
-def _plan(config: LoopConfig) -> _Plan:
-    plan = _plans.get(id(config))
-    if plan is None or plan.source is not config:
-        plan = _Plan(config)
-        if len(_plans) >= _MAX_PLANS:
-            del _plans[next(iter(_plans))]
-        _plans[id(config)] = plan
-    return plan
-
-
 class LoopDetector:
     """One run's (or one session's) loop detection. Not thread-safe; cheap to create.
 
@@ -183,8 +173,14 @@ class LoopDetector:
     )
 
     def __init__(self, config: LoopConfig = STRICT) -> None:
-        self._plan = _plan(config)
-        self.config = self._plan.config  # clamped as OpenClaw does
+        plan = _plans.get(id(config))
+        if plan is None or plan.source is not config:
+            plan = _Plan(config)
+            if len(_plans) >= _MAX_PLANS:
+                del _plans[next(iter(_plans))]
+            _plans[id(config)] = plan
+        self._plan = plan
+        self.config = plan.config  # clamped as OpenClaw does
         self.reset()
 
     def reset(self) -> None:
