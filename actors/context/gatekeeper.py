@@ -359,16 +359,14 @@ class ContextGatekeeper:
         appended = msg.appended
         first = msg.prompt_messages - len(appended)
         share = run.policy.tool_result_share
-        found: list[tuple[int, ChatMessage]] = []
-        chars = 0
-        for offset, message in enumerate(appended):
-            content = message.content
-            if message.role != "tool" or not content or message.tool_call_id is None:
-                continue
-            found.append((first + offset, message))
-            chars += len(content)
+        found = [
+            (first + offset, message)
+            for offset, message in enumerate(appended)
+            if message.role == "tool" and message.content and message.tool_call_id is not None
+        ]
         if not found:
             return
+        chars = sum(len(message.content or "") for _, message in found)
         # each message's framing counted as RESULT_FRAMING characters: more than it costs
         if chars + (len(found) - 1) * RESULT_FRAMING <= run.cut_chars:
             return  # cannot be over the share together whatever calibration says
