@@ -235,25 +235,26 @@ class Estimator:
             tokens += found.tokens
             floor += found.floor
             bound += found.bound
-        for part in parts:  # images priced by their pixel size, never by their URL's characters
-            match part:
-                case TextPart(text=part_text):
-                    found = text(part_text)
-                    tokens += found.tokens
-                    floor += found.floor
-                    bound += found.bound
-                case ImagePart(image_url=image_url):
-                    # Only OpenAI's price of a fixed detail is known; other models (and
-                    # "auto", which may pick "low") can charge less: no floor then.
-                    price = part_tokens(part)
-                    tokens += price
-                    if self.exact:
-                        if image_url.detail != "auto":
-                            floor += price
-                    else:
-                        bound += price
-                case _:
-                    assert_never(part)
+        if parts:  # images priced by their pixel size, never by their URL's characters
+            for part in parts:
+                match part:
+                    case TextPart(text=part_text):
+                        found = text(part_text)
+                        tokens += found.tokens
+                        floor += found.floor
+                        bound += found.bound
+                    case ImagePart(image_url=image_url):
+                        # Only OpenAI's price of a fixed detail is known; other models (and
+                        # "auto", which may pick "low") can charge less: no floor then.
+                        price = part_tokens(part)
+                        tokens += price
+                        if self.exact:
+                            if image_url.detail != "auto":
+                                floor += price
+                        else:
+                            bound += price
+                    case _:
+                        assert_never(part)
         if message.name:
             found = text(message.name)
             tokens += found.tokens + 1
