@@ -293,7 +293,7 @@ class LoopDetector:
                 # A refused call changed nothing: its result is the call's last result, so
                 # it counts as no progress (OpenClaw's later "tool-loop-veto" outcome) and a
                 # level above ``block_at`` stays reachable for the detectors that look at
-                # results (none does when there are no last results).
+                # results (without last results, no enabled detector looks at them).
                 last = self._last_results
                 previous = None if last is None else last.get(call.fingerprint)
                 if previous is not None:
