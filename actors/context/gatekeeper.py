@@ -265,10 +265,20 @@ class ContextGatekeeper:
             turn = msg.turn - 1 if msg.turn > 1 else 0  # the turn that added the messages
             self._sync(run, msg.appended, msg.prompt_messages, turn)
             counting = run.counting
-            method = counting if counting in _SETTLED else self._method(run)
+            if counting in _SETTLED:
+                method = counting
+            elif run.ledger.estimator.exact:
+                method = "exact"
+            else:
+                method = self.calibration.source(run.model) or "bound"
             if method != counting:  # the run's first check, or the method changed
-                if not run.counting:
-                    run.base = _fixed_prompt(run)
+                if not counting:
+                    # what every request carries: the messages up to its task, and the tools
+                    fixed = run.ledger.entries[: run.ledger.first_user() + 1]
+                    run.base = (
+                        run.tools.tokens + sum(entry.estimate.tokens for entry in fixed),
+                        run.tools.bound + sum(entry.estimate.bound for entry in fixed),
+                    )
                 run.counting = method
                 detail = self._counting(run)
                 self._bus.publish_nowait(
@@ -307,11 +317,6 @@ class ContextGatekeeper:
         ledger, tools = run.ledger, run.tools
         raw, bound = ledger.tokens + tools.tokens, ledger.bound + tools.bound
         return self.calibration.apply(run.model, raw, bound)
-
-    def _method(self, run: _Run) -> str:
-        if run.ledger.estimator.exact:
-            return "exact"
-        return self.calibration.source(run.model) or "bound"
 
     def _counting(self, run: _Run) -> str:
         """How ``run``'s prompt tokens are counted now (said once, and on a change)."""
@@ -354,16 +359,14 @@ class ContextGatekeeper:
         appended = msg.appended
         first = msg.prompt_messages - len(appended)
         share = run.policy.tool_result_share
-        found: list[tuple[int, ChatMessage]] = []
-        chars = 0
-        for offset, message in enumerate(appended):
-            content = message.content
-            if message.role != "tool" or not content or message.tool_call_id is None:
-                continue
-            found.append((first + offset, message))
-            chars += len(content)
+        found = [
+            (first + offset, message)
+            for offset, message in enumerate(appended)
+            if message.role == "tool" and message.content and message.tool_call_id is not None
+        ]
         if not found:
             return
+        chars = sum(len(message.content or "") for _, message in found)
         # each message's framing counted as RESULT_FRAMING characters: more than it costs
         if chars + (len(found) - 1) * RESULT_FRAMING <= run.cut_chars:
             return  # cannot be over the share together whatever calibration says
@@ -381,9 +384,25 @@ class ContextGatekeeper:
         folds: list[Fold] = []
         before = self._prompt(run)
         for (index, message), own, part in zip(found, owns, parts, strict=True):
-            if own <= part or len(message.content or "") <= NOTE_CHARS:
+            content = message.content or ""
+            if own <= part or len(content) <= NOTE_CHARS:
                 continue
-            fold = self._cut_fold(run, index, message, appended, own, part)
+            call_id, tool = message.tool_call_id or "", entries[index].tool
+            calls = (c for m in appended for c in m.tool_calls if c.id == call_id)
+            arguments = next(calls, None) if tool == "read_file" else None
+            line = next_offset(tool, None if arguments is None else arguments.arguments)
+            keep = len(content) * max(part, 0) // max(own, 1) - NOTE_CHARS
+            stub = cut_result(content, keep, tool=tool, offset=line)
+            for _ in range(CUT_ROUNDS):
+                cut = run.ledger.estimator.message(
+                    ChatMessage(role="tool", tool_call_id=call_id, content=stub)
+                )
+                tokens = calibration.apply(run.model, cut.tokens, cut.bound)
+                if tokens <= part or keep <= 0:
+                    break
+                keep = keep * part // tokens - NOTE_CHARS
+                stub = cut_result(content, keep, tool=tool, offset=line)
+            fold = Fold(index=index, call_id=call_id, stub=stub)
             run.ledger.fold(fold, final=False)
             folds.append(fold)
         if folds:
@@ -397,33 +416,6 @@ class ContextGatekeeper:
                 f"tool schemas leave under the limit: {before:,} → {after:,} tokens (estimate)."
             )
             self._act(run, msg.turn, "collapse", detail, before, after, folds=tuple(folds))
-
-    def _cut_fold(
-        self,
-        run: _Run,
-        index: int,
-        message: ChatMessage,
-        appended: Sequence[ChatMessage],
-        own: int,
-        allowed: int,
-    ) -> Fold:
-        content = message.content or ""
-        call_id = message.tool_call_id or ""
-        entry = run.ledger.entries[index]
-        calls = (c for m in appended for c in m.tool_calls if c.id == call_id)
-        arguments = next(calls, None) if entry.tool == "read_file" else None
-        offset = next_offset(entry.tool, None if arguments is None else arguments.arguments)
-        estimator = run.ledger.estimator
-        keep = len(content) * max(allowed, 0) // max(own, 1) - NOTE_CHARS
-        stub = cut_result(content, keep, tool=entry.tool, offset=offset)
-        for _ in range(CUT_ROUNDS):
-            found = estimator.message(ChatMessage(role="tool", tool_call_id=call_id, content=stub))
-            tokens = self.calibration.apply(run.model, found.tokens, found.bound)
-            if tokens <= allowed or keep <= 0:
-                break
-            keep = keep * allowed // tokens - NOTE_CHARS
-            stub = cut_result(content, keep, tool=entry.tool, offset=offset)
-        return Fold(index=index, call_id=call_id, stub=stub)
 
     def _check(self, run: _Run, msg: TurnStarted) -> None:
         if run.stale:
@@ -679,13 +671,3 @@ def _cut_chars(run: _Run) -> int:
         return max(int(worst) // MAX_BOUND_PER_CHAR, 0)
     worst = share * (run.limit - tokens * HIGH) - RESULT_FRAMING * HIGH
     return max(int(worst) // int(MAX_EXACT_PER_CHAR * HIGH), 0)
-
-
-def _fixed_prompt(run: _Run) -> tuple[int, int]:
-    """The raw (tokens, bound) of what every request of ``run`` carries: the messages up to
-    its task, and the tool schemas."""
-    tokens, bound = run.tools.tokens, run.tools.bound
-    for entry in run.ledger.entries[: run.ledger.first_user() + 1]:
-        tokens += entry.estimate.tokens
-        bound += entry.estimate.bound
-    return tokens, bound

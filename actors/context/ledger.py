@@ -23,11 +23,11 @@ class PromptLedger:
 
     __slots__ = (
         "_call_names",
-        "_fold_scan",
         "bound",
         "entries",
         "estimator",
         "floor",
+        "fold_scan",
         "longest_result",
         "tokens",
     )
@@ -44,19 +44,15 @@ class PromptLedger:
         self.longest_result = 0
         """Characters of the longest tool result the last :meth:`extend` added (0: none)."""
         self._call_names: dict[str, str] = {}
-        # (min_chars, n): for that fold minimum, entries before n are folded or can never be
-        # folded, so collapse planning starts at n (a long run near its window plans every
-        # turn; without this, each plan re-read the whole history).
-        self._fold_scan = (0, 0)
+        self.fold_scan = (0, 0)
+        """``(min_chars, n)``: for that fold minimum, entries before ``n`` are folded or can
+        never be folded, so collapse planning starts at ``n`` (a long run near its window
+        plans every turn; without this, each plan re-read the whole history)."""
 
     def fold_scan_start(self, min_chars: int) -> int:
         """Where :func:`~actors.context.planning.plan_collapse` starts for ``min_chars``."""
-        chars, start = self._fold_scan
+        chars, start = self.fold_scan
         return start if chars == min_chars else 0
-
-    def settle_fold_scan(self, min_chars: int, start: int) -> None:
-        """Entries before ``start`` are folded or never foldable with ``min_chars``."""
-        self._fold_scan = (min_chars, start)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -114,14 +110,14 @@ class PromptLedger:
             self.floor -= old.estimate.floor
             self.bound -= old.estimate.bound
         self.entries[start:end] = [entry]
-        self._fold_scan = (0, 0)  # positions moved
+        self.fold_scan = (0, 0)  # positions moved
 
     def reset(self) -> None:
         """Forget everything (before counting a transcript afresh)."""
         self.entries.clear()
         self._call_names.clear()
         self.tokens = self.floor = self.bound = 0
-        self._fold_scan = (0, 0)
+        self.fold_scan = (0, 0)
 
     def last_assistant(self) -> int:
         """Index of the last assistant message, or -1."""

@@ -84,7 +84,7 @@ def plan_collapse(
         saved += gain
         if needed is not None and saved >= needed:
             break
-    ledger.settle_fold_scan(min_chars, settled)
+    ledger.fold_scan = (min_chars, settled)
     return tuple(folds), saved
 
 

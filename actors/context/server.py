@@ -64,9 +64,21 @@ async def probe(endpoint: ServerEndpoint, model: str, sample: str) -> ServerRepo
     url = endpoint.base_url.rstrip("/")
     async with httpx2.AsyncClient(timeout=TIMEOUT_SECONDS, headers=headers) as http:
         window = await _window(http, url, model)
-        # the tokenizer paths live at the base URL without its /v1
-        tokenizer, count = await _tokenize(http, url.removesuffix("/v1"), model, sample)
-    return ServerReport(window, tokenizer, count)
+        bodies = (
+            {"input": sample, "model": model},
+            {"content": sample, "prompt": sample, "model": model},
+        )
+        for path, body in zip(TOKENIZER_PATHS, bodies, strict=True):
+            # the tokenizer paths live at the base URL without its /v1
+            answer = await _ask(http, "POST", url.removesuffix("/v1") + path, body)
+            if not isinstance(answer, dict):
+                continue
+            tokens, count = answer.get("tokens"), answer.get("count")
+            if isinstance(tokens, list) and tokens:
+                return ServerReport(window, path, len(tokens))
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+                return ServerReport(window, path, count)
+    return ServerReport(window)
 
 
 async def _window(http: httpx2.AsyncClient, base_url: str, model: str) -> int | None:
@@ -81,25 +93,6 @@ async def _window(http: httpx2.AsyncClient, base_url: str, model: str) -> int | 
                 return None
             return window if 1 <= window <= WINDOW_MAX else None
     return None
-
-
-async def _tokenize(
-    http: httpx2.AsyncClient, root: str, model: str, sample: str
-) -> tuple[str | None, int | None]:
-    bodies = (
-        {"input": sample, "model": model},
-        {"content": sample, "prompt": sample, "model": model},
-    )
-    for path, body in zip(TOKENIZER_PATHS, bodies, strict=True):
-        answer = await _ask(http, "POST", root + path, body)
-        if not isinstance(answer, dict):
-            continue
-        tokens, count = answer.get("tokens"), answer.get("count")
-        if isinstance(tokens, list) and tokens:
-            return path, len(tokens)
-        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-            return path, count
-    return None, None
 
 
 async def _ask(http: httpx2.AsyncClient, method: str, url: str, body: dict[str, str] | None) -> Any:

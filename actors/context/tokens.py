@@ -26,7 +26,6 @@ from actors.context.windows import Encoding, encoding_for
 from bus import (
     IMAGE_MARKER,
     ChatMessage,
-    ContentPart,
     ImagePart,
     TextPart,
     ToolSpec,
@@ -198,11 +197,6 @@ class Estimator:
         self.calls = 0
         """How many texts were estimated, counted or found kept (for tests and stats)."""
 
-    def _count(self, text: str) -> int:
-        if self._counter is None:
-            self._counter = bpe_counter(self.encoding)
-        return self._counter(text)
-
     def text(self, text: str) -> Estimate:
         """Tokens of ``text``; nothing is counted for an empty text."""
         if not text:
@@ -219,7 +213,10 @@ class Estimator:
         return self._estimate(text)
 
     def _estimate(self, text: str) -> Estimate:
-        base = self._count(text)
+        counter = self._counter
+        if counter is None:
+            counter = self._counter = bpe_counter(self.encoding)
+        base = counter(text)
         if self.exact:
             return Estimate(base, base)
         extra = sum(len(run) - math.ceil(len(run) / 3) for run in _DIGITS.findall(text))
@@ -238,11 +235,26 @@ class Estimator:
             tokens += found.tokens
             floor += found.floor
             bound += found.bound
-        if parts:
-            found = self._parts(parts)
-            tokens += found.tokens
-            floor += found.floor
-            bound += found.bound
+        if parts:  # images priced by their pixel size, never by their URL's characters
+            for part in parts:
+                match part:
+                    case TextPart(text=part_text):
+                        found = text(part_text)
+                        tokens += found.tokens
+                        floor += found.floor
+                        bound += found.bound
+                    case ImagePart(image_url=image_url):
+                        # Only OpenAI's price of a fixed detail is known; other models (and
+                        # "auto", which may pick "low") can charge less: no floor then.
+                        price = part_tokens(part)
+                        tokens += price
+                        if self.exact:
+                            if image_url.detail != "auto":
+                                floor += price
+                        else:
+                            bound += price
+                    case _:
+                        assert_never(part)
         if message.name:
             found = text(message.name)
             tokens += found.tokens + 1
@@ -260,31 +272,6 @@ class Estimator:
             tokens += CALL_OVERHEAD + name.tokens + arguments.tokens
             floor += CALL_OVERHEAD + name.floor + arguments.floor
             bound += self._call_bound + name.bound + arguments.bound
-        return Estimate(tokens, floor, bound)
-
-    def _parts(self, parts: Iterable[ContentPart]) -> Estimate:
-        """Tokens of content parts: texts counted, images priced by their pixel size
-        (:func:`~actors.context.images.part_tokens`), never by the characters of a URL."""
-        tokens = floor = bound = 0
-        for part in parts:
-            match part:
-                case TextPart(text=text):
-                    found = self.text(text)
-                    tokens += found.tokens
-                    floor += found.floor
-                    bound += found.bound
-                case ImagePart(image_url=image_url):
-                    # Only OpenAI's price of a fixed detail is known; other models (and
-                    # "auto", which may pick "low") can charge less: no floor then.
-                    price = part_tokens(part)
-                    tokens += price
-                    if self.exact:
-                        if image_url.detail != "auto":
-                            floor += price
-                    else:
-                        bound += price
-                case _:
-                    assert_never(part)
         return Estimate(tokens, floor, bound)
 
     def tools(self, specs: Iterable[ToolSpec]) -> Estimate:

@@ -21,7 +21,6 @@ __all__ = [
     "MODEL_ENCODINGS",
     "MODEL_WINDOWS",
     "Encoding",
-    "configured_window",
     "encoding_for",
     "match_model",
     "warn_default_window",
@@ -148,17 +147,10 @@ def window_for(
 ) -> int:
     """The context window of ``model``: ``overrides`` (same prefix rules) first, then
     :data:`MODEL_WINDOWS`, then ``default``."""
-    found = configured_window(model, overrides)
+    found = match_model(model, overrides) if overrides else None
+    if found is None:
+        found = _builtin_window(model)
     return default if found is None else found
-
-
-def configured_window(model: str, overrides: Mapping[str, int] | None) -> int | None:
-    """``model``'s window from ``overrides`` or the built-in table, or ``None``."""
-    if overrides:
-        found = match_model(model, overrides)
-        if found is not None:
-            return found
-    return _builtin_window(model)
 
 
 _WARNED: Final[set[str]] = set()

@@ -93,7 +93,18 @@ class ContentLoop:
         return start < len(delta) and self._feed_piece(delta[start:])
 
     def _feed_piece(self, delta: str) -> bool:
-        fences = self._fences(delta)
+        fences = 0  # code fences (three backticks) completed by ``delta``, runs carried over
+        if "`" not in delta:
+            self._ticks = 0
+        else:
+            for char in delta:
+                if char != "`":
+                    self._ticks = 0
+                    continue
+                self._ticks += 1
+                if self._ticks == 3:
+                    fences += 1
+                    self._ticks = 0
         probe = self._head + delta
         divider = _DIVIDER.fullmatch(delta) is not None and (
             not self._head or _DIVIDER.fullmatch(self._head) is not None
@@ -128,22 +139,6 @@ class ContentLoop:
                 return True
             self._next += 1
         return False
-
-    def _fences(self, delta: str) -> int:
-        """Code fences (three backticks) completed by ``delta``, runs carried over."""
-        if "`" not in delta:
-            self._ticks = 0
-            return 0
-        fences = 0
-        for char in delta:
-            if char != "`":
-                self._ticks = 0
-                continue
-            self._ticks += 1
-            if self._ticks == 3:
-                fences += 1
-                self._ticks = 0
-        return fences
 
     def _repeats(self, chunk: str) -> bool:
         cfg = self._config

@@ -20,18 +20,17 @@ from actors.loop.verdicts import Hit, Level, Levels, by_level
 __all__ = ["Cycle", "repetitions"]
 
 
-def _primitive(block: Sequence[str]) -> bool:
-    k = len(block)
-    return not any(
-        k % p == 0 and all(block[i] == block[i % p] for i in range(k)) for p in range(1, k)
-    )
-
-
 def repetitions(keys: Sequence[str], period: int) -> int:
     """Whole repetitions of the last ``period`` keys at the end of ``keys`` (0 when the
     block is itself a repetition of a shorter one)."""
     n = len(keys)
-    if n < period or not _primitive(keys[n - period :]):
+    if n < period:
+        return 0
+    block = keys[n - period :]
+    if any(
+        period % p == 0 and all(block[i] == block[i % p] for i in range(period))
+        for p in range(1, period)
+    ):
         return 0
     run = period
     while run < n and keys[n - 1 - run] == keys[n - 1 - run + period]:
@@ -69,7 +68,7 @@ class Cycle(ToolDetector):
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
-        if not cfg.enabled or (self._levels.lowest > 1 and call.fingerprint not in self._keys):
+        if self._levels.lowest > 1 and call.fingerprint not in self._keys:
             return None
         keys = [*self._keys, call.fingerprint]
         for period in range(cfg.min_period, cfg.max_period + 1):

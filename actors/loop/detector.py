@@ -140,16 +140,6 @@ class _Plan:
 _plans: dict[int, _Plan] = {}
 
 
-def _plan(config: LoopConfig) -> _Plan:
-    plan = _plans.get(id(config))
-    if plan is None or plan.source is not config:
-        plan = _Plan(config)
-        if len(_plans) >= _MAX_PLANS:
-            del _plans[next(iter(_plans))]
-        _plans[id(config)] = plan
-    return plan
-
-
 class LoopDetector:
     """One run's (or one session's) loop detection. Not thread-safe; cheap to create.
 
@@ -183,8 +173,14 @@ class LoopDetector:
     )
 
     def __init__(self, config: LoopConfig = STRICT) -> None:
-        self._plan = _plan(config)
-        self.config = self._plan.config  # clamped as OpenClaw does
+        plan = _plans.get(id(config))
+        if plan is None or plan.source is not config:
+            plan = _Plan(config)
+            if len(_plans) >= _MAX_PLANS:
+                del _plans[next(iter(_plans))]
+            _plans[id(config)] = plan
+        self._plan = plan
+        self.config = plan.config  # clamped as OpenClaw does
         self.reset()
 
     def reset(self) -> None:
@@ -274,7 +270,15 @@ class LoopDetector:
                     call_id=call_id,
                 )
             self._refusals += 1
-            self._watch_refusals()
+            if self._since_refusal is None and self._pending is not None:
+                # From now on only progress ends the refusals (``refusal_limit``): a call that
+                # runs but changes nothing does not. Results are judged from here, the
+                # window's results counting as seen; without results (no detector reads
+                # them), any call that runs ends the refusals.
+                since = self._since_refusal = ProgressTracker()
+                for record in self._window.records:
+                    if record.result is not None:
+                        since.judge(record.fingerprint, record.result, is_error=record.error)
         if decision.level in ("none", "warning"):
             if self._since_refusal is None:
                 self._refusals = 0
@@ -286,7 +290,15 @@ class LoopDetector:
                     streak.on_refused(call)  # this refusal answers its failures too
             if self.config.record_blocked:
                 self._record(call)
-                self._record_refusal(call)
+                # A refused call changed nothing: its result is the call's last result, so
+                # it counts as no progress (OpenClaw's later "tool-loop-veto" outcome) and a
+                # level above ``block_at`` stays reachable for the detectors that look at
+                # results (without last results, no enabled detector looks at them).
+                last = self._last_results
+                previous = None if last is None else last.get(call.fingerprint)
+                if previous is not None:
+                    call.refused = True
+                    self.record_result(call.call_id, result_fingerprint=previous)
         return msgspec.structs.replace(decision, call_id=call_id)
 
     def record_result(
@@ -342,29 +354,6 @@ class LoopDetector:
             self._last_results[call.fingerprint] = call.result
         for detector in self._watchers:
             detector.on_result(call, previous)
-
-    def _watch_refusals(self) -> None:
-        """After a refusal, only progress ends the refusals (``refusal_limit``): a call that
-        runs but changes nothing does not. Results are judged from now on, the window's
-        results counting as seen; without results (no detector reads them), any call that
-        runs ends the refusals."""
-        if self._since_refusal is not None or self._pending is None:
-            return
-        since = self._since_refusal = ProgressTracker()
-        for record in self._window.records:
-            if record.result is not None:
-                since.judge(record.fingerprint, record.result, is_error=record.error)
-
-    def _record_refusal(self, call: CallRecord) -> None:
-        """A refused call changed nothing: its result is the call's last result, so it
-        counts as no progress (OpenClaw's later "tool-loop-veto" outcome) and a level above
-        ``block_at`` stays reachable for the detectors that look at results."""
-        if self._last_results is None:
-            return  # no enabled detector looks at results
-        previous = self._last_results.get(call.fingerprint)
-        if previous is not None:
-            call.refused = True
-            self.record_result(call.call_id, result_fingerprint=previous)
 
     def _record(self, call: CallRecord) -> None:
         if self._window is not EMPTY_WINDOW:
@@ -535,7 +524,10 @@ class LoopDetector:
 
         :raises ValueError: ``data`` is not a snapshot, or one of another config.
         """
-        snap = decode_snapshot(data)
+        try:
+            snap = decode_snapshot(data)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"not a loop detector snapshot: {exc}") from None
         if snap.config != self.config.name or snap.detectors != len(self._detectors):
             raise ValueError(
                 f"loop snapshot of config {snap.config!r} ({snap.detectors} detectors) does "

@@ -38,7 +38,7 @@ class ErrorStreak(ToolDetector):
 
     def __init__(self, config: ErrorStreakConfig) -> None:
         self._config = config
-        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
         self._streak = 0
         self._warned = False
         self._refused_at = 0

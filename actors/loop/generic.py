@@ -93,8 +93,8 @@ class GenericRepeat(ToolDetector):
         self._skip_polls = config.skip_poll_tools
         self._extra = int(config.include_proposed)
         progress = (config.progress_warn_at, config.progress_block_at, config.progress_break_at)
-        levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
-        self._lowest = min(levels.lowest, Levels(*progress, enabled=config.enabled).lowest)
+        levels = Levels(config.warn_at, config.block_at, config.break_at)
+        self._lowest = min(levels.lowest, Levels(*progress).lowest)
         self._aware = config.stop_needs_no_progress or config.warn_needs_no_progress
         self._aware_tools = frozenset(config.no_progress_tools)
         self._counts: dict[str, int] = {}

@@ -36,7 +36,7 @@ class GlobalBreaker(ToolDetector):
 
     def __init__(self, config: GlobalBreakerConfig) -> None:
         self._config = config
-        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
         self._total = 0
         self.watches_results = self.previous_results = config.mode == "total"
 

@@ -192,8 +192,24 @@ class LoopMonitor:
         decision = state.detector.propose(
             call.name, call.arguments, call_id=call.id, fingerprint=msg.fingerprint
         )
-        if decision.level != "none":
-            self._answer_call(state, msg, decision)
+        level = decision.level
+        if level == "none" or (level == "warning" and decision.nudge is None):
+            return  # nothing found, or a rate-limited warning: nothing to say
+        if level == "break":
+            self._stop(state, msg.run_id, decision)
+            return
+        self._bus.publish_nowait(
+            ToolVerdict(
+                run_id=msg.run_id,
+                turn=msg.turn,
+                call_id=call.id,
+                verdict="warn" if level == "warning" else "block",
+                source=self._name,
+                message=decision.message,
+                cause=decision.cause or "",
+            )
+        )
+        self._nudge(msg.run_id, decision)
 
     def _text_delta(self, msg: ModelTextDelta) -> None:
         if msg.turn < 0:
@@ -204,7 +220,16 @@ class LoopMonitor:
         if state.stream_turn != msg.turn:
             state.detector.new_stream()
             state.stream_turn = msg.turn
-        self._answer_text(state, msg, state.detector.feed_text(msg.text))
+        decision = state.detector.feed_text(msg.text)
+        if decision.level == "none":
+            return
+        self._bus.publish_nowait(
+            ModelCancel(run_id=msg.run_id, turn=msg.turn, reason="loop.content")
+        )
+        if decision.level == "break":
+            self._stop(state, msg.run_id, decision)
+        else:
+            self._nudge(msg.run_id, decision)
 
     def _tool_result(self, msg: ToolResult) -> None:
         known = self._runs.get(msg.run_id)
@@ -340,37 +365,6 @@ class LoopMonitor:
             self._stop(state, run_id, decision)
         elif decision.level != "none":
             self._nudge(run_id, decision)
-
-    def _answer_call(self, state: _Run, msg: ToolCallProposed, decision: Decision) -> None:
-        level = decision.level  # not "none": the caller answers findings only
-        if level == "break":
-            self._stop(state, msg.run_id, decision)
-            return
-        if level == "warning" and decision.nudge is None:
-            return  # a rate-limited warning: nothing to say
-        self._bus.publish_nowait(
-            ToolVerdict(
-                run_id=msg.run_id,
-                turn=msg.turn,
-                call_id=msg.call.id,
-                verdict="warn" if level == "warning" else "block",
-                source=self._name,
-                message=decision.message,
-                cause=decision.cause or "",
-            )
-        )
-        self._nudge(msg.run_id, decision)
-
-    def _answer_text(self, state: _Run, msg: ModelTextDelta, decision: Decision) -> None:
-        if decision.level == "none":
-            return
-        self._bus.publish_nowait(
-            ModelCancel(run_id=msg.run_id, turn=msg.turn, reason="loop.content")
-        )
-        if decision.level == "break":
-            self._stop(state, msg.run_id, decision)
-        else:
-            self._nudge(msg.run_id, decision)
 
     def _nudge(self, run_id: str, decision: Decision) -> None:
         if decision.nudge is not None and decision.cause is not None:

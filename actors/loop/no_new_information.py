@@ -42,7 +42,7 @@ class NoNewInformation(ToolDetector):
 
     def __init__(self, config: NoNewInformationConfig) -> None:
         self._config = config
-        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
         self._result = ""  # no result yet (a fingerprint is never empty)
         self._first = ""
         self._count = 0

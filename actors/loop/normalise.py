@@ -253,17 +253,11 @@ def _scan(pattern: _Regexp[bytes], data: bytes, pos: int, endpos: int) -> Iterat
         pos = end if end > start else end + 1  # no shape matches empty, but never stall
 
 
-def _group(spans: Spans) -> int:
-    """The alternative that matched (the one group that took part)."""
-    for group in range(1, len(spans)):
-        if spans[group][0] >= 0:
-            return group
-    raise AssertionError("a token matched no alternative")  # pragma: no cover
-
-
 def _replacement(data: bytes, spans: Spans) -> bytes | None:
     """What a token of :func:`_tokens` is replaced by, or ``None`` to keep it."""
-    group = _group(spans)
+    group = 1
+    while spans[group][0] < 0:  # the alternative that matched: the one group that took part
+        group += 1
     kind = _KINDS[group - 1]
     start, end = spans[0]
     if kind in ("kv", "kn"):

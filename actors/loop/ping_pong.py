@@ -97,28 +97,20 @@ class PingPong(ToolDetector):
     def fresh(self) -> PingPong:
         return PingPong(self._config, continue_refused=True) if self._continue else self
 
-    def _continued(self, call: CallRecord, window: Window) -> Alternation | None:
-        """The alternation a refusal left, when ``call`` is its next call and no call has
-        run since (so the no-progress evidence still holds)."""
-        refused = self._refused
-        if refused is None:
-            return None
-        records = window.records
-        if not records or records[-1].call_id != refused.newest:
-            self._refused = None  # a call ran: the alternation is counted from the window
-            return None
-        if call.fingerprint != refused.paired:
-            return None
-        return Alternation(refused.length + 1, refused.fingerprint, True)
-
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         cfg = self._config
-        if not cfg.enabled:
-            return None
         found = None
         if self._continue:
             self._found = None
-            found = self._continued(call, window)
+            refused = self._refused
+            if refused is not None:
+                # the alternation a refusal left, when ``call`` is its next call and no call
+                # has run since (so the no-progress evidence still holds)
+                records = window.records
+                if not records or records[-1].call_id != refused.newest:
+                    self._refused = None  # a call ran: counted from the window again
+                elif call.fingerprint == refused.paired:
+                    found = Alternation(refused.length + 1, refused.fingerprint, True)
         if found is None:
             found = alternation(window, call.fingerprint)
         if found is None:

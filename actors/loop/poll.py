@@ -36,7 +36,7 @@ class PollNoProgress(ToolDetector):
 
     def __init__(self, config: PollConfig) -> None:
         self._config = config
-        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
 
     def check(self, call: CallRecord, window: Window) -> Hit | None:
         if not call.is_poll:

@@ -80,7 +80,7 @@ class ToolStagnation(_Qwen):
 
     def __init__(self, config: ToolStagnationConfig) -> None:
         self._config = config
-        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
         self._last = ""
         self._streak = 0
         self.watches_results = self.judges_progress = config.progress_resets
@@ -128,7 +128,7 @@ class ShellStagnation(_Qwen):
 
     def __init__(self, config: ShellStagnationConfig) -> None:
         self._config = config
-        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
         self._streak = 0
         self.watches_results = self.judges_progress = config.progress_resets
         self.records = True
@@ -169,7 +169,7 @@ class ReadLoop(_Qwen):
 
     def __init__(self, config: ReadLoopConfig, kinds: dict[str, bool] | None = None) -> None:
         self._config = config
-        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
         # whether a tool name is read-like, shared by the runs of one config (bounded)
         self._kinds: dict[str, bool] = {} if kinds is None else kinds
         self._reads: list[bool] = []
@@ -266,7 +266,7 @@ class CallCap(_Qwen):
         cfg = self._config
         total = self._total + 1
         soft = cfg.soft_cap
-        if not cfg.enabled or soft is None or total <= soft:
+        if soft is None or total <= soft:
             return None
         repeat = max(self._max_repeat, self._counts.get(call.fingerprint, 0) + 1)
         hard = cfg.hard_cap

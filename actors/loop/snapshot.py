@@ -45,15 +45,5 @@ class LoopSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 encode_snapshot: Final = msgspec.json.Encoder().encode
 """A :class:`LoopSnapshot` as JSON bytes."""
-_decoder = msgspec.json.Decoder(LoopSnapshot)
-
-
-def decode_snapshot(data: bytes) -> LoopSnapshot:
-    """The snapshot in ``data``.
-
-    :raises ValueError: ``data`` is not a loop snapshot.
-    """
-    try:
-        return _decoder.decode(data)
-    except msgspec.DecodeError as exc:
-        raise ValueError(f"not a loop detector snapshot: {exc}") from None
+decode_snapshot: Final = msgspec.json.Decoder(LoopSnapshot).decode
+"""The :class:`LoopSnapshot` in JSON bytes (:class:`msgspec.DecodeError` if there is none)."""

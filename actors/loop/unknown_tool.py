@@ -70,9 +70,8 @@ class UnknownTool(ToolDetector):
 
     def __init__(self, config: UnknownToolConfig) -> None:
         self._config = config
-        self._levels = Levels(config.warn_at, config.block_at, config.break_at, config.enabled)
-        storm = (config.storm_warn_at, config.storm_block_at, config.storm_break_at)
-        self._storms = Levels(*storm, enabled=config.enabled)
+        self._levels = Levels(config.warn_at, config.block_at, config.break_at)
+        self._storms = Levels(config.storm_warn_at, config.storm_block_at, config.storm_break_at)
         self._tool = ""
         self._count = 0
         self._total = 0  # unknown-tool results of the run, any name

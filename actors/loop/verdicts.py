@@ -60,17 +60,14 @@ def by_level(level: Level, warning: str, critical: str, stop: str) -> str:
 
 class Levels:
     """A detector's three thresholds. ``lowest``: the lowest count that reaches a level
-    (``NEVER`` when every level is off, or the detector is): below it, a detector need not
-    look further."""
+    (``NEVER`` when every level is off): below it, a detector need not look further."""
 
     __slots__ = ("block", "brk", "lowest", "warn")
 
-    def __init__(
-        self, warn: int | None, block: int | None, brk: int | None, enabled: bool = True
-    ) -> None:
+    def __init__(self, warn: int | None, block: int | None, brk: int | None) -> None:
         self.warn, self.block, self.brk = warn, block, brk
         on = [threshold for threshold in (warn, block, brk) if threshold is not None]
-        self.lowest = min(on) if on and enabled else NEVER
+        self.lowest = min(on) if on else NEVER
 
     def level(self, count: int) -> Level:
         """The highest level whose threshold ``count`` reaches (``none`` below ``lowest``)."""
