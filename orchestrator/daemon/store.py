@@ -511,7 +511,3 @@ class Store:
             f"SELECT {COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
         )
         return [read_row(row) for row in rows]
-
-    async def journal_mode(self) -> str:
-        rows = await self._rows("PRAGMA journal_mode")
-        return str(rows[0][0])
