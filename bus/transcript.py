@@ -133,16 +133,6 @@ def _attachment(line: str) -> ImagePart | None:
     return None if known is None else ImagePart(image_url=ImageURL(url=url, detail=known))
 
 
-def _split(content: str) -> tuple[str, tuple[ImagePart, ...]]:
-    """The text before the trailing attachment lines, and their images in order."""
-    lines = content.split("\n")
-    images: list[ImagePart] = []
-    while lines and (image := _attachment(lines[-1])) is not None:
-        images.append(image)
-        lines.pop()
-    return "\n".join(lines).rstrip("\n"), tuple(reversed(images))
-
-
 def message_images(message: ChatMessage) -> tuple[str, tuple[ContentPart, ...]]:
     """The text of ``message`` and the parts that follow it: its ``parts``, or the images
     attached to its content by trailing :func:`image_attachment` lines (taken out of the
@@ -153,8 +143,14 @@ def message_images(message: ChatMessage) -> tuple[str, tuple[ContentPart, ...]]:
     content = message.content or ""
     if message.parts or not content.startswith(IMAGE_MARKER, content.rfind("\n") + 1):
         return content, message.parts
-    text, images = _split(content)
-    return (text, images) if images else (content, ())
+    lines = content.split("\n")
+    images: list[ImagePart] = []
+    while lines and (image := _attachment(lines[-1])) is not None:
+        images.append(image)
+        lines.pop()
+    if not images:
+        return content, ()
+    return "\n".join(lines).rstrip("\n"), tuple(reversed(images))
 
 
 def message_text(message: ChatMessage) -> str:

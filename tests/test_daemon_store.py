@@ -46,7 +46,8 @@ async def test_wal_and_group_commit(tmp_path: Path) -> None:
         events = await store.events("r1", after=0, limit=2000)
         tail = await store.tail("r1", 3)
         stored = await store.get_run("r1")
-        mode = await store.journal_mode()
+        with closing(sqlite3.connect(tmp_path / "s.db")) as db:
+            mode = db.execute("PRAGMA journal_mode").fetchone()[0]
         store.close()
     assert mode == "wal"
     assert stats.events_written == 1000

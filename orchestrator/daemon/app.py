@@ -37,7 +37,7 @@ from orchestrator.daemon.http import (
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.metrics import render
 from orchestrator.daemon.openapi import openapi_document
-from orchestrator.daemon.replay_route import REPLAY_PATH, ReplayApi
+from orchestrator.daemon.replay_route import REPLAY_PATH, replay_handler
 from orchestrator.daemon.schemas import (
     REQUEST_DECODER,
     Health,
@@ -133,7 +133,7 @@ def create_app(config: Config, *, daemon: Daemon | None = None, lifespan: bool =
     routes = run_routes(
         api,
         Route("/v1/openapi.json", api.openapi, methods=["GET"]),
-        Route(REPLAY_PATH, ReplayApi(config).replay, methods=["POST"]),
+        Route(REPLAY_PATH, replay_handler(config), methods=["POST"]),
     )
     app = Starlette(
         routes=routes,

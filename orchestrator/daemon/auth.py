@@ -36,8 +36,7 @@ class Authenticator:
     def from_environment(
         cls, token_env: str, *, metrics_auth: bool, environ: Mapping[str, str] | None = None
     ) -> Authenticator:
-        environ = os.environ if environ is None else environ
-        raw = environ.get(token_env, "")
+        raw = (os.environ if environ is None else environ).get(token_env, "")
         tokens = tuple(token.strip() for token in raw.split(",") if token.strip())
         return cls(tokens, metrics_auth=metrics_auth)
 

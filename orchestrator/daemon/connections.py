@@ -41,15 +41,6 @@ class ConnectionLimits(NamedTuple):
     max_connections_per_client: int
 
 
-def _refusal(status: int, code: str, message: str, key: str) -> bytes:
-    body = msgspec.json.encode(ErrorBody(error=ErrorDetail(code=code, message=message, key=key)))
-    head = (
-        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n" % (status, HTTPStatus(status).phrase.encode(), len(body))
-    )
-    return head + body
-
-
 class _LimitedHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with :class:`ConnectionLimits` (see the module)."""
 
@@ -196,10 +187,16 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self.transport.close()
 
     def _close_with(self, status: int, code: str, message: str, key: str) -> None:
-        """Answer with the JSON error body (see :func:`_refusal`) and close."""
+        """Answer with the API's JSON error body and ``Connection: close``, and close."""
         self._cancel_timers()
         if not self.transport.is_closing():
-            self.transport.write(_refusal(status, code, message, key))
+            detail = ErrorDetail(code=code, message=message, key=key)
+            body = msgspec.json.encode(ErrorBody(error=detail))
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n%s"
+                % (status, HTTPStatus(status).phrase.encode(), len(body), body)
+            )
             self.transport.close()
 
     def _cancel_timers(self) -> None:

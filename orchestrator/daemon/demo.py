@@ -67,7 +67,20 @@ async def run_demo(
     chosen = list(scenarios if scenarios is not None else shipped_scenarios())
     results: dict[int, RunResult] = {}
     with tempfile.TemporaryDirectory(prefix="loopfuse-demo-") as folder:
-        demo_config = _demo_config(config or Config(), Path(folder), len(chosen))
+        # Served on loopback by the simulator, with a throw-away store, no tokens and room
+        # for every run.
+        config = config or Config()
+        daemon = msgspec.structs.replace(
+            config.daemon,
+            host="127.0.0.1",
+            port=0,
+            store_path=str(Path(folder) / "demo.db"),
+            token_env="",
+            queue_size=max(config.daemon.queue_size, len(chosen)),
+            scenarios=(),
+        )
+        model = msgspec.structs.replace(config.model, base_url=None)
+        demo_config = msgspec.structs.replace(config, model=model, daemon=daemon)
         shipped = {scenario.name for scenario in shipped_scenarios()}
         extra = [scenario for scenario in chosen if scenario.name not in shipped]
         async with (
@@ -103,22 +116,6 @@ async def run_demo(
         for index, scenario in enumerate(chosen)
     ]
     return Demo(rows, metrics_url, metrics)
-
-
-def _demo_config(config: Config, folder: Path, runs: int) -> Config:
-    """``config`` served on loopback by the simulator, with a throw-away store, no tokens
-    and room for every run."""
-    model = msgspec.structs.replace(config.model, base_url=None)
-    daemon = msgspec.structs.replace(
-        config.daemon,
-        host="127.0.0.1",
-        port=0,
-        store_path=str(folder / "demo.db"),
-        token_env="",
-        queue_size=max(config.daemon.queue_size, runs),
-        scenarios=(),
-    )
-    return msgspec.structs.replace(config, model=model, daemon=daemon)
 
 
 def _interesting(exposition: str) -> list[str]:

@@ -20,7 +20,6 @@ from starlette.types import ExceptionHandler, Receive
 from bus import ENCODER, ExitReason
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.limits import (
-    MAX_FOLDER_CHARS,
     MAX_INTEGER,
     check_depth,
     check_text_lengths,
@@ -132,9 +131,7 @@ async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | N
             return bytes(body)
 
 
-def decode_request(
-    body: bytes, *, max_text_chars: int, max_folder_chars: int = MAX_FOLDER_CHARS
-) -> RunRequest:
+def decode_request(body: bytes, *, max_text_chars: int, max_folder_chars: int) -> RunRequest:
     """A ``POST /v1/runs`` body: 400 when not JSON or nested too deep, 422 naming the bad
     field or a free-text field longer than ``max_text_chars``."""
     check_depth(body)

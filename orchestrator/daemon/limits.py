@@ -22,7 +22,6 @@ from orchestrator.daemon.schemas import RunRequest
 
 __all__ = [
     "INTEGER_PATTERN",
-    "MAX_FOLDER_CHARS",
     "MAX_INTEGER",
     "MAX_JSON_DEPTH",
     "check_depth",
@@ -32,8 +31,6 @@ __all__ = [
 
 MAX_JSON_DEPTH: Final = 32
 """The deepest a request body may nest arrays and objects."""
-MAX_FOLDER_CHARS: Final = 4096
-"""``daemon.max_folder_chars``'s default: Linux's ``PATH_MAX``."""
 MAX_INTEGER: Final = 2**63 - 1
 """The largest integer a query parameter or header may carry (SQLite's largest)."""
 INTEGER_PATTERN: Final = "^[0-9]{1,19}$"
@@ -82,9 +79,7 @@ def parse_integer(value: str, name: str, *, low: int = 0, high: int = MAX_INTEGE
     return number
 
 
-def check_text_lengths(
-    request: RunRequest, max_chars: int, *, max_folder_chars: int = MAX_FOLDER_CHARS
-) -> None:
+def check_text_lengths(request: RunRequest, max_chars: int, *, max_folder_chars: int) -> None:
     """Refuse a request whose free-text fields are longer than ``max_chars`` characters,
     or whose ``folder`` is longer than ``max_folder_chars``.
 

@@ -46,11 +46,6 @@ def _number(value: Any) -> str:
     return "null (no limit)" if value is None else f"{value:g}"
 
 
-def _above(value: Any, floor: Any) -> bool:
-    """Whether ``value`` stops later than ``floor`` (``None``: never)."""
-    return floor is not None and (value is None or value > floor)
-
-
 def loop_refusal(
     effective: LoopConfig, floor: LoopConfig, *, reply_limit: int | None
 ) -> tuple[str, str] | None:
@@ -98,7 +93,7 @@ def _section_refusal(
         for field in type(floor).__struct_fields__:
             value, own = getattr(effective, field), getattr(floor, field)
             if field in stops:
-                if _above(value, own):
+                if own is not None and (value is None or value > own):  # stops later (None: never)
                     return f"{name}.{field}", (
                         f"{_number(value)} is above the operator's {_number(own)} "
                         "(a request may only make a detector stop sooner)"

@@ -15,6 +15,7 @@ configured the endpoint answers 403 to everyone. The body is bounded by
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, get_args
 
 import msgspec
@@ -31,7 +32,7 @@ from orchestrator.replay.recording import Recording, RecordingError
 from orchestrator.replay.report import totals
 from orchestrator.replay.sources import recording_from_export
 
-__all__ = ["MAX_REPLAY_RUNS", "REPLAY_PATH", "ReplayApi"]
+__all__ = ["MAX_REPLAY_RUNS", "REPLAY_PATH", "replay_handler"]
 
 REPLAY_PATH: Final = "/v1/replay"
 MAX_REPLAY_RUNS: Final = 50
@@ -41,25 +42,19 @@ _PRESETS: Final = frozenset(get_args(LoopPreset))
 _BODY: Final = msgspec.json.Decoder(dict[str, Any])
 
 
-class ReplayApi:
+def replay_handler(config: Config) -> Callable[[Request], Awaitable[Response]]:
     """The route's handler on the daemon's ``config``."""
+    operators = Authenticator.from_environment(config.daemon.operator_token_env, metrics_auth=False)
+    api = Authenticator.from_environment(config.daemon.token_env, metrics_auth=False)
 
-    def __init__(self, config: Config) -> None:
-        self._config = config
-        daemon = config.daemon
-        self._operators = Authenticator.from_environment(
-            daemon.operator_token_env, metrics_auth=False
-        )
-        self._api = Authenticator.from_environment(daemon.token_env, metrics_auth=False)
-
-    async def replay(self, request: Request) -> Response:
+    async def replay(request: Request) -> Response:
         authorization = request.headers.get("authorization")
-        if not self._operators.enabled:
+        if not operators.enabled:
             raise ApiError(
                 403, "forbidden", "replay needs an operator token (daemon.operator_token_env)"
             )
-        if not self._operators.accepts(authorization):
-            if self._api.enabled and self._api.accepts(authorization):
+        if not operators.accepts(authorization):
+            if api.enabled and api.accepts(authorization):
                 raise ApiError(403, "forbidden", "replay needs an operator token, not an API token")
             raise ApiError(
                 401,
@@ -67,7 +62,7 @@ class ReplayApi:
                 "an operator's bearer token is required (Authorization: Bearer <token>)",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-        body = await read_body(request, self._config.daemon.max_body_bytes)
+        body = await read_body(request, config.daemon.max_body_bytes)
         try:
             document = _BODY.decode(body)
         except msgspec.DecodeError as exc:
@@ -91,8 +86,10 @@ class ReplayApi:
                 key="presets",
             )
         recordings = [_recording(index, run) for index, run in enumerate(runs)]
-        rows = await replay_rows(self._config, recordings, presets)
+        rows = await replay_rows(config, recordings, presets)
         return json_response({"rows": rows, "totals": totals(rows)})
+
+    return replay
 
 
 def _recording(index: int, run: Any) -> Recording:

@@ -45,7 +45,6 @@ __all__ = [
     "LiveRuns",
     "answered_by_simulator",
     "ending",
-    "report_path",
     "request_digest",
     "restart_point",
     "warn_without_model",
@@ -80,13 +79,6 @@ def warn_without_model(config: Config, logger: logging.Logger) -> None:
             "answers task and pipeline runs, not a model; their results say so (simulated: "
             "true). docs/servers.md shows how to point loopfuse at a server"
         )
-
-
-def report_path(reports: Path, run_id: str, request: RunRequest) -> Path:
-    """Where a pipeline run's report is written: ``<reports>/<run id>.md`` (or ``.tex``)."""
-    assert request.pipeline is not None
-    suffix = ".tex" if request.pipeline.format == "latex" else ".md"
-    return reports / f"{run_id}{suffix}"
 
 
 def request_digest(request: RunRequest, encoded: bytes | None = None) -> str:
@@ -178,7 +170,7 @@ class LiveRuns:
             await anyio.Path(reports).mkdir(parents=True, exist_ok=True)
             options = ReportOptions(
                 goal=pipeline.goal,
-                out=str(report_path(reports, run_id, request)),
+                out=str(reports / f"{run_id}{'.tex' if pipeline.format == 'latex' else '.md'}"),
                 format=pipeline.format,
                 reflect_rounds=pipeline.reflect_rounds,
                 # With no endpoint configured, the simulator plays each stage's script.

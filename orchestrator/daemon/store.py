@@ -34,7 +34,7 @@ from orchestrator.daemon.store_rows import (
     RunRow,
     read_row,
 )
-from orchestrator.daemon.store_schema import SCHEMA, connect, migrate, next_cursor
+from orchestrator.daemon.store_schema import SCHEMA, connect, migrate
 from orchestrator.daemon.store_writes import (
     INSERT_HEAD,
     UPDATE_HEAD,
@@ -100,9 +100,6 @@ class _Batch:
     def __bool__(self) -> bool:
         return bool(self.runs or self.events or self.updates or self.checkpoints or self.calls)
 
-    def touched(self) -> set[str]:
-        return {row.id for row in self.runs} | set(self.last_event) | set(self.updates)
-
 
 class Store:
     """Runs and events in one SQLite file; see the module docstring for the write path."""
@@ -119,7 +116,11 @@ class Store:
                 raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
             setup.executescript(SCHEMA)
             migrate(setup)
-            self._next_cursor = next_cursor(setup)
+            # The next run's cursor: above every one ever given (AUTOINCREMENT's
+            # ``sqlite_sequence`` remembers those of deleted runs).
+            given = setup.execute("SELECT coalesce(max(cursor), 0) FROM runs").fetchone()[0]
+            seq = setup.execute("SELECT seq FROM sqlite_sequence WHERE name = 'runs'").fetchone()
+            self._next_cursor = int(max(given, seq[0] if seq else 0)) + 1
         finally:
             setup.close()
         self._thread = WriterThread("loopfuse-store-writer")
@@ -195,7 +196,8 @@ class Store:
                     if columns.get("status") == "ended":
                         self._cursors.pop(run_id, None)
                 batch.committed.set()
-                for run_id in batch.touched():
+                touched = {r.id for r in batch.runs} | set(batch.last_event) | set(batch.updates)
+                for run_id in touched:
                     watcher = self._watchers.pop(run_id, None)
                     if watcher is not None:
                         watcher.set()
@@ -511,7 +513,3 @@ class Store:
             f"SELECT {COLUMNS} FROM runs WHERE status != 'ended' ORDER BY cursor"
         )
         return [read_row(row) for row in rows]
-
-    async def journal_mode(self) -> str:
-        rows = await self._rows("PRAGMA journal_mode")
-        return str(rows[0][0])

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-__all__ = ["SCHEMA", "connect", "migrate", "next_cursor"]
+__all__ = ["SCHEMA", "connect", "migrate"]
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -107,11 +107,3 @@ def _in_transaction(conn: sqlite3.Connection, statements: Sequence[str]) -> None
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-
-
-def next_cursor(conn: sqlite3.Connection) -> int:
-    """The cursor the next run gets: above every cursor ever given (AUTOINCREMENT's
-    ``sqlite_sequence`` remembers those of deleted runs)."""
-    given = conn.execute("SELECT coalesce(max(cursor), 0) FROM runs").fetchone()[0]
-    sequence = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'runs'").fetchone()
-    return int(max(given, sequence[0] if sequence else 0)) + 1

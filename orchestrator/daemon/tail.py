@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
-__all__ = ["EVENT_OVERHEAD_BYTES", "EventTail", "RunEnd", "TailStatistics"]
+__all__ = ["EVENT_OVERHEAD_BYTES", "EventTail", "RunEnd"]
 
 EVENT_OVERHEAD_BYTES: Final = 120
 """What one kept event costs besides its JSON (the tuple, the ints, the deque slot),
@@ -41,15 +41,6 @@ class RunEnd(NamedTuple):
     exit_reason: str | None
     last_event: int
     events_dropped: int
-
-
-class TailStatistics(NamedTuple):
-    """The tail at a glance."""
-
-    runs: int
-    events: int
-    bytes: int
-    evicted_events: int
 
 
 _stored: Final = tuple.__new__
@@ -77,8 +68,7 @@ class EventTail:
         self.total_bytes = total_bytes
         self._runs: OrderedDict[str, _Run] = OrderedDict()
         self._bytes = 0
-        self._events = 0
-        self._evicted = 0
+        self._evicted = 0  # events evicted so far (the tests count them)
 
     def committed(
         self,
@@ -115,7 +105,6 @@ class EventTail:
                 size += len(data)
                 if len(kept) > per_run:
                     self._drop(run, len(kept) - per_run)
-            self._events += added
             self._bytes += size + added * EVENT_OVERHEAD_BYTES
             while self._bytes > self.total_bytes and runs:  # the least recently written first
                 oldest_id, oldest = next(iter(runs.items()))
@@ -158,9 +147,6 @@ class EventTail:
         run = self._runs.get(run_id)
         return run.ended if run is not None else None
 
-    def statistics(self) -> TailStatistics:
-        return TailStatistics(len(self._runs), self._events, self._bytes, self._evicted)
-
     def _entry(self, run_id: str, base: int) -> _Run:
         run = self._runs[run_id] = _Run(base)
         self._bytes += ENTRY_OVERHEAD_BYTES
@@ -171,5 +157,4 @@ class EventTail:
             event = run.events.popleft()
             run.base = event.seq
             self._bytes -= len(event.data) + EVENT_OVERHEAD_BYTES
-        self._events -= count
         self._evicted += count
