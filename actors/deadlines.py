@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskGroup
@@ -20,12 +21,10 @@ from anyio.abc import TaskGroup
 __all__ = ["Deadlines"]
 
 
+@dataclass(slots=True, eq=False)
 class _Limit:
-    __slots__ = ("scopes", "watcher")
-
-    def __init__(self) -> None:
-        self.scopes: dict[anyio.CancelScope, float] = {}  # in deadline order
-        self.watcher: anyio.CancelScope | None = None  # the watcher task's, while it runs
+    scopes: dict[anyio.CancelScope, float] = field(default_factory=dict)  # in deadline order
+    watcher: anyio.CancelScope | None = None  # the watcher task's, while it runs
 
 
 class Deadlines:

@@ -87,19 +87,17 @@ class HookRunner:
         functions: Mapping[str, HookFunction] | None = None,
         *,
         hide_env: Collection[str] = (),
-        name: str = SOURCE,
     ) -> None:
         self._bus = bus
         self._hooks = hooks
         self._functions: Mapping[str, HookFunction] = functions if functions is not None else {}
         self._hide_env = frozenset(hide_env)
-        self._name = name
         self._runs: dict[str, _Run] = {}
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes these subscriptions; started once subscribed."""
-        answering = self._bus.subscribe(*HANDLED_TYPES, name=self._name, answers=True, inline=True)
-        aborts = self._bus.subscribe(AbortRequested, name=f"{self._name}.aborts", inline=True)
+        answering = self._bus.subscribe(*HANDLED_TYPES, name=SOURCE, answers=True, inline=True)
+        aborts = self._bus.subscribe(AbortRequested, name=f"{SOURCE}.aborts", inline=True)
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(aborts.serve, self._on_abort)
@@ -208,7 +206,7 @@ class HookRunner:
                         run_id=msg.run_id,
                         kind=f"hook.{outcome.hook}",
                         text=outcome.veto_message(),
-                        source=self._name,
+                        source=SOURCE,
                         continues=True,
                     )
                 )
@@ -274,7 +272,7 @@ class HookRunner:
             stop_signal(
                 f"hook.{outcome.hook}",
                 run_id=run_id,
-                source=self._name,
+                source=SOURCE,
                 detail=outcome.deny_detail(subject),
             )
         )

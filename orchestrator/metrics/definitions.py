@@ -81,13 +81,6 @@ def new_registry(*, process: bool = True) -> CollectorRegistry:
     return registry
 
 
-def _version() -> str:
-    try:
-        return metadata.version("loopfuse")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 class Metrics(Collector):
     """The metrics of one runtime: one collector, registered on ``registry``.
 
@@ -110,7 +103,11 @@ class Metrics(Collector):
             "Always 1; the loopfuse and Python versions in labels.",
             ("version", "python_version"),
         )
-        self.build_info.labels(_version(), platform.python_version()).value = 1
+        try:
+            version = metadata.version("loopfuse")
+        except metadata.PackageNotFoundError:
+            version = "unknown"
+        self.build_info.labels(version, platform.python_version()).value = 1
         self.runs_started = counter(
             "loopfuse_runs_started",
             "Runs started (each ends with one loopfuse_runs_finished_total).",

@@ -19,10 +19,6 @@ class Probes(msgspec.Struct, frozen=True, kw_only=True):
     """The path of ``xelatex``, or ``None`` when it was not found."""
     matplotlib: bool = False
 
-    @property
-    def has_xelatex(self) -> bool:
-        return self.xelatex is not None
-
 
 def probe() -> Probes:
     """Probe the machine once (``xelatex`` on PATH, matplotlib importable)."""

@@ -119,7 +119,7 @@ def report_pipeline(options: ReportOptions, probes: Probes) -> PipelineConfig:
         for n in range(1, options.reflect_rounds + 1)
     ]
     stages.append(CodeStage(name="finalize"))
-    if options.format == "latex" and probes.has_xelatex:
+    if options.format == "latex" and probes.xelatex is not None:
         stages.append(CodeStage(name="compile"))
     return PipelineConfig(name="report", stages=tuple(stages))
 

@@ -30,22 +30,17 @@ def compiled_modules() -> tuple[str, ...]:
     return tuple(sorted(name for name, path in _loaded() if path.endswith(_EXTENSIONS)))
 
 
-def _installed(path: str) -> bool:
-    """Whether ``path`` lies in an installed package (a wheel's sources beside its
-    extensions keep the wheel's times, which say nothing about staleness)."""
-    paths = sysconfig.get_paths()
-    roots = {os.path.realpath(paths[key]) for key in ("purelib", "platlib")}
-    real = os.path.realpath(path)
-    return any(real.startswith(root + os.sep) for root in roots)
-
-
 def stale_modules() -> tuple[str, ...]:
     """Compiled modules in a source tree whose source beside them changed after they were
     built: extensions left by an older build, which Python imports instead of the edited
     source (delete them; an editable install is pure Python)."""
+    paths = sysconfig.get_paths()
+    roots = tuple(os.path.realpath(paths[key]) + os.sep for key in ("purelib", "platlib"))
     stale = []
     for name, path in _loaded():
-        if not path.endswith(_EXTENSIONS) or _installed(path):
+        # one in an installed package is left out: a wheel's sources beside its extensions
+        # keep the wheel's times, which say nothing about staleness
+        if not path.endswith(_EXTENSIONS) or os.path.realpath(path).startswith(roots):
             continue
         source = os.path.join(os.path.dirname(path), name.rsplit(".", 1)[-1] + ".py")
         if os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(path):

@@ -43,7 +43,7 @@ from actors.context.policy import OUTPUT_SHARE
 from actors.context.server import ServerEndpoint
 from actors.hooks import Hook, HookFunction, HookRunner, check_hooks
 from actors.llm.caller import LLMCaller
-from actors.llm.settings import EndpointSettings, endpoint_settings
+from actors.llm.settings import endpoint_settings
 from actors.loop import PRESETS, LoopConfig
 from actors.loop.monitor import LoopMonitor
 from actors.loop.presets import OFF
@@ -296,9 +296,12 @@ class Runtime:
             self._monitor_states = MonitorStates(
                 {"loop": self._loop_monitor, "budget": budget_monitor}
             )
-            self.context_gatekeeper = ContextGatekeeper(
-                self.bus, self._policy_of, server=self._context_server()
-            )
+            # The context server: the operator's endpoint, asked once per model for its window
+            # and tokenizer (never the embedded simulator, never a request's).
+            server, url = None, self.config.model.base_url
+            if url is not None and self._model_actor is None:
+                server = ServerEndpoint(url, os.environ.get(self.config.model.api_key_env, ""))
+            self.context_gatekeeper = ContextGatekeeper(self.bus, self._policy_of, server=server)
             executor = self.tool_executor = ToolExecutor(self.bus, self.tools, self._tool_settings)
             self.metrics_registry.register(ScalarCollector(TOOL_CACHE, executor.cache_statistics))
             actors = (
@@ -351,7 +354,18 @@ class Runtime:
         simulator over HTTP for what needs the wire."""
         if self._model_actor is not None:
             return self._model_actor(self.bus)
-        endpoint = self._endpoint(self.base_url or "")
+        model = self.config.model
+        options, per_model = request_options(self.config)
+        try:
+            endpoint = endpoint_settings(
+                model,
+                base_url=self.base_url or "",
+                api_key=os.environ.get(model.api_key_env, ""),
+                options=options,
+                models=per_model,
+            )
+        except ValueError as exc:
+            raise ConfigError("model.base_url", str(exc)) from None
         traceparent = self.tracing.traceparent if self.tracing is not None else None
         if simulated is None:
             return LLMCaller(self.bus, endpoint, traceparent=traceparent)
@@ -378,28 +392,6 @@ class Runtime:
     def add_hook_function(self, name: str, function: HookFunction) -> None:
         """Register ``function`` as the Python hook ``name`` (a hook config's ``function``)."""
         self._hook_functions[name] = function
-
-    def _context_server(self) -> ServerEndpoint | None:
-        """The operator's endpoint, which the context gatekeeper asks once per model for
-        its window and tokenizer (never the embedded simulator, never a request's)."""
-        model = self.config.model
-        if model.base_url is None or self._model_actor is not None:
-            return None
-        return ServerEndpoint(model.base_url, os.environ.get(model.api_key_env, ""))
-
-    def _endpoint(self, base_url: str) -> EndpointSettings:
-        model = self.config.model
-        options, per_model = request_options(self.config)
-        try:
-            return endpoint_settings(
-                model,
-                base_url=base_url,
-                api_key=os.environ.get(model.api_key_env, ""),
-                options=options,
-                models=per_model,
-            )
-        except ValueError as exc:
-            raise ConfigError("model.base_url", str(exc)) from None
 
     # ------------------------------------------------------------------ runs
 

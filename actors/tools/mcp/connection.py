@@ -22,6 +22,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any, Final, Literal, Self
 
@@ -67,13 +68,11 @@ PROTOCOL_ERROR: Final = "mcp_error"
 error (a protocol error, an ``isError`` result)."""
 
 
+@dataclass(slots=True, eq=False)
 class _Attempt:
     """One start of the server: what broke the protocol in it ("" if nothing did)."""
 
-    __slots__ = ("protocol_error",)
-
-    def __init__(self) -> None:
-        self.protocol_error = ""
+    protocol_error: str = ""
 
 
 class McpConnection:

@@ -61,10 +61,7 @@ class McpServers(NamedTuple):
 
         :raises KeyError: no such server.
         """
-        for connection in self.connections:
-            if connection.spec.name == name:
-                return connection
-        raise KeyError(name)
+        return {c.spec.name: c for c in reversed(self.connections)}[name]  # the first of a name
 
 
 @asynccontextmanager

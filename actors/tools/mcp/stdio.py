@@ -94,12 +94,23 @@ async def open_stdio_transport(
                 line = line.removesuffix(b"\r")
                 if not line.strip():
                     continue
-                problem, message = _parse(line, number)
-                if message is None:
-                    protocol_error(problem)
+                try:
+                    line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    protocol_error(
+                        f"line {number} of its output is not valid UTF-8 (byte "
+                        f"{line[exc.start]:#04x} at offset {exc.start}): {_shown(line)}"
+                    )
                     return
                 try:
-                    await to_session.send(message)
+                    message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except ValueError:
+                    protocol_error(
+                        f"line {number} of its output is not a JSON-RPC message: {_shown(line)}"
+                    )
+                    return
+                try:
+                    await to_session.send(SessionMessage(message))
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the session is gone
 
@@ -124,23 +135,6 @@ async def open_stdio_transport(
                 for stream in (from_server, to_server, to_session, from_session):
                     await stream.aclose()
             tg.cancel_scope.cancel()
-
-
-def _parse(line: bytes, number: int) -> tuple[str, SessionMessage | None]:
-    """The message on ``line``, or why it is none."""
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return (
-            f"line {number} of its output is not valid UTF-8 (byte {line[exc.start]:#04x} at "
-            f"offset {exc.start}): {_shown(line)}",
-            None,
-        )
-    try:
-        message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-    except ValueError:
-        return f"line {number} of its output is not a JSON-RPC message: {_shown(line)}", None
-    return "", SessionMessage(message)
 
 
 def _shown(line: bytes) -> str:

@@ -65,17 +65,6 @@ folder of the sandbox's root (no ``/dev/shm``, no tmpfs)."""
 _SYSTEM_LINKS: Final = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
-def _system_binds() -> list[str]:
-    # Of /etc only the dynamic linker's cache: libraries in folders it alone lists load.
-    args = ["--ro-bind", "/usr", "/usr", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    for path in _SYSTEM_LINKS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    return args
-
-
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -130,7 +119,13 @@ def bubblewrap_args(
         args += ["--setenv", name, value]
     args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
     args += ["--size", str(limits.file_bytes), "--tmpfs", OUT_DIR]
-    args += _system_binds()
+    # Of /etc only the dynamic linker's cache: libraries in folders it alone lists load.
+    args += ["--ro-bind", "/usr", "/usr", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    for path in _SYSTEM_LINKS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
     for root in python_roots():
         args += ["--ro-bind", root, root]
     args += ["--ro-bind", str(data_dir.resolve()), DATA_DIR]

@@ -98,7 +98,6 @@ def run_sandboxed(
     *,
     sandbox: FigureSandbox = "bubblewrap",
     bwrap: str | None = None,
-    limits: SandboxLimits = DEFAULT_LIMITS,
 ) -> SandboxResult:
     """Check ``code``, then run it (blocking: call it in a thread).
 
@@ -106,7 +105,7 @@ def run_sandboxed(
     :raises SandboxUnavailable: see :func:`run_process_layer`.
     """
     check_code(code)
-    return run_process_layer(code, data_dir, out_dir, sandbox=sandbox, bwrap=bwrap, limits=limits)
+    return run_process_layer(code, data_dir, out_dir, sandbox=sandbox, bwrap=bwrap)
 
 
 def run_process_layer(
