@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskGroup
@@ -21,10 +20,12 @@ from anyio.abc import TaskGroup
 __all__ = ["Deadlines"]
 
 
-@dataclass(slots=True, eq=False)
 class _Limit:
-    scopes: dict[anyio.CancelScope, float] = field(default_factory=dict)  # in deadline order
-    watcher: anyio.CancelScope | None = None  # the watcher task's, while it runs
+    __slots__ = ("scopes", "watcher")
+
+    def __init__(self) -> None:
+        self.scopes: dict[anyio.CancelScope, float] = {}  # in deadline order
+        self.watcher: anyio.CancelScope | None = None  # the watcher task's, while it runs
 
 
 class Deadlines:

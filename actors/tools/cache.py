@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final, Literal, NamedTuple
 
 __all__ = ["DEFAULT_CACHE_SETTINGS", "CacheSettings", "CacheStatus", "Lookup", "ResultCache"]
@@ -61,11 +60,13 @@ class Lookup(NamedTuple):
     hits: int = 0
 
 
-@dataclass(slots=True, eq=False)
 class _Entry:
-    content: str
-    expires_at: float
-    hits: int = 0
+    __slots__ = ("content", "expires_at", "hits")
+
+    def __init__(self, content: str, expires_at: float) -> None:
+        self.content = content
+        self.expires_at = expires_at
+        self.hits = 0
 
 
 class ResultCache:

@@ -71,7 +71,11 @@ class Conductor:
             control.nudges.extend(inputs.resume.pending_nudges)
         self._model = ModelCall(bus, run, control, settings, inputs.tool_specs)
         self._tools = ToolPhase(
-            bus, run, control, inputs.finishing_tools, settings.abort_grace_seconds
+            bus,
+            run,
+            control,
+            finishing_tools=inputs.finishing_tools,
+            abort_grace_seconds=settings.abort_grace_seconds,
         )
 
     async def run(self) -> RunResult:

@@ -4,7 +4,6 @@ and recovery from "prompt too long" (collapse or compaction, then the turn is re
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Final
 
 from bus import ChatMessage, ContextAction, ModelError, PromptRejected, StopSignal, stop_signal
@@ -22,15 +21,17 @@ logger = logging.getLogger("loopfuse.conductor")
 MAX_CONTEXT_RECOVERIES: Final = 3
 
 
-@dataclass(slots=True, eq=False)
 class ContextRecovery:
     """Keeps the context gatekeeper in step with the transcript and carries out its
-    answers (with the ``_functions`` the runtime passed in)."""
+    answers (with the ``functions`` the runtime passed in)."""
 
-    _run: RunRecord
-    _functions: ContextFunctions
-    _seen: int = 0  # transcript messages the context gatekeeper was shown
-    _pending: ContextAction | None = None  # this turn's collapse or compaction
+    __slots__ = ("_functions", "_pending", "_run", "_seen")
+
+    def __init__(self, run: RunRecord, functions: ContextFunctions) -> None:
+        self._run = run
+        self._functions = functions
+        self._seen = 0  # transcript messages the context gatekeeper was shown
+        self._pending: ContextAction | None = None  # this turn's collapse or compaction
 
     def appended(self) -> tuple[tuple[ChatMessage, ...], int]:
         """The transcript's messages the context gatekeeper has not been shown yet, and

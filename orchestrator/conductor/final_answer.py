@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Final
 
 import anyio
@@ -35,17 +34,21 @@ ANSWER_NUDGE: Final = (
 )
 
 
-@dataclass(slots=True, eq=False)
 class FinalAnswer:
     """One last model call without tools after an answerable stop, so the run leaves an
     answer (``degraded``). Bounded by ``answer_max_tokens`` and ``answer_deadline_seconds``,
     counted against no budget (no checkpoints); a failure only leaves a trace entry, and the
     ending stays the stop's."""
 
-    _bus: Bus
-    _run: RunRecord
-    _control: ControlInbox
-    _settings: ConductorSettings
+    __slots__ = ("_bus", "_control", "_run", "_settings")
+
+    def __init__(
+        self, bus: Bus, run: RunRecord, control: ControlInbox, settings: ConductorSettings
+    ) -> None:
+        self._bus = bus
+        self._run = run
+        self._control = control
+        self._settings = settings
 
     async def ask(self, stop: StopSignal) -> None:
         run = self._run

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
 import anyio
@@ -47,22 +46,30 @@ class Stopped(Exception):
         self.stop = stop
 
 
-@dataclass(slots=True, eq=False)
 class ControlInbox:
     """Receives the run's control messages: keeps the first stop, the nudges for the next
     model call, and the verdicts on the calls being proposed; hands the context
-    gatekeeper's answers to ``_on_context`` as they arrive."""
+    gatekeeper's answers to ``on_context`` as they arrive."""
 
-    _bus: Bus
-    _inbox: Inbox
-    _run: RunRecord
-    _on_context: Callable[[ContextAction], None]
-    stop: StopSignal | None = None
-    """The first stop received (a run needs only its first)."""
-    nudges: list[Nudge] = field(default_factory=list)
-    """Nudges to inject before the next model call."""
-    verdicts: dict[str, ToolVerdict] | None = None
-    """The most severe verdict per call id, while calls are proposed (else ``None``)."""
+    __slots__ = ("_bus", "_inbox", "_on_context", "_run", "nudges", "stop", "verdicts")
+
+    def __init__(
+        self,
+        bus: Bus,
+        inbox: Inbox,
+        run: RunRecord,
+        on_context: Callable[[ContextAction], None],
+    ) -> None:
+        self._bus = bus
+        self._inbox = inbox
+        self._run = run
+        self._on_context = on_context
+        self.stop: StopSignal | None = None
+        """The first stop received (a run needs only its first)."""
+        self.nudges: list[Nudge] = []
+        """Nudges to inject before the next model call."""
+        self.verdicts: dict[str, ToolVerdict] | None = None
+        """The most severe verdict per call id, while calls are proposed (else ``None``)."""
 
     async def checkpoint(self, msg: Message) -> None:
         """Publish ``msg``, wait until every monitor answered, take the answers; a stop

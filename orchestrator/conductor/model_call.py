@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Final
 
 from bus import (
@@ -39,16 +38,25 @@ TRUNCATED_CALLS_NOTE: Final = (
 )
 
 
-@dataclass(slots=True, eq=False)
 class ModelCall:
     """Sends the turn's request and waits for its reply; turns endpoint failures into the
     run's ending and output-limit cuts into a nudge to go on."""
 
-    _bus: Bus
-    _run: RunRecord
-    _control: ControlInbox
-    _settings: ConductorSettings
-    _tools: tuple[ToolSpec, ...]
+    __slots__ = ("_bus", "_control", "_run", "_settings", "_tools")
+
+    def __init__(
+        self,
+        bus: Bus,
+        run: RunRecord,
+        control: ControlInbox,
+        settings: ConductorSettings,
+        tools: tuple[ToolSpec, ...],
+    ) -> None:
+        self._bus = bus
+        self._run = run
+        self._control = control
+        self._settings = settings
+        self._tools = tools
 
     async def send(self) -> None:
         """Publish the turn's request: the whole transcript, with the tools (the run's

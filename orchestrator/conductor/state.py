@@ -5,7 +5,6 @@ A plain record: the phases read and change it; it decides nothing."""
 from __future__ import annotations
 
 import time
-from dataclasses import InitVar, dataclass, field
 from typing import Literal, cast
 
 import msgspec
@@ -20,48 +19,72 @@ _RawTrace = tuple[float, int, RunPhase, str, str]
 """A trace entry as made: monotonic time, turn, state, event, detail."""
 
 
-@dataclass(slots=True, eq=False)
 class RunRecord:
     """Everything a run changes as it goes."""
 
-    run_id: str
-    trace_id: str
-    deadline_seconds: InitVar[float]
-    notes: tuple[str, ...] = ()
-    started: float = field(default_factory=time.monotonic)
-    deadline_at: float = field(init=False)
-    transcript: list[ChatMessage] = field(default_factory=list)
-    # Entries as made, turned into TraceEntry structs when a result or checkpoint reads them.
-    trace: list[TraceEntry | _RawTrace] = field(default_factory=list)
-    traced: int = 0  # entries converted so far
-    call_log: list[CallLogEntry] = field(default_factory=list)
-    turn: int = 0
-    state: RunPhase = "PLAN"
-    llm_requests: int = 0
-    tool_calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-    injected: set[tuple[str, str]] | None = None  # made at the first nudge
-    nudges: int = 0
-    truncations: int = 0
-    # The pieces of an answer cut by the output limit.
-    pieces: list[str] = field(default_factory=list)
-    output: str = ""
-    incomplete: bool = False
-    degraded: bool = False
-    # Texts of turns a monitor continued (token target).
-    continued: list[str] = field(default_factory=list)
-    shortened_turn: int = -1  # the last turn whose refused prompt was folded or summarised
-    # For event logs: how much of the previous turn request's prompt is still the same
-    # (messages sent, then the lowest index rewritten in place since: folds, a summary).
-    sent_messages: int = 0
-    rewritten_from: int = 0
-    # The messages the last checkpoint's ``appended`` stood for: from this index to
-    # ``checkpointed`` (0: rewritten since, in place).
-    checkpoint_from: int = 0
-    checkpointed: int = 0
+    __slots__ = (
+        "call_log",
+        "checkpoint_from",
+        "checkpointed",
+        "continued",
+        "deadline_at",
+        "degraded",
+        "incomplete",
+        "injected",
+        "llm_requests",
+        "notes",
+        "nudges",
+        "output",
+        "pieces",
+        "rewritten_from",
+        "run_id",
+        "sent_messages",
+        "shortened_turn",
+        "started",
+        "state",
+        "tool_calls",
+        "trace",
+        "trace_id",
+        "traced",
+        "transcript",
+        "truncations",
+        "turn",
+        "usage",
+    )
 
-    def __post_init__(self, deadline_seconds: float) -> None:
+    def __init__(self, run_id: str, trace_id: str, deadline_seconds: float) -> None:
+        self.run_id = run_id
+        self.trace_id = trace_id
+        self.notes: tuple[str, ...] = ()
+        self.started = time.monotonic()
         self.deadline_at = time.time() + deadline_seconds
+        self.transcript: list[ChatMessage] = []
+        # Entries as made, turned into TraceEntry structs when a result or checkpoint reads them.
+        self.trace: list[TraceEntry | _RawTrace] = []
+        self.traced = 0  # entries converted so far
+        self.call_log: list[CallLogEntry] = []
+        self.turn = 0
+        self.state: RunPhase = "PLAN"
+        self.llm_requests = 0
+        self.tool_calls = 0
+        self.usage = Usage()
+        self.injected: set[tuple[str, str]] | None = None  # made at the first nudge
+        self.nudges = 0
+        self.truncations = 0
+        self.pieces: list[str] = []  # the pieces of an answer cut by the output limit
+        self.output = ""
+        self.incomplete = False
+        self.degraded = False
+        self.continued: list[str] = []  # texts of turns a monitor continued (token target)
+        self.shortened_turn = -1  # the last turn whose refused prompt was folded or summarised
+        # For event logs: how much of the previous turn request's prompt is still the same
+        # (messages sent, then the lowest index rewritten in place since: folds, a summary).
+        self.sent_messages = 0
+        self.rewritten_from = 0
+        # The messages the last checkpoint's ``appended`` stood for: from this index to
+        # ``checkpointed`` (0: rewritten since, in place).
+        self.checkpoint_from = 0
+        self.checkpointed = 0
 
     def restore(self, point: RunCheckpoint) -> None:
         """Go on from ``point``: its transcript, and its counters for budgets and result."""

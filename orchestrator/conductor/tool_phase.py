@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from actors.fingerprint import fingerprint_call
 from bus import (
@@ -25,16 +24,25 @@ __all__ = ["ToolPhase"]
 logger = logging.getLogger("loopfuse.conductor")
 
 
-@dataclass(slots=True, eq=False)
 class ToolPhase:
-    """Proposed calls through the monitors, approved calls to the executor, results back:
-    ``_finishing`` are the run's finishing tools, ``_grace`` its abort grace (seconds)."""
+    """Proposed calls through the monitors, approved calls to the executor, results back."""
 
-    _bus: Bus
-    _run: RunRecord
-    _control: ControlInbox
-    _finishing: frozenset[str]
-    _grace: float
+    __slots__ = ("_bus", "_control", "_finishing", "_grace", "_run")
+
+    def __init__(
+        self,
+        bus: Bus,
+        run: RunRecord,
+        control: ControlInbox,
+        *,
+        finishing_tools: frozenset[str],
+        abort_grace_seconds: float,
+    ) -> None:
+        self._bus = bus
+        self._run = run
+        self._control = control
+        self._finishing = finishing_tools
+        self._grace = abort_grace_seconds
 
     async def run(self, calls: tuple[ToolCall, ...]) -> str | None:
         """Propose, run and record ``calls``; returns the name of the finishing tool that

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Container, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -135,14 +135,16 @@ class _ModelSeries:
         self.blocked = metrics.blocked_requests.labels(label)
 
 
-@dataclass(slots=True)
 class _ToolSeries:
     """The series of one ``tool`` label, each looked up at its first use (a tool
     registered after the recorder was made has no series until it is called)."""
 
-    label: str
-    outcomes: dict[str, CounterSeries] = field(default_factory=dict)
-    duration: HistogramSeries | None = None
+    __slots__ = ("duration", "label", "outcomes")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.outcomes: dict[str, CounterSeries] = {}
+        self.duration: HistogramSeries | None = None
 
 
 @dataclass(slots=True)

@@ -10,7 +10,6 @@ readers can resume by position), except ``RunFinished``, which is always kept.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
@@ -23,12 +22,14 @@ __all__ = ["DEFAULT_EVENT_CAP", "EventLog"]
 DEFAULT_EVENT_CAP: Final = 10_000
 
 
-@dataclass(slots=True, eq=False)
 class _RunEvents:
-    events: list[Message] = field(default_factory=list)
-    finished: bool = False
-    dropped: int = 0
-    following: aio_seam.Event | None = None  # made only while someone follows
+    __slots__ = ("dropped", "events", "finished", "following")
+
+    def __init__(self) -> None:
+        self.events: list[Message] = []
+        self.finished = False
+        self.dropped = 0
+        self.following: aio_seam.Event | None = None  # made only while someone follows
 
     def wake(self) -> None:
         if self.following is not None:
@@ -41,16 +42,18 @@ class _RunEvents:
         await self.following.wait()
 
 
-@dataclass(slots=True, eq=False)
 class _Follower:
     """One reader of a run's events (an iterator class, not an async generator: this module
     is compiled with mypyc, which does not compile async generators)."""
 
-    _runs: dict[str, _RunEvents]
-    _run_id: str
-    _position: int
-    _log: _RunEvents | None = None
-    _started: bool = False
+    __slots__ = ("_log", "_position", "_run_id", "_runs", "_started")
+
+    def __init__(self, runs: dict[str, _RunEvents], run_id: str, position: int) -> None:
+        self._runs = runs
+        self._run_id = run_id
+        self._position = position
+        self._log: _RunEvents | None = None
+        self._started = False
 
     def __aiter__(self) -> _Follower:
         return self
