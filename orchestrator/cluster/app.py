@@ -80,9 +80,10 @@ class _Guard:
                 refusal = browser_refusal(scope, self._hosts, body_required=path == "/v1/runs")
                 if refusal is not None:
                     raise refusal
-                # The header's bytes: tokens are compared as bytes.
-                authorization = dict(scope["headers"]).get(b"authorization")
-                if self._auth.needs_token(path) and not self._auth.accepts(authorization):
+                # The header's bytes (tokens are compared as bytes), read only where needed.
+                if self._auth.needs_token(path) and not self._auth.accepts(
+                    dict(scope["headers"]).get(b"authorization")
+                ):
                     raise ApiError(
                         401,
                         "unauthorized",
