@@ -284,10 +284,6 @@ class Scenario(_Spec, frozen=True, kw_only=True):
     expect: Expect
     """With ``runs`` and no ``[expect]`` of its own: the first run's (the loader sets it)."""
 
-    def track(self, name: str) -> tuple[Step, ...]:
-        """The steps of track ``name`` (``main`` is :attr:`steps`)."""
-        return self.steps if name == MAIN_TRACK else self.tracks[name]
-
     def expand(self) -> tuple[Scenario, ...]:
         """One scenario per run of ``runs`` (named ``NAME.LABEL``), or this one alone."""
         if not self.runs:
