@@ -82,8 +82,15 @@ def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
         replies = [*tool.results, *(r for case in tool.cases for r in case.results)]
         if any(not isinstance(r, str) and not 0 <= r.size <= MAX_RESULT_SIZE for r in replies):
             yield f"{at}.results", f"size must be between 0 and {MAX_RESULT_SIZE:,}"
-        if tool.delay_seconds < 0:
-            yield f"{at}.delay_seconds", "must not be negative"
+        yield from _negatives(at, tool, ("delay_seconds",))
+
+
+def _negatives(at: str, spec: object, keys: tuple[str, ...]) -> Iterator[Problem]:
+    """``must not be negative`` for each of ``keys`` set to a negative number."""
+    for key in keys:
+        value = getattr(spec, key)
+        if value is not None and value < 0:
+            yield f"{at}.{key}", "must not be negative"
 
 
 def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
@@ -94,9 +101,9 @@ def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
 
 
 def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
-    for key in ("text_tokens", "latency", "chunk_latency", "keep_alive", "require_images"):
-        if getattr(step, key) < 0:
-            yield f"{at}.{key}", "must not be negative"
+    yield from _negatives(
+        at, step, ("text_tokens", "latency", "chunk_latency", "keep_alive", "require_images")
+    )
     if step.chunk_size < 1:
         yield f"{at}.chunk_size", "must be at least 1"
     for key in ("repeat", "cycle"):
@@ -119,10 +126,7 @@ def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
         if call.arguments and call.raw_arguments is not None:
             yield f"{at}.tool_calls[{j}]", "set arguments or raw_arguments, not both"
     if step.usage is not None:
-        for key in ("prompt_tokens", "completion_tokens"):
-            value = getattr(step.usage, key)
-            if value is not None and value < 0:
-                yield f"{at}.usage.{key}", "must not be negative"
+        yield from _negatives(f"{at}.usage", step.usage, ("prompt_tokens", "completion_tokens"))
     for j, fault in enumerate(step.faults):
         yield from _check_fault(f"{at}.faults[{j}]", fault, last=j == len(step.faults) - 1)
 
@@ -132,12 +136,7 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
         yield f"{at}.times", "must be at least 1"
     if fault.forever and not last:
         yield f"{at}.forever", "only the last fault of a step can be forever"
-    if fault.after_chunks < 0:
-        yield f"{at}.after_chunks", "must not be negative"
-    for key in ("retry_after", "retry_after_ms"):
-        value = getattr(fault, key)
-        if value is not None and value < 0:
-            yield f"{at}.{key}", "must not be negative"
+    yield from _negatives(at, fault, ("after_chunks", "retry_after", "retry_after_ms"))
     status = fault.status
     if fault.kind == "status" and status is None:
         yield f"{at}.status", "missing required key for kind 'status'"
@@ -173,10 +172,9 @@ def _check_branches(scenario: Scenario) -> Iterator[Problem]:
 def _check_expect(at: str, expect: Expect) -> Iterator[Problem]:
     if expect.cause is not None and not is_known_cause(expect.cause):
         yield f"{at}.cause", f"unknown cause {expect.cause!r}"
-    for key in ("turns", "llm_requests", "tool_calls", "max_llm_requests", "nudges"):
-        value = getattr(expect, key)
-        if value is not None and value < 0:
-            yield f"{at}.{key}", "must not be negative"
+    yield from _negatives(
+        at, expect, ("turns", "llm_requests", "tool_calls", "max_llm_requests", "nudges")
+    )
     for i, call in enumerate(expect.calls):
         if call.call < 1:
             yield f"{at}.calls[{i}].call", "must be at least 1 (the first call is 1)"
