@@ -184,7 +184,7 @@ class ToolDef(_Spec, frozen=True, kw_only=True):
     def match(self, arguments: Mapping[str, Any]) -> int:
         """Index of the first case matching ``arguments``, or -1 for the default results."""
         for index, case in enumerate(self.cases):
-            if all(arguments.get(k, _MISSING) == v for k, v in case.arguments.items()):
+            if all(k in arguments and arguments[k] == v for k, v in case.arguments.items()):
                 return index
         return -1
 
@@ -299,9 +299,6 @@ class Scenario(_Spec, frozen=True, kw_only=True):
             )
             for run in self.runs
         )
-
-
-_MISSING: Final = object()
 
 
 def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
