@@ -139,9 +139,7 @@ class LlamaFrames(wire.Frames):
     the legacy ``function_call``. The app builds them without usage: the server sends no
     usage chunk, whatever the request asked."""
 
-    def tool_call_chunks(
-        self, reply: wire.Reply, shape: StreamShape | None = None
-    ) -> Iterator[bytes]:
+    def tool_call_chunks(self, reply: wire.Reply, shape: StreamShape | None) -> Iterator[bytes]:
         size = reply.chunk_size
         for index, call in enumerate(reply.calls):
             text = call.arguments

@@ -148,7 +148,7 @@ class Frames:
             body["usage"] = None
         return _frame(body)
 
-    def tool_call_chunks(self, reply: Reply, shape: StreamShape | None = None) -> Iterator[bytes]:
+    def tool_call_chunks(self, reply: Reply, shape: StreamShape | None) -> Iterator[bytes]:
         """Per call: a first fragment with id, type, name and ``""``, then argument pieces
         (OpenAI's shape); ``shape`` may repeat the head in every fragment, send the
         arguments cumulatively and choose where fragments end."""
