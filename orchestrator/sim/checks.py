@@ -44,7 +44,23 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
         if name == MAIN_TRACK or not _NAME.match(name):
             yield f"tracks.{name}", "invalid track name (not 'main'; letters, digits, _ . -)"
         yield from _check_track(f"tracks.{name}", steps)
-    yield from _check_branches(scenario)
+    known = {MAIN_TRACK, *scenario.tracks}
+    known_names = ", ".join(sorted(known))
+    targets = {branch.track for branch in scenario.branches}
+    for i, branch in enumerate(scenario.branches):
+        at = f"branches[{i}]"
+        if not branch.nudge:
+            yield f"{at}.nudge", "must name a nudge kind"
+        if branch.track not in known:
+            yield f"{at}.track", f"unknown track {branch.track!r} (known: {known_names})"
+        if branch.from_track is not None and branch.from_track not in known:
+            yield f"{at}.from_track", f"unknown track {branch.from_track!r}"
+        if branch.nth is not None and branch.nth < 1:
+            yield f"{at}.nth", "must be at least 1"
+    for name in scenario.tracks:
+        # a pipeline's stages play tracks; loop checks play `loop_check`
+        if name not in targets and scenario.pipeline is None and name != "loop_check":
+            yield f"tracks.{name}", "no branch switches to this track"
     if (abort := scenario.abort) is not None:
         conditions = (abort.after_text_chars, abort.after_tool_result)
         if sum(condition is not None for condition in conditions) != 1:
@@ -54,7 +70,18 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
         if abort.after_tool_result is not None and not _TOOL_NAME.match(abort.after_tool_result):
             yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
     yield from _check_expect("expect", scenario.expect)
-    yield from _check_runs(scenario)
+    labels: set[str] = set()
+    for i, run in enumerate(scenario.runs):
+        at = f"runs[{i}]"
+        if not _TOOL_NAME.match(run.label):  # a label takes a tool name's characters
+            yield f"{at}.label", f"{run.label!r} is not a label (letters, digits, _ -)"
+        if run.label in labels:
+            yield f"{at}.label", f"duplicate label {run.label!r}"
+        labels.add(run.label)
+        if run.task is not None and not run.task.strip():
+            yield f"{at}.task", "must not be empty"
+        if run.expect is not None:
+            yield from _check_expect(f"{at}.expect", run.expect)
 
 
 def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
@@ -148,27 +175,6 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
         yield f"{at}.status", f"{status} is not an error status (400-599)"
 
 
-def _check_branches(scenario: Scenario) -> Iterator[Problem]:
-    known = {MAIN_TRACK, *scenario.tracks}
-    known_names = ", ".join(sorted(known))
-    targets: set[str] = set()
-    for i, branch in enumerate(scenario.branches):
-        at = f"branches[{i}]"
-        if not branch.nudge:
-            yield f"{at}.nudge", "must name a nudge kind"
-        if branch.track not in known:
-            yield f"{at}.track", f"unknown track {branch.track!r} (known: {known_names})"
-        if branch.from_track is not None and branch.from_track not in known:
-            yield f"{at}.from_track", f"unknown track {branch.from_track!r}"
-        if branch.nth is not None and branch.nth < 1:
-            yield f"{at}.nth", "must be at least 1"
-        targets.add(branch.track)
-    for name in scenario.tracks:
-        # a pipeline's stages play tracks; loop checks play `loop_check`
-        if name not in targets and scenario.pipeline is None and name != "loop_check":
-            yield f"tracks.{name}", "no branch switches to this track"
-
-
 def _check_expect(at: str, expect: Expect) -> Iterator[Problem]:
     if expect.cause is not None and not is_known_cause(expect.cause):
         yield f"{at}.cause", f"unknown cause {expect.cause!r}"
@@ -180,18 +186,3 @@ def _check_expect(at: str, expect: Expect) -> Iterator[Problem]:
             yield f"{at}.calls[{i}].call", "must be at least 1 (the first call is 1)"
         if call.verdict is None and call.tool is None:
             yield f"{at}.calls[{i}]", "set verdict or tool"
-
-
-def _check_runs(scenario: Scenario) -> Iterator[Problem]:
-    labels: set[str] = set()
-    for i, run in enumerate(scenario.runs):
-        at = f"runs[{i}]"
-        if not _TOOL_NAME.match(run.label):  # a label takes a tool name's characters
-            yield f"{at}.label", f"{run.label!r} is not a label (letters, digits, _ -)"
-        if run.label in labels:
-            yield f"{at}.label", f"duplicate label {run.label!r}"
-        labels.add(run.label)
-        if run.task is not None and not run.task.strip():
-            yield f"{at}.task", "must not be empty"
-        if run.expect is not None:
-            yield from _check_expect(f"{at}.expect", run.expect)
