@@ -13,7 +13,7 @@ from typing import Final
 
 from actors.tools.schema import argument_checker, inline_refs
 from bus import is_known_cause
-from orchestrator.sim.scenario import MAIN_TRACK, Expect, Fault, Scenario, Step, ToolDef
+from orchestrator.sim.scenario import MAIN_TRACK, Expect, Fault, Scenario, Step
 
 __all__ = ["check_scenario"]
 
@@ -38,7 +38,31 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
         path = PurePosixPath(key)
         if not key or path.is_absolute() or ".." in path.parts or "\\" in key:
             yield f"folder.{key!r}", "must be a relative path inside the folder"
-    yield from _check_tools(scenario.tools)
+    seen: set[str] = set()
+    for i, tool in enumerate(scenario.tools):
+        at = f"tools[{i}]"
+        if not _TOOL_NAME.match(tool.name):
+            yield f"{at}.name", f"{tool.name!r} is not a tool name (1-64 of A-Z a-z 0-9 _ -)"
+        if tool.name in seen:
+            yield f"{at}.name", f"duplicate tool {tool.name!r}"
+        seen.add(tool.name)
+        if tool.has_json_schema:
+            try:
+                argument_checker(inline_refs(tool.json_schema()))
+            except ValueError as exc:
+                yield f"{at}.parameters", str(exc)
+        else:
+            for arg, kind in tool.parameters.items():
+                if not isinstance(kind, str) or kind.removesuffix("?") not in PARAMETER_TYPES:
+                    allowed = ", ".join(sorted(PARAMETER_TYPES))
+                    yield f"{at}.parameters.{arg}", f"expected a type name ({allowed}), or a schema"
+        for j, case in enumerate(tool.cases):
+            if not case.results:
+                yield f"{at}.cases[{j}].results", "must not be empty"
+        replies = [*tool.results, *(r for case in tool.cases for r in case.results)]
+        if any(not isinstance(r, str) and not 0 <= r.size <= MAX_RESULT_SIZE for r in replies):
+            yield f"{at}.results", f"size must be between 0 and {MAX_RESULT_SIZE:,}"
+        yield from _negatives(at, tool, ("delay_seconds",))
     yield from _check_track("steps", scenario.steps)
     for name, steps in scenario.tracks.items():
         if name == MAIN_TRACK or not _NAME.match(name):
@@ -82,34 +106,6 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
             yield f"{at}.task", "must not be empty"
         if run.expect is not None:
             yield from _check_expect(f"{at}.expect", run.expect)
-
-
-def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
-    seen: set[str] = set()
-    for i, tool in enumerate(tools):
-        at = f"tools[{i}]"
-        if not _TOOL_NAME.match(tool.name):
-            yield f"{at}.name", f"{tool.name!r} is not a tool name (1-64 of A-Z a-z 0-9 _ -)"
-        if tool.name in seen:
-            yield f"{at}.name", f"duplicate tool {tool.name!r}"
-        seen.add(tool.name)
-        if tool.has_json_schema:
-            try:
-                argument_checker(inline_refs(tool.json_schema()))
-            except ValueError as exc:
-                yield f"{at}.parameters", str(exc)
-        else:
-            for arg, kind in tool.parameters.items():
-                if not isinstance(kind, str) or kind.removesuffix("?") not in PARAMETER_TYPES:
-                    allowed = ", ".join(sorted(PARAMETER_TYPES))
-                    yield f"{at}.parameters.{arg}", f"expected a type name ({allowed}), or a schema"
-        for j, case in enumerate(tool.cases):
-            if not case.results:
-                yield f"{at}.cases[{j}].results", "must not be empty"
-        replies = [*tool.results, *(r for case in tool.cases for r in case.results)]
-        if any(not isinstance(r, str) and not 0 <= r.size <= MAX_RESULT_SIZE for r in replies):
-            yield f"{at}.results", f"size must be between 0 and {MAX_RESULT_SIZE:,}"
-        yield from _negatives(at, tool, ("delay_seconds",))
 
 
 def _negatives(at: str, spec: object, keys: tuple[str, ...]) -> Iterator[Problem]:
