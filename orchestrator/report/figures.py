@@ -63,8 +63,7 @@ def place_figures(
         copy = target / figure.name
         shutil.copyfile(figure, copy)
         copies.append(copy)
-        relative = f"{target.name}/{figure.name}"
-        report = report.replace(str(figure), relative)
+        report = report.replace(str(figure), f"{target.name}/{figure.name}")
     if report_format == "markdown":
         missing = [c for c in copies if f"{target.name}/{c.name}" not in report]
         if missing:

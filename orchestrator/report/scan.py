@@ -47,7 +47,6 @@ class ScannedFile(msgspec.Struct, frozen=True, kw_only=True):
 class FolderScan(msgspec.Struct, frozen=True, kw_only=True):
     """What the folder holds, and whether a bound cut the walk short."""
 
-    root: str
     files: tuple[ScannedFile, ...]
     truncated: str | None = None
     """Which bound stopped the walk (``files``, ``depth``, ``entries``, ``time``), or
@@ -113,7 +112,7 @@ def scan_folder(
         finally:
             os.close(fd)
         files = sorted(walk.files, key=lambda f: f.path)
-        return FolderScan(root=folder.real_path, files=tuple(files), truncated=walk.truncated)
+        return FolderScan(files=tuple(files), truncated=walk.truncated)
 
 
 @dataclass

@@ -153,7 +153,6 @@ class _Workflow:
         if folder is None:
             raise StageFailed("internal.error", "no folder to scan")
         self._scan = await anyio.to_thread.run_sync(scan_folder, folder)
-        ctx.run.data["scan_summary"] = self._scan.summary()
         return StageOutcome(detail=self._scan.summary())
 
     async def explore(self, ctx: StageContext) -> StageOutcome:
@@ -222,13 +221,12 @@ class _Workflow:
 
     async def finalize(self, ctx: StageContext) -> StageOutcome:
         out = Path(self._o.out)
+        figures: tuple[Path, ...] = ()
         if self._figures:  # out of make_figure's temporary folder, next to the report
             self._report, figures = await anyio.to_thread.run_sync(
                 place_figures, self._report, self._figures, out, self._o.format
             )
-            ctx.run.data["figures"] = [str(f) for f in figures]
         ctx.run.output = self._report
-        ctx.run.data["report_path"] = str(out)
         summary: dict[str, object] = {
             "run_id": ctx.run.run_id,
             "goal": self._o.goal,
@@ -236,7 +234,7 @@ class _Workflow:
             "report": str(out),
             "plan": list(ctx.run.plan),
             "scan": self._scan.summary() if self._scan else None,
-            "figures": ctx.run.data.get("figures", []),
+            "figures": [str(f) for f in figures],
             "degraded_by": list(ctx.run.degraded_by),
             "stage_runs": [
                 {
@@ -263,7 +261,6 @@ class _Workflow:
         if problem is not None:
             ctx.run.degraded_by.append(f"compile ({problem})")
             return StageOutcome(detail=f"no PDF: {problem}")
-        ctx.run.data["pdf_path"] = str(pdf)
         return StageOutcome(detail=f"wrote {pdf}")
 
 

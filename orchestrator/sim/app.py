@@ -207,9 +207,7 @@ async def _play(
     yield b"data: " + wire.encode(error) + b"\n\n"
 
 
-def _frames(
-    reply: wire.Reply, frames: wire.Frames, stream: StreamShape | None = None
-) -> Iterator[bytes]:
+def _frames(reply: wire.Reply, frames: wire.Frames, stream: StreamShape | None) -> Iterator[bytes]:
     yield frames.chunk({"role": "assistant", "content": "" if reply.text_chars else None})
     for piece in reply.pieces():
         yield frames.chunk({"content": piece})

@@ -13,7 +13,7 @@ from typing import Final
 
 from actors.tools.schema import argument_checker, inline_refs
 from bus import is_known_cause
-from orchestrator.sim.scenario import MAIN_TRACK, Expect, Fault, Scenario, Step, ToolDef
+from orchestrator.sim.scenario import MAIN_TRACK, Expect, Fault, Scenario, Step
 
 __all__ = ["check_scenario"]
 
@@ -38,28 +38,8 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
         path = PurePosixPath(key)
         if not key or path.is_absolute() or ".." in path.parts or "\\" in key:
             yield f"folder.{key!r}", "must be a relative path inside the folder"
-    yield from _check_tools(scenario.tools)
-    yield from _check_track("steps", scenario.steps)
-    for name, steps in scenario.tracks.items():
-        if name == MAIN_TRACK or not _NAME.match(name):
-            yield f"tracks.{name}", "invalid track name (not 'main'; letters, digits, _ . -)"
-        yield from _check_track(f"tracks.{name}", steps)
-    yield from _check_branches(scenario)
-    if (abort := scenario.abort) is not None:
-        conditions = (abort.after_text_chars, abort.after_tool_result)
-        if sum(condition is not None for condition in conditions) != 1:
-            yield "abort", "set exactly one of after_text_chars, after_tool_result"
-        if abort.after_text_chars is not None and abort.after_text_chars < 1:
-            yield "abort.after_text_chars", "must be at least 1"
-        if abort.after_tool_result is not None and not _TOOL_NAME.match(abort.after_tool_result):
-            yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
-    yield from _check_expect("expect", scenario.expect)
-    yield from _check_runs(scenario)
-
-
-def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
     seen: set[str] = set()
-    for i, tool in enumerate(tools):
+    for i, tool in enumerate(scenario.tools):
         at = f"tools[{i}]"
         if not _TOOL_NAME.match(tool.name):
             yield f"{at}.name", f"{tool.name!r} is not a tool name (1-64 of A-Z a-z 0-9 _ -)"
@@ -82,8 +62,58 @@ def _check_tools(tools: tuple[ToolDef, ...]) -> Iterator[Problem]:
         replies = [*tool.results, *(r for case in tool.cases for r in case.results)]
         if any(not isinstance(r, str) and not 0 <= r.size <= MAX_RESULT_SIZE for r in replies):
             yield f"{at}.results", f"size must be between 0 and {MAX_RESULT_SIZE:,}"
-        if tool.delay_seconds < 0:
-            yield f"{at}.delay_seconds", "must not be negative"
+        yield from _negatives(at, tool, ("delay_seconds",))
+    yield from _check_track("steps", scenario.steps)
+    for name, steps in scenario.tracks.items():
+        if name == MAIN_TRACK or not _NAME.match(name):
+            yield f"tracks.{name}", "invalid track name (not 'main'; letters, digits, _ . -)"
+        yield from _check_track(f"tracks.{name}", steps)
+    known = {MAIN_TRACK, *scenario.tracks}
+    known_names = ", ".join(sorted(known))
+    targets = {branch.track for branch in scenario.branches}
+    for i, branch in enumerate(scenario.branches):
+        at = f"branches[{i}]"
+        if not branch.nudge:
+            yield f"{at}.nudge", "must name a nudge kind"
+        if branch.track not in known:
+            yield f"{at}.track", f"unknown track {branch.track!r} (known: {known_names})"
+        if branch.from_track is not None and branch.from_track not in known:
+            yield f"{at}.from_track", f"unknown track {branch.from_track!r}"
+        if branch.nth is not None and branch.nth < 1:
+            yield f"{at}.nth", "must be at least 1"
+    for name in scenario.tracks:
+        # a pipeline's stages play tracks; loop checks play `loop_check`
+        if name not in targets and scenario.pipeline is None and name != "loop_check":
+            yield f"tracks.{name}", "no branch switches to this track"
+    if (abort := scenario.abort) is not None:
+        conditions = (abort.after_text_chars, abort.after_tool_result)
+        if sum(condition is not None for condition in conditions) != 1:
+            yield "abort", "set exactly one of after_text_chars, after_tool_result"
+        if abort.after_text_chars is not None and abort.after_text_chars < 1:
+            yield "abort.after_text_chars", "must be at least 1"
+        if abort.after_tool_result is not None and not _TOOL_NAME.match(abort.after_tool_result):
+            yield "abort.after_tool_result", f"{abort.after_tool_result!r} is not a tool name"
+    yield from _check_expect("expect", scenario.expect)
+    labels: set[str] = set()
+    for i, run in enumerate(scenario.runs):
+        at = f"runs[{i}]"
+        if not _TOOL_NAME.match(run.label):  # a label takes a tool name's characters
+            yield f"{at}.label", f"{run.label!r} is not a label (letters, digits, _ -)"
+        if run.label in labels:
+            yield f"{at}.label", f"duplicate label {run.label!r}"
+        labels.add(run.label)
+        if run.task is not None and not run.task.strip():
+            yield f"{at}.task", "must not be empty"
+        if run.expect is not None:
+            yield from _check_expect(f"{at}.expect", run.expect)
+
+
+def _negatives(at: str, spec: object, keys: tuple[str, ...]) -> Iterator[Problem]:
+    """``must not be negative`` for each of ``keys`` set to a negative number."""
+    for key in keys:
+        value = getattr(spec, key)
+        if value is not None and value < 0:
+            yield f"{at}.{key}", "must not be negative"
 
 
 def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
@@ -94,9 +124,9 @@ def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
 
 
 def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
-    for key in ("text_tokens", "latency", "chunk_latency", "keep_alive", "require_images"):
-        if getattr(step, key) < 0:
-            yield f"{at}.{key}", "must not be negative"
+    yield from _negatives(
+        at, step, ("text_tokens", "latency", "chunk_latency", "keep_alive", "require_images")
+    )
     if step.chunk_size < 1:
         yield f"{at}.chunk_size", "must be at least 1"
     for key in ("repeat", "cycle"):
@@ -119,10 +149,7 @@ def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
         if call.arguments and call.raw_arguments is not None:
             yield f"{at}.tool_calls[{j}]", "set arguments or raw_arguments, not both"
     if step.usage is not None:
-        for key in ("prompt_tokens", "completion_tokens"):
-            value = getattr(step.usage, key)
-            if value is not None and value < 0:
-                yield f"{at}.usage.{key}", "must not be negative"
+        yield from _negatives(f"{at}.usage", step.usage, ("prompt_tokens", "completion_tokens"))
     for j, fault in enumerate(step.faults):
         yield from _check_fault(f"{at}.faults[{j}]", fault, last=j == len(step.faults) - 1)
 
@@ -132,12 +159,7 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
         yield f"{at}.times", "must be at least 1"
     if fault.forever and not last:
         yield f"{at}.forever", "only the last fault of a step can be forever"
-    if fault.after_chunks < 0:
-        yield f"{at}.after_chunks", "must not be negative"
-    for key in ("retry_after", "retry_after_ms"):
-        value = getattr(fault, key)
-        if value is not None and value < 0:
-            yield f"{at}.{key}", "must not be negative"
+    yield from _negatives(at, fault, ("after_chunks", "retry_after", "retry_after_ms"))
     status = fault.status
     if fault.kind == "status" and status is None:
         yield f"{at}.status", "missing required key for kind 'status'"
@@ -149,51 +171,14 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
         yield f"{at}.status", f"{status} is not an error status (400-599)"
 
 
-def _check_branches(scenario: Scenario) -> Iterator[Problem]:
-    known = {MAIN_TRACK, *scenario.tracks}
-    known_names = ", ".join(sorted(known))
-    targets: set[str] = set()
-    for i, branch in enumerate(scenario.branches):
-        at = f"branches[{i}]"
-        if not branch.nudge:
-            yield f"{at}.nudge", "must name a nudge kind"
-        if branch.track not in known:
-            yield f"{at}.track", f"unknown track {branch.track!r} (known: {known_names})"
-        if branch.from_track is not None and branch.from_track not in known:
-            yield f"{at}.from_track", f"unknown track {branch.from_track!r}"
-        if branch.nth is not None and branch.nth < 1:
-            yield f"{at}.nth", "must be at least 1"
-        targets.add(branch.track)
-    for name in scenario.tracks:
-        # a pipeline's stages play tracks; loop checks play `loop_check`
-        if name not in targets and scenario.pipeline is None and name != "loop_check":
-            yield f"tracks.{name}", "no branch switches to this track"
-
-
 def _check_expect(at: str, expect: Expect) -> Iterator[Problem]:
     if expect.cause is not None and not is_known_cause(expect.cause):
         yield f"{at}.cause", f"unknown cause {expect.cause!r}"
-    for key in ("turns", "llm_requests", "tool_calls", "max_llm_requests", "nudges"):
-        value = getattr(expect, key)
-        if value is not None and value < 0:
-            yield f"{at}.{key}", "must not be negative"
+    yield from _negatives(
+        at, expect, ("turns", "llm_requests", "tool_calls", "max_llm_requests", "nudges")
+    )
     for i, call in enumerate(expect.calls):
         if call.call < 1:
             yield f"{at}.calls[{i}].call", "must be at least 1 (the first call is 1)"
         if call.verdict is None and call.tool is None:
             yield f"{at}.calls[{i}]", "set verdict or tool"
-
-
-def _check_runs(scenario: Scenario) -> Iterator[Problem]:
-    labels: set[str] = set()
-    for i, run in enumerate(scenario.runs):
-        at = f"runs[{i}]"
-        if not _TOOL_NAME.match(run.label):  # a label takes a tool name's characters
-            yield f"{at}.label", f"{run.label!r} is not a label (letters, digits, _ -)"
-        if run.label in labels:
-            yield f"{at}.label", f"duplicate label {run.label!r}"
-        labels.add(run.label)
-        if run.task is not None and not run.task.strip():
-            yield f"{at}.task", "must not be empty"
-        if run.expect is not None:
-            yield from _check_expect(f"{at}.expect", run.expect)

@@ -246,7 +246,6 @@ class InProcessModel:
             else:
                 break
         acc = ReplyAccumulator()
-        acc.add_text(text)
         for index, call in enumerate(reply.calls):
             acc.add_tool_fragment(index, id=call.id, name=call.name, arguments=call.arguments)
         assembled = acc.assemble()

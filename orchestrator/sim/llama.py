@@ -73,14 +73,11 @@ def _fits(message: dict[str, Any]) -> bool:
 
 def validation_error(body: bytes) -> dict[str, Any] | None:
     """The 500 body the server answers a request whose messages it cannot validate, or
-    ``None`` when they are valid (the body is JSON: the caller decoded it already)."""
-    request = _decode(body)
-    messages = request.get("messages") if isinstance(request, dict) else None
-    if not isinstance(messages, list):
-        return None
+    ``None`` when they are valid (the body is a chat request, messages an array of objects
+    with a string ``role``: the caller decoded it already)."""
     entries: list[dict[str, Any]] = []
-    for index, message in enumerate(messages):
-        if isinstance(message, dict) and not _fits(message):
+    for index, message in enumerate(_decode(body)["messages"]):
+        if not _fits(message):
             entries += _member_errors(index, message)
     if not entries:
         return None
@@ -142,9 +139,7 @@ class LlamaFrames(wire.Frames):
     the legacy ``function_call``. The app builds them without usage: the server sends no
     usage chunk, whatever the request asked."""
 
-    def tool_call_chunks(
-        self, reply: wire.Reply, shape: StreamShape | None = None
-    ) -> Iterator[bytes]:
+    def tool_call_chunks(self, reply: wire.Reply, shape: StreamShape | None) -> Iterator[bytes]:
         size = reply.chunk_size
         for index, call in enumerate(reply.calls):
             text = call.arguments

@@ -184,7 +184,7 @@ class ToolDef(_Spec, frozen=True, kw_only=True):
     def match(self, arguments: Mapping[str, Any]) -> int:
         """Index of the first case matching ``arguments``, or -1 for the default results."""
         for index, case in enumerate(self.cases):
-            if all(arguments.get(k, _MISSING) == v for k, v in case.arguments.items()):
+            if all(k in arguments and arguments[k] == v for k, v in case.arguments.items()):
                 return index
         return -1
 
@@ -284,10 +284,6 @@ class Scenario(_Spec, frozen=True, kw_only=True):
     expect: Expect
     """With ``runs`` and no ``[expect]`` of its own: the first run's (the loader sets it)."""
 
-    def track(self, name: str) -> tuple[Step, ...]:
-        """The steps of track ``name`` (``main`` is :attr:`steps`)."""
-        return self.steps if name == MAIN_TRACK else self.tracks[name]
-
     def expand(self) -> tuple[Scenario, ...]:
         """One scenario per run of ``runs`` (named ``NAME.LABEL``), or this one alone."""
         if not self.runs:
@@ -303,9 +299,6 @@ class Scenario(_Spec, frozen=True, kw_only=True):
             )
             for run in self.runs
         )
-
-
-_MISSING: Final = object()
 
 
 def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:

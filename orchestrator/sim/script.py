@@ -96,7 +96,7 @@ def locate(
 def step_at(scenario: Scenario, position: Position) -> Step | None:
     """The step to play at ``position``; the last step repeats, or the track starts over
     (``cycle``), if it says so."""
-    steps = scenario.track(position.track)
+    steps = scenario.steps if position.track == MAIN_TRACK else scenario.tracks[position.track]
     if position.step < len(steps):
         return steps[position.step]
     last = steps[-1]

@@ -138,13 +138,7 @@ class Frames:
     """Encodes the SSE frames of one streamed completion."""
 
     def __init__(self, completion_id: str, model: str, created: int, include_usage: bool) -> None:
-        self._head = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "system_fingerprint": "fp_loopfuse_sim",
-        }
+        self._head = _head(completion_id, "chat.completion.chunk", created, model)
         self.include_usage = include_usage
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
@@ -154,7 +148,7 @@ class Frames:
             body["usage"] = None
         return _frame(body)
 
-    def tool_call_chunks(self, reply: Reply, shape: StreamShape | None = None) -> Iterator[bytes]:
+    def tool_call_chunks(self, reply: Reply, shape: StreamShape | None) -> Iterator[bytes]:
         """Per call: a first fragment with id, type, name and ``""``, then argument pieces
         (OpenAI's shape); ``shape`` may repeat the head in every fragment, send the
         arguments cumulatively and choose where fragments end."""
@@ -193,14 +187,18 @@ def completion(completion_id: str, model: str, created: int, reply: Reply) -> di
         ]
     finish = reply.finish_reason
     choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+    head = _head(completion_id, "chat.completion", created, model)
+    return {**head, "choices": [choice], "usage": reply.usage()}
+
+
+def _head(completion_id: str, kind: str, created: int, model: str) -> dict[str, Any]:
+    """The fields every completion and chunk starts with."""
     return {
         "id": completion_id,
-        "object": "chat.completion",
+        "object": kind,
         "created": created,
         "model": model,
         "system_fingerprint": "fp_loopfuse_sim",
-        "choices": [choice],
-        "usage": reply.usage(),
     }
 
 

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 
 import msgspec
 
@@ -29,11 +29,10 @@ class CorpusRun(msgspec.Struct, frozen=True, kw_only=True):
     scenario: Scenario
 
 
-def corpus(half: Half | None = None) -> tuple[CorpusRun, ...]:
-    """The corpus scenarios (of one half, or both: legitimate first), sorted by name."""
-    halves: tuple[Half, ...] = (half,) if half is not None else ("legit", "stuck")
+def corpus() -> tuple[CorpusRun, ...]:
+    """The corpus scenarios: legitimate first, then stuck, each half sorted by name."""
     runs: list[CorpusRun] = []
-    for h in halves:
+    for h in get_args(Half):
         for path in sorted((CORPUS_DIR / h).glob("*.toml")):
             with path.open(encoding="utf-8") as file:
                 first = file.readline()  # the kind it declares: ``# kind: legit.poll``

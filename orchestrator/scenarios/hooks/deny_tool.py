@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 
 EXIT_DENY = 3
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    reason = " ".join(sys.argv[1:] if argv is None else argv) or "this tool is not allowed here"
+def main() -> int:
+    reason = " ".join(sys.argv[1:]) or "this tool is not allowed here"
     call = json.loads(sys.stdin.readline() or "{}")
     print(f"{call.get('tool', 'this tool')} is denied: {reason}", file=sys.stderr)
     return EXIT_DENY

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import posixpath
 import sys
-from collections.abc import Sequence
 
 EXIT_ALLOW = 0
 EXIT_BLOCK = 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    folders = list(sys.argv[1:] if argv is None else argv)
+def main() -> int:
+    folders = sys.argv[1:]
     call = json.loads(sys.stdin.readline() or "{}")
     arguments = call.get("arguments")
     path = arguments.get("path") if isinstance(arguments, dict) else None
