@@ -326,11 +326,9 @@ class ClusterNode:
             if state.status == "ended":
                 raise ClusterError(409, "run_ended", f"run {run_id!r} has already ended")
             aborting = msgspec.structs.replace(state, status="aborting")
-            try:
+            with suppress(KeyWrongLastSequenceError):  # changed meanwhile: read again
                 await self._update("abort", aborting, revision)
-            except KeyWrongLastSequenceError:
-                continue  # changed meanwhile: read again
-            break
+                break
         await retrying("abort", lambda: self.nc.publish(self.settings.abort_subject(run_id), b""))
         logger.info("run abort requested", extra={"run_id": run_id, "node": self.name})
         return aborting
@@ -548,15 +546,13 @@ class ClusterNode:
                     extra={"run_id": run_id, "node": self.name, "owner": current.owner},
                 )
                 return False
-            try:
+            with suppress(KeyWrongLastSequenceError):  # changed meanwhile: read again
                 await self._update("end", ended, revision)
-            except KeyWrongLastSequenceError:
-                continue
-            logger.info(
-                "run ended",
-                extra={"run_id": run_id, "node": self.name, "exit_reason": ended.exit_reason},
-            )
-            return True
+                logger.info(
+                    "run ended",
+                    extra={"run_id": run_id, "node": self.name, "exit_reason": ended.exit_reason},
+                )
+                return True
 
 
 def _ended(state: RunState, result: RunResult) -> RunState:
