@@ -287,12 +287,11 @@ def recording_from_events(
             stopped_at_call=stopped_at(verdicts),
         )
     head = first_request.messages[:1]
-    system = head[0].content if head and head[0].role == "system" else None
     return Recording(
         name=name,
         task=started.task,
         model=started.model,
-        system=system,
+        system=head[0].content if head and head[0].role == "system" else None,
         tools=started.tool_specs,
         idempotent=frozenset(idempotent),
         answers={purpose: tuple(found) for purpose, found in answers.items()},

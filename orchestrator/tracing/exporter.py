@@ -156,8 +156,7 @@ class TraceExporter:
             self._workflows.clear()
 
     def statistics(self) -> TraceStatistics:
-        counts = self._pipeline.processor.counts()
-        return TraceStatistics(len(self._runs), *counts, self._errors)
+        return TraceStatistics(len(self._runs), *self._pipeline.processor.counts(), self._errors)
 
     def traceparent(self, request: ModelRequest) -> str | None:
         """The ``traceparent`` header naming ``request``'s chat span (``None``: none open)."""
