@@ -161,9 +161,7 @@ class TraceExporter:
     def traceparent(self, request: ModelRequest) -> str | None:
         """The ``traceparent`` header naming ``request``'s chat span (``None``: none open)."""
         run = self._runs.get(request.run_id)
-        if run is None:
-            return None
-        chat = run.chats.get(request.turn)
+        chat = run.chats.get(request.turn) if run is not None else None
         return chat[1] if chat is not None else None
 
     # ------------------------------------------------------------------ internals
