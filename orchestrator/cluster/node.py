@@ -280,9 +280,8 @@ class ClusterNode:
         fine for the runs a retention window keeps; a fleet with very many runs should list
         from its own index instead.
         """
-        bucket = self.settings.state_bucket
         states: list[RunState] = []
-        for key in await retrying("keys", lambda: bucket_keys(self.nc, bucket)):
+        for key in await retrying("keys", lambda: bucket_keys(self.nc, self.settings.state_bucket)):
             with suppress(ClusterError):  # deleted, or pruned between the listing and the read
                 states.append(await self.state(key))
         return states
