@@ -106,6 +106,7 @@ def create_fleet_app(node: ClusterNode) -> Starlette:
     api = _FleetApi(node)
     app = Starlette(routes=run_routes(api), exception_handlers=EXCEPTION_HANDLERS)
     app.state.node = node
+    app.state.api = api
     app.add_middleware(_Guard, auth=auth, hosts=HostCheck.from_config(config))
     add_cors(app, config.daemon.cors_origins)
     return app
@@ -116,19 +117,23 @@ async def running_fleet_app(app: Starlette) -> AsyncIterator[None]:
     """Run the node of ``app`` (:func:`create_fleet_app`) for the ``async with`` body: it
     answers once the node has joined the fleet."""
     node: ClusterNode = app.state.node
+    api: _FleetApi = app.state.api
     async with node.running(), anyio.create_task_group() as tg:
         registry = node.runtime.metrics_registry
         registry.register(NodeCollector(node))
         fleet = FleetCollector(node)
         registry.register(fleet)
         await tg.start(fleet.run)
+        api.ready = True
         yield
+        api.ready = False
         tg.cancel_scope.cancel()
 
 
 class _FleetApi:
     def __init__(self, node: ClusterNode) -> None:
         self._node = node
+        self.ready = False
 
     async def submit(self, request: Request) -> Response:
         settings = self._node.config.daemon
@@ -161,7 +166,7 @@ class _FleetApi:
         ]
         page = chosen[:limit]
         runs = [msgspec.structs.replace(view, result=None) for view in page]
-        next_cursor = str(_micros(page[-1].created_at)) if len(chosen) > limit else None
+        next_cursor = str(_micros(page[-1].created_at)) if len(chosen) > limit and page else None
         return json_response(RunPage(runs=runs, next_cursor=next_cursor))
 
     async def scenarios(self, request: Request) -> Response:
@@ -216,6 +221,8 @@ class _FleetApi:
         yield sse.frame(msgspec.json.encode(body), event="end")
 
     async def metrics(self, request: Request) -> Response:
+        if not self.ready:
+            raise ApiError(503, "starting", "the daemon is starting")
         registry = self._node.runtime.metrics_registry
         body, content_type = render(registry, request.headers.get("accept"))
         return Response(body, headers={"Content-Type": content_type})
@@ -223,4 +230,7 @@ class _FleetApi:
     async def healthz(self, request: Request) -> Response:
         return json_response(Health(status="ok"))
 
-    readyz = healthz  # served only while the node is a member of the fleet (running_fleet_app)
+    async def readyz(self, request: Request) -> Response:
+        if self.ready:
+            return json_response(Health(status="ok"))
+        return json_response(Health(status="starting", reason="joining the fleet"), 503)
