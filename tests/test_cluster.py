@@ -117,16 +117,6 @@ async def wait_until(node: ClusterNode, run_ids: set[str], *statuses: str) -> di
     raise AssertionError("the watch ended")
 
 
-async def wait_idle(node: ClusterNode) -> None:
-    """Return once ``node`` holds no message (every run it took is stored and acked)."""
-    with anyio.fail_after(30):
-        for _ in range(10_000):
-            if not node.statistics().in_flight:
-                return
-            await anyio.sleep(0.01)
-    raise AssertionError("the node never let go of its messages")
-
-
 async def all_events(node: ClusterNode) -> dict[str, list[tuple[int, str]]]:
     """Every stored event of every run: (stream sequence, type) by run id."""
     settings = node.settings
@@ -181,7 +171,7 @@ async def test_300_runs_round_robin_on_three_daemons_each_end_once_as_expected(
                 ), (name, state)
                 assert state.attempts == 1
             for node in nodes:
-                await wait_idle(node)
+                await node.wait_idle()
             stats = [node.statistics() for node in nodes]
             assert sum(s.taken for s in stats) == 300
             assert sum(s.finished for s in stats) == 300
@@ -377,7 +367,7 @@ async def test_a_daemon_killed_with_sigkill_loses_no_run(
                 async with heir.running():
                     owners = await wait_until(api, resumed | crashed, "ended")
                     assert set(owners.values()) == {"heir"}
-                    await wait_idle(heir)
+                    await heir.wait_idle()
                     stats = heir.statistics()
                     assert (stats.resumed, stats.crash_ended, stats.finished) == (3, 3, 6)
                     # a delivery seen before the dead owner's key expired is a conflict,

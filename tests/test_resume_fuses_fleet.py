@@ -17,7 +17,7 @@ from orchestrator.daemon.schemas import RunRequest
 from orchestrator.sim import parse_scenario
 from tests.fleet_support import NEEDS_NATS_SERVER
 from tests.nats_server import NatsServer
-from tests.test_cluster import all_events, settings_for, start_worker, wait_idle, wait_until
+from tests.test_cluster import all_events, settings_for, start_worker, wait_until
 from tests.test_resume_fuses import LOOP
 
 pytestmark = NEEDS_NATS_SERVER
@@ -48,7 +48,7 @@ async def test_an_heir_resumes_a_looping_run_with_its_history_and_stops_it_on_ti
                 async with heir.running():
                     owners = await wait_until(api, {run_id}, "ended")
                     assert owners == {run_id: "heir"}
-                    await wait_idle(heir)
+                    await heir.wait_idle()
                     assert heir.statistics().resumed == 1
                 state = await api.state(run_id)
                 events = await all_events(api)

@@ -123,6 +123,8 @@ class ClusterNode:
         self._deliveries: dict[str, list[Msg]] = {}
         self._in_flight = 0
         self._slot_freed = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
         self._stopping = False
         # The counters: every field of NodeStatistics after ``node``, ``in_flight``, ``slots``.
         self._counts: dict[str, int] = dict.fromkeys(NodeStatistics._fields[3:], 0)
@@ -334,6 +336,10 @@ class ClusterNode:
         """``run_id``'s events after id ``after``, live until its end (see :mod:`.events`)."""
         return run_events(self.js, self.settings, run_id, after=after)
 
+    async def wait_idle(self) -> None:
+        """Return once this daemon holds no message (every run it took is stored and acked)."""
+        await self._idle.wait()
+
     def scenario_names(self) -> list[str]:
         """The scenarios a request may name: the shipped ones and the operator's (none when
         a real endpoint serves the runs)."""
@@ -388,6 +394,7 @@ class ClusterNode:
                 continue
             for msg in messages:
                 self._in_flight += 1
+                self._idle = anyio.Event() if self._idle.is_set() else self._idle
                 tg.start_soon(self._take, msg, tg)
 
     async def _take(self, msg: Msg, tg: TaskGroup) -> None:
@@ -411,6 +418,8 @@ class ClusterNode:
         finally:
             self._in_flight -= 1
             self._slot_freed.set()
+            if self._in_flight == 0:
+                self._idle.set()
 
     async def _claim_and_run(self, run_id: str, msg: Msg, tg: TaskGroup) -> None:
         try:
