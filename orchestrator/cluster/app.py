@@ -166,7 +166,7 @@ class _FleetApi:
         ]
         page = chosen[:limit]
         runs = [msgspec.structs.replace(view, result=None) for view in page]
-        next_cursor = str(_micros(page[-1].created_at)) if len(chosen) > limit and page else None
+        next_cursor = str(_micros(page[-1].created_at)) if len(chosen) > limit else None
         return json_response(RunPage(runs=runs, next_cursor=next_cursor))
 
     async def scenarios(self, request: Request) -> Response:

@@ -75,9 +75,8 @@ async def run_events(
                 msg = await sub.next_msg(timeout=POLL_SECONDS)
             except TimeoutError:
                 continue
-            meta = msg.metadata
             kind = (msg.headers or {}).get(TYPE_HEADER, "")
-            yield ClusterEvent(meta.sequence.stream, kind, msg.data)
+            yield ClusterEvent(msg.metadata.sequence.stream, kind, msg.data)
             if kind == "RunFinished":
                 return
     finally:

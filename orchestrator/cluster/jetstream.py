@@ -174,9 +174,8 @@ async def retrying(
         try:
             return await call()
         except (nats.errors.Error, TimeoutError) as exc:
-            if isinstance(exc, NotFoundError | BadRequestError):  # an answer, not an outage
-                raise
-            if attempts is not None and tries >= attempts:
+            # NotFound, BadRequest: an answer, not an outage; or the last of ``attempts`` tries.
+            if isinstance(exc, NotFoundError | BadRequestError) or tries == attempts:
                 raise
             logger.info("retrying %s: %s", what, type(exc).__name__)
             await anyio.sleep(delay)

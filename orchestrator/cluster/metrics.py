@@ -97,13 +97,10 @@ async def fleet_snapshot(node: ClusterNode) -> FleetSnapshot:
         unacknowledged = waiting = 0
     live = 0
     for key in await bucket_keys(node.nc, settings.nodes_bucket):
-        if key == LEASE_KEY:
-            continue
-        try:
-            await node.buckets.nodes.get(key)
-        except NotFoundError:  # left the fleet (deleted) or expired since the listing
-            continue
-        live += 1
+        if key != LEASE_KEY:
+            with suppress(NotFoundError):  # left the fleet (deleted) or expired since the listing
+                await node.buckets.nodes.get(key)
+                live += 1
     return FleetSnapshot(
         queue_depth=depth,
         unacknowledged=unacknowledged,

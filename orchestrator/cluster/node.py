@@ -282,9 +282,8 @@ class ClusterNode:
         fine for the runs a retention window keeps; a fleet with very many runs should list
         from its own index instead.
         """
-        bucket = self.settings.state_bucket
         states: list[RunState] = []
-        for key in await retrying("keys", lambda: bucket_keys(self.nc, bucket)):
+        for key in await retrying("keys", lambda: bucket_keys(self.nc, self.settings.state_bucket)):
             with suppress(ClusterError):  # deleted, or pruned between the listing and the read
                 states.append(await self.state(key))
         return states
@@ -326,11 +325,9 @@ class ClusterNode:
             if state.status == "ended":
                 raise ClusterError(409, "run_ended", f"run {run_id!r} has already ended")
             aborting = msgspec.structs.replace(state, status="aborting")
-            try:
+            with suppress(KeyWrongLastSequenceError):  # changed meanwhile: read again
                 await self._update("abort", aborting, revision)
-            except KeyWrongLastSequenceError:
-                continue  # changed meanwhile: read again
-            break
+                break
         await retrying("abort", lambda: self.nc.publish(self.settings.abort_subject(run_id), b""))
         logger.info("run abort requested", extra={"run_id": run_id, "node": self.name})
         return aborting
@@ -548,15 +545,13 @@ class ClusterNode:
                     extra={"run_id": run_id, "node": self.name, "owner": current.owner},
                 )
                 return False
-            try:
+            with suppress(KeyWrongLastSequenceError):  # changed meanwhile: read again
                 await self._update("end", ended, revision)
-            except KeyWrongLastSequenceError:
-                continue
-            logger.info(
-                "run ended",
-                extra={"run_id": run_id, "node": self.name, "exit_reason": ended.exit_reason},
-            )
-            return True
+                logger.info(
+                    "run ended",
+                    extra={"run_id": run_id, "node": self.name, "exit_reason": ended.exit_reason},
+                )
+                return True
 
 
 def _ended(state: RunState, result: RunResult) -> RunState:

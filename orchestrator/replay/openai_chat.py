@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from bus import ModelReply, ToolCall, ToolSpec, Usage
+from bus import ModelReply, ToolCall, ToolSpec
 from orchestrator.replay.recording import Answer, Recording, RecordingError, ToolOutcome, result_key
 from orchestrator.sim.content import content_text
 
@@ -82,7 +82,6 @@ def recording_from_chat(name: str, document: Any) -> Recording:
                 text=content,
                 tool_calls=tuple(calls),
                 finish_reason="tool_calls" if calls else "stop",
-                usage=Usage(),
             )
             answers.append(Answer(reply=reply))
         elif role == "tool":

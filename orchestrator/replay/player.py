@@ -120,9 +120,8 @@ class ReplayModel:
         if self._beyond == "repeat" and recorded and self.extrapolated <= DEFAULT_MAX_EXTRA:
             last = recorded[-1]
             if last.reply is not None and not last.reply.aborted:
-                suffix = f"~{index}"
                 calls = tuple(
-                    msgspec.structs.replace(call, id=call.id + suffix)
+                    msgspec.structs.replace(call, id=f"{call.id}~{index}")
                     for call in last.reply.tool_calls
                 )
                 return Answer(reply=msgspec.structs.replace(last.reply, tool_calls=calls))
@@ -162,11 +161,9 @@ def replay_registry(recording: Recording) -> ToolRegistry:
 
 
 def _answerer(name: str, recording: Recording) -> Callable[[dict[str, Any], ToolContext], Any]:
-    results = recording.results
-
     async def answer(params: dict[str, Any], ctx: ToolContext) -> str:
         key = result_key(name, msgspec.json.encode(params).decode())
-        outcomes = results.get(key)
+        outcomes = recording.results.get(key)
         if not outcomes:
             raise ToolError("replay", _NO_RESULT)
         counts: dict[str, int] = ctx.state.setdefault("replay", {})

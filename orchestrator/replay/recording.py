@@ -42,7 +42,6 @@ from bus import (
 from orchestrator.sim.scenario import CallVerdict
 
 __all__ = [
-    "PURPOSES",
     "Answer",
     "Decision",
     "Ending",
@@ -55,8 +54,6 @@ __all__ = [
     "recording_from_events",
     "result_key",
 ]
-
-PURPOSES: Final = ("turn", "compact", "loop_check")
 
 ResultKey = str
 """``tool`` + NUL + the call's canonical arguments."""
@@ -196,7 +193,7 @@ def recording_from_events(
     finished: RunFinished | None = None
     first_request: ModelRequest | None = None
     open_requests: list[ModelRequest] = []
-    answers: dict[str, list[Answer]] = {purpose: [] for purpose in PURPOSES}
+    answers: dict[str, list[Answer]] = {"turn": [], "compact": [], "loop_check": []}
     arguments: dict[tuple[int, str], str] = {}
     results: dict[ResultKey, list[ToolOutcome]] = {}
     idempotent: set[str] = set()
@@ -287,12 +284,11 @@ def recording_from_events(
             stopped_at_call=stopped_at(verdicts),
         )
     head = first_request.messages[:1]
-    system = head[0].content if head and head[0].role == "system" else None
     return Recording(
         name=name,
         task=started.task,
         model=started.model,
-        system=system,
+        system=head[0].content if head and head[0].role == "system" else None,
         tools=started.tool_specs,
         idempotent=frozenset(idempotent),
         answers={purpose: tuple(found) for purpose, found in answers.items()},

@@ -82,11 +82,7 @@ def compare(recording: Recording, played: Played, config: str) -> ReplayRow:
         return ReplayRow(**common, change="new")  # nothing recorded to compare with
     delta = result.llm_requests - ending.llm_requests
     fuse = not ending.cause.startswith("model.")
-    if (ending.exit_reason, ending.cause, ending.llm_requests) == (
-        result.exit_reason.value,
-        result.cause,
-        result.llm_requests,
-    ):
+    if (ending.exit_reason, ending.cause, delta) == (result.exit_reason.value, result.cause, 0):
         change: Change = "same"
     elif fuse and result.cause != ending.cause:
         change = "missed" if delta >= 0 else "earlier"

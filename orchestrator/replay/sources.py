@@ -96,11 +96,11 @@ def recording_from_export(name: str, document: dict[str, Any], *, config: bool =
         raise RecordingError(f"{name}: config: an object of run settings is required")
     reader = LogReader()
     messages: list[Message] = []
-    for number, event in enumerate(events, 1):
+    for index, event in enumerate(events):
         try:
             messages.append(reader.read(msgspec.convert(event, BusMessage)))
         except (msgspec.ValidationError, ValueError) as exc:
-            raise RecordingError(f"{name}: events[{number - 1}]: not a run event: {exc}") from None
+            raise RecordingError(f"{name}: events[{index}]: not a run event: {exc}") from None
     return recording_from_events(str(label), messages, overrides=overrides)
 
 

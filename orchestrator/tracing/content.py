@@ -29,11 +29,13 @@ def tool_arguments(arguments: str) -> Any:
         return arguments
 
 
-def _calls(calls: Iterable[ToolCall]) -> list[dict[str, Any]]:
-    return [
+def _parts(text: str, calls: Iterable[ToolCall]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = [{"type": "text", "content": text}] if text else []
+    parts.extend(
         {"type": "tool_call", "id": c.id, "name": c.name, "arguments": tool_arguments(c.arguments)}
         for c in calls
-    ]
+    )
+    return parts
 
 
 def _message(message: ChatMessage) -> dict[str, Any]:
@@ -42,8 +44,7 @@ def _message(message: ChatMessage) -> dict[str, Any]:
     if message.role == "tool":
         parts = [{"type": "tool_call_response", "id": message.tool_call_id, "response": text}]
     else:
-        parts = [{"type": "text", "content": text}] if text else []
-        parts.extend(_calls(message.tool_calls))
+        parts = _parts(text, message.tool_calls)
     parts.extend(_IMAGE for _ in images)
     return {"role": message.role, "parts": parts}
 
@@ -55,9 +56,7 @@ def input_messages(messages: Iterable[ChatMessage]) -> str:
 
 def output_messages(text: str, calls: Iterable[ToolCall], finish_reason: str | None) -> str:
     """``gen_ai.output.messages`` of one reply."""
-    parts: list[dict[str, Any]] = [{"type": "text", "content": text}] if text else []
-    parts.extend(_calls(calls))
-    message: dict[str, Any] = {"role": "assistant", "parts": parts}
+    message: dict[str, Any] = {"role": "assistant", "parts": _parts(text, calls)}
     if finish_reason is not None:
         message["finish_reason"] = finish_reason
     return _encode([message]).decode()

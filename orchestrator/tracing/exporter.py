@@ -156,15 +156,12 @@ class TraceExporter:
             self._workflows.clear()
 
     def statistics(self) -> TraceStatistics:
-        counts = self._pipeline.processor.counts()
-        return TraceStatistics(len(self._runs), *counts, self._errors)
+        return TraceStatistics(len(self._runs), *self._pipeline.processor.counts(), self._errors)
 
     def traceparent(self, request: ModelRequest) -> str | None:
         """The ``traceparent`` header naming ``request``'s chat span (``None``: none open)."""
         run = self._runs.get(request.run_id)
-        if run is None:
-            return None
-        chat = run.chats.get(request.turn)
+        chat = run.chats.get(request.turn) if run is not None else None
         return chat[1] if chat is not None else None
 
     # ------------------------------------------------------------------ internals
@@ -197,7 +194,7 @@ class TraceExporter:
         earlier = self._runs.pop(msg.run_id, None)
         if earlier is not None:
             _end(earlier, now, unfinished=True)
-        parent = parse_traceparent(msg.traceparent) if msg.traceparent else None
+        parent = parse_traceparent(msg.traceparent)
         workflow = self._workflow_of(msg, now)
         if workflow is not None:  # a pipeline's stage run: a child of the pipeline's span
             context = workflow.context
@@ -330,8 +327,7 @@ class TraceExporter:
 
     def _model_error(self, msg: ModelError) -> None:
         run = self._runs.get(msg.run_id)
-        chat = run.chats.get(msg.turn) if run is not None else None
-        if run is None or chat is None:
+        if run is None or (chat := run.chats.get(msg.turn)) is None:
             return
         span, now = chat[0], self._now()
         event: dict[str, Any] = {

@@ -101,7 +101,7 @@ class _CountingExporter(SpanExporter):
     """Counts what the batch thread takes from the queue and how each batch fared; warns
     once (:data:`EXPORT_FAILED`) when batches start failing."""
 
-    def __init__(self, exporter: SpanExporter, *, target: str = "the backend") -> None:
+    def __init__(self, exporter: SpanExporter, *, target: str) -> None:
         self._exporter = exporter
         self._target = target
         self._lock = threading.Lock()

@@ -17,8 +17,6 @@ __all__ = ["HEADER", "TraceParent", "format_traceparent", "parse_traceparent"]
 HEADER: Final = "traceparent"
 
 _FIELDS: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-_ZERO_TRACE: Final = "0" * 32
-_ZERO_SPAN: Final = "0" * 16
 _LENGTH: Final = 55
 """Characters of a version-00 header (a later version may append ``-`` and more)."""
 
@@ -62,6 +60,6 @@ def parse_traceparent(value: str | None) -> TraceParent | None:
         return None
     if len(value) > _LENGTH and value[_LENGTH] != "-":
         return None
-    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+    if trace_id == "0" * 32 or span_id == "0" * 16:
         return None
     return TraceParent(trace_id, span_id, int(flags, 16))
