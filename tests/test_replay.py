@@ -180,6 +180,17 @@ def test_a_missing_path_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert "no such file or directory" in capsys.readouterr().err
 
 
+def test_a_dangling_link_in_a_folder_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")
+    assert main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "gone.jsonl: No such file or directory" in err
+    assert "Traceback" not in err
+
+
 def test_the_readme_example_runs_as_written(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

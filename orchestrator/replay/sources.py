@@ -59,11 +59,11 @@ def load_recordings(paths: list[str]) -> list[Recording]:
 
 
 def _load_file(path: Path) -> list[Recording]:
-    if path.stat().st_size > MAX_INPUT_BYTES:
-        raise RecordingError(f"{path}: larger than {MAX_INPUT_BYTES} bytes")
-    if path.suffix in _STORE_SUFFIXES:
-        return list(_from_store(path))
-    try:
+    try:  # a directory's entry may be a dangling link, or gone since it was listed
+        if path.stat().st_size > MAX_INPUT_BYTES:
+            raise RecordingError(f"{path}: larger than {MAX_INPUT_BYTES} bytes")
+        if path.suffix in _STORE_SUFFIXES:
+            return list(_from_store(path))
         data = path.read_bytes()
     except OSError as exc:
         raise RecordingError(f"{path}: {exc.strerror or exc}") from None
