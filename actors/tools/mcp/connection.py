@@ -185,10 +185,9 @@ class McpConnection:
         write: Any
         async with AsyncExitStack() as stack:
             if spec.transport == "stdio":
-                errlog = stack.enter_context(
+                errlog = self._errlog = stack.enter_context(
                     tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
                 )
-                self._errlog = errlog
                 params = StdioServerParameters(
                     command=spec.command, args=list(spec.args), env=self._env(), cwd=spec.cwd
                 )
