@@ -246,9 +246,7 @@ def test_list_dir_errors(tmp_path: Path) -> None:
 async def _call(root: Path | None, name: str, arguments: str) -> tuple[str, str | None]:
     tool = default_registry().get(name)
     assert tool is not None
-    outcome = await invoke(
-        tool, arguments, ToolContext("r1", root), time_limit=5, max_chars=100_000
-    )
+    outcome = await invoke(tool, arguments, ToolContext("r1", root), max_chars=100_000)
     return outcome.content, outcome.error_kind
 
 

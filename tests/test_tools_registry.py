@@ -176,7 +176,7 @@ def test_raw_schema_tool_checks_arguments() -> None:
 
 
 async def _run(tool: Tool[Any], ctx: ToolContext, arguments: str) -> str:
-    outcome = await invoke(tool, arguments, ctx, time_limit=5, max_chars=1000)
+    outcome = await invoke(tool, arguments, ctx, max_chars=1000)
     assert not outcome.is_error, outcome
     return outcome.content
 
@@ -221,7 +221,7 @@ async def test_scripted_results_keyed_by_canonical_arguments() -> None:
 @pytest.mark.asyncio
 async def test_scripted_without_a_match_is_an_error_result() -> None:
     tool = scripted_tool("q", "", {"type": "object"}, {'{"a": 1}': "one"})
-    outcome = await invoke(tool, '{"a": 2}', ToolContext("r"), time_limit=5, max_chars=100)
+    outcome = await invoke(tool, '{"a": 2}', ToolContext("r"), max_chars=100)
     assert outcome.is_error
     assert outcome.error_kind == "scripted"
 

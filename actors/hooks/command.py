@@ -103,7 +103,7 @@ async def run_command(
     except OSError as exc:
         return CommandResult(None, failure=f"cannot start {argv[0]!r}: {exc}")
     out, err = _Capture(max_output), _Capture(max_output)
-    finished = False
+    returncode: int | None = None  # None until it exited
     try:
         with anyio.move_on_after(time_limit):
             async with anyio.create_task_group() as tg:
@@ -111,12 +111,10 @@ async def run_command(
                 tg.start_soon(out.drain, process.stdout)
                 tg.start_soon(err.drain, process.stderr)
             returncode = await process.wait()
-            finished = True
-        if not finished:
-            return CommandResult(None, out.text(), err.text(), f"timed out after {time_limit:g} s")
-        return CommandResult(returncode, out.text(), err.text())
+        failure = None if returncode is not None else f"timed out after {time_limit:g} s"
+        return CommandResult(returncode, out.text(), err.text(), failure)
     finally:
-        if not finished:
+        if returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 if _POSIX:
                     os.killpg(process.pid, signal.SIGKILL)

@@ -170,8 +170,7 @@ class HookRunner:
             call_id=call.id,
             arguments=arguments,
         )
-        worst = most_severe(outcomes) if outcomes is not None else None
-        if worst is None:
+        if outcomes is None or (worst := most_severe(outcomes)) is None:
             return
         if worst.action == "deny":
             self._stop(state, msg.run_id, worst, f"the call {call.name} ({call.id})")
@@ -192,8 +191,7 @@ class HookRunner:
         outcomes = await self._run_hooks(
             state, hooks, "stop", run_id=msg.run_id, turn=msg.turn, text=state.text
         )
-        worst = most_severe(outcomes) if outcomes is not None else None
-        if outcomes is None or worst is None:
+        if outcomes is None or (worst := most_severe(outcomes)) is None:
             return
         if worst.action == "deny":
             self._stop(state, msg.run_id, worst, "the final answer")

@@ -576,11 +576,7 @@ class ToolExecutor:
         slot.scope = scope
         try:
             return await invoke(
-                tool,
-                call.arguments,
-                run.ctx,
-                time_limit=None,
-                max_chars=self._settings.max_result_chars,
+                tool, call.arguments, run.ctx, max_chars=self._settings.max_result_chars
             )
         except anyio.get_cancelled_exc_class():
             if not scope.cancel_called:

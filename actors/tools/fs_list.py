@@ -53,8 +53,7 @@ def list_text(root: Path | None, path: str, limits: ToolLimits) -> str:
             entries = sorted(read[: limits.list_scan_entries], key=lambda entry: entry.name)
             if not entries:
                 return "[list_dir: the directory is empty.]"
-            shown = entries[: limits.list_entries]
-            lines = [_describe(folder, path, entry) for entry in shown]
+            lines = [_describe(folder, path, entry) for entry in entries[: limits.list_entries]]
         except OSError:
             raise ToolError("path", f"{path} cannot be listed") from None
         finally:

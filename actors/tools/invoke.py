@@ -48,19 +48,12 @@ def timed_out(name: str, time_limit: float) -> Outcome:
     return Outcome(f"{name} timed out after {time_limit:g} s", is_error=True, error_kind="timeout")
 
 
-async def invoke(
-    tool: Tool[Any],
-    arguments: str,
-    ctx: ToolContext,
-    *,
-    time_limit: float | None,
-    max_chars: int,
-) -> Outcome:
-    """Run ``tool`` on ``arguments`` within ``time_limit`` seconds; cut text at ``max_chars``.
+async def invoke(tool: Tool[Any], arguments: str, ctx: ToolContext, *, max_chars: int) -> Outcome:
+    """Run ``tool`` on ``arguments``; cut text at ``max_chars``.
 
-    With ``time_limit=None`` the caller enforces the limit with a cancel scope it has (the
-    tool executor's is its pool worker's, which carries the abort deadline too). A
-    plain-``def`` tool runs as :func:`invoke_now` does, without a limit.
+    The caller enforces the time limit with a cancel scope it has (the tool executor's is
+    its pool worker's, which carries the abort deadline too). A plain-``def`` tool runs as
+    :func:`invoke_now` does, without a limit.
     """
     if tool.inline:
         return invoke_now(tool, arguments, ctx, max_chars=max_chars)
@@ -68,15 +61,9 @@ async def invoke(
         params = tool.decode(arguments)
     except ToolError as exc:
         return Outcome(exc.message, is_error=True, error_kind=exc.kind, executed=False)
-    timed_out_now = False
-    content: object = None  # whatever the tool returned: _returned checks it is text
     try:
-        if time_limit is None:
-            content = await cast("Awaitable[object]", tool.fn(params, ctx))
-        else:
-            with anyio.move_on_after(time_limit) as scope:
-                content = await cast("Awaitable[object]", tool.fn(params, ctx))
-            timed_out_now = scope.cancelled_caught
+        # whatever the tool returned: _returned checks it is text
+        content = await cast("Awaitable[object]", tool.fn(params, ctx))
     except ToolError as exc:
         return Outcome(cap_text(exc.message, max_chars), is_error=True, error_kind=exc.kind)
     except anyio.get_cancelled_exc_class() as exc:
@@ -86,8 +73,6 @@ async def invoke(
         return _raised_cancel(tool, exc)
     except Exception as exc:
         return _failed(tool, exc, max_chars)
-    if timed_out_now and time_limit is not None:
-        return timed_out(tool.name, time_limit)
     return _returned(tool, content, max_chars)
 
 

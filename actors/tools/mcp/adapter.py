@@ -40,13 +40,10 @@ def mcp_tool(connection: McpConnection, listed: mcp_types.Tool) -> Tool[dict[str
             raise ToolError(PROTOCOL_ERROR, text or f"{server_name} failed (no message)")
         return text
 
-    schema = listed.input_schema
-    if not isinstance(schema, dict):
-        raise ValueError(f"tool {server_name!r}: input schema is not a JSON object")
     return Tool.from_json_schema(
         spec.tool_prefix + server_name,
         listed.description or listed.title or "",
-        schema,
+        listed.input_schema,  # a dict: the SDK validated the listing
         call,
         idempotent=server_name in spec.idempotent_tools,
         timeout_seconds=spec.timeout_seconds,

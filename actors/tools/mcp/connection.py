@@ -185,10 +185,9 @@ class McpConnection:
         write: Any
         async with AsyncExitStack() as stack:
             if spec.transport == "stdio":
-                errlog = stack.enter_context(
+                errlog = self._errlog = stack.enter_context(
                     tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
                 )
-                self._errlog = errlog
                 params = StdioServerParameters(
                     command=spec.command, args=list(spec.args), env=self._env(), cwd=spec.cwd
                 )
@@ -385,20 +384,15 @@ def _mcp_error(exc: MCPError) -> str:
 def start_error(spec: McpServer, exc: Exception) -> McpStartError:
     """``exc`` (raised while starting ``spec``'s server, maybe inside exception groups of
     one) as the :class:`McpStartError` it is or stands for."""
-    leaf = _leaf(exc)
+    leaf: BaseException = exc
+    while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+        leaf = leaf.exceptions[0]
     if isinstance(leaf, McpStartError):
         return leaf
     return McpStartError(spec.name, "", _describe(leaf))
 
 
-def _leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def _describe(exc: BaseException) -> str:
-    exc = _leaf(exc)
     if isinstance(exc, MCPError):
         return _mcp_error(exc)
     text = str(exc)

@@ -76,7 +76,7 @@ def unavailable_message(problem: str) -> str:
     )
 
 
-def sandbox_warning(sandbox: FigureSandbox, bwrap: str | None = None) -> str | None:
+def sandbox_warning(sandbox: FigureSandbox) -> str | None:
     """What to log at start-up about ``make_figure``'s sandbox, or ``None`` when bubblewrap
     works here. Blocking (it may start bubblewrap once): call it in a thread."""
     if sandbox == "unsafe-process":
@@ -85,7 +85,7 @@ def sandbox_warning(sandbox: FigureSandbox, bwrap: str | None = None) -> str | N
             "in a plain process, without an OS sandbox (it can read and write what the "
             "daemon's user can, and use the network)"
         )
-    problem = bubblewrap_problem(bwrap or shutil.which("bwrap"))
+    problem = bubblewrap_problem(shutil.which("bwrap"))
     if problem is None:
         return None
     return f"make_figure will refuse every call: {unavailable_message(problem)}"

@@ -32,6 +32,13 @@ _RET: Final = 0x06  # BPF_RET | BPF_K
 _ALLOW: Final = 0x7FFF0000
 _KILL_PROCESS: Final = 0x80000000
 _ERRNO: Final = 0x00050000
+# The program's fixed tail, in order: each jump label's return value.
+_TAIL: Final = {
+    "allow": _ALLOW,
+    "eperm": _ERRNO | errno.EPERM,
+    "enosys": _ERRNO | errno.ENOSYS,
+    "kill": _KILL_PROCESS,
+}
 
 # struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
 _NR: Final = 0
@@ -77,8 +84,7 @@ def _program(arch: _Arch) -> bytes:
         (_LD_ABS, _ARG0_LOW, None, None),
         (_JSET, _CLONE_THREAD, "allow", "eperm"),
     ]
-    tail = {"allow": len(body), "eperm": len(body) + 1, "enosys": len(body) + 2}
-    tail["kill"] = len(body) + 3
+    tail = {label: len(body) + i for i, label in enumerate(_TAIL)}
 
     def offset(at: int, label: str | None) -> int:
         return 0 if label is None else tail[label] - at - 1
@@ -86,14 +92,7 @@ def _program(arch: _Arch) -> bytes:
     code = b"".join(
         _insn(op, k, offset(at, jt), offset(at, jf)) for at, (op, k, jt, jf) in enumerate(body)
     )
-    return code + b"".join(
-        (
-            _insn(_RET, _ALLOW),
-            _insn(_RET, _ERRNO | errno.EPERM),
-            _insn(_RET, _ERRNO | errno.ENOSYS),
-            _insn(_RET, _KILL_PROCESS),
-        )
-    )
+    return code + b"".join(_insn(_RET, k) for k in _TAIL.values())
 
 
 def no_new_processes(machine: str | None = None) -> bytes | None:
