@@ -222,6 +222,32 @@ async def test_a_draft_rejected_every_time_fails_the_run_and_writes_nothing(tmp_
     assert not (tmp_path / "out" / "report.md").exists()
 
 
+REVISER = parse_scenario(  # a first draft without its conclusion: reflect.1 revises it,
+    REPORT_TOML.read_text()  # reflect.2 converges (the same text again)
+    .replace(
+        "The replicates agree; the strain grows as expected in rich medium.",
+        "To be written: a conclusion, with the figures and a discussion of the replicates.",
+        1,  # the draft's, not the reflection's
+    )
+    .replace('[[tracks.reflect]]\ntext = """', '[[tracks.reflect]]\nrepeat = true\ntext = """'),
+    source="reviser.toml",
+    name="reviser",
+)
+
+
+@pytest.mark.asyncio
+async def test_a_convergence_skips_the_later_rounds_in_plan_order(tmp_path: Path) -> None:
+    """Eleven rounds, converged at the second: rounds 3 to 11 are skipped, 10 and 11 too
+    (a comparison of the stage names as text put "reflect.10" before "reflect.2")."""
+    progress, result, _, _ = await _report(
+        tmp_path, "reviser", rounds=11, runtime_scenarios=(REVISER,)
+    )
+    assert result.exit_reason is ExitReason.COMPLETED
+    ends = {p.stage: p.status for p in progress if p.status != "started"}
+    assert [ends[f"reflect.{n}"] for n in range(1, 12)] == ["finished"] * 2 + ["skipped"] * 9
+    assert result.llm_requests == 4 + 1 + 2  # explore, draft, two reflections
+
+
 def test_loopfuse_report_writes_the_sample_report_with_plain_progress_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

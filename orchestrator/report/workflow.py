@@ -213,9 +213,9 @@ class _Workflow:
         similarity = difflib.SequenceMatcher(None, self._report, revision).ratio()
         self._report = revision
         if similarity >= CONVERGED:
-            later = tuple(
-                s for s in ctx.run.plan if s.startswith("reflect.") and s > ctx.stage.name
-            )
+            plan = ctx.run.plan  # the rounds after this one, in plan order
+            after = plan[plan.index(ctx.stage.name) + 1 :]
+            later = tuple(s for s in after if s.startswith("reflect."))
             return StageOutcome(detail=f"converged (similarity {similarity:.2f})", skip=later)
         return StageOutcome(detail=f"revised (similarity {similarity:.2f})")
 
