@@ -6,7 +6,7 @@ verdicts are the runtime's own, on a runtime of its own.
 
 * the **model** (:class:`ReplayModel`) answers the n-th request of each purpose with the
   recording's n-th answer of that purpose; past the end it repeats the last answer at most
-  ``max_extra`` times (``beyond="repeat"``) or answers an empty final reply
+  :data:`DEFAULT_MAX_EXTRA` times (``beyond="repeat"``) or answers an empty final reply
   (``beyond="end"``), counted in :attr:`ReplayModel.extrapolated`.
 * the **tools** (:func:`replay_registry`) answer the n-th run of a call with the
   recording's n-th result for the same tool and arguments (the last repeats); a call the
