@@ -26,7 +26,7 @@ __all__ = ["PipelineScenarioConfig", "start_pipeline_scenario"]
 
 
 class PipelineScenarioConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``[config]`` keys of a report scenario."""
+    """The ``[pipeline.options]`` keys of a report scenario."""
 
     reflect_rounds: int = 1
     format: ReportFormat = "markdown"
