@@ -245,13 +245,11 @@ class Store:
                     inserted_row(r, updates.get(r.id), batch.last_event.get(r.id, 0))
                     for r in batch.runs
                 ],
-                tail=") LIMIT ?",
             )
             execute_rows(
                 cursor,
                 "INSERT OR REPLACE INTO run_events (run, seq, type, data) SELECT * FROM (VALUES ",
                 self._keyed(conn, batch.events),
-                tail=") LIMIT ?",
             )
             inserted = {r.id for r in batch.runs} if batch.runs and updates else set()
             execute_rows(
@@ -264,7 +262,6 @@ class Store:
                 cursor,
                 "INSERT OR REPLACE INTO run_checkpoints (run, data) SELECT * FROM (VALUES ",
                 self._keyed_checkpoints(conn, batch.checkpoints, updates),
-                tail=") LIMIT ?",
             )
             for call in batch.calls:
                 call(conn)
