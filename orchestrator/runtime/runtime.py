@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 from actors.budget.monitor import BudgetMonitor
@@ -244,7 +243,6 @@ class Runtime:
             self._hook_functions,
             hide_env=(self.config.model.api_key_env, self.config.daemon.token_env),
         )
-        self._tg: TaskGroup | None = None
         self._workers: Workers | None = None  # the tasks runs and watchers run in, reused
         self._stack: AsyncExitStack | None = None
         self.simulator_answers = False
@@ -286,8 +284,8 @@ class Runtime:
             self.mcp = await stack.enter_async_context(open_mcp_tools(self.config, self.tools))
             if self.mcp is not None:
                 self.metrics.add_tools(tool.name for tool in self.mcp.tools)
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._workers = Workers(self._tg)
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            self._workers = Workers(tg)
             stack.callback(self._workers.close)  # before the task group waits for them
             model = self._model(base_url, simulated)
             loop_monitor = LoopMonitor(self.bus, self._loop_config)
@@ -313,9 +311,9 @@ class Runtime:
                 self.hook_runner,
             )
             if self.tracing is not None:
-                await self._tg.start(self.tracing.run)
+                await tg.start(self.tracing.run)
             for actor in actors:
-                await self._tg.start(actor.run)
+                await tg.start(actor.run)
             if self.config.runtime.freeze_heap:
                 freeze_long_lived(self.config.model.model)
         except BaseException:
