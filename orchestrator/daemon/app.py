@@ -142,7 +142,6 @@ def create_app(config: Config, *, daemon: Daemon | None = None, lifespan: bool =
     )
     app.add_middleware(_Guard, daemon=daemon, api=api, hosts=HostCheck.from_config(config))
     add_cors(app, config.daemon.cors_origins)
-    app.state.daemon = daemon
     return app
 
 

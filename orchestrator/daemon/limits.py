@@ -46,21 +46,21 @@ _STEP[ord("[")] = _STEP[ord("{")] = 1
 _STEP[ord("]")] = _STEP[ord("}")] = -1
 
 
-def check_depth(body: bytes, limit: int = MAX_JSON_DEPTH) -> None:
-    """Refuse ``body`` if it nests arrays and objects deeper than ``limit`` (outside strings).
-
-    A body with at most ``limit`` opening brackets is let through without a scan.
+def check_depth(body: bytes) -> None:
+    """Refuse ``body`` if it nests arrays and objects deeper than :data:`MAX_JSON_DEPTH`
+    (outside strings). A body with at most that many opening brackets is let through
+    without a scan.
 
     :raises ApiError: 400 ``too_deep``.
     """
-    if body.count(b"[") + body.count(b"{") <= limit:
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
         return
     brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
-    if max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0) > limit:
+    if max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0) > MAX_JSON_DEPTH:
         raise ApiError(
             400,
             "too_deep",
-            f"the body nests arrays and objects more than {limit} levels deep",
+            f"the body nests arrays and objects more than {MAX_JSON_DEPTH} levels deep",
         )
 
 

@@ -160,7 +160,7 @@ _REPLAY_REQUEST: Final = {
                 "type": "object",
                 "properties": {
                     "name": {"type": "string"},
-                    "events": {"type": "array", "items": {"$ref": _REF.format(name="BusMessage")}},
+                    "events": {"type": "array", "items": _ref("BusMessage")},
                     "messages": {"type": "array", "items": {"type": "object"}},
                     "tools": {"type": "array", "items": {"type": "object"}},
                 },

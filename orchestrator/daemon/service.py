@@ -320,14 +320,13 @@ class RunService:
             return
         try:
             recorded = await self._launch(row, request, point)
-        except (ApiError, ConfigError) as exc:
+        except ApiError as exc:  # _launch makes a ConfigError a 422
             logger.error(
                 "run could not be restarted: %s",
                 exc,
                 extra={"run_id": row.id, "trace_id": row.trace_id},
             )
-            reason = exc.message if isinstance(exc, ApiError) else exc.reason
-            detail = refused_detail(exc.key, reason)
+            detail = refused_detail(exc.key, exc.message)
             self._crash_abort(row, phase_of(tail), checkpoint, detail=detail)
             return
         if point.resume is not None:

@@ -245,13 +245,19 @@ class Store:
                     inserted_row(r, updates.get(r.id), batch.last_event.get(r.id, 0))
                     for r in batch.runs
                 ],
-                tail=") LIMIT ?",
             )
+            # A run's events and checkpoint are keyed by its cursor. Those of a run with no
+            # row are not stored (nothing could read them), nor the checkpoint of a run this
+            # commit ends (an ended run is never resumed: it would not be read).
+            cursors = self._cursors  # a cursor is never 0: ``or`` looks up only unknown runs
             execute_rows(
                 cursor,
                 "INSERT OR REPLACE INTO run_events (run, seq, type, data) SELECT * FROM (VALUES ",
-                self._keyed(conn, batch.events),
-                tail=") LIMIT ?",
+                [
+                    (key, seq, kind, data)
+                    for run_id, seq, kind, data in batch.events
+                    if (key := cursors.get(run_id) or self._cursor(conn, run_id)) is not None
+                ],
             )
             inserted = {r.id for r in batch.runs} if batch.runs and updates else set()
             execute_rows(
@@ -263,8 +269,12 @@ class Store:
             execute_rows(
                 cursor,
                 "INSERT OR REPLACE INTO run_checkpoints (run, data) SELECT * FROM (VALUES ",
-                self._keyed_checkpoints(conn, batch.checkpoints, updates),
-                tail=") LIMIT ?",
+                [
+                    (key, data)
+                    for run_id, data in batch.checkpoints.items()
+                    if updates.get(run_id, {}).get("status") != "ended"
+                    and (key := self._cursor(conn, run_id)) is not None
+                ],
             )
             for call in batch.calls:
                 call(conn)
@@ -284,33 +294,6 @@ class Store:
                 return None
             cursor = self._cursors[run_id] = found[0]
         return cursor
-
-    def _keyed_checkpoints(
-        self,
-        conn: sqlite3.Connection,
-        checkpoints: dict[str, bytes],
-        updates: dict[str, dict[str, Any]],
-    ) -> list[tuple[int, bytes]]:
-        """``checkpoints`` keyed by their run's cursor, but for the runs this commit ends
-        (an ended run is never resumed: its checkpoint would not be read)."""
-        return [
-            (cursor, data)
-            for run_id, data in checkpoints.items()
-            if updates.get(run_id, {}).get("status") != "ended"
-            and (cursor := self._cursor(conn, run_id)) is not None
-        ]
-
-    def _keyed(
-        self, conn: sqlite3.Connection, events: list[tuple[str, int, str, bytes]]
-    ) -> list[tuple[int, int, str, bytes]]:
-        """``events`` keyed by their run's cursor. Events of a run with no row are not
-        stored: nothing could read them."""
-        cursors = self._cursors  # a cursor is never 0: ``or`` looks up only unknown runs
-        return [
-            (cursor, seq, kind, data)
-            for run_id, seq, kind, data in events
-            if (cursor := cursors.get(run_id) or self._cursor(conn, run_id)) is not None
-        ]
 
     def _open_writer(self) -> None:
         self._writer = connect(self.path, same_thread=True)

@@ -64,7 +64,7 @@ def _statement(head: str, width: int, rows: int, tail: str) -> str:
 
 
 def execute_rows(
-    cursor: sqlite3.Cursor, head: str, rows: Sequence[Sequence[Any]], *, tail: str
+    cursor: sqlite3.Cursor, head: str, rows: Sequence[Sequence[Any]], *, tail: str = ") LIMIT ?"
 ) -> None:
     """``head (…), (…) … tail`` for ``rows``, ``tail`` ending in ``LIMIT ?``: in statements of
     a few sizes (powers of two, as the variable limit allows), each filled up with rows of

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Self
 
 import anyio
 import msgspec
-from anyio.abc import TaskGroup
 from prometheus_client import CollectorRegistry
 
 from actors.budget.monitor import BudgetMonitor
@@ -244,10 +243,8 @@ class Runtime:
             self._hook_functions,
             hide_env=(self.config.model.api_key_env, self.config.daemon.token_env),
         )
-        self._tg: TaskGroup | None = None
         self._workers: Workers | None = None  # the tasks runs and watchers run in, reused
         self._stack: AsyncExitStack | None = None
-        self.base_url: str | None = None
         self.simulator_answers = False
         """No endpoint nor model actor: the embedded simulator answers every run, so a run
         that plays no scenario ends marked ``simulated`` with a note (as the daemon's do)."""
@@ -262,14 +259,14 @@ class Runtime:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
-            self.base_url = self.config.model.base_url
+            base_url = self.config.model.base_url
             simulated: tuple[Scenario, ...] | None = None
-            if self.base_url is None and self._model_actor is None:
+            if base_url is None and self._model_actor is None:
                 served = {s.name: s for s in (*shipped_scenarios(), *self._extra_scenarios)}
                 self.metrics.add_models(served)  # the simulator's models are scenario names
                 self.metrics.add_tools(t.name for s in served.values() for t in s.tools)
                 simulator = await stack.enter_async_context(open_simulator(served.values()))
-                self.base_url = simulator.base_url
+                base_url = simulator.base_url
                 simulated = tuple(served.values())
                 self.simulator_answers = True
             if self.config.tracing.enabled:
@@ -278,7 +275,7 @@ class Runtime:
                     self.bus,
                     self.metrics_registry,
                     stack,
-                    base_url=self.base_url,
+                    base_url=base_url,
                     provider=provider_of(self.config.model.base_url)
                     if self._model_actor is None
                     else MODEL_ACTOR_PROVIDER,
@@ -287,15 +284,13 @@ class Runtime:
             self.mcp = await stack.enter_async_context(open_mcp_tools(self.config, self.tools))
             if self.mcp is not None:
                 self.metrics.add_tools(tool.name for tool in self.mcp.tools)
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            self._workers = Workers(self._tg)
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            self._workers = Workers(tg)
             stack.callback(self._workers.close)  # before the task group waits for them
-            model = self._model(simulated)
-            self._loop_monitor = LoopMonitor(self.bus, self._loop_config)
+            model = self._model(base_url, simulated)
+            loop_monitor = LoopMonitor(self.bus, self._loop_config)
             budget_monitor = BudgetMonitor(self.bus)
-            self._monitor_states = MonitorStates(
-                {"loop": self._loop_monitor, "budget": budget_monitor}
-            )
+            self._monitor_states = MonitorStates({"loop": loop_monitor, "budget": budget_monitor})
             # The context server: the operator's endpoint, asked once per model for its window
             # and tokenizer (never the embedded simulator, never a request's).
             server, url = None, self.config.model.base_url
@@ -308,7 +303,7 @@ class Runtime:
                 self.metrics,
                 self.event_log,
                 budget_monitor,
-                self._loop_monitor,
+                loop_monitor,
                 ProgressReporter(self.bus),
                 executor,
                 self.context_gatekeeper,
@@ -316,9 +311,9 @@ class Runtime:
                 self.hook_runner,
             )
             if self.tracing is not None:
-                await self._tg.start(self.tracing.run)
+                await tg.start(self.tracing.run)
             for actor in actors:
-                await self._tg.start(actor.run)
+                await tg.start(actor.run)
             if self.config.runtime.freeze_heap:
                 freeze_long_lived(self.config.model.model)
         except BaseException:
@@ -348,7 +343,7 @@ class Runtime:
         finally:
             self.scenario_folders.close()
 
-    def _model(self, simulated: tuple[Scenario, ...] | None) -> ModelActor:
+    def _model(self, base_url: str | None, simulated: tuple[Scenario, ...] | None) -> ModelActor:
         """The actor answering model requests: the caller's own, the LLM caller of the
         endpoint, or (``simulated``: no endpoint) the scenarios played in process with the
         simulator over HTTP for what needs the wire."""
@@ -359,7 +354,7 @@ class Runtime:
         try:
             endpoint = endpoint_settings(
                 model,
-                base_url=self.base_url or "",
+                base_url=base_url or "",
                 api_key=os.environ.get(model.api_key_env, ""),
                 options=options,
                 models=per_model,
