@@ -98,11 +98,10 @@ def children(node: mi.Type) -> Iterator[tuple[str, mi.Type]]:
 def range_at(kind: type[msgspec.Struct], key: str) -> NumericRange | None:
     """The range of the numeric setting at dotted ``key`` of ``kind`` (``hooks.0.x``:
     an array's item), or ``None`` if that is not a numeric setting."""
-    node: mi.Type | None = mi.type_info(kind)
+    node = mi.type_info(kind)
     for part in key.split(".") if key else ():
-        assert node is not None
         below = dict(children(node))
-        node = below.get("N" if part.isdigit() else part, below.get("<name>"))
-        if node is None:
+        if (child := below.get("N" if part.isdigit() else part, below.get("<name>"))) is None:
             return None
-    return None if node is None else node_range(node, key)
+        node = child
+    return node_range(node, key)
