@@ -219,8 +219,8 @@ def run_settings(
     return settings
 
 
-def _merged(base: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base) if isinstance(base, dict) else {}
+def _merged(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
     for key, value in overrides.items():
         below = merged.get(key)
         if isinstance(value, Mapping) and isinstance(below, dict):
