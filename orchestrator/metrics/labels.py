@@ -130,12 +130,6 @@ class BoundedLabel:
     def __call__(self, name: str) -> str:
         return name if name in self._extra or name in self._known else OTHER
 
-    def values(self) -> tuple[str, ...]:
-        """The names known so far (iterable containers only), plus :data:`OTHER`."""
-        known = self._known if isinstance(self._known, Iterable) else ()
-        names = {name for name in known if isinstance(name, str)} | self._extra
-        return (*sorted(names), OTHER)
-
 
 def cause_label(cause: str) -> str:
     """``cause`` if it is in the closed set (:func:`bus.is_known_cause`), else ``other``."""

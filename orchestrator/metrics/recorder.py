@@ -227,7 +227,8 @@ class MetricsRecorder:
         self.collector = StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0)))
         registry.register(self.collector)
         self.add_models(models)
-        self.metrics.add_tools(self._tools.values())
+        if isinstance(tools, Iterable):  # the names known now (a registry's) get zero series
+            self.metrics.add_tools(sorted({name for name in tools if isinstance(name, str)}))
 
     # ------------------------------------------------------------------ lifecycle
 
