@@ -224,8 +224,7 @@ class MetricsRecorder:
             StopSignal: self._stop_signal,
             ContextAction: self._context_action,
         }
-        self.collector = StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0)))
-        registry.register(self.collector)
+        registry.register(StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0))))
         self.add_models(models)
         if isinstance(tools, Iterable):  # the names known now (a registry's) get zero series
             self.metrics.add_tools(sorted({name for name in tools if isinstance(name, str)}))
