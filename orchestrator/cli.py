@@ -27,7 +27,7 @@ import msgspec
 
 from actors.tools.figure import warn_about_figure_sandbox
 from orchestrator.cli_errors import explain
-from orchestrator.cli_progress import ProgressLine, wanted
+from orchestrator.cli_progress import ProgressLine
 from orchestrator.config import Config, load_config
 from orchestrator.daemon.commands import COMMANDS as DAEMON_COMMANDS
 from orchestrator.daemon.commands import add_commands as add_daemon_commands
@@ -231,7 +231,7 @@ def _command(config: Config, args: argparse.Namespace) -> int:
             if configured is None:
                 print(f"loopfuse report: {NO_MODEL}", file=sys.stderr)
                 return ExitStatus.USAGE
-            follower = Follower(progress=wanted(sys.stdout, as_json=args.json))
+            follower = Follower(progress=not args.json and sys.stdout.isatty())
             return anyio.run(run_report_command, configured, args, follower)
         case "sim":
             scenarios = [*shipped_scenarios(), *(find_scenario(p) for p in args.scenario)]
@@ -274,7 +274,7 @@ async def _demo(config: Config, as_json: bool) -> int:
 
 
 async def _run(config: Config, args: argparse.Namespace) -> int:
-    follower = Follower(progress=wanted(sys.stdout, as_json=args.json))
+    follower = Follower(progress=not args.json and sys.stdout.isatty())
     if args.scenario:
         scenario = find_scenario(args.scenario)
         # A scenario's model is its script: it plays on the embedded simulator whatever

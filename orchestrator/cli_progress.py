@@ -11,12 +11,10 @@ A report run also names its stage (``stage 2/5 explore``). It reads the run's bu
 Drawn with `rich <https://github.com/Textualize/rich>`_ (its ``Live`` display: cursor
 control, terminal detection and width handling, which a hand-written ``\\r`` line gets
 wrong on narrow terminals and redirected output). Off when the output is not a terminal
-(:func:`wanted`): a pipe or a file gets only the result.
+(or is JSON): a pipe or a file gets only the result.
 """
 
 from __future__ import annotations
-
-from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
@@ -32,12 +30,7 @@ from bus import (
 )
 from orchestrator.runtime import RunHandle
 
-__all__ = ["ProgressLine", "RunTally", "wanted"]
-
-
-def wanted(out: TextIO, *, as_json: bool) -> bool:
-    """Whether to draw the line: ``out`` is a terminal and the output is not JSON."""
-    return not as_json and out.isatty()
+__all__ = ["ProgressLine", "RunTally"]
 
 
 class RunTally:

@@ -33,7 +33,6 @@ from orchestrator.config_sections import (
     Config,
     ContextSettings,
     DaemonSettings,
-    FleetSettings,
     LoopSettings,
     McpSettings,
     ModelCapabilities,
@@ -54,7 +53,6 @@ from orchestrator.settings import (
     ClientKey,
     ClientOverrides,
     LoopPreset,
-    RunKey,
     RunSettings,
 )
 
@@ -69,14 +67,12 @@ __all__ = [
     "Config",
     "ContextSettings",
     "DaemonSettings",
-    "FleetSettings",
     "LoopPreset",
     "LoopSettings",
     "McpSettings",
     "ModelCapabilities",
     "ModelPrice",
     "ModelSettings",
-    "RunKey",
     "RunSettings",
     "RuntimeSettings",
     "ToolSettings",
@@ -223,8 +219,8 @@ def run_settings(
     return settings
 
 
-def _merged(base: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base) if isinstance(base, dict) else {}
+def _merged(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
     for key, value in overrides.items():
         below = merged.get(key)
         if isinstance(value, Mapping) and isinstance(below, dict):

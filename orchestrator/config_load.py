@@ -53,8 +53,7 @@ def _choices(kind: type[msgspec.Struct], key: str) -> tuple[object, ...]:
         if part.isdigit() and typing.get_origin(node) is tuple:  # an item of a list
             node = typing.get_args(node)[0]
             continue
-        fields = getattr(node, "__struct_fields__", None)
-        if fields is None or part not in fields:
+        if part not in getattr(node, "__struct_fields__", ()):
             return ()
         node = typing.get_type_hints(node)[part]
     for candidate in (node, *typing.get_args(node)):

@@ -35,7 +35,8 @@ class NumericRange(NamedTuple):
         return (self.ge, self.gt) != (None, None) and (self.le, self.lt) != (None, None)
 
     def describe(self) -> str:
-        """In words, for error messages: ``a positive integer, at most 100``."""
+        """In words, for error messages (of a :attr:`bounded` range): ``a positive integer,
+        at most 100``."""
         low = number_text(self.ge if self.ge is not None else self.gt)
         high = number_text(self.le if self.le is not None else self.lt)
         article = "an" if self.kind == "integer" else "a"
@@ -45,13 +46,9 @@ class NumericRange(NamedTuple):
             return f"{article} {self.kind} from {low} to {high}"
         elif self.ge is not None:
             text = f"{article} {self.kind} of at least {low}"
-        elif self.gt is not None:
-            text = f"{article} {self.kind} above {low}"
         else:
-            text = f"{article} {self.kind}"
-        if high:
-            text += f", {'at most' if self.le is not None else 'below'} {high}"
-        return text
+            text = f"{article} {self.kind} above {low}"
+        return f"{text}, {'at most' if self.le is not None else 'below'} {high}"
 
 
 def number_text(value: Number | None) -> str:
@@ -98,11 +95,10 @@ def children(node: mi.Type) -> Iterator[tuple[str, mi.Type]]:
 def range_at(kind: type[msgspec.Struct], key: str) -> NumericRange | None:
     """The range of the numeric setting at dotted ``key`` of ``kind`` (``hooks.0.x``:
     an array's item), or ``None`` if that is not a numeric setting."""
-    node: mi.Type | None = mi.type_info(kind)
+    node = mi.type_info(kind)
     for part in key.split(".") if key else ():
-        assert node is not None
         below = dict(children(node))
-        node = below.get("N" if part.isdigit() else part, below.get("<name>"))
-        if node is None:
+        if (child := below.get("N" if part.isdigit() else part, below.get("<name>"))) is None:
             return None
-    return None if node is None else node_range(node, key)
+        node = child
+    return node_range(node, key)

@@ -130,12 +130,6 @@ class BoundedLabel:
     def __call__(self, name: str) -> str:
         return name if name in self._extra or name in self._known else OTHER
 
-    def values(self) -> tuple[str, ...]:
-        """The names known so far (iterable containers only), plus :data:`OTHER`."""
-        known = self._known if isinstance(self._known, Iterable) else ()
-        names = {name for name in known if isinstance(name, str)} | self._extra
-        return (*sorted(names), OTHER)
-
 
 def cause_label(cause: str) -> str:
     """``cause`` if it is in the closed set (:func:`bus.is_known_cause`), else ``other``."""
@@ -171,12 +165,6 @@ def tool_outcome(result: ToolResult) -> str:
 def exemplar(run_id: str, trace_id: str | None = None) -> dict[str, str]:
     """The exemplar linking a sample to its run, within OpenMetrics' 128-character limit
     (the trace id is left out, then the run id shortened, when they would not fit)."""
-    labels = {"run_id": run_id}
-    if trace_id:
-        with_trace = {"run_id": run_id, "trace_id": trace_id}
-        if sum(len(k) + len(v) for k, v in with_trace.items()) <= EXEMPLAR_MAX_CHARS:
-            return with_trace
-    room = EXEMPLAR_MAX_CHARS - len("run_id")
-    if len(run_id) > room:
-        labels["run_id"] = run_id[:room]
-    return labels
+    if trace_id and len("run_idtrace_id") + len(run_id) + len(trace_id) <= EXEMPLAR_MAX_CHARS:
+        return {"run_id": run_id, "trace_id": trace_id}
+    return {"run_id": run_id[: EXEMPLAR_MAX_CHARS - len("run_id")]}

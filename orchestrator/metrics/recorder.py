@@ -224,10 +224,10 @@ class MetricsRecorder:
             StopSignal: self._stop_signal,
             ContextAction: self._context_action,
         }
-        self.collector = StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0)))
-        registry.register(self.collector)
+        registry.register(StateCollector(bus, runs or (lambda: RunCounts(0, 0, 0))))
         self.add_models(models)
-        self.metrics.add_tools(self._tools.values())
+        if isinstance(tools, Iterable):  # the names known now (a registry's) get zero series
+            self.metrics.add_tools(sorted({name for name in tools if isinstance(name, str)}))
 
     # ------------------------------------------------------------------ lifecycle
 

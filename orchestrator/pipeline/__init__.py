@@ -6,10 +6,9 @@ The plan is enumerated from the config alone (:func:`plan_of`); optional stages 
 by one shared :class:`Probes` answer when the config was built, so plan and run agree.
 """
 
-from orchestrator.pipeline.config import AgentStage, CodeStage, PipelineConfig, Stage, StopPolicy
+from orchestrator.pipeline.config import AgentStage, CodeStage, PipelineConfig, Stage
 from orchestrator.pipeline.plan import Probes, plan_of, probe
 from orchestrator.pipeline.runner import (
-    PipelineRun,
     StageContext,
     StageHandler,
     StageOutcome,
@@ -20,13 +19,11 @@ __all__ = [
     "AgentStage",
     "CodeStage",
     "PipelineConfig",
-    "PipelineRun",
     "Probes",
     "Stage",
     "StageContext",
     "StageHandler",
     "StageOutcome",
-    "StopPolicy",
     "plan_of",
     "probe",
     "run_pipeline",

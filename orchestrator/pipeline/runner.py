@@ -129,7 +129,6 @@ async def run_pipeline(
     run_id: str | None = None,
     trace_id: str | None = None,
     folder: str | None = None,
-    data: Mapping[str, object] | None = None,
 ) -> RunResult:
     """Run ``config``'s stages in order with ``handlers`` (one per stage name).
 
@@ -143,7 +142,6 @@ async def run_pipeline(
         trace_id=trace_id or uuid.uuid4().hex,
         folder=folder,
         plan=plan_of(config),
-        data=dict(data or {}),
     )
     runtime.event_log.open_run(run.run_id)
     reason, cause, detail = ExitReason.COMPLETED, "model.end_turn", "Every stage ran."
