@@ -1,8 +1,9 @@
-"""Progress for people: a live one-line bar on a terminal, plain lines otherwise.
+"""Progress for logs and pipes: one plain line per :class:`bus.Progress` event.
 
-Both render the run's :class:`bus.Progress` events (the same events the daemon streams):
-stage, index/total, percent, elapsed seconds and tokens. Hand-written (a dozen lines) rather
-than a dependency: the bar needs no layout, colour or multi-bar support.
+``loopfuse report`` prints these on stderr when stderr is not a terminal; on a terminal
+the command line's live line (:mod:`orchestrator.cli_progress`) shows the stages instead.
+A line holds the stage, index/total, percent, elapsed seconds, tokens and the event's
+detail.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from bus import Progress
 
 __all__ = ["ProgressView", "percent_of"]
 
-BAR_WIDTH = 24
-
 
 def percent_of(event: Progress) -> int:
     """How far the plan is: a stage counts as done once it finished or was skipped."""
@@ -23,32 +22,16 @@ def percent_of(event: Progress) -> int:
 
 
 class ProgressView:
-    """Renders progress events to ``out``: a bar redrawn in place when ``live``."""
+    """Writes one line per progress event to ``out``, flushed at once."""
 
-    def __init__(self, out: TextIO, *, live: bool) -> None:
+    def __init__(self, out: TextIO) -> None:
         self._out = out
-        self._live = live
-        self._drawn = False
 
     def show(self, event: Progress) -> None:
-        percent = percent_of(event)
-        facts = (
+        detail = f": {event.detail}" if event.detail else ""
+        self._out.write(
             f"{event.index}/{event.total} {event.stage} {event.status}"
-            f" {percent:3d}% {event.elapsed_seconds:5.1f}s {event.tokens:,} tokens"
+            f" {percent_of(event):3d}% {event.elapsed_seconds:5.1f}s {event.tokens:,} tokens"
+            f"{detail}\n"
         )
-        if self._live:
-            filled = BAR_WIDTH * percent // 100
-            bar = "#" * filled + "-" * (BAR_WIDTH - filled)
-            self._out.write(f"\r\x1b[K[{bar}] {facts}")
-            self._drawn = True
-        else:
-            detail = f": {event.detail}" if event.detail else ""
-            self._out.write(f"{facts}{detail}\n")
         self._out.flush()
-
-    def close(self) -> None:
-        """End the bar's line (plain output needs nothing)."""
-        if self._drawn:
-            self._out.write("\n")
-            self._out.flush()
-            self._drawn = False

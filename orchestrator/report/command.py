@@ -70,7 +70,7 @@ async def run_report_command(
     )
     # On a terminal the command line's live line shows the stages (Follower); elsewhere
     # a plain line per stage event.
-    view = None if sys.stderr.isatty() else ProgressView(sys.stderr, live=False)
+    view = None if sys.stderr.isatty() else ProgressView(sys.stderr)
     async with Runtime(config) as runtime:
         await warn_about_figure_sandbox(logger, runtime.tools, config.tools.figure_sandbox)
         handle = await start_report(runtime, folder, options)
