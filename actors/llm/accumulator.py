@@ -83,7 +83,6 @@ class ReplyAccumulator:
         self._last: _Slot | None = None
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
-        self.chunks = 0
         self.response_id = ""
         """The completion's ``id`` (the first one sent; empty: none)."""
         self.response_model = ""
@@ -135,7 +134,6 @@ class ReplyAccumulator:
         """Feed one ``chat.completion.chunk``; returns its new text (for a delta)."""
         if type(chunk) is Chunk:
             return self._feed_typed(chunk)
-        self.chunks += 1
         self._identify(getattr(chunk, "id", None), getattr(chunk, "model", None))
         usage = getattr(chunk, "usage", None)
         if usage is not None:
@@ -160,7 +158,6 @@ class ReplyAccumulator:
 
     def _feed_typed(self, chunk: Chunk) -> str:
         """:meth:`feed_chunk` for a :class:`~actors.llm.chunks.Chunk`: typed, no defaults."""
-        self.chunks += 1
         if not self.response_id or not self.response_model:
             self._identify(chunk.id, chunk.model)
         if chunk.usage is not None:
