@@ -104,7 +104,6 @@ class PromptLedger:
         """Replace entries ``start``..``end`` (exclusive) by ``message`` (a summary)."""
         self.extend((message,), turn)  # counted at the end first: a failed count changes nothing
         entry = self.entries.pop()
-        entry.summary = True
         for old in self.entries[start:end]:
             self.tokens -= old.estimate.tokens
             self.floor -= old.estimate.floor
