@@ -53,7 +53,7 @@ class ToolSchemaError(ValueError):
     """A :class:`bus.ToolSpec` whose ``parameters`` is not a JSON object."""
 
 
-def _wire_message(msg: ChatMessage, renamed: dict[str, str] | None = None) -> dict[str, Any]:
+def _wire_message(msg: ChatMessage, renamed: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": msg.role, "content": msg.content or ""}
     if msg.tool_calls:
         out["tool_calls"] = [
@@ -64,8 +64,8 @@ def _wire_message(msg: ChatMessage, renamed: dict[str, str] | None = None) -> di
             }
             for call in msg.tool_calls
         ]
-    if msg.tool_call_id is not None:
-        call_id = msg.tool_call_id
+    call_id = msg.tool_call_id
+    if call_id is not None:
         out["tool_call_id"] = renamed.get(call_id, call_id) if renamed else call_id
     if msg.name is not None:
         out["name"] = msg.name
