@@ -329,19 +329,17 @@ class ChatTransport:
         self, response: aiohttp.ClientResponse, run_id: str, encoding: bytes | None
     ) -> bytes:
         """Up to :data:`ERROR_BODY_LIMIT` bytes of a response that is not a 2xx."""
-        pieces: list[bytes] = []
-        size = 0
+        content = bytearray()
         try:
             async for data in _body(response.content, encoding):
-                pieces.append(data)
-                size += len(data)
-                if size >= ERROR_BODY_LIMIT:
+                content += data
+                if len(content) >= ERROR_BODY_LIMIT:
                     break
         except CORE_ERRORS as exc:
             raise connection_error(exc, self.error_request(run_id)) from exc
         finally:
             response.release()
-        return b"".join(pieces)[:ERROR_BODY_LIMIT]
+        return bytes(content[:ERROR_BODY_LIMIT])
 
 
 class Reply:
