@@ -38,8 +38,6 @@ def is_json(text: str) -> bool:
 
 
 def _merge_arguments(buffer: str, fragment: str) -> str:
-    if not fragment:
-        return buffer
     if not buffer or fragment.startswith(buffer):
         return fragment
     if (
