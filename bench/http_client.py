@@ -47,7 +47,7 @@ import msgspec
 import openai
 
 from actors.llm.accumulator import ReplyAccumulator
-from actors.llm.clients import SHARDS, Clients, tls_context
+from actors.llm.clients import Clients, tls_context
 from actors.llm.settings import EndpointSettings
 from actors.llm.stream import ChunkReader
 from bench.loops import Sample
@@ -300,7 +300,7 @@ async def _raw(base_url: str, runs: int) -> Sample:
 
 async def _lean(base_url: str, runs: int) -> Sample:
     """The caller's transports: runs spread over a few connection pools."""
-    return await _bare(runs, _lean_turn, Clients(EndpointSettings(base_url=base_url), SHARDS))
+    return await _bare(runs, _lean_turn, Clients(EndpointSettings(base_url=base_url)))
 
 
 async def steady(base_url: str, workload: str, batches: int, runs: int = 32) -> Sample:
@@ -312,7 +312,7 @@ async def steady(base_url: str, workload: str, batches: int, runs: int = 32) -> 
     what one request costs (``--steady``)."""
     scenario = find_scenario(SCENARIO)
     if workload == "lean":
-        clients = Clients(EndpointSettings(base_url=base_url), SHARDS)
+        clients = Clients(EndpointSettings(base_url=base_url))
         try:
 
             async def lean_batch(batch: int) -> int:

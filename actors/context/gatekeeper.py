@@ -89,7 +89,6 @@ class GatekeeperStatistics(NamedTuple):
     resyncs: int
     blocked: int
     collapses: int
-    compactions: int
     silent_truncations: int
 
 
@@ -161,8 +160,7 @@ class ContextGatekeeper:
         self._runs: dict[str, _Run] = {}
         self._estimators: dict[str, Estimator] = {}
         self._counted_before = 0  # texts counted by estimators dropped from the table
-        self._resyncs = self._blocked = self._collapses = 0
-        self._compactions = self._silent = 0
+        self._resyncs = self._blocked = self._collapses = self._silent = 0
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes this subscription; started once subscribed."""
@@ -187,7 +185,6 @@ class ContextGatekeeper:
             self._resyncs,
             self._blocked,
             self._collapses,
-            self._compactions,
             self._silent,
         )
 
@@ -585,7 +582,6 @@ class ContextGatekeeper:
             run.tried += ("compact",)
             span = plan_compaction(run.ledger, keep_turns=policy.keep_recent_turns)
             if span is not None:
-                self._compactions += 1
                 run.done += ("compacting",)
                 run.pending = span
                 room = run.window - policy.safety_buffer - policy.summary_max_tokens

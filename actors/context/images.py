@@ -62,13 +62,11 @@ def sniff_image(data: bytes) -> ImageInfo | None:
     JPEG, GIF or WebP. A known type whose size cannot be read (a cut header) has size 0."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         if len(data) >= 24 and data[12:16] == b"IHDR":
-            width, height = struct.unpack(">II", data[16:24])
-            return ImageInfo("image/png", width, height)
+            return ImageInfo("image/png", *struct.unpack(">II", data[16:24]))
         return ImageInfo("image/png", 0, 0)
     if data.startswith((b"GIF87a", b"GIF89a")):
         if len(data) >= 10:
-            width, height = struct.unpack("<HH", data[6:10])
-            return ImageInfo("image/gif", width, height)
+            return ImageInfo("image/gif", *struct.unpack("<HH", data[6:10]))
         return ImageInfo("image/gif", 0, 0)
     if data.startswith(b"\xff\xd8\xff"):
         return ImageInfo("image/jpeg", *_jpeg_size(data))

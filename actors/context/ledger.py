@@ -84,8 +84,8 @@ class PromptLedger:
             self.bound += estimate.bound
         self.longest_result = longest
 
-    def fold(self, fold: Fold, *, final: bool = True) -> Estimate:
-        """Put ``fold.stub`` in place of a tool result; returns the tokens saved.
+    def fold(self, fold: Fold, *, final: bool = True) -> None:
+        """Put ``fold.stub`` in place of a tool result.
 
         ``final`` false (a result cut to fit, not folded): it may still be folded later."""
         entry = self.entries[fold.index]
@@ -98,13 +98,11 @@ class PromptLedger:
         self.bound -= saved.bound
         # A cut result is unanswered, past where collapse planning stopped: no rescan.
         entry.estimate, entry.chars, entry.folded = stub, len(fold.stub), final
-        return saved
 
     def splice(self, start: int, end: int, message: ChatMessage, turn: int) -> None:
         """Replace entries ``start``..``end`` (exclusive) by ``message`` (a summary)."""
         self.extend((message,), turn)  # counted at the end first: a failed count changes nothing
         entry = self.entries.pop()
-        entry.summary = True
         for old in self.entries[start:end]:
             self.tokens -= old.estimate.tokens
             self.floor -= old.estimate.floor

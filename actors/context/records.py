@@ -49,4 +49,3 @@ class Entry(msgspec.Struct, gc=False):
     """For a tool result: the tool that produced it."""
     call_id: str | None = None
     folded: bool = False
-    summary: bool = False

@@ -177,11 +177,9 @@ class Estimator:
         "calls",
         "encoding",
         "exact",
-        "model",
     )
 
     def __init__(self, model: str, *, counter: TextCounter | None = None) -> None:
-        self.model = model
         own = encoding_for(model)
         self.exact = own is not None
         self.encoding: Encoding = own or FALLBACK_ENCODING

@@ -38,8 +38,6 @@ def is_json(text: str) -> bool:
 
 
 def _merge_arguments(buffer: str, fragment: str) -> str:
-    if not fragment:
-        return buffer
     if not buffer or fragment.startswith(buffer):
         return fragment
     if (
@@ -83,7 +81,6 @@ class ReplyAccumulator:
         self._last: _Slot | None = None
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
-        self.chunks = 0
         self.response_id = ""
         """The completion's ``id`` (the first one sent; empty: none)."""
         self.response_model = ""
@@ -135,7 +132,6 @@ class ReplyAccumulator:
         """Feed one ``chat.completion.chunk``; returns its new text (for a delta)."""
         if type(chunk) is Chunk:
             return self._feed_typed(chunk)
-        self.chunks += 1
         self._identify(getattr(chunk, "id", None), getattr(chunk, "model", None))
         usage = getattr(chunk, "usage", None)
         if usage is not None:
@@ -160,7 +156,6 @@ class ReplyAccumulator:
 
     def _feed_typed(self, chunk: Chunk) -> str:
         """:meth:`feed_chunk` for a :class:`~actors.llm.chunks.Chunk`: typed, no defaults."""
-        self.chunks += 1
         if not self.response_id or not self.response_model:
             self._identify(chunk.id, chunk.model)
         if chunk.usage is not None:

@@ -202,7 +202,6 @@ class LLMCaller:
         budget = self._endpoint.call_deadline_seconds
         deadlines = self._deadlines
         assert deadlines is not None  # set before the worker pool starts
-        watched = False
         try:
             if call.cancel_reason is not None:  # cancelled before it started
                 return
@@ -213,15 +212,13 @@ class LLMCaller:
                 deadline = scope.deadline = _clock() + budget
             else:  # the same limit for every such call: no timer each
                 deadline = deadlines.watch(scope, budget)
-                watched = True
             self._publish_final(call, await self._attempts(call, deadline))
         except Exception as exc:
             logger.exception("LLM call of run %s turn %d failed", request.run_id, request.turn)
             self._publish_final(call, self._internal_error(call, exc))
         finally:
             call.scope = None  # a late ModelCancel must not reach the worker's next job
-            if watched:
-                deadlines.forget(scope, budget)
+            deadlines.forget(scope, budget)  # (a scope not watched is in no limit's list)
             if not call.done:
                 if call.cancel_reason is None and scope.cancel_called:
                     call.keep_broken()  # cut by the deadline mid-stream: what streamed counts

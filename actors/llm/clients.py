@@ -31,14 +31,13 @@ def tls_context() -> ssl.SSLContext:
 class Clients:
     """Up to :data:`SHARDS` :class:`ChatTransport` for one endpoint, one per run id."""
 
-    def __init__(self, endpoint: EndpointSettings, shards: int = SHARDS) -> None:
+    def __init__(self, endpoint: EndpointSettings) -> None:
         self._endpoint = endpoint
-        self._shards = shards
         self._transports: dict[int, ChatTransport] = {}
 
     def transport_for_run(self, run_id: str) -> ChatTransport:
         """The transport serving ``run_id`` (always the same one while this object lives)."""
-        shard = hash(run_id) % self._shards
+        shard = hash(run_id) % SHARDS
         transport = self._transports.get(shard)
         if transport is None:
             transport = self._transports[shard] = ChatTransport(

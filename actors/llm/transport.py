@@ -255,7 +255,9 @@ class ChatTransport:
             reply = Reply(self, response, run_id, coding)
             if not stream:  # read whole and closed: the connection is free again
                 try:
-                    await reply.aread()
+                    reply.content = b"".join([data async for data in reply.aiter_bytes()])
+                except CORE_ERRORS as exc:
+                    raise connection_error(exc, self.error_request(run_id)) from exc
                 finally:
                     await reply.aclose()
             return reply
@@ -327,19 +329,17 @@ class ChatTransport:
         self, response: aiohttp.ClientResponse, run_id: str, encoding: bytes | None
     ) -> bytes:
         """Up to :data:`ERROR_BODY_LIMIT` bytes of a response that is not a 2xx."""
-        pieces: list[bytes] = []
-        size = 0
+        content = bytearray()
         try:
             async for data in _body(response.content, encoding):
-                pieces.append(data)
-                size += len(data)
-                if size >= ERROR_BODY_LIMIT:
+                content += data
+                if len(content) >= ERROR_BODY_LIMIT:
                     break
         except CORE_ERRORS as exc:
             raise connection_error(exc, self.error_request(run_id)) from exc
         finally:
             response.release()
-        return b"".join(pieces)[:ERROR_BODY_LIMIT]
+        return bytes(content[:ERROR_BODY_LIMIT])
 
 
 class Reply:
@@ -353,7 +353,6 @@ class Reply:
         "content",
         "http_version",
         "session",
-        "status_code",
     )
 
     def __init__(
@@ -367,9 +366,8 @@ class Reply:
         self._response = response
         self._run_id = run_id
         self._encoding = encoding
-        self.content = b""  # the body, once aread has read it
+        self.content = b""  # the body, once read (a reply that was not streamed)
         self.session: aiohttp.ClientSession | None = None  # its own connection, closed with it
-        self.status_code = response.status
         version = response.version
         self.http_version = (
             "HTTP/1.1"
@@ -380,14 +378,6 @@ class Reply:
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
         return _body(self._response.content, self._encoding)
-
-    async def aread(self) -> bytes:
-        """The whole body (the SDK's connection exceptions when the connection fails)."""
-        try:
-            self.content = b"".join([data async for data in self.aiter_bytes()])
-        except CORE_ERRORS as exc:
-            raise connection_error(exc, self.request) from exc
-        return self.content
 
     def drained_nowait(self) -> bool:
         """Drop what has arrived of the body without waiting; whether it has ended (the

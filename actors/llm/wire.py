@@ -11,7 +11,7 @@ settings ask for: ``tool_choice`` (only beside tools) and whether to stream.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any, Final, assert_never
 
 import msgspec
@@ -53,7 +53,7 @@ class ToolSchemaError(ValueError):
     """A :class:`bus.ToolSpec` whose ``parameters`` is not a JSON object."""
 
 
-def _wire_message(msg: ChatMessage, renamed: dict[str, str] | None = None) -> dict[str, Any]:
+def _wire_message(msg: ChatMessage, renamed: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": msg.role, "content": msg.content or ""}
     if msg.tool_calls:
         out["tool_calls"] = [
@@ -64,8 +64,8 @@ def _wire_message(msg: ChatMessage, renamed: dict[str, str] | None = None) -> di
             }
             for call in msg.tool_calls
         ]
-    if msg.tool_call_id is not None:
-        call_id = msg.tool_call_id
+    call_id = msg.tool_call_id
+    if call_id is not None:
         out["tool_call_id"] = renamed.get(call_id, call_id) if renamed else call_id
     if msg.name is not None:
         out["name"] = msg.name
@@ -157,13 +157,6 @@ class RequestShape:
             self._choice = {"type": "function", "function": {"name": choice}}
         self._reset = choice not in (_AUTO, "none") and options.reset_tool_choice
 
-    def tool_choice(self, messages: Sequence[ChatMessage]) -> str | dict[str, Any]:
-        """The ``tool_choice`` of a request with ``messages``: the setting's, or ``"auto"``
-        once the model has called a tool when a forcing choice is reset."""
-        if self._reset and any(m.tool_calls for m in reversed(messages) if m.role == "assistant"):
-            return _AUTO
-        return self._choice
-
     def params(self, request: ModelRequest, tools: WireTools) -> dict[str, Any]:
         """The body fields every attempt of ``request`` shares: ``model``, ``messages``,
         ``temperature`` and ``seed`` where the settings set them, and beside its tools (if
@@ -178,7 +171,10 @@ class RequestShape:
         }
         if request.tools:
             params["tools"] = tools(request.tools)
-            params["tool_choice"] = self.tool_choice(request.messages)
+            # A forcing choice that is reset goes as "auto" once the model has called a tool.
+            newest_first = reversed(request.messages)
+            reset = self._reset and any(m.tool_calls for m in newest_first if m.role == "assistant")
+            params["tool_choice"] = _AUTO if reset else self._choice
         return params
 
 
