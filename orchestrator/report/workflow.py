@@ -195,8 +195,7 @@ class _Workflow:
         )
 
     async def reflect(self, ctx: StageContext) -> StageOutcome:
-        first = not self._reflections
-        task = prompts.reflect_task(self._o.goal, self._report if first else None)
+        task = prompts.reflect_task(self._o.goal, None if self._reflections else self._report)
         result = await ctx.run_agent(
             task, system=prompts.draft_system(self._o.format), history=tuple(self._reflections)
         )
