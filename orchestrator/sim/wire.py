@@ -92,11 +92,10 @@ class Reply(NamedTuple):
         return "".join(filler(self.text, self.text_chars))
 
     def usage(self) -> dict[str, Any]:
-        total = self.prompt_tokens + self.completion_tokens
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
-            "total_tokens": total,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0},
         }
