@@ -124,8 +124,7 @@ def scenario_script(scenarios: Iterable[Scenario]) -> Script:
         chars = sum(len(text) for _, text in pairs)
         reply = build_reply(
             step,
-            call_prefix=f"call_{position.replies}",
-            n=position.step,
+            position,
             prompt_tokens=estimate_tokens(chars),
             max_tokens=request.max_tokens,
         )

@@ -59,14 +59,14 @@ class FolderScan(msgspec.Struct, frozen=True, kw_only=True):
         text = f"{len(self.files)} files: " + ", ".join(parts) if parts else "no files"
         return text + (f" (cut short by the {self.truncated} bound)" if self.truncated else "")
 
-    def listing(self, limit: int = 200) -> str:
-        """The bucketed file list as text for a prompt."""
+    def listing(self) -> str:
+        """The bucketed file list as text for a prompt (at most 200 files a bucket)."""
         lines: list[str] = []
         for bucket in BUCKET_ORDER:
             entries = [f for f in self.files if f.bucket == bucket]
             if entries:
                 lines.append(f"{bucket}:")
-                lines += [f"  {f.path} ({_human(f.size)})" for f in entries[:limit]]
+                lines += [f"  {f.path} ({_human(f.size)})" for f in entries[:200]]
         return "\n".join(lines) or "(empty folder)"
 
 
@@ -83,11 +83,10 @@ def scan_folder(
     *,
     max_files: int = 2_000,
     max_depth: int = 8,
-    max_seconds: float = 5.0,
     max_entries: int = 100_000,
 ) -> FolderScan:
-    """Scan ``root`` recursively within the bounds (``max_entries``: entries read of one
-    directory; a directory of millions of empty files costs its owner little).
+    """Scan ``root`` recursively within the bounds and 5 s (``max_entries``: entries read of
+    one directory; a directory of millions of empty files costs its owner little).
 
     The walk goes through directory descriptors (each subdirectory opened with
     ``O_NOFOLLOW`` beneath its parent's), so a directory swapped for a link while it runs
@@ -101,7 +100,7 @@ def scan_folder(
     except OSError:
         raise NotADirectoryError(f"report folder {str(root)!r} is not a directory") from None
     with folder:
-        walk = _Scan(folder, max_files, max_depth, time.monotonic() + max_seconds, max_entries)
+        walk = _Scan(folder, max_files, max_depth, time.monotonic() + 5.0, max_entries)
         try:
             with folder.entry(".") as top:
                 fd = top.open(_DIR_FLAGS)

@@ -195,8 +195,7 @@ class _Workflow:
         )
 
     async def reflect(self, ctx: StageContext) -> StageOutcome:
-        first = not self._reflections
-        task = prompts.reflect_task(self._o.goal, self._report if first else None)
+        task = prompts.reflect_task(self._o.goal, None if self._reflections else self._report)
         result = await ctx.run_agent(
             task, system=prompts.draft_system(self._o.format), history=tuple(self._reflections)
         )
@@ -221,11 +220,10 @@ class _Workflow:
 
     async def finalize(self, ctx: StageContext) -> StageOutcome:
         out = Path(self._o.out)
-        figures: tuple[Path, ...] = ()
-        if self._figures:  # out of make_figure's temporary folder, next to the report
-            self._report, figures = await anyio.to_thread.run_sync(
-                place_figures, self._report, self._figures, out, self._o.format
-            )
+        # the figures out of make_figure's temporary folder, next to the report
+        self._report, figures = await anyio.to_thread.run_sync(
+            place_figures, self._report, self._figures, out, self._o.format
+        )
         ctx.run.output = self._report
         summary: dict[str, object] = {
             "run_id": ctx.run.run_id,

@@ -136,8 +136,7 @@ class _Player:
         fault = fault_for(step, attempt)
         reply = wire.build_reply(
             step,
-            call_prefix=f"call_{position.replies}",
-            n=position.step,
+            position,
             prompt_tokens=prompt_tokens,
             max_tokens=req.max_completion_tokens or req.max_tokens,
         )

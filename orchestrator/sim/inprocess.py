@@ -227,8 +227,7 @@ class InProcessModel:
                 body["stream_options"] = _INCLUDE_USAGE
             reply = build_reply(
                 step,
-                call_prefix=f"call_{position.replies}",
-                n=position.step,
+                position,
                 prompt_tokens=estimate_tokens(len(_encode(body)) - images.url_chars)
                 + images.tokens,
                 max_tokens=max_tokens,

@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from orchestrator.sim.scenario import Fault, Step, StreamShape
-from orchestrator.sim.script import filler, render_arguments
+from orchestrator.sim.script import Position, filler, render_arguments
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -92,29 +92,28 @@ class Reply(NamedTuple):
         return "".join(filler(self.text, self.text_chars))
 
     def usage(self) -> dict[str, Any]:
-        total = self.prompt_tokens + self.completion_tokens
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
-            "total_tokens": total,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
             "prompt_tokens_details": {"cached_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0},
         }
 
 
 def build_reply(
-    step: Step, *, call_prefix: str, n: int, prompt_tokens: int, max_tokens: int | None
+    step: Step, position: Position, *, prompt_tokens: int, max_tokens: int | None
 ) -> Reply:
-    """The reply ``step`` gives as the ``n``-th on its track, cut at ``max_tokens`` if asked."""
-    text = step.text.replace("{n}", str(n))
+    """The reply ``step`` gives at ``position`` (``{n}``: the step), cut at ``max_tokens``."""
+    text = step.text.replace("{n}", str(position.step))
     chars = step.text_tokens * CHARS_PER_TOKEN if step.text_tokens else len(text)
     calls = tuple(
         Call(
-            id=call.id or f"{call_prefix}_{j}",
+            id=call.id or f"call_{position.replies}_{j}",
             name=call.name,
             arguments=call.raw_arguments
             if call.raw_arguments is not None
-            else _ENCODER.encode(render_arguments(call.arguments, n)).decode(),
+            else _ENCODER.encode(render_arguments(call.arguments, position.step)).decode(),
         )
         for j, call in enumerate(step.tool_calls)
     )
