@@ -160,14 +160,6 @@ def bubblewrap_problem(bwrap: str | None) -> str | None:
             return None
     if not os.access(bwrap, os.X_OK):
         return f"{bwrap} was not found or is not executable"
-    problem = _try(bwrap)
-    if problem is None:
-        with _lock:
-            _working.add(bwrap)
-    return problem
-
-
-def _try(bwrap: str) -> str | None:
     seccomp = seccomp_pipe()
     try:
         with tempfile.TemporaryDirectory(prefix="loopfuse-sandbox-probe-") as data:
@@ -192,4 +184,6 @@ def _try(bwrap: str) -> str | None:
         lines = done.stderr.decode(errors="replace").strip().splitlines()
         reason = lines[-1] if lines else f"exit status {done.returncode}"
         return f"{bwrap} could not start a sandbox here ({reason})"
+    with _lock:
+        _working.add(bwrap)
     return None
