@@ -69,53 +69,49 @@ def read_text(
                 f"{path} is a binary file (it has NUL bytes); read_file reads text files only",
             )
         file.seek(0)
-        return _read_lines(file, path, offset, limit, limits)
-
-
-def _read_lines(
-    file: IO[bytes], path: str, offset: int, limit: int | None, limits: ToolLimits
-) -> str:
-    budget = limits.read_chars
-    lines = _lines(file, keep=budget * 4 + 1, limits=limits, path=path)
-    for skipped in range(offset):
-        if next(lines, None) is None:
-            return f"[read_file: offset {offset} is past the end of the file ({skipped} lines).]"
-
-    parts: list[str] = []
-    used = 0
-    index = offset
-    note = ""
-    for raw in lines:
-        if limit is not None and index - offset == limit:
-            note = f"[read_file: {limit} lines shown; the file continues at offset={index}.]"
-            break
-        text = raw.decode("utf-8", "replace")
-        if used + len(text) > budget:
-            if parts:
-                note = (
-                    f"[read_file: cut at {budget} characters. The file continues: call "
-                    f"read_file with offset={index} and a limit in lines to read on.]"
+        budget = limits.read_chars
+        lines = _lines(file, keep=budget * 4 + 1, limits=limits, path=path)
+        for skipped in range(offset):
+            if next(lines, None) is None:
+                return (
+                    f"[read_file: offset {offset} is past the end of the file ({skipped} lines).]"
                 )
-            else:
-                parts.append(text[:budget])
-                note = (
-                    f"[read_file: the line at offset {index} is longer than {budget} "
-                    f"characters and was cut. Call read_file with offset={index + 1} to read "
-                    "the lines after it.]"
-                )
-            break
-        parts.append(text)
-        used += len(text)
-        index += 1
 
-    if not parts and not note:
-        if offset == 0:
-            return "[read_file: the file is empty.]"
-        return f"[read_file: offset {offset} is the end of the file ({offset} lines).]"
-    body = "".join(parts)
-    if note:
-        body += ("" if body.endswith("\n") or not body else "\n") + note
-    return body
+        parts: list[str] = []
+        used = 0
+        index = offset
+        note = ""
+        for raw in lines:
+            if limit is not None and index - offset == limit:
+                note = f"[read_file: {limit} lines shown; the file continues at offset={index}.]"
+                break
+            text = raw.decode("utf-8", "replace")
+            if used + len(text) > budget:
+                if parts:
+                    note = (
+                        f"[read_file: cut at {budget} characters. The file continues: call "
+                        f"read_file with offset={index} and a limit in lines to read on.]"
+                    )
+                else:
+                    parts.append(text[:budget])
+                    note = (
+                        f"[read_file: the line at offset {index} is longer than {budget} "
+                        f"characters and was cut. Call read_file with offset={index + 1} to read "
+                        "the lines after it.]"
+                    )
+                break
+            parts.append(text)
+            used += len(text)
+            index += 1
+
+        if not parts and not note:
+            if offset == 0:
+                return "[read_file: the file is empty.]"
+            return f"[read_file: offset {offset} is the end of the file ({offset} lines).]"
+        body = "".join(parts)
+        if note:
+            body += ("" if body.endswith("\n") or not body else "\n") + note
+        return body
 
 
 def _lines(file: IO[bytes], *, keep: int, limits: ToolLimits, path: str) -> Iterator[bytes]:

@@ -188,8 +188,16 @@ class McpConnection:
                 errlog = self._errlog = stack.enter_context(
                     tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
                 )
+                missing = [name for name in spec.pass_env if name not in self._environ]
+                if missing:
+                    raise McpStartError(
+                        spec.name,
+                        "pass_env",
+                        f"environment variable(s) {', '.join(missing)} not set",
+                    )
+                env = {**{name: self._environ[name] for name in spec.pass_env}, **spec.env}
                 params = StdioServerParameters(
-                    command=spec.command, args=list(spec.args), env=self._env(), cwd=spec.cwd
+                    command=spec.command, args=list(spec.args), env=env, cwd=spec.cwd
                 )
                 transport = open_stdio_transport(
                     params,
@@ -210,9 +218,19 @@ class McpConnection:
                         spec.name, "command", f"cannot run {spec.command!r}: {why}"
                     ) from None
             else:
+                headers = {}
+                for header, variable in spec.headers_env.items():
+                    value = self._environ.get(variable)
+                    if value is None:
+                        raise McpStartError(
+                            spec.name,
+                            "headers_env",
+                            f"environment variable {variable} (header {header}) not set",
+                        )
+                    headers[header] = value
                 client = await stack.enter_async_context(
                     httpx2.AsyncClient(
-                        headers={**IDENTITY, **self._headers()},
+                        headers={**IDENTITY, **headers},
                         timeout=HTTP_TIMEOUT,
                         event_hooks={"response": [bounded_responses(spec.max_message_bytes)]},
                     )
@@ -247,29 +265,6 @@ class McpConnection:
     def _broke_protocol(self, attempt: _Attempt, problem: str) -> None:
         attempt.protocol_error = problem
         logger.error("MCP server %r broke the protocol: %s", self.spec.name, problem)
-
-    def _env(self) -> dict[str, str]:
-        missing = [name for name in self.spec.pass_env if name not in self._environ]
-        if missing:
-            raise McpStartError(
-                self.spec.name,
-                "pass_env",
-                f"environment variable(s) {', '.join(missing)} not set",
-            )
-        return {**{name: self._environ[name] for name in self.spec.pass_env}, **self.spec.env}
-
-    def _headers(self) -> dict[str, str]:
-        headers = {}
-        for header, variable in self.spec.headers_env.items():
-            value = self._environ.get(variable)
-            if value is None:
-                raise McpStartError(
-                    self.spec.name,
-                    "headers_env",
-                    f"environment variable {variable} (header {header}) not set",
-                )
-            headers[header] = value
-        return headers
 
     # ------------------------------------------------------------------ calls
 

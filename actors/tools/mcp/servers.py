@@ -33,7 +33,7 @@ from actors.tools.mcp.connection import McpConnection, start_error
 from actors.tools.mcp.spec import McpServer, McpStartError
 from actors.tools.registry import Tool
 
-__all__ = ["McpServers", "RefusedTool", "offered_tools", "open_mcp_servers"]
+__all__ = ["McpServers", "RefusedTool", "open_mcp_servers"]
 
 logger = logging.getLogger("loopfuse.mcp")
 
@@ -114,50 +114,39 @@ async def _start_all(tg: TaskGroup, connections: tuple[McpConnection, ...]) -> M
     by_server: dict[str, tuple[Tool[dict[str, Any]], ...]] = {}
     refused: list[RefusedTool] = []
     for index, connection in enumerate(connections):
-        offered, not_offered = offered_tools(connection, listings[index])
-        by_server[connection.spec.name] = tuple(offered)
-        refused.extend(not_offered)
+        # The tools its ``tools`` setting wants, made into registry tools, and those refused;
+        # a tool named in ``tools`` that is not listed or is refused fails the start.
+        spec = connection.spec
+        wanted = spec.tools
+        listed = listings[index]
+        names = {tool.name for tool in listed}
+        if wanted is not None:
+            missing = [name for name in wanted if name not in names]
+            if missing:
+                raise McpStartError(
+                    spec.name,
+                    "tools",
+                    f"the server lists no tool {', '.join(map(repr, missing))} "
+                    f"(it lists: {', '.join(sorted(names)) or 'none'})",
+                )
+        offered: list[Tool[dict[str, Any]]] = []
+        for listed_tool in listed:
+            if wanted is not None and listed_tool.name not in wanted:
+                continue
+            try:
+                offered.append(mcp_tool(connection, listed_tool))
+            except ValueError as exc:
+                if wanted is not None:
+                    raise McpStartError(
+                        spec.name, "tools", f"tool {listed_tool.name!r} cannot be offered: {exc}"
+                    ) from None
+                logger.warning(
+                    "MCP server %r: tool %r is not offered to the model: %s",
+                    spec.name,
+                    listed_tool.name,
+                    exc,
+                )
+                refused.append(RefusedTool(spec.name, listed_tool.name, str(exc)))
+        by_server[spec.name] = tuple(offered)
     tools = tuple(tool for offered in by_server.values() for tool in offered)
     return McpServers(connections, tools, tuple(refused), by_server)
-
-
-def offered_tools(
-    connection: McpConnection, listed: Sequence[mcp_types.Tool]
-) -> tuple[list[Tool[dict[str, Any]]], list[RefusedTool]]:
-    """The tools of ``listed`` that ``connection``'s server offers (its ``tools`` setting),
-    made into registry tools, and those refused.
-
-    :raises McpStartError: a tool named in ``tools`` is not listed or is refused.
-    """
-    spec = connection.spec
-    wanted = spec.tools
-    names = {tool.name for tool in listed}
-    if wanted is not None:
-        missing = [name for name in wanted if name not in names]
-        if missing:
-            raise McpStartError(
-                spec.name,
-                "tools",
-                f"the server lists no tool {', '.join(map(repr, missing))} "
-                f"(it lists: {', '.join(sorted(names)) or 'none'})",
-            )
-    offered: list[Tool[dict[str, Any]]] = []
-    refused: list[RefusedTool] = []
-    for listed_tool in listed:
-        if wanted is not None and listed_tool.name not in wanted:
-            continue
-        try:
-            offered.append(mcp_tool(connection, listed_tool))
-        except ValueError as exc:
-            if wanted is not None:
-                raise McpStartError(
-                    spec.name, "tools", f"tool {listed_tool.name!r} cannot be offered: {exc}"
-                ) from None
-            logger.warning(
-                "MCP server %r: tool %r is not offered to the model: %s",
-                spec.name,
-                listed_tool.name,
-                exc,
-            )
-            refused.append(RefusedTool(spec.name, listed_tool.name, str(exc)))
-    return offered, refused

@@ -37,7 +37,6 @@ __all__ = [
     "SANDBOX_ENV",
     "bubblewrap_args",
     "bubblewrap_problem",
-    "python_roots",
     "seccomp_pipe",
 ]
 
@@ -69,30 +68,6 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def python_roots() -> tuple[str, ...]:
-    """The folders the interpreter needs (prefixes, site folders, the executable's own),
-    outside ``/usr`` and without one inside another.
-
-    :raises ValueError: a prefix is ``/`` (binding it would bind the whole host).
-    """
-    candidates = {
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        sys.base_exec_prefix,
-        *site.getsitepackages(),
-        os.path.dirname(os.path.realpath(sys.executable)),
-    }
-    paths = sorted({os.path.abspath(p) for p in candidates if os.path.isdir(p)}, key=len)
-    roots: list[str] = []
-    for path in paths:
-        if path == "/":
-            raise ValueError("the Python installation's prefix is /")
-        if not _under(path, "/usr") and not any(_under(path, root) for root in roots):
-            roots.append(path)
-    return tuple(roots)
-
-
 def bubblewrap_args(
     bwrap: str,
     data_dir: Path,
@@ -101,7 +76,11 @@ def bubblewrap_args(
     *,
     seccomp_fd: int | None,
 ) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` in the sandbox."""
+    """The ``bwrap`` command line that runs ``command`` in the sandbox.
+
+    :raises ValueError: a prefix of the Python installation is ``/`` (binding it would bind
+        the whole host).
+    """
     args = [
         bwrap,
         "--unshare-all",
@@ -126,8 +105,23 @@ def bubblewrap_args(
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    for root in python_roots():
-        args += ["--ro-bind", root, root]
+    # The folders the interpreter needs (prefixes, site folders, the executable's own),
+    # outside /usr and without one inside another.
+    candidates = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        *site.getsitepackages(),
+        os.path.dirname(os.path.realpath(sys.executable)),
+    }
+    roots: list[str] = []
+    for path in sorted({os.path.abspath(p) for p in candidates if os.path.isdir(p)}, key=len):
+        if path == "/":
+            raise ValueError("the Python installation's prefix is /")
+        if not _under(path, "/usr") and not any(_under(path, root) for root in roots):
+            roots.append(path)
+            args += ["--ro-bind", path, path]
     args += ["--ro-bind", str(data_dir.resolve()), DATA_DIR]
     args += ["--proc", "/proc"]
     for device in DEVICES:  # no --dev: its /dev and /dev/shm are unsized, writable tmpfs
@@ -166,14 +160,6 @@ def bubblewrap_problem(bwrap: str | None) -> str | None:
             return None
     if not os.access(bwrap, os.X_OK):
         return f"{bwrap} was not found or is not executable"
-    problem = _try(bwrap)
-    if problem is None:
-        with _lock:
-            _working.add(bwrap)
-    return problem
-
-
-def _try(bwrap: str) -> str | None:
     seccomp = seccomp_pipe()
     try:
         with tempfile.TemporaryDirectory(prefix="loopfuse-sandbox-probe-") as data:
@@ -187,7 +173,7 @@ def _try(bwrap: str) -> str | None:
                 pass_fds=() if seccomp is None else (seccomp,),
                 check=False,
             )
-    except ValueError as exc:  # from python_roots
+    except ValueError as exc:  # from bubblewrap_args: a Python prefix of /
         return str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{bwrap} did not run: {exc}"
@@ -198,4 +184,6 @@ def _try(bwrap: str) -> str | None:
         lines = done.stderr.decode(errors="replace").strip().splitlines()
         reason = lines[-1] if lines else f"exit status {done.returncode}"
         return f"{bwrap} could not start a sandbox here ({reason})"
+    with _lock:
+        _working.add(bwrap)
     return None

@@ -145,8 +145,26 @@ def run_process_layer(
                 out.mkdir()
                 env = {**SANDBOX_ENV, "HOME": scratch, "MPLCONFIGDIR": f"{scratch}/matplotlib"}
                 args = _command(str(data_dir.resolve()), str(out), limits)
-            fds = () if seccomp is None else (seccomp,)
-            returncode = _spawn(args, code, env, scratch, fds, channel, errors, limits)
+            process = subprocess.Popen(
+                args,
+                stdin=subprocess.PIPE,
+                stdout=channel,
+                stderr=errors,
+                env=env,
+                cwd=scratch,
+                pass_fds=() if seccomp is None else (seccomp,),
+                start_new_session=True,
+            )
+            try:  # to the end: the exit status, or None when the timeout killed it
+                process.communicate(code.encode(), timeout=limits.timeout_seconds)
+                returncode: int | None = process.returncode
+            except subprocess.TimeoutExpired:
+                returncode = None
+            finally:
+                if process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
         finally:
             if seccomp is not None:
                 os.close(seccomp)
@@ -177,39 +195,6 @@ def _command(data: str, out: str, limits: SandboxLimits) -> list[str]:
         "limits": limits.rlimits(),
     }
     return [sys.executable, "-I", "-X", "utf8", "-c", _driver_source(), json.dumps(config)]
-
-
-def _spawn(
-    args: list[str],
-    code: str,
-    env: dict[str, str],
-    cwd: str,
-    fds: tuple[int, ...],
-    channel: IO[bytes],
-    errors: IO[bytes],
-    limits: SandboxLimits,
-) -> int | None:
-    """Run to the end: the exit status, or ``None`` when the timeout killed it."""
-    process = subprocess.Popen(
-        args,
-        stdin=subprocess.PIPE,
-        stdout=channel,
-        stderr=errors,
-        env=env,
-        cwd=cwd,
-        pass_fds=fds,
-        start_new_session=True,
-    )
-    try:
-        process.communicate(code.encode(), timeout=limits.timeout_seconds)
-    except subprocess.TimeoutExpired:
-        return None
-    finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return process.returncode
 
 
 def _failure(returncode: int, errors: IO[bytes], limits: SandboxLimits) -> str:
