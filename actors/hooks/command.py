@@ -28,8 +28,6 @@ MAX_OUTPUT_BYTES: Final = 16 * 1024
 REAP_SECONDS: Final = 5.0
 """How long to wait for a killed process to be reaped."""
 
-_POSIX: Final = os.name == "posix"
-
 
 class CommandResult(NamedTuple):
     """How a command ended: its exit status, or why it has none (``failure``)."""
@@ -98,7 +96,7 @@ async def run_command(
             stderr=subprocess.PIPE,
             cwd=cwd,
             env=env,
-            start_new_session=_POSIX,
+            start_new_session=True,  # its own process group, killed as one
         )
     except OSError as exc:
         return CommandResult(None, failure=f"cannot start {argv[0]!r}: {exc}")
@@ -116,9 +114,6 @@ async def run_command(
     finally:
         if returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                if _POSIX:
-                    os.killpg(process.pid, signal.SIGKILL)
-                else:  # pragma: no cover - loopfuse runs on POSIX
-                    process.kill()
+                os.killpg(process.pid, signal.SIGKILL)
         with anyio.CancelScope(shield=True), anyio.move_on_after(REAP_SECONDS):
             await process.aclose()
