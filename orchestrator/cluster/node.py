@@ -44,7 +44,7 @@ from orchestrator.conductor import RunCheckpoint
 from orchestrator.config import Config
 from orchestrator.daemon import starting
 from orchestrator.daemon.errors import ApiError
-from orchestrator.daemon.lifespan import default_store_path
+from orchestrator.daemon.lifespan import KEEP_FINISHED_IN_MEMORY, default_store_path
 from orchestrator.daemon.policy import admit
 from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash_ending, phase_of
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
@@ -61,7 +61,6 @@ RUN_HEADER: Final = "Loopfuse-Run-Id"
 CONSUMER: Final = "workers"
 FETCH_SECONDS: Final = 0.5
 ACK_ATTEMPTS: Final = 20
-KEEP_FINISHED_IN_MEMORY: Final = 32
 
 
 class ClusterError(ApiError):
