@@ -230,7 +230,7 @@ async def play(
     started = events[0] if events else None  # the RunStarted, with the prices charged
     return Played(
         result=result,
-        extrapolated=models[0].extrapolated if models else 0,
+        extrapolated=models[0].extrapolated,  # the runtime made its model on entering
         input_price=getattr(started, "input_price_per_million", 0.0),
         output_price=getattr(started, "output_price_per_million", 0.0),
         decisions=decisions(events),
