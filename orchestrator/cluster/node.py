@@ -72,7 +72,6 @@ class ClusterError(ApiError):
 class NodeStatistics(NamedTuple):
     """One daemon's share of the fleet's work (exported as its own metrics)."""
 
-    node: str
     in_flight: int
     slots: int
     submitted: int
@@ -125,8 +124,8 @@ class ClusterNode:
         self._idle = anyio.Event()
         self._idle.set()
         self._stopping = False
-        # The counters: every field of NodeStatistics after ``node``, ``in_flight``, ``slots``.
-        self._counts: dict[str, int] = dict.fromkeys(NodeStatistics._fields[3:], 0)
+        # The counters: every field of NodeStatistics after ``in_flight`` and ``slots``.
+        self._counts: dict[str, int] = dict.fromkeys(NodeStatistics._fields[2:], 0)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -345,9 +344,7 @@ class ClusterNode:
         return sorted(self._scenarios)
 
     def statistics(self) -> NodeStatistics:
-        return NodeStatistics(
-            node=self.name, in_flight=self._in_flight, slots=self.slots, **self._counts
-        )
+        return NodeStatistics(in_flight=self._in_flight, slots=self.slots, **self._counts)
 
     # ------------------------------------------------------------------ aborts
 
