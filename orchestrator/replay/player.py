@@ -106,8 +106,7 @@ class ReplayModel:
         publish(reply)
 
     def _cancel(self, msg: ModelCancel) -> None:
-        reply = self._held.pop((msg.run_id, msg.turn), None)
-        if reply is not None:
+        if (reply := self._held.pop((msg.run_id, msg.turn), None)) is not None:
             self._bus.publish_nowait(reply)
 
     def _next(self, purpose: str) -> Answer:
