@@ -395,11 +395,10 @@ class ClusterNode:
 
     async def _take(self, msg: Msg, tg: TaskGroup) -> None:
         run_id = (msg.headers or {}).get(RUN_HEADER, "")
-        deliveries = self._deliveries.get(run_id)
         try:
             if msg.metadata.num_delivered > 1:
                 self._counts["redelivered"] += 1
-            if deliveries is not None:  # running here already
+            if (deliveries := self._deliveries.get(run_id)) is not None:  # running here already
                 deliveries.append(msg)
                 return
             self._deliveries[run_id] = [msg]
