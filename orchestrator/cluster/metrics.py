@@ -113,9 +113,8 @@ async def fleet_snapshot(node: ClusterNode) -> FleetSnapshot:
 class FleetCollector(Collector):
     """The fleet's figures, reported by the lease holder only; :meth:`run` keeps them fresh."""
 
-    def __init__(self, node: ClusterNode, *, refresh_seconds: float = 5.0) -> None:
+    def __init__(self, node: ClusterNode) -> None:
         self._node = node
-        self._refresh = refresh_seconds
         self._revision: int | None = None
         self.snapshot: FleetSnapshot | None = None
 
@@ -128,7 +127,7 @@ class FleetCollector(Collector):
         task_status.started()
         while True:
             await self.refresh()
-            await anyio.sleep(self._refresh)
+            await anyio.sleep(5.0)  # the lease is renewed every 5 s (docs/scale-out.md)
 
     async def refresh(self) -> None:
         """Renew (or try to take) the lease; if held, read a new snapshot."""

@@ -44,7 +44,7 @@ from orchestrator.conductor import RunCheckpoint
 from orchestrator.config import Config
 from orchestrator.daemon import starting
 from orchestrator.daemon.errors import ApiError
-from orchestrator.daemon.lifespan import default_store_path
+from orchestrator.daemon.lifespan import KEEP_FINISHED_IN_MEMORY, default_store_path
 from orchestrator.daemon.policy import admit
 from orchestrator.daemon.recovery import CHECKPOINT_DECODER, crash_detail, crash_ending, phase_of
 from orchestrator.daemon.schemas import REQUEST_DECODER, RunRequest
@@ -61,7 +61,6 @@ RUN_HEADER: Final = "Loopfuse-Run-Id"
 CONSUMER: Final = "workers"
 FETCH_SECONDS: Final = 0.5
 ACK_ATTEMPTS: Final = 20
-KEEP_FINISHED_IN_MEMORY: Final = 32
 
 
 class ClusterError(ApiError):
@@ -73,7 +72,6 @@ class ClusterError(ApiError):
 class NodeStatistics(NamedTuple):
     """One daemon's share of the fleet's work (exported as its own metrics)."""
 
-    node: str
     in_flight: int
     slots: int
     submitted: int
@@ -126,8 +124,8 @@ class ClusterNode:
         self._idle = anyio.Event()
         self._idle.set()
         self._stopping = False
-        # The counters: every field of NodeStatistics after ``node``, ``in_flight``, ``slots``.
-        self._counts: dict[str, int] = dict.fromkeys(NodeStatistics._fields[3:], 0)
+        # The counters: every field of NodeStatistics after ``in_flight`` and ``slots``.
+        self._counts: dict[str, int] = dict.fromkeys(NodeStatistics._fields[2:], 0)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -346,9 +344,7 @@ class ClusterNode:
         return sorted(self._scenarios)
 
     def statistics(self) -> NodeStatistics:
-        return NodeStatistics(
-            node=self.name, in_flight=self._in_flight, slots=self.slots, **self._counts
-        )
+        return NodeStatistics(in_flight=self._in_flight, slots=self.slots, **self._counts)
 
     # ------------------------------------------------------------------ aborts
 
@@ -399,11 +395,10 @@ class ClusterNode:
 
     async def _take(self, msg: Msg, tg: TaskGroup) -> None:
         run_id = (msg.headers or {}).get(RUN_HEADER, "")
-        deliveries = self._deliveries.get(run_id)
         try:
             if msg.metadata.num_delivered > 1:
                 self._counts["redelivered"] += 1
-            if deliveries is not None:  # running here already
+            if (deliveries := self._deliveries.get(run_id)) is not None:  # running here already
                 deliveries.append(msg)
                 return
             self._deliveries[run_id] = [msg]

@@ -24,11 +24,11 @@ from orchestrator.sim import find_scenario
 __all__ = ["cluster_settings", "serve_fleet_daemon"]
 
 
-def cluster_settings(config: Config, nats_url: str | None = None) -> ClusterSettings:
-    """The fleet layout ``config``'s ``[cluster]`` section describes (``nats_url`` wins)."""
+def cluster_settings(config: Config, nats_url: str) -> ClusterSettings:
+    """The fleet layout ``config``'s ``[cluster]`` section describes, on NATS at ``nats_url``."""
     section = config.cluster
     return ClusterSettings(
-        nats_url=nats_url or section.nats_url,
+        nats_url=nats_url,
         ack_wait_seconds=section.ack_wait_seconds,
         node_ttl_seconds=section.node_ttl_seconds,
     ).named(section.fleet)
@@ -45,7 +45,7 @@ async def serve_fleet_daemon(
     host = host if host is not None else config.daemon.host
     port = port if port is not None else config.daemon.port
     scenarios = [find_scenario(path) for path in config.daemon.scenarios]
-    node = ClusterNode(config, settings, name=config.cluster.node_name or None, scenarios=scenarios)
+    node = ClusterNode(config, settings, name=config.cluster.node_name, scenarios=scenarios)
     app = create_fleet_app(node)
     sock = socket.create_server((host, port))
     with sock:

@@ -87,8 +87,7 @@ def recording_from_chat(name: str, document: Any) -> Recording:
         elif role == "tool":
             called = arguments.get(str(message.get("tool_call_id")))
             if called is not None:
-                key = result_key(*called)
-                results.setdefault(key, []).append(ToolOutcome(content=content))
+                results.setdefault(result_key(*called), []).append(ToolOutcome(content=content))
     if task is None:
         raise RecordingError(f"{name}: no user message (the task)")
     if not answers:

@@ -106,8 +106,7 @@ class ReplayModel:
         publish(reply)
 
     def _cancel(self, msg: ModelCancel) -> None:
-        reply = self._held.pop((msg.run_id, msg.turn), None)
-        if reply is not None:
+        if (reply := self._held.pop((msg.run_id, msg.turn), None)) is not None:
             self._bus.publish_nowait(reply)
 
     def _next(self, purpose: str) -> Answer:
@@ -230,7 +229,7 @@ async def play(
     started = events[0] if events else None  # the RunStarted, with the prices charged
     return Played(
         result=result,
-        extrapolated=models[0].extrapolated if models else 0,
+        extrapolated=models[0].extrapolated,  # the runtime made its model on entering
         input_price=getattr(started, "input_price_per_million", 0.0),
         output_price=getattr(started, "output_price_per_million", 0.0),
         decisions=decisions(events),

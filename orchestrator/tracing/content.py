@@ -15,26 +15,20 @@ import msgspec
 
 from bus import ChatMessage, ToolCall, message_images
 
-__all__ = ["input_messages", "output_messages", "tool_arguments"]
+__all__ = ["input_messages", "output_messages"]
 
 _encode: Final = msgspec.json.Encoder().encode
 _IMAGE: Final = {"type": "uri", "modality": "image"}
 
 
-def tool_arguments(arguments: str) -> Any:
-    """A call's arguments as a JSON value (its raw text when it is not valid JSON)."""
-    try:
-        return msgspec.json.decode(arguments)
-    except msgspec.DecodeError:
-        return arguments
-
-
 def _parts(text: str, calls: Iterable[ToolCall]) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"type": "text", "content": text}] if text else []
-    parts.extend(
-        {"type": "tool_call", "id": c.id, "name": c.name, "arguments": tool_arguments(c.arguments)}
-        for c in calls
-    )
+    for c in calls:
+        try:  # a call's arguments as a JSON value (its raw text when it is not valid JSON)
+            arguments = msgspec.json.decode(c.arguments)
+        except msgspec.DecodeError:
+            arguments = c.arguments
+        parts.append({"type": "tool_call", "id": c.id, "name": c.name, "arguments": arguments})
     return parts
 
 

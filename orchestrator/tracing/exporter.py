@@ -191,8 +191,7 @@ class TraceExporter:
 
     def _run_started(self, msg: RunStarted) -> None:
         now = self._now()
-        earlier = self._runs.pop(msg.run_id, None)
-        if earlier is not None:
+        if (earlier := self._runs.pop(msg.run_id, None)) is not None:
             _end(earlier, now, unfinished=True)
         parent = parse_traceparent(msg.traceparent)
         workflow = self._workflow_of(msg, now)
@@ -318,8 +317,7 @@ class TraceExporter:
             attributes=attributes,
             start_time=now,
         )
-        earlier = run.chats.get(msg.turn)
-        if earlier is not None:
+        if (earlier := run.chats.get(msg.turn)) is not None:
             earlier[0].end(end_time=now)
         ids = span.get_span_context()
         header = format_traceparent(f"{ids.trace_id:032x}", f"{ids.span_id:016x}", ids.trace_flags)
@@ -425,8 +423,7 @@ class TraceExporter:
     # ------------------------------------------------------------------ events of the run
 
     def _add_event(self, run_id: str, name: str, event: dict[str, Any]) -> None:
-        run = self._runs.get(run_id)
-        if run is not None:
+        if (run := self._runs.get(run_id)) is not None:
             run.span.add_event(name, event, timestamp=self._now())
 
     def _verdict(self, msg: ToolVerdict) -> None:

@@ -213,11 +213,10 @@ def open_pipeline(
         )
     name = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME
     resource = Resource.create({"service.name": name})
-    queue_size = settings.queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", _DEFAULT_QUEUE)
     delay = settings.export_delay_seconds
     processor = CountingProcessor(
         exporter,
-        queue_size=queue_size,
+        queue_size=settings.queue_size or _env_int("OTEL_BSP_MAX_QUEUE_SIZE", _DEFAULT_QUEUE),
         schedule_delay_millis=delay * 1000 if delay is not None else None,
         target=target,
     )
