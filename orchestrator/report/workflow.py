@@ -220,10 +220,11 @@ class _Workflow:
 
     async def finalize(self, ctx: StageContext) -> StageOutcome:
         out = Path(self._o.out)
-        # the figures out of make_figure's temporary folder, next to the report
-        self._report, figures = await anyio.to_thread.run_sync(
-            place_figures, self._report, self._figures, out, self._o.format
-        )
+        figures: tuple[Path, ...] = ()
+        if self._figures:  # out of make_figure's temporary folder, next to the report
+            self._report, figures = await anyio.to_thread.run_sync(
+                place_figures, self._report, self._figures, out, self._o.format
+            )
         ctx.run.output = self._report
         summary: dict[str, object] = {
             "run_id": ctx.run.run_id,
