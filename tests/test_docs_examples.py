@@ -13,8 +13,8 @@ The rules, per fenced block (parsed with markdown-it-py, the CommonMark parser):
 - ``toml`` blocks must parse (``tomllib``); one whose first line is ``# NAME.toml`` is also
   written to ``NAME.toml`` for the page's later blocks. Other blocks (output, diagrams,
   synopses, JSON, nginx) are not run.
-- The blocks of one page run in order in one temporary directory of their own, as a
-  reader would run them: a later block may use a file an earlier one wrote; the
+- The blocks of one page run in order, in one test and one temporary directory of their
+  own, as a reader would run them: a later block may use a file an earlier one wrote; the
   checkout's ``docs/examples`` is there at that path, as in a clone. The
   environment has this virtualenv's ``bin`` first on ``PATH``, this checkout on
   ``PYTHONPATH``, no ``LOOPFUSE_*`` variables and a private ``XDG_STATE_HOME``.
@@ -214,21 +214,6 @@ def _transcript(text: str) -> Iterator[tuple[str, list[str]]]:
         yield command, expected
 
 
-_workdirs: dict[Path, Path] = {}
-
-
-@pytest.fixture
-def page_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One directory per page, shared by its blocks in order."""
-    block: Block = request.node.callspec.params["block"]
-    if block.page not in _workdirs:
-        workdir = tmp_path_factory.mktemp(block.page.stem)
-        # the example files a clone has, at the paths the pages name (docs/examples/...)
-        shutil.copytree(REPO / "docs" / "examples", workdir / "docs" / "examples")
-        _workdirs[block.page] = workdir
-    return _workdirs[block.page]
-
-
 def _xfail_of(block: Block) -> str | None:
     page = str(block.page.relative_to(REPO))
     for (where, text), why in XFAIL.items():
@@ -237,16 +222,29 @@ def _xfail_of(block: Block) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("block", RUN, ids=[b.name for b in RUN])
-def test_documented_block_runs(block: Block, page_dir: Path) -> None:
-    if block.skip is not None:
-        pytest.skip(f"docs-test: skip reason={block.skip!r}")
-    problems = run_block(block, page_dir)
-    known = _xfail_of(block)
-    if known is not None:
-        assert problems, f"{block.name} runs now: remove its XFAIL entry ({known})"
-        pytest.xfail(known)
-    assert not problems, f"{block.name} ({block.lang or 'transcript'}):\n" + "\n".join(problems)
+RUN_PAGES: Final = [page for page in PAGES if any(b.page == page for b in RUN)]
+
+
+@pytest.mark.parametrize("page", RUN_PAGES, ids=[str(p.relative_to(REPO)) for p in RUN_PAGES])
+def test_documented_blocks_run(page: Path, tmp_path: Path) -> None:
+    """The page's blocks run in order in one directory, as a reader runs them: one test per
+    page, so a later block never lands on another worker than the block it builds on."""
+    # the example files a clone has, at the paths the pages name (docs/examples/...)
+    shutil.copytree(REPO / "docs" / "examples", tmp_path / "docs" / "examples")
+    failures = []
+    for block in (b for b in RUN if b.page == page):
+        if block.skip is not None:
+            print(f"{block.name}: docs-test: skip reason={block.skip!r}")
+            continue
+        problems = run_block(block, tmp_path)
+        known = _xfail_of(block)
+        if known is not None:
+            if not problems:
+                failures.append(f"{block.name} runs now: remove its XFAIL entry ({known})")
+            continue
+        if problems:
+            failures.append(f"{block.name} ({block.lang or 'transcript'}):\n" + "\n".join(problems))
+    assert not failures, "\n\n".join(failures)
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "toml"], ids=lambda b: b.name)
