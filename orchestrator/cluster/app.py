@@ -28,9 +28,9 @@ from orchestrator.daemon.browsers import HostCheck, add_cors, browser_refusal
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
     EXCEPTION_HANDLERS,
+    after_query,
     decode_request,
     error_response,
-    int_query,
     json_response,
     list_query,
     read_body,
@@ -184,13 +184,7 @@ class _FleetApi:
     async def events(self, request: Request) -> Response:
         run_id = request.path_params["id"]
         await self._node.state(run_id)  # 404 before the stream starts
-        header = request.headers.get("last-event-id")
-        after = int_query(
-            header if header is not None else request.query_params.get("after"),
-            "Last-Event-ID" if header is not None else "after",
-            default=0,
-            low=0,
-        )
+        after = after_query(request)
         heartbeat = self._node.config.daemon.heartbeat_seconds
         return sse.EventStreamResponse(
             self._stream(run_id, after), heartbeat=heartbeat, opened=lambda _: None

@@ -25,9 +25,9 @@ from orchestrator.daemon.browsers import HostCheck, add_cors, content_type_refus
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
     EXCEPTION_HANDLERS,
+    after_query,
     decode_request,
     error_response,
-    int_query,
     json_response,
     list_query,
     read_body,
@@ -236,15 +236,8 @@ class _Api:
         run_id = request.path_params["id"]
         if not self._daemon.store.memory.knows(run_id):  # in memory: it exists, no read
             run_id = (await self._row(request)).id
-        header = request.headers.get("last-event-id")
-        after = int_query(
-            header if header is not None else request.query_params.get("after"),
-            "Last-Event-ID" if header is not None else "after",
-            default=0,
-            low=0,
-        )
         stream = sse.event_stream(
-            self._daemon.store, run_id, after=after, closing=self._daemon.closing
+            self._daemon.store, run_id, after=after_query(request), closing=self._daemon.closing
         )
         heartbeat = self._daemon.config.daemon.heartbeat_seconds
         return sse.EventStreamResponse(stream, heartbeat=heartbeat, opened=self._counted)

@@ -19,12 +19,7 @@ from starlette.types import ExceptionHandler, Receive
 
 from bus import ENCODER, ExitReason
 from orchestrator.daemon.errors import ApiError
-from orchestrator.daemon.limits import (
-    MAX_INTEGER,
-    check_depth,
-    check_text_lengths,
-    parse_integer,
-)
+from orchestrator.daemon.limits import check_depth, check_text_lengths, parse_integer
 from orchestrator.daemon.schemas import REQUEST_DECODER, ErrorBody, ErrorDetail, RunRequest
 
 __all__ = [
@@ -32,9 +27,9 @@ __all__ = [
     "PAGE_LIMIT",
     "STATUSES",
     "RunApi",
+    "after_query",
     "decode_request",
     "error_response",
-    "int_query",
     "json_response",
     "list_query",
     "read_body",
@@ -154,16 +149,16 @@ def decode_request(body: bytes, *, max_text_chars: int, max_folder_chars: int) -
     return request
 
 
-def int_query(
-    value: str | None, name: str, *, default: int, low: int, high: int = MAX_INTEGER
-) -> int:
-    """The integer query parameter or header ``name`` (``default`` when absent), within
-    bounds (``high``: at most :data:`~orchestrator.daemon.limits.MAX_INTEGER`), written in
-    ASCII digits only.
+def after_query(request: Request) -> int:
+    """Where an event stream resumes: after the event the ``Last-Event-ID`` header names,
+    else the ``after`` query parameter (0, the start, when neither is there).
 
-    :raises ApiError: 400 naming ``name``.
+    :raises ApiError: 400 naming the header or the parameter.
     """
-    return default if value is None else parse_integer(value, name, low=low, high=high)
+    header = request.headers.get("last-event-id")
+    if header is not None:
+        return parse_integer(header, "Last-Event-ID")
+    return parse_integer(request.query_params.get("after", "0"), "after")
 
 
 def list_query(request: Request) -> tuple[str | None, str | None, int, int | None]:
@@ -179,9 +174,9 @@ def list_query(request: Request) -> tuple[str | None, str | None, int, int | Non
     exit_reason = query.get("exit_reason")
     if exit_reason is not None and exit_reason not in {r.value for r in ExitReason}:
         raise ApiError(400, "bad_query", "exit_reason is not an exit reason", key="exit_reason")
-    limit = int_query(query.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT)
+    limit = parse_integer(query.get("limit", "50"), "limit", low=1, high=PAGE_LIMIT)
     cursor = query.get("cursor")
-    before = int_query(cursor, "cursor", default=0, low=1) if cursor is not None else None
+    before = parse_integer(cursor, "cursor", low=1) if cursor is not None else None
     return status, exit_reason, limit, before
 
 
