@@ -138,11 +138,7 @@ class _FleetApi:
     async def submit(self, request: Request) -> Response:
         settings = self._node.config.daemon
         body = await read_body(request, settings.max_body_bytes)
-        run_request = decode_request(
-            body,
-            max_text_chars=settings.max_task_chars,
-            max_folder_chars=settings.max_folder_chars,
-        )
+        run_request = decode_request(body, settings)
         state, created = await self._node.submit(run_request)
         status = "running" if state.status == "aborting" else state.status
         accepted = RunAccepted(id=state.run_id, trace_id=state.trace_id, status=status)
@@ -215,11 +211,8 @@ class _FleetApi:
         yield sse.frame(msgspec.json.encode(body), event="end")
 
     async def metrics(self, request: Request) -> Response:
-        if not self.ready:
-            raise ApiError(503, "starting", "the daemon is starting")
-        registry = self._node.runtime.metrics_registry
-        body, content_type = render(registry, request.headers.get("accept"))
-        return Response(body, headers={"Content-Type": content_type})
+        registry = self._node.runtime.metrics_registry if self.ready else None
+        return render(registry, request.headers.get("accept"))
 
     async def healthz(self, request: Request) -> Response:
         return json_response(Health(status="ok"))

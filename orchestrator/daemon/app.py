@@ -185,10 +185,7 @@ class _Api:
     async def _accept(self, body: bytes, parents: list[str]) -> tuple[int, RunAccepted]:
         """Submit the run ``body`` asks for: 202 and the new run, or 200 and the earlier
         run with the same idempotency key."""
-        limits = self._daemon.config.daemon
-        run_request = decode_request(
-            body, max_text_chars=limits.max_task_chars, max_folder_chars=limits.max_folder_chars
-        )
+        run_request = decode_request(body, self._daemon.config.daemon)
         # The caller's span (W3C Trace Context, the ``parents`` headers); absent, repeated or
         # malformed: ignored, as the specification asks (the run starts a trace of its own).
         parent = parse_traceparent(parents[0]) if len(parents) == 1 else None
@@ -256,11 +253,7 @@ class _Api:
         return json_response(openapi_document(release, self._daemon.config.daemon.max_task_chars))
 
     async def metrics(self, request: Request) -> Response:
-        registry = self._daemon.registry
-        if registry is None:
-            raise ApiError(503, "starting", "the daemon is starting")
-        body, content_type = render(registry, request.headers.get("accept"))
-        return Response(body, headers={"Content-Type": content_type})
+        return render(self._daemon.registry, request.headers.get("accept"))
 
     async def healthz(self, request: Request) -> Response:
         return json_response(Health(status="ok"))

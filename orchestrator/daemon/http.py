@@ -18,6 +18,7 @@ from starlette.routing import Match, Route
 from starlette.types import ExceptionHandler, Receive
 
 from bus import ENCODER, ExitReason
+from orchestrator.config import DaemonSettings
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.limits import check_depth, check_text_lengths, parse_integer
 from orchestrator.daemon.schemas import REQUEST_DECODER, ErrorBody, ErrorDetail, RunRequest
@@ -126,9 +127,9 @@ async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | N
             return bytes(body)
 
 
-def decode_request(body: bytes, *, max_text_chars: int, max_folder_chars: int) -> RunRequest:
+def decode_request(body: bytes, settings: DaemonSettings) -> RunRequest:
     """A ``POST /v1/runs`` body: 400 when not JSON or nested too deep, 422 naming the bad
-    field or a free-text field longer than ``max_text_chars``."""
+    field or a free-text field longer than ``settings`` allows."""
     check_depth(body)
     try:
         request = REQUEST_DECODER.decode(body)
@@ -145,7 +146,7 @@ def decode_request(body: bytes, *, max_text_chars: int, max_folder_chars: int) -
         ) from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, "bad_json", f"the body is not valid JSON: {exc}") from None
-    check_text_lengths(request, max_text_chars, max_folder_chars=max_folder_chars)
+    check_text_lengths(request, settings)
     return request
 
 
