@@ -214,9 +214,6 @@ class _FleetApi:
         registry = self._node.runtime.metrics_registry if self.ready else None
         return render(registry, request.headers.get("accept"))
 
-    async def healthz(self, request: Request) -> Response:
-        return json_response(Health(status="ok"))
-
     async def readyz(self, request: Request) -> Response:
         if self.ready:
             return json_response(Health(status="ok"))

@@ -255,9 +255,6 @@ class _Api:
     async def metrics(self, request: Request) -> Response:
         return render(self._daemon.registry, request.headers.get("accept"))
 
-    async def healthz(self, request: Request) -> Response:
-        return json_response(Health(status="ok"))
-
     async def readyz(self, request: Request) -> Response:
         daemon = self._daemon
         if daemon.ready:
