@@ -28,9 +28,9 @@ from orchestrator.daemon.browsers import HostCheck, add_cors, browser_refusal
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
     EXCEPTION_HANDLERS,
+    after_query,
     decode_request,
     error_response,
-    int_query,
     json_response,
     list_query,
     read_body,
@@ -138,11 +138,7 @@ class _FleetApi:
     async def submit(self, request: Request) -> Response:
         settings = self._node.config.daemon
         body = await read_body(request, settings.max_body_bytes)
-        run_request = decode_request(
-            body,
-            max_text_chars=settings.max_task_chars,
-            max_folder_chars=settings.max_folder_chars,
-        )
+        run_request = decode_request(body, settings)
         state, created = await self._node.submit(run_request)
         status = "running" if state.status == "aborting" else state.status
         accepted = RunAccepted(id=state.run_id, trace_id=state.trace_id, status=status)
@@ -184,13 +180,7 @@ class _FleetApi:
     async def events(self, request: Request) -> Response:
         run_id = request.path_params["id"]
         await self._node.state(run_id)  # 404 before the stream starts
-        header = request.headers.get("last-event-id")
-        after = int_query(
-            header if header is not None else request.query_params.get("after"),
-            "Last-Event-ID" if header is not None else "after",
-            default=0,
-            low=0,
-        )
+        after = after_query(request)
         heartbeat = self._node.config.daemon.heartbeat_seconds
         return sse.EventStreamResponse(
             self._stream(run_id, after), heartbeat=heartbeat, opened=lambda _: None
@@ -221,14 +211,8 @@ class _FleetApi:
         yield sse.frame(msgspec.json.encode(body), event="end")
 
     async def metrics(self, request: Request) -> Response:
-        if not self.ready:
-            raise ApiError(503, "starting", "the daemon is starting")
-        registry = self._node.runtime.metrics_registry
-        body, content_type = render(registry, request.headers.get("accept"))
-        return Response(body, headers={"Content-Type": content_type})
-
-    async def healthz(self, request: Request) -> Response:
-        return json_response(Health(status="ok"))
+        registry = self._node.runtime.metrics_registry if self.ready else None
+        return render(registry, request.headers.get("accept"))
 
     async def readyz(self, request: Request) -> Response:
         if self.ready:

@@ -17,7 +17,6 @@ from orchestrator.cluster.node import ClusterNode
 from orchestrator.cluster.settings import ClusterSettings
 from orchestrator.config import Config
 from orchestrator.daemon.connections import limited_protocol
-from orchestrator.daemon.server import connection_limits
 from orchestrator.daemon.starting import warn_without_model
 from orchestrator.sim import find_scenario
 
@@ -66,7 +65,7 @@ async def serve_fleet_daemon(
                     access_log=False,
                     lifespan="off",
                     # The daemon's connection limits (docs/security.md, "Connections").
-                    http=limited_protocol(connection_limits(config)),
+                    http=limited_protocol(config.daemon),
                     ws="none",
                     timeout_keep_alive=config.daemon.keep_alive_seconds,
                 )

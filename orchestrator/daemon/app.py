@@ -25,9 +25,9 @@ from orchestrator.daemon.browsers import HostCheck, add_cors, content_type_refus
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.http import (
     EXCEPTION_HANDLERS,
+    after_query,
     decode_request,
     error_response,
-    int_query,
     json_response,
     list_query,
     read_body,
@@ -185,10 +185,7 @@ class _Api:
     async def _accept(self, body: bytes, parents: list[str]) -> tuple[int, RunAccepted]:
         """Submit the run ``body`` asks for: 202 and the new run, or 200 and the earlier
         run with the same idempotency key."""
-        limits = self._daemon.config.daemon
-        run_request = decode_request(
-            body, max_text_chars=limits.max_task_chars, max_folder_chars=limits.max_folder_chars
-        )
+        run_request = decode_request(body, self._daemon.config.daemon)
         # The caller's span (W3C Trace Context, the ``parents`` headers); absent, repeated or
         # malformed: ignored, as the specification asks (the run starts a trace of its own).
         parent = parse_traceparent(parents[0]) if len(parents) == 1 else None
@@ -236,15 +233,8 @@ class _Api:
         run_id = request.path_params["id"]
         if not self._daemon.store.memory.knows(run_id):  # in memory: it exists, no read
             run_id = (await self._row(request)).id
-        header = request.headers.get("last-event-id")
-        after = int_query(
-            header if header is not None else request.query_params.get("after"),
-            "Last-Event-ID" if header is not None else "after",
-            default=0,
-            low=0,
-        )
         stream = sse.event_stream(
-            self._daemon.store, run_id, after=after, closing=self._daemon.closing
+            self._daemon.store, run_id, after=after_query(request), closing=self._daemon.closing
         )
         heartbeat = self._daemon.config.daemon.heartbeat_seconds
         return sse.EventStreamResponse(stream, heartbeat=heartbeat, opened=self._counted)
@@ -263,14 +253,7 @@ class _Api:
         return json_response(openapi_document(release, self._daemon.config.daemon.max_task_chars))
 
     async def metrics(self, request: Request) -> Response:
-        registry = self._daemon.registry
-        if registry is None:
-            raise ApiError(503, "starting", "the daemon is starting")
-        body, content_type = render(registry, request.headers.get("accept"))
-        return Response(body, headers={"Content-Type": content_type})
-
-    async def healthz(self, request: Request) -> Response:
-        return json_response(Health(status="ok"))
+        return render(self._daemon.registry, request.headers.get("accept"))
 
     async def readyz(self, request: Request) -> Response:
         daemon = self._daemon

@@ -1,7 +1,7 @@
 """Connection limits in front of the app: what a client may hold before any request is read.
 
 uvicorn's httptools protocol bounds none of these (``docs/security.md``, "Connections"):
-:func:`limited_protocol` returns its subclass held to :class:`ConnectionLimits`. A request
+:func:`limited_protocol` returns its subclass held to the ``[daemon]`` limits. A request
 head (request line plus headers) longer than ``max_header_bytes``, or with more than
 ``max_headers`` header lines, is answered ``431`` (the bytes past the limit never reach the
 parser); a head not complete within ``header_timeout_seconds`` of the connection opening (or
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from http import HTTPStatus
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import msgspec
 from uvicorn.config import Config
@@ -25,26 +25,16 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from bus import aio_seam
+from orchestrator.config import DaemonSettings
 from orchestrator.daemon.schemas import ErrorBody, ErrorDetail
 
-__all__ = ["ConnectionLimits", "limited_protocol"]
-
-
-class ConnectionLimits(NamedTuple):
-    """What one daemon lets its clients hold (``[daemon]`` keys of the same names)."""
-
-    max_header_bytes: int
-    max_headers: int
-    header_timeout_seconds: float
-    body_timeout_seconds: float
-    max_connections: int
-    max_connections_per_client: int
+__all__ = ["limited_protocol"]
 
 
 class _LimitedHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol with :class:`ConnectionLimits` (see the module)."""
+    """uvicorn's httptools protocol with the ``[daemon]`` connection limits (see the module)."""
 
-    limits: ClassVar[ConnectionLimits]
+    limits: ClassVar[DaemonSettings]
     per_client: ClassVar[Counter[str]]
 
     def __init__(
@@ -206,9 +196,10 @@ class _LimitedHttpTools(HttpToolsProtocol):
         self._head_timer = self._body_timer = None
 
 
-def limited_protocol(limits: ConnectionLimits) -> type[aio_seam.Protocol]:
-    """uvicorn's httptools protocol under ``limits``, for ``uvicorn.Config(http=...)``: one
-    class per server (the per-client connection counts are shared by its connections)."""
+def limited_protocol(limits: DaemonSettings) -> type[aio_seam.Protocol]:
+    """uvicorn's httptools protocol under the connection limits of ``limits`` (the
+    ``[daemon]`` section), for ``uvicorn.Config(http=...)``: one class per server (the
+    per-client connection counts are shared by its connections)."""
     return type(
         "LimitedHttpToolsProtocol",
         (_LimitedHttpTools,),

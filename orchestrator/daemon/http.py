@@ -18,23 +18,19 @@ from starlette.routing import Match, Route
 from starlette.types import ExceptionHandler, Receive
 
 from bus import ENCODER, ExitReason
+from orchestrator.config import DaemonSettings
 from orchestrator.daemon.errors import ApiError
-from orchestrator.daemon.limits import (
-    MAX_INTEGER,
-    check_depth,
-    check_text_lengths,
-    parse_integer,
-)
-from orchestrator.daemon.schemas import REQUEST_DECODER, ErrorBody, ErrorDetail, RunRequest
+from orchestrator.daemon.limits import check_depth, check_text_lengths, parse_integer
+from orchestrator.daemon.schemas import REQUEST_DECODER, ErrorBody, ErrorDetail, Health, RunRequest
 
 __all__ = [
     "EXCEPTION_HANDLERS",
     "PAGE_LIMIT",
     "STATUSES",
     "RunApi",
+    "after_query",
     "decode_request",
     "error_response",
-    "int_query",
     "json_response",
     "list_query",
     "read_body",
@@ -131,9 +127,9 @@ async def receive_body(receive: Receive, declared: str, limit: int) -> bytes | N
             return bytes(body)
 
 
-def decode_request(body: bytes, *, max_text_chars: int, max_folder_chars: int) -> RunRequest:
+def decode_request(body: bytes, settings: DaemonSettings) -> RunRequest:
     """A ``POST /v1/runs`` body: 400 when not JSON or nested too deep, 422 naming the bad
-    field or a free-text field longer than ``max_text_chars``."""
+    field or a free-text field longer than ``settings`` allows."""
     check_depth(body)
     try:
         request = REQUEST_DECODER.decode(body)
@@ -150,20 +146,20 @@ def decode_request(body: bytes, *, max_text_chars: int, max_folder_chars: int) -
         ) from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, "bad_json", f"the body is not valid JSON: {exc}") from None
-    check_text_lengths(request, max_text_chars, max_folder_chars=max_folder_chars)
+    check_text_lengths(request, settings)
     return request
 
 
-def int_query(
-    value: str | None, name: str, *, default: int, low: int, high: int = MAX_INTEGER
-) -> int:
-    """The integer query parameter or header ``name`` (``default`` when absent), within
-    bounds (``high``: at most :data:`~orchestrator.daemon.limits.MAX_INTEGER`), written in
-    ASCII digits only.
+def after_query(request: Request) -> int:
+    """Where an event stream resumes: after the event the ``Last-Event-ID`` header names,
+    else the ``after`` query parameter (0, the start, when neither is there).
 
-    :raises ApiError: 400 naming ``name``.
+    :raises ApiError: 400 naming the header or the parameter.
     """
-    return default if value is None else parse_integer(value, name, low=low, high=high)
+    header = request.headers.get("last-event-id")
+    if header is not None:
+        return parse_integer(header, "Last-Event-ID")
+    return parse_integer(request.query_params.get("after", "0"), "after")
 
 
 def list_query(request: Request) -> tuple[str | None, str | None, int, int | None]:
@@ -179,9 +175,9 @@ def list_query(request: Request) -> tuple[str | None, str | None, int, int | Non
     exit_reason = query.get("exit_reason")
     if exit_reason is not None and exit_reason not in {r.value for r in ExitReason}:
         raise ApiError(400, "bad_query", "exit_reason is not an exit reason", key="exit_reason")
-    limit = int_query(query.get("limit"), "limit", default=50, low=1, high=PAGE_LIMIT)
+    limit = parse_integer(query.get("limit", "50"), "limit", low=1, high=PAGE_LIMIT)
     cursor = query.get("cursor")
-    before = int_query(cursor, "cursor", default=0, low=1) if cursor is not None else None
+    before = parse_integer(cursor, "cursor", low=1) if cursor is not None else None
     return status, exit_reason, limit, before
 
 
@@ -195,8 +191,12 @@ class RunApi(Protocol):
     async def abort(self, request: Request) -> Response: ...
     async def scenarios(self, request: Request) -> Response: ...
     async def metrics(self, request: Request) -> Response: ...
-    async def healthz(self, request: Request) -> Response: ...
     async def readyz(self, request: Request) -> Response: ...
+
+
+async def _healthz(request: Request) -> Response:
+    """Liveness: the process answers (a daemon and a fleet member alike)."""
+    return json_response(Health(status="ok"))
 
 
 def run_routes(api: RunApi, *extra: Route) -> list[Route]:
@@ -210,6 +210,6 @@ def run_routes(api: RunApi, *extra: Route) -> list[Route]:
         Route("/v1/scenarios", api.scenarios, methods=["GET"]),
         *extra,
         Route("/metrics", api.metrics, methods=["GET"]),
-        Route("/healthz", api.healthz, methods=["GET"]),
+        Route("/healthz", _healthz, methods=["GET"]),
         Route("/readyz", api.readyz, methods=["GET"]),
     ]

@@ -17,6 +17,7 @@ import itertools
 import re
 from typing import Final
 
+from orchestrator.config import DaemonSettings
 from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.schemas import RunRequest
 
@@ -79,16 +80,16 @@ def parse_integer(value: str, name: str, *, low: int = 0, high: int = MAX_INTEGE
     return number
 
 
-def check_text_lengths(request: RunRequest, max_chars: int, *, max_folder_chars: int) -> None:
-    """Refuse a request whose free-text fields are longer than ``max_chars`` characters,
-    or whose ``folder`` is longer than ``max_folder_chars``.
+def check_text_lengths(request: RunRequest, settings: DaemonSettings) -> None:
+    """Refuse a request whose free-text fields are longer than ``settings.max_task_chars``
+    characters, or whose ``folder`` is longer than ``settings.max_folder_chars``.
 
     :raises ApiError: 422 ``too_long`` naming the field.
     """
     pipeline = request.pipeline
-    task_limit = (max_chars, "daemon.max_task_chars")
+    task_limit = (settings.max_task_chars, "daemon.max_task_chars")
     fields = (
-        ("folder", request.folder, (max_folder_chars, "daemon.max_folder_chars")),
+        ("folder", request.folder, (settings.max_folder_chars, "daemon.max_folder_chars")),
         ("task", request.task, task_limit),
         ("system", request.system, task_limit),
         ("pipeline.goal", pipeline.goal if pipeline is not None else None, task_limit),

@@ -15,8 +15,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+from starlette.responses import Response
 
 from bus import ExitReason
+from orchestrator.daemon.errors import ApiError
 from orchestrator.daemon.service import RunService
 from orchestrator.daemon.store import Store
 
@@ -85,8 +87,10 @@ def _counter(name: str, text: str, value: int | None = None, **by: dict[str, int
     return counter
 
 
-def render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
-    """The exposition of ``registry`` in the format ``accept`` asks for (OpenMetrics or
-    text 0.0.4) and its content type."""
+def render(registry: CollectorRegistry | None, accept: str | None) -> Response:
+    """The ``/metrics`` answer: the exposition of ``registry`` in the format ``accept`` asks
+    for (OpenMetrics or text 0.0.4); a 503 while there is none yet (the daemon is starting)."""
+    if registry is None:
+        raise ApiError(503, "starting", "the daemon is starting")
     encoder, content_type = choose_encoder(accept or "")
-    return encoder(registry), content_type
+    return Response(encoder(registry), headers={"Content-Type": content_type})

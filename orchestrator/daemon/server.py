@@ -27,13 +27,13 @@ import uvicorn
 
 from orchestrator.config import Config
 from orchestrator.daemon.app import create_app
-from orchestrator.daemon.connections import ConnectionLimits, limited_protocol
+from orchestrator.daemon.connections import limited_protocol
 from orchestrator.daemon.lifespan import Daemon
 from orchestrator.daemon.starting import warn_without_model
 from orchestrator.sim import Scenario
 from orchestrator.web.serving import serve_on
 
-__all__ = ["RunningDaemon", "connection_limits", "open_daemon", "serve_daemon"]
+__all__ = ["RunningDaemon", "open_daemon", "serve_daemon"]
 
 logger = logging.getLogger("loopfuse.daemon")
 
@@ -86,7 +86,7 @@ async def open_daemon(
                 lifespan="off",
                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
                 # The limits every connection is held to before the app sees a request.
-                http=limited_protocol(connection_limits(config)),
+                http=limited_protocol(config.daemon),
                 ws="none",
                 timeout_keep_alive=config.daemon.keep_alive_seconds,
             )
@@ -99,11 +99,6 @@ async def open_daemon(
                     with anyio.CancelScope(shield=True):
                         await daemon.shutdown(0.0)
                     server.should_exit = True
-
-
-def connection_limits(config: Config) -> ConnectionLimits:
-    """The ``[daemon]`` connection limits of ``config``."""
-    return ConnectionLimits(*(getattr(config.daemon, key) for key in ConnectionLimits._fields))
 
 
 async def serve_daemon(

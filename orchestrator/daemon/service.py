@@ -329,14 +329,12 @@ class RunService:
             detail = refused_detail(exc.key, exc.message)
             self._crash_abort(row, phase_of(tail), checkpoint, detail=detail)
             return
-        if point.resume is not None:
+        if point.resume is None:
+            action = "restarted (was queued)"
+        else:
             self.statistics.resumed += 1
+            action = f"resumed after turn {point.resume.turn}"
         self._finishers.submit(partial(self._finish, row, recorded, request))
-        action = (
-            "restarted (was queued)"
-            if point.resume is None
-            else f"resumed after turn {point.resume.turn}"
-        )
         _log(f"run {action}", row.id, row.trace_id)
 
     def _crash_abort(

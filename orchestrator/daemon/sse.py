@@ -31,17 +31,16 @@ __all__ = ["RETRY_MILLISECONDS", "EventStreamResponse", "Last", "event_stream", 
 
 RETRY_MILLISECONDS: Final = 3000
 READ_BATCH: Final = 500
-HEADERS: Final = {
-    "Cache-Control": "no-store",
-    "X-Accel-Buffering": "no",
-    "Connection": "keep-alive",
-}
 PING: Final = b": ping\n\n"
 _START: Final = {
     "type": "http.response.start",
     "status": 200,
-    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]
-    + [(name.lower().encode(), value.encode()) for name, value in HEADERS.items()],
+    "headers": [
+        (b"content-type", b"text/event-stream; charset=utf-8"),
+        (b"cache-control", b"no-store"),
+        (b"x-accel-buffering", b"no"),
+        (b"connection", b"keep-alive"),
+    ],
 }
 _LAST: Final = {"type": "http.response.body", "body": b"", "more_body": False}
 
