@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Final
 
@@ -23,8 +22,6 @@ from orchestrator.conductor.inputs import ConductorSettings
 from orchestrator.conductor.state import RunRecord
 
 __all__ = ["TRUNCATED_CALLS_NOTE", "TRUNCATION_NUDGES", "ModelCall", "cut_mid_json"]
-
-logger = logging.getLogger("loopfuse.conductor")
 
 TRUNCATION_NUDGES: Final = (
     "Your previous answer was cut off by the output limit. Continue exactly where you "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from actors.fingerprint import fingerprint_call
 from bus import (
     Bus,
@@ -20,8 +18,6 @@ from orchestrator.conductor.state import RunRecord
 from orchestrator.result import CallLogEntry
 
 __all__ = ["ToolPhase"]
-
-logger = logging.getLogger("loopfuse.conductor")
 
 
 class ToolPhase:
