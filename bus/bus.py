@@ -298,25 +298,35 @@ class Subscription:
         :meth:`serve`; when serving stops, every queued message is acknowledged.
         """
         lanes: dict[str, deque[_Item]] = {}
-        if self.inline:
-            await self._serve_per_run_inline(handler, lanes, task_status)
-            return
         try:
             async with anyio.create_task_group() as tg:
+
+                def deliver(msg: Message, ticket: _Ticket | None) -> None:
+                    lane = lanes.get(msg.run_id)
+                    if lane is not None:
+                        lane.append((msg, ticket))
+                        return
+                    try:  # _decide and _acknowledge written out: this runs for every message
+                        job = handler(msg)
+                    except Exception as exc:
+                        self.failed += 1
+                        self._bus.report_failure(self.name, msg, exc)
+                        job = None
+                    if job is None:
+                        self.handled += 1
+                        if ticket is not None:
+                            ticket.done()
+                        return
+                    lanes[msg.run_id] = deque(((msg, ticket),))
+                    tg.start_soon(self._lane, handler, lanes, msg.run_id, job)
+
+                if self.inline:
+                    await self._hold(deliver, task_status)
+                    return
                 task_status.started()
                 while batch := await self.mailbox.get_batch():
-                    for item in batch:
-                        run_id = item[0].run_id
-                        lane = lanes.get(run_id)
-                        if lane is not None:
-                            lane.append(item)
-                            continue
-                        job = self._decide(handler, item[0])
-                        if job is None:
-                            self._acknowledge(item[1])
-                            continue
-                        lanes[run_id] = deque((item,))
-                        tg.start_soon(self._lane, handler, lanes, run_id, job)
+                    for msg, ticket in batch:
+                        deliver(msg, ticket)
         finally:
             self._release(lanes)
             self.mailbox.close()
@@ -343,35 +353,6 @@ class Subscription:
             await self._hold(deliver, task_status)
         finally:
             self.direct = None
-
-    async def _serve_per_run_inline(
-        self, handler: RunHandler, lanes: dict[str, deque[_Item]], task_status: TaskStatus[None]
-    ) -> None:
-        try:
-            async with anyio.create_task_group() as tg:
-
-                def deliver(msg: Message, ticket: _Ticket | None) -> None:
-                    lane = lanes.get(msg.run_id)
-                    if lane is not None:
-                        lane.append((msg, ticket))
-                        return
-                    try:  # _decide and _acknowledge written out: this runs for every message
-                        job = handler(msg)
-                    except Exception as exc:
-                        self.failed += 1
-                        self._bus.report_failure(self.name, msg, exc)
-                        job = None
-                    if job is None:
-                        self.handled += 1
-                        if ticket is not None:
-                            ticket.done()
-                        return
-                    lanes[msg.run_id] = deque(((msg, ticket),))
-                    tg.start_soon(self._lane, handler, lanes, msg.run_id, job)
-
-                await self._hold(deliver, task_status)
-        finally:
-            self._release(lanes)
 
     def _release(self, lanes: dict[str, deque[_Item]]) -> None:
         """Acknowledge what lanes cancelled before they began still hold."""
