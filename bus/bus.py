@@ -306,7 +306,7 @@ class Subscription:
                     if lane is not None:
                         lane.append((msg, ticket))
                         return
-                    try:  # _decide and _acknowledge written out: this runs for every message
+                    try:  # _acknowledge written out: this runs for every message
                         job = handler(msg)
                     except Exception as exc:
                         self.failed += 1
@@ -389,15 +389,15 @@ class Subscription:
         try:
             while lane:
                 msg, ticket = lane[0]
-                if job is None:
-                    job = self._decide(handler, msg)
-                if job is not None:
-                    try:
+                try:  # the handler decides on a later message here, once its lane exists
+                    if job is None:
+                        job = handler(msg)
+                    if job is not None:
                         await job()
-                    except Exception as exc:
-                        self.failed += 1
-                        self._bus.report_failure(self.name, msg, exc)
-                    job = None
+                except Exception as exc:
+                    self.failed += 1
+                    self._bus.report_failure(self.name, msg, exc)
+                job = None
                 lane.popleft()
                 self._acknowledge(ticket)
         finally:
@@ -405,14 +405,6 @@ class Subscription:
             for _, ticket in lane:  # cancelled: release the rest of this run
                 self._acknowledge(ticket)
             lane.clear()
-
-    def _decide(self, handler: RunHandler, msg: Message) -> Job | None:
-        try:
-            return handler(msg)
-        except Exception as exc:
-            self.failed += 1
-            self._bus.report_failure(self.name, msg, exc)
-            return None
 
     def _acknowledge(self, ticket: _Ticket | None) -> None:
         self.handled += 1
