@@ -277,11 +277,8 @@ class Subscription:
             if function is not None:
                 function(msg)
 
-        self.by_type = table
-        try:
-            await self._serve_inline(handler, task_status)
-        finally:
-            self.by_type = None
+        self.by_type = table  # until _serve_inline returns
+        await self._serve_inline(handler, task_status)
 
     async def serve_per_run(
         self, handler: RunHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -352,7 +349,7 @@ class Subscription:
         try:
             await self._hold(deliver, task_status)
         finally:
-            self.direct = None
+            self.direct = self.by_type = None
 
     def _release(self, lanes: dict[str, deque[_Item]]) -> None:
         """Acknowledge what lanes cancelled before they began still hold."""
