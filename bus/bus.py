@@ -160,7 +160,8 @@ class _Mailbox:
         self._not_empty = self._not_full = None
 
     def release_all(self) -> None:
-        """Acknowledge everything still queued, so no settling publisher waits forever."""
+        """Close, and acknowledge what is still queued: no settling publisher waits forever."""
+        self.close()
         while self._items:
             _, ticket = self._items.popleft()
             if ticket is not None:
@@ -250,7 +251,6 @@ class Subscription:
                         if ticket is not None:
                             ticket.done()
         finally:
-            self.mailbox.close()
             self.mailbox.release_all()
 
     async def serve_by_type(
@@ -326,7 +326,6 @@ class Subscription:
                         deliver(msg, ticket)
         finally:
             self._release(lanes)
-            self.mailbox.close()
             self.mailbox.release_all()
 
     async def _serve_inline(self, handler: Handler, task_status: TaskStatus[None]) -> None:
@@ -372,7 +371,6 @@ class Subscription:
         finally:
             self._deliver = None
             self._bus.reroute()
-            self.mailbox.close()
             self.mailbox.release_all()
 
     async def _lane(
