@@ -160,7 +160,8 @@ class _Mailbox:
         self._not_empty = self._not_full = None
 
     def release_all(self) -> None:
-        """Acknowledge everything still queued, so no settling publisher waits forever."""
+        """Close, and acknowledge what is still queued: no settling publisher waits forever."""
+        self.close()
         while self._items:
             _, ticket = self._items.popleft()
             if ticket is not None:
@@ -250,7 +251,6 @@ class Subscription:
                         if ticket is not None:
                             ticket.done()
         finally:
-            self.mailbox.close()
             self.mailbox.release_all()
 
     async def serve_by_type(
@@ -277,11 +277,8 @@ class Subscription:
             if function is not None:
                 function(msg)
 
-        self.by_type = table
-        try:
-            await self._serve_inline(handler, task_status)
-        finally:
-            self.by_type = None
+        self.by_type = table  # until _serve_inline returns
+        await self._serve_inline(handler, task_status)
 
     async def serve_per_run(
         self, handler: RunHandler, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -298,28 +295,37 @@ class Subscription:
         :meth:`serve`; when serving stops, every queued message is acknowledged.
         """
         lanes: dict[str, deque[_Item]] = {}
-        if self.inline:
-            await self._serve_per_run_inline(handler, lanes, task_status)
-            return
         try:
             async with anyio.create_task_group() as tg:
+
+                def deliver(msg: Message, ticket: _Ticket | None) -> None:
+                    lane = lanes.get(msg.run_id)
+                    if lane is not None:
+                        lane.append((msg, ticket))
+                        return
+                    try:  # _acknowledge written out: this runs for every message
+                        job = handler(msg)
+                    except Exception as exc:
+                        self.failed += 1
+                        self._bus.report_failure(self.name, msg, exc)
+                        job = None
+                    if job is None:
+                        self.handled += 1
+                        if ticket is not None:
+                            ticket.done()
+                        return
+                    lanes[msg.run_id] = deque(((msg, ticket),))
+                    tg.start_soon(self._lane, handler, lanes, msg.run_id, job)
+
+                if self.inline:
+                    await self._hold(deliver, task_status)
+                    return
                 task_status.started()
                 while batch := await self.mailbox.get_batch():
-                    for item in batch:
-                        run_id = item[0].run_id
-                        lane = lanes.get(run_id)
-                        if lane is not None:
-                            lane.append(item)
-                            continue
-                        job = self._decide(handler, item[0])
-                        if job is None:
-                            self._acknowledge(item[1])
-                            continue
-                        lanes[run_id] = deque((item,))
-                        tg.start_soon(self._lane, handler, lanes, run_id, job)
+                    for msg, ticket in batch:
+                        deliver(msg, ticket)
         finally:
             self._release(lanes)
-            self.mailbox.close()
             self.mailbox.release_all()
 
     async def _serve_inline(self, handler: Handler, task_status: TaskStatus[None]) -> None:
@@ -342,36 +348,7 @@ class Subscription:
         try:
             await self._hold(deliver, task_status)
         finally:
-            self.direct = None
-
-    async def _serve_per_run_inline(
-        self, handler: RunHandler, lanes: dict[str, deque[_Item]], task_status: TaskStatus[None]
-    ) -> None:
-        try:
-            async with anyio.create_task_group() as tg:
-
-                def deliver(msg: Message, ticket: _Ticket | None) -> None:
-                    lane = lanes.get(msg.run_id)
-                    if lane is not None:
-                        lane.append((msg, ticket))
-                        return
-                    try:  # _decide and _acknowledge written out: this runs for every message
-                        job = handler(msg)
-                    except Exception as exc:
-                        self.failed += 1
-                        self._bus.report_failure(self.name, msg, exc)
-                        job = None
-                    if job is None:
-                        self.handled += 1
-                        if ticket is not None:
-                            ticket.done()
-                        return
-                    lanes[msg.run_id] = deque(((msg, ticket),))
-                    tg.start_soon(self._lane, handler, lanes, msg.run_id, job)
-
-                await self._hold(deliver, task_status)
-        finally:
-            self._release(lanes)
+            self.direct = self.by_type = None
 
     def _release(self, lanes: dict[str, deque[_Item]]) -> None:
         """Acknowledge what lanes cancelled before they began still hold."""
@@ -394,7 +371,6 @@ class Subscription:
         finally:
             self._deliver = None
             self._bus.reroute()
-            self.mailbox.close()
             self.mailbox.release_all()
 
     async def _lane(
@@ -408,15 +384,15 @@ class Subscription:
         try:
             while lane:
                 msg, ticket = lane[0]
-                if job is None:
-                    job = self._decide(handler, msg)
-                if job is not None:
-                    try:
+                try:  # the handler decides on a later message here, once its lane exists
+                    if job is None:
+                        job = handler(msg)
+                    if job is not None:
                         await job()
-                    except Exception as exc:
-                        self.failed += 1
-                        self._bus.report_failure(self.name, msg, exc)
-                    job = None
+                except Exception as exc:
+                    self.failed += 1
+                    self._bus.report_failure(self.name, msg, exc)
+                job = None
                 lane.popleft()
                 self._acknowledge(ticket)
         finally:
@@ -424,14 +400,6 @@ class Subscription:
             for _, ticket in lane:  # cancelled: release the rest of this run
                 self._acknowledge(ticket)
             lane.clear()
-
-    def _decide(self, handler: RunHandler, msg: Message) -> Job | None:
-        try:
-            return handler(msg)
-        except Exception as exc:
-            self.failed += 1
-            self._bus.report_failure(self.name, msg, exc)
-            return None
 
     def _acknowledge(self, ticket: _Ticket | None) -> None:
         self.handled += 1

@@ -69,14 +69,8 @@ class Conductor:
         self._control = control = ControlInbox(bus, inbox, run, self._context.on_action)
         if inputs.resume is not None:  # what the turn before the checkpoint said to the next
             control.nudges.extend(inputs.resume.pending_nudges)
-        self._model = ModelCall(bus, run, control, settings, inputs.tool_specs)
-        self._tools = ToolPhase(
-            bus,
-            run,
-            control,
-            finishing_tools=inputs.finishing_tools,
-            abort_grace_seconds=settings.abort_grace_seconds,
-        )
+        self._model = ModelCall(bus, run, control, inputs)
+        self._tools = ToolPhase(bus, run, control, inputs)
 
     async def run(self) -> RunResult:
         """Run to the end. Exceptions end the run ``hook_stopped``/``internal.error``."""

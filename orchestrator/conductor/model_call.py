@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Final
 
@@ -15,16 +14,13 @@ from bus import (
     ModelRequest,
     Nudge,
     StopSignal,
-    ToolSpec,
     stop_signal,
 )
 from orchestrator.conductor.inbox import ControlInbox
-from orchestrator.conductor.inputs import ConductorSettings
+from orchestrator.conductor.inputs import RunInputs
 from orchestrator.conductor.state import RunRecord
 
 __all__ = ["TRUNCATED_CALLS_NOTE", "TRUNCATION_NUDGES", "ModelCall", "cut_mid_json"]
-
-logger = logging.getLogger("loopfuse.conductor")
 
 TRUNCATION_NUDGES: Final = (
     "Your previous answer was cut off by the output limit. Continue exactly where you "
@@ -44,19 +40,12 @@ class ModelCall:
 
     __slots__ = ("_bus", "_control", "_run", "_settings", "_tools")
 
-    def __init__(
-        self,
-        bus: Bus,
-        run: RunRecord,
-        control: ControlInbox,
-        settings: ConductorSettings,
-        tools: tuple[ToolSpec, ...],
-    ) -> None:
+    def __init__(self, bus: Bus, run: RunRecord, control: ControlInbox, inputs: RunInputs) -> None:
         self._bus = bus
         self._run = run
         self._control = control
-        self._settings = settings
-        self._tools = tools
+        self._settings = inputs.settings
+        self._tools = inputs.tool_specs
 
     async def send(self) -> None:
         """Publish the turn's request: the whole transcript, with the tools (the run's

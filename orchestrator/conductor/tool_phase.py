@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-
 from actors.fingerprint import fingerprint_call
 from bus import (
     Bus,
@@ -16,12 +14,11 @@ from bus import (
     ToolVerdict,
 )
 from orchestrator.conductor.inbox import ControlInbox
+from orchestrator.conductor.inputs import RunInputs
 from orchestrator.conductor.state import RunRecord
 from orchestrator.result import CallLogEntry
 
 __all__ = ["ToolPhase"]
-
-logger = logging.getLogger("loopfuse.conductor")
 
 
 class ToolPhase:
@@ -29,20 +26,12 @@ class ToolPhase:
 
     __slots__ = ("_bus", "_control", "_finishing", "_grace", "_run")
 
-    def __init__(
-        self,
-        bus: Bus,
-        run: RunRecord,
-        control: ControlInbox,
-        *,
-        finishing_tools: frozenset[str],
-        abort_grace_seconds: float,
-    ) -> None:
+    def __init__(self, bus: Bus, run: RunRecord, control: ControlInbox, inputs: RunInputs) -> None:
         self._bus = bus
         self._run = run
         self._control = control
-        self._finishing = finishing_tools
-        self._grace = abort_grace_seconds
+        self._finishing = inputs.finishing_tools
+        self._grace = inputs.settings.abort_grace_seconds
 
     async def run(self, calls: tuple[ToolCall, ...]) -> str | None:
         """Propose, run and record ``calls``; returns the name of the finishing tool that
