@@ -83,6 +83,16 @@ class FleetSnapshot(NamedTuple):
     stored_events: int
 
 
+_FIGURES: Final = (
+    ("queue_depth_runs", "Submitted runs no daemon has taken yet."),
+    ("unacknowledged_runs", "Runs taken by a daemon whose end is not stored and acknowledged yet."),
+    ("waiting_redelivery_runs", "Runs delivered more than once and not acknowledged yet."),
+    ("live_nodes", "Daemons with a current heartbeat."),
+    ("stored_events", "Messages in the events stream."),
+)
+"""A gauge's name and help per field of :class:`FleetSnapshot`, in its order."""
+
+
 async def fleet_snapshot(node: ClusterNode) -> FleetSnapshot:
     """Read the fleet's figures from JetStream through ``node``'s connection."""
     settings = node.settings
@@ -157,20 +167,5 @@ class FleetCollector(Collector):
         )
         if snapshot is None:
             return
-        figures = (
-            ("queue_depth_runs", "Submitted runs no daemon has taken yet.", snapshot.queue_depth),
-            (
-                "unacknowledged_runs",
-                "Runs taken by a daemon whose end is not stored and acknowledged yet.",
-                snapshot.unacknowledged,
-            ),
-            (
-                "waiting_redelivery_runs",
-                "Runs delivered more than once and not acknowledged yet.",
-                snapshot.waiting_redelivery,
-            ),
-            ("live_nodes", "Daemons with a current heartbeat.", snapshot.live_nodes),
-            ("stored_events", "Messages in the events stream.", snapshot.stored_events),
-        )
-        for name, help_text, value in figures:
+        for (name, help_text), value in zip(_FIGURES, snapshot, strict=True):
             yield GaugeMetricFamily(f"{PREFIX}_fleet_{name}", help_text, value=value)
