@@ -259,15 +259,9 @@ class ClusterNode:
             state, new = existing, False  # publish again: the first publish may have been lost
         payload = starting.SORTED_JSON.encode(request)
         headers = {"Nats-Msg-Id": run_id, RUN_HEADER: run_id}
-        await retrying(
-            "submit",
-            lambda: self.js.publish(
-                self.settings.submit_subject,
-                payload,
-                stream=self.settings.runs_stream,
-                headers=headers,
-            ),
-        )
+        subject, stream = self.settings.submit_subject, self.settings.runs_stream
+        publish = partial(self.js.publish, subject, payload, stream=stream, headers=headers)
+        await retrying("submit", publish)
         if new:
             self._counts["submitted"] += 1
             logger.info("run queued", extra={"run_id": run_id, "node": self.name})
