@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from orchestrator.cluster.jetstream import bucket_keys
 from orchestrator.cluster.node import CONSUMER, ClusterNode
+from orchestrator.metrics.collectors import ScalarCollector, Scalars
 
 __all__ = ["FleetCollector", "FleetSnapshot", "NodeCollector", "fleet_snapshot"]
 
@@ -30,47 +31,31 @@ PREFIX: Final = "loopfuse_cluster"
 LEASE_KEY: Final = "fleet-metrics"
 
 _COUNTERS: Final = (
-    ("submitted", "submitted_runs", "Runs this daemon queued for the fleet."),
+    ("submitted_runs", "Runs this daemon queued for the fleet."),
+    ("duplicate_submissions", "Submissions this daemon answered with an existing run (same key)."),
+    ("taken_runs", "Runs this daemon took from the queue (first time or taken over)."),
+    ("finished_runs", "Runs whose end this daemon stored."),
+    ("resumed_runs", "Runs this daemon took over from a dead daemon and resumed."),
     (
-        "duplicates",
-        "duplicate_submissions",
-        "Submissions this daemon answered with an existing run (same key).",
-    ),
-    ("taken", "taken_runs", "Runs this daemon took from the queue (first time or taken over)."),
-    ("finished", "finished_runs", "Runs whose end this daemon stored."),
-    ("resumed", "resumed_runs", "Runs this daemon took over from a dead daemon and resumed."),
-    (
-        "crash_ended",
         "crash_ended_runs",
         "Runs this daemon took over and ended with abort.crash (on_crash = abort).",
     ),
-    ("redelivered", "redeliveries", "Deliveries this daemon received that were not a run's first."),
-    (
-        "ownership_conflicts",
-        "ownership_conflicts",
-        "Deliveries of runs another live daemon owned (not run here).",
-    ),
+    ("redeliveries", "Deliveries this daemon received that were not a run's first."),
+    ("ownership_conflicts", "Deliveries of runs another live daemon owned (not run here)."),
 )
+_NODE: Final[Scalars] = (
+    (GaugeMetricFamily, f"{PREFIX}_node_runs_in_flight", "Runs this daemon holds."),
+    (GaugeMetricFamily, f"{PREFIX}_node_run_slots", "Runs this daemon may hold at once."),
+    *((CounterMetricFamily, f"{PREFIX}_node_{name}", help_text) for name, help_text in _COUNTERS),
+)
+"""A family per field of :class:`~orchestrator.cluster.node.NodeStatistics`, in its order."""
 
 
-class NodeCollector(Collector):
+class NodeCollector(ScalarCollector):
     """This daemon's share of the fleet's work (sum over instances for fleet totals)."""
 
     def __init__(self, node: ClusterNode) -> None:
-        self._node = node
-
-    def collect(self) -> Iterator[Metric]:
-        stats = self._node.statistics()
-        yield GaugeMetricFamily(
-            f"{PREFIX}_node_runs_in_flight", "Runs this daemon holds.", value=stats.in_flight
-        )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_node_run_slots", "Runs this daemon may hold at once.", value=stats.slots
-        )
-        for field, name, help_text in _COUNTERS:
-            yield CounterMetricFamily(
-                f"{PREFIX}_node_{name}", help_text, value=getattr(stats, field)
-            )
+        super().__init__(_NODE, node.statistics)
 
 
 class FleetSnapshot(NamedTuple):
