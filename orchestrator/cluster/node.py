@@ -343,11 +343,8 @@ class ClusterNode:
     # ------------------------------------------------------------------ aborts
 
     async def _on_abort(self, msg: Msg) -> None:
-        await self._abort_local(msg.subject.split(".")[-2])
-
-    async def _abort_local(self, run_id: str) -> None:
-        if self._runs is not None:
-            await self._runs.abort(run_id)
+        assert self._runs is not None  # subscribed once the runs are
+        await self._runs.abort(msg.subject.split(".")[-2])
 
     # ------------------------------------------------------------------ taking runs
 
@@ -476,7 +473,8 @@ class ClusterNode:
                 # Catch an abort whose message was missed: the run's entry says ``aborting``.
                 with anyio.move_on_after(beat), suppress(ClusterError):
                     if (await self.state(run_id)).status == "aborting":
-                        await self._abort_local(run_id)
+                        assert self._runs is not None
+                        await self._runs.abort(run_id)
 
     async def _run(self, state: RunState, took_over: bool) -> RunState:
         """Run ``state``'s run to its end; its final state (not yet stored)."""
