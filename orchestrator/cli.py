@@ -67,6 +67,7 @@ CONFIG_HELP: Final = (
     "TOML config file (default: $LOOPFUSE_CONFIG, else the built-in defaults); "
     "accepted before or after the command"
 )
+JSON_HELP: Final = "print the result as JSON (no progress line)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,9 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--folder", metavar="DIR", help="the folder the file tools may read (must exist)"
     )
-    run.add_argument(
-        "--json", action="store_true", help="print the result as JSON (no progress line)"
-    )
+    run.add_argument("--json", action="store_true", help=JSON_HELP)
 
     sim = commands.add_parser("sim", help="serve the OpenAI-compatible simulator")
     sim.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -147,9 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--reflect", type=int, default=1, metavar="N", help="reflect rounds (default: 1)"
     )
-    report.add_argument(
-        "--json", action="store_true", help="print the result as JSON (no progress line)"
-    )
+    report.add_argument("--json", action="store_true", help=JSON_HELP)
     _add_model_arguments(report)
     add_daemon_commands(commands)
     for command in commands.choices.values():

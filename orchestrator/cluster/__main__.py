@@ -20,13 +20,11 @@ from orchestrator.sim import find_scenario
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m orchestrator.cluster")
     parser.add_argument("--nats", required=True, help="the NATS URL, nats://host:port")
-    parser.add_argument("--name", default=None, help="this worker's name in the fleet")
+    parser.add_argument("--name", help="this worker's name in the fleet")
     parser.add_argument("--scenario", action="append", default=[], help="a scenario file")
     parser.add_argument("--ack-wait", type=float, default=30.0, help="seconds")
     parser.add_argument("--node-ttl", type=float, default=15.0, help="seconds")
-    parser.add_argument(
-        "--prefix", default=None, help="a separate fleet on the same NATS (names derive from it)"
-    )
+    parser.add_argument("--prefix", help="a separate fleet on the same NATS (names derive from it)")
     args = parser.parse_args(argv)
     settings = ClusterSettings(
         nats_url=args.nats,

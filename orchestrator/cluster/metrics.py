@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from orchestrator.cluster.jetstream import bucket_keys
 from orchestrator.cluster.node import CONSUMER, ClusterNode
+from orchestrator.metrics.collectors import ScalarCollector, Scalars
 
 __all__ = ["FleetCollector", "FleetSnapshot", "NodeCollector", "fleet_snapshot"]
 
@@ -30,47 +31,31 @@ PREFIX: Final = "loopfuse_cluster"
 LEASE_KEY: Final = "fleet-metrics"
 
 _COUNTERS: Final = (
-    ("submitted", "submitted_runs", "Runs this daemon queued for the fleet."),
+    ("submitted_runs", "Runs this daemon queued for the fleet."),
+    ("duplicate_submissions", "Submissions this daemon answered with an existing run (same key)."),
+    ("taken_runs", "Runs this daemon took from the queue (first time or taken over)."),
+    ("finished_runs", "Runs whose end this daemon stored."),
+    ("resumed_runs", "Runs this daemon took over from a dead daemon and resumed."),
     (
-        "duplicates",
-        "duplicate_submissions",
-        "Submissions this daemon answered with an existing run (same key).",
-    ),
-    ("taken", "taken_runs", "Runs this daemon took from the queue (first time or taken over)."),
-    ("finished", "finished_runs", "Runs whose end this daemon stored."),
-    ("resumed", "resumed_runs", "Runs this daemon took over from a dead daemon and resumed."),
-    (
-        "crash_ended",
         "crash_ended_runs",
         "Runs this daemon took over and ended with abort.crash (on_crash = abort).",
     ),
-    ("redelivered", "redeliveries", "Deliveries this daemon received that were not a run's first."),
-    (
-        "ownership_conflicts",
-        "ownership_conflicts",
-        "Deliveries of runs another live daemon owned (not run here).",
-    ),
+    ("redeliveries", "Deliveries this daemon received that were not a run's first."),
+    ("ownership_conflicts", "Deliveries of runs another live daemon owned (not run here)."),
 )
+_NODE: Final[Scalars] = (
+    (GaugeMetricFamily, f"{PREFIX}_node_runs_in_flight", "Runs this daemon holds."),
+    (GaugeMetricFamily, f"{PREFIX}_node_run_slots", "Runs this daemon may hold at once."),
+    *((CounterMetricFamily, f"{PREFIX}_node_{name}", help_text) for name, help_text in _COUNTERS),
+)
+"""A family per field of :class:`~orchestrator.cluster.node.NodeStatistics`, in its order."""
 
 
-class NodeCollector(Collector):
+class NodeCollector(ScalarCollector):
     """This daemon's share of the fleet's work (sum over instances for fleet totals)."""
 
     def __init__(self, node: ClusterNode) -> None:
-        self._node = node
-
-    def collect(self) -> Iterator[Metric]:
-        stats = self._node.statistics()
-        yield GaugeMetricFamily(
-            f"{PREFIX}_node_runs_in_flight", "Runs this daemon holds.", value=stats.in_flight
-        )
-        yield GaugeMetricFamily(
-            f"{PREFIX}_node_run_slots", "Runs this daemon may hold at once.", value=stats.slots
-        )
-        for field, name, help_text in _COUNTERS:
-            yield CounterMetricFamily(
-                f"{PREFIX}_node_{name}", help_text, value=getattr(stats, field)
-            )
+        super().__init__(_NODE, node.statistics)
 
 
 class FleetSnapshot(NamedTuple):
@@ -81,6 +66,16 @@ class FleetSnapshot(NamedTuple):
     waiting_redelivery: int
     live_nodes: int
     stored_events: int
+
+
+_FIGURES: Final = (
+    ("queue_depth_runs", "Submitted runs no daemon has taken yet."),
+    ("unacknowledged_runs", "Runs taken by a daemon whose end is not stored and acknowledged yet."),
+    ("waiting_redelivery_runs", "Runs delivered more than once and not acknowledged yet."),
+    ("live_nodes", "Daemons with a current heartbeat."),
+    ("stored_events", "Messages in the events stream."),
+)
+"""A gauge's name and help per field of :class:`FleetSnapshot`, in its order."""
 
 
 async def fleet_snapshot(node: ClusterNode) -> FleetSnapshot:
@@ -157,20 +152,5 @@ class FleetCollector(Collector):
         )
         if snapshot is None:
             return
-        figures = (
-            ("queue_depth_runs", "Submitted runs no daemon has taken yet.", snapshot.queue_depth),
-            (
-                "unacknowledged_runs",
-                "Runs taken by a daemon whose end is not stored and acknowledged yet.",
-                snapshot.unacknowledged,
-            ),
-            (
-                "waiting_redelivery_runs",
-                "Runs delivered more than once and not acknowledged yet.",
-                snapshot.waiting_redelivery,
-            ),
-            ("live_nodes", "Daemons with a current heartbeat.", snapshot.live_nodes),
-            ("stored_events", "Messages in the events stream.", snapshot.stored_events),
-        )
-        for name, help_text, value in figures:
+        for (name, help_text), value in zip(_FIGURES, snapshot, strict=True):
             yield GaugeMetricFamily(f"{PREFIX}_fleet_{name}", help_text, value=value)

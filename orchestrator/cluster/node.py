@@ -259,15 +259,9 @@ class ClusterNode:
             state, new = existing, False  # publish again: the first publish may have been lost
         payload = starting.SORTED_JSON.encode(request)
         headers = {"Nats-Msg-Id": run_id, RUN_HEADER: run_id}
-        await retrying(
-            "submit",
-            lambda: self.js.publish(
-                self.settings.submit_subject,
-                payload,
-                stream=self.settings.runs_stream,
-                headers=headers,
-            ),
-        )
+        subject, stream = self.settings.submit_subject, self.settings.runs_stream
+        publish = partial(self.js.publish, subject, payload, stream=stream, headers=headers)
+        await retrying("submit", publish)
         if new:
             self._counts["submitted"] += 1
             logger.info("run queued", extra={"run_id": run_id, "node": self.name})
@@ -349,11 +343,8 @@ class ClusterNode:
     # ------------------------------------------------------------------ aborts
 
     async def _on_abort(self, msg: Msg) -> None:
-        await self._abort_local(msg.subject.split(".")[-2])
-
-    async def _abort_local(self, run_id: str) -> None:
-        if self._runs is not None:
-            await self._runs.abort(run_id)
+        assert self._runs is not None  # subscribed once the runs are
+        await self._runs.abort(msg.subject.split(".")[-2])
 
     # ------------------------------------------------------------------ taking runs
 
@@ -482,7 +473,8 @@ class ClusterNode:
                 # Catch an abort whose message was missed: the run's entry says ``aborting``.
                 with anyio.move_on_after(beat), suppress(ClusterError):
                     if (await self.state(run_id)).status == "aborting":
-                        await self._abort_local(run_id)
+                        assert self._runs is not None
+                        await self._runs.abort(run_id)
 
     async def _run(self, state: RunState, took_over: bool) -> RunState:
         """Run ``state``'s run to its end; its final state (not yet stored)."""

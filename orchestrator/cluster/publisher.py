@@ -75,12 +75,9 @@ class EventPublisher:
         subject = self._settings.events_subject(msg.run_id)
         payload = ENCODER.encode(for_the_log(msg))
         headers = {"Nats-Msg-Id": msg_id, TYPE_HEADER: type(msg).__name__}
-        await retrying(
-            "event publish",
-            lambda: self._js.publish(
-                subject, payload, stream=self._settings.events_stream, headers=headers
-            ),
-        )
+        stream = self._settings.events_stream
+        publish = partial(self._js.publish, subject, payload, stream=stream, headers=headers)
+        await retrying("event publish", publish)
 
 
 class KvJournal:

@@ -46,8 +46,7 @@ async def serve_fleet_daemon(
     scenarios = [find_scenario(path) for path in config.daemon.scenarios]
     node = ClusterNode(config, settings, name=config.cluster.node_name, scenarios=scenarios)
     app = create_fleet_app(node)
-    sock = socket.create_server((host, port))
-    with sock:
+    with socket.create_server((host, port)) as sock:
         bound = sock.getsockname()[1]
         # The node joins the fleet before uvicorn starts, not in its lifespan: a start that
         # fails (no NATS, a config key, an MCP server) raises here, to the command line.

@@ -179,6 +179,13 @@ class TraceExporter:
 
         return guarded
 
+    def _start(
+        self, name: str, context: Context, kind: SpanKind, attributes: dict[str, Any], now: int
+    ) -> Span:
+        return self._tracer.start_span(
+            name, context=context, kind=kind, attributes=attributes, start_time=now
+        )
+
     def _track(self, runs: dict[str, _Run], run_id: str, span: Span, now: int) -> _Run:
         """``span`` as the open span of ``run_id`` in ``runs``; the oldest beyond
         :data:`MAX_TRACKED_RUNS` is ended."""
@@ -232,12 +239,8 @@ class TraceExporter:
             attributes["loopfuse.resumed_from_turn"] = msg.resumed_from_turn
         if self._content:
             attributes["loopfuse.task"] = msg.task
-        span = self._tracer.start_span(
-            f"invoke_agent {AGENT_NAME}",
-            context=context,
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=now,
+        span = self._start(
+            f"invoke_agent {AGENT_NAME}", context, SpanKind.INTERNAL, attributes, now
         )
         self._track(self._runs, msg.run_id, span, now)
 
@@ -250,17 +253,13 @@ class TraceExporter:
         workflow = self._workflows.get(pipeline)
         if workflow is None:
             self._ids.next_trace_id = _trace_id(msg.trace_id)
-            span = self._tracer.start_span(
-                f"invoke_workflow {AGENT_NAME}",
-                context=Context(),
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    "gen_ai.operation.name": "invoke_workflow",
-                    "gen_ai.provider.name": self._provider,
-                    "loopfuse.run_id": pipeline,
-                },
-                start_time=now,
-            )
+            attributes = {
+                "gen_ai.operation.name": "invoke_workflow",
+                "gen_ai.provider.name": self._provider,
+                "loopfuse.run_id": pipeline,
+            }
+            name = f"invoke_workflow {AGENT_NAME}"
+            span = self._start(name, Context(), SpanKind.INTERNAL, attributes, now)
             workflow = self._track(self._workflows, pipeline, span, now)
         return workflow
 
@@ -310,13 +309,7 @@ class TraceExporter:
             attributes["loopfuse.purpose"] = msg.purpose
         if self._content:
             attributes["gen_ai.input.messages"] = input_messages(msg.messages)
-        span = self._tracer.start_span(
-            f"chat {msg.model}",
-            context=run.context,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=now,
-        )
+        span = self._start(f"chat {msg.model}", run.context, SpanKind.CLIENT, attributes, now)
         if (earlier := run.chats.get(msg.turn)) is not None:
             earlier[0].end(end_time=now)
         ids = span.get_span_context()
@@ -395,13 +388,8 @@ class TraceExporter:
             }
             if self._content:
                 attributes["gen_ai.tool.call.arguments"] = call.arguments
-            run.tools[call.id] = self._tracer.start_span(
-                f"execute_tool {call.name}",
-                context=run.context,
-                kind=SpanKind.INTERNAL,
-                attributes=attributes,
-                start_time=now,
-            )
+            name = f"execute_tool {call.name}"
+            run.tools[call.id] = self._start(name, run.context, SpanKind.INTERNAL, attributes, now)
 
     def _tool_result(self, msg: ToolResult) -> None:
         run = self._runs.get(msg.run_id)
