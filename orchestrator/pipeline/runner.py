@@ -60,13 +60,12 @@ class StageOutcome:
 
 @dataclass
 class PipelineRun:
-    """The state of one pipeline run, shared by its stages (``data`` carries their outputs)."""
+    """The state of one pipeline run, shared by its stages."""
 
     run_id: str
     trace_id: str
     folder: str | None
     plan: tuple[str, ...]
-    data: dict[str, object] = field(default_factory=dict)
     results: list[RunResult] = field(default_factory=list)
     degraded_by: list[str] = field(default_factory=list)
     output: str = ""
