@@ -200,7 +200,7 @@ def recording_from_events(
     calls: list[tuple[int, str]] = []
     replies: dict[int, ModelReply] = {}
     proposed_turns: set[int] = set()
-    severity: dict[tuple[int, str], str] = {}
+    severity: dict[tuple[int, str], CallVerdict] = {}
     executed: dict[tuple[int, str], bool] = {}
     counts: dict[tuple[str, int], int] = {}
     abort: AbortPoint | None = None
@@ -323,12 +323,8 @@ def _answered(
 
 
 def _verdict(
-    key: tuple[int, str], severity: Mapping[tuple[int, str], str], executed: Mapping[Any, bool]
+    key: tuple[int, str], severity: Mapping[Any, CallVerdict], executed: Mapping[Any, bool]
 ) -> CallVerdict:
     """A call's verdict as the conductor's call log states it."""
     worst = severity.get(key, "allow")
-    if worst == "block":
-        return "block"
-    if not executed.get(key, False):
-        return "not_run"
-    return "warn" if worst == "warn" else "allow"
+    return worst if worst == "block" or executed.get(key, False) else "not_run"
