@@ -183,11 +183,7 @@ class _Workflow:
                 retried = f" after {attempt} retries ({'; '.join(rejections)})" if attempt else ""
                 return StageOutcome(detail=f"accepted{retried}")
             rejections.append(", ".join(problems))
-            history = (
-                *history,
-                ChatMessage(role="user", content=task),
-                ChatMessage(role="assistant", content=result.output),
-            )
+            history = (*history, *_exchange(task, result.output))
             task = prompts.FIRMER.format(problems="; ".join(problems))
         raise StageFailed(
             "stage.output_rejected",
@@ -202,10 +198,7 @@ class _Workflow:
         if result.exit_reason is not ExitReason.COMPLETED:
             return StageOutcome(detail="kept the previous version", stopped=result)
         revision = result.output.strip() + "\n"
-        self._reflections += [
-            ChatMessage(role="user", content=task),
-            ChatMessage(role="assistant", content=result.output),
-        ]
+        self._reflections += _exchange(task, result.output)
         problems = draft_problems(revision, self._o.format)
         if problems:
             return StageOutcome(detail=f"revision rejected ({'; '.join(problems)}), kept previous")
@@ -280,6 +273,11 @@ def with_notice(report: str, notice: str, fmt: ReportFormat) -> str:
     begin = r"\begin{document}"
     body = report.replace(begin, f"{begin}\n{visible}", 1) if begin in report else report
     return f"% Note: {notice}\n{body}"
+
+
+def _exchange(task: str, answer: str) -> tuple[ChatMessage, ChatMessage]:
+    """A stage's task and the model's answer, as the history of its next attempt or round."""
+    return ChatMessage(role="user", content=task), ChatMessage(role="assistant", content=answer)
 
 
 def _write_outputs(out: Path, report: str, summary: dict[str, object]) -> None:
