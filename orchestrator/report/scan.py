@@ -135,9 +135,8 @@ class _Scan:
             return
         if len(read) > self.max_entries:
             self.truncated = "entries"
-        entries = sorted(read[: self.max_entries], key=lambda e: e.name)
         subfolders: list[tuple[os.DirEntry[str], str]] = []
-        for entry in entries:
+        for entry in sorted(read[: self.max_entries], key=lambda e: e.name):
             if entry.name.startswith("."):
                 continue
             if time.monotonic() > self.deadline:
