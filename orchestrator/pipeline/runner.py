@@ -133,8 +133,7 @@ async def run_pipeline(
 
     :raises ValueError: a stage has no handler.
     """
-    missing = [s.name for s in config.stages if s.name not in handlers]
-    if missing:
+    if missing := [s.name for s in config.stages if s.name not in handlers]:
         raise ValueError(f"pipeline {config.name!r}: no handler for stages {', '.join(missing)}")
     run = PipelineRun(
         run_id=run_id or uuid.uuid4().hex,

@@ -199,8 +199,7 @@ class _Workflow:
             return StageOutcome(detail="kept the previous version", stopped=result)
         revision = result.output.strip() + "\n"
         self._reflections += _exchange(task, result.output)
-        problems = draft_problems(revision, self._o.format)
-        if problems:
+        if problems := draft_problems(revision, self._o.format):
             return StageOutcome(detail=f"revision rejected ({'; '.join(problems)}), kept previous")
         similarity = difflib.SequenceMatcher(None, self._report, revision).ratio()
         self._report = revision
