@@ -131,12 +131,8 @@ class _Player:
         run = request.headers.get(RUN_ID_HEADER) or hashlib.blake2b(body, digest_size=16).digest()
         attempt = self._attempts.next((scenario.name, run, position.track, position.step))
         fault = fault_for(step, attempt)
-        reply = wire.build_reply(
-            step,
-            position,
-            prompt_tokens=prompt_tokens,
-            max_tokens=req.max_completion_tokens or req.max_tokens,
-        )
+        max_tokens = req.max_completion_tokens or req.max_tokens
+        reply = wire.build_reply(step, position, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         headers = {"x-request-id": f"req_{uuid.uuid4().hex[:24]}"}
         if as_llama:

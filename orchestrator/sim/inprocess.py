@@ -207,9 +207,8 @@ class InProcessModel:
             images = request_images((m["role"], m["content"]) for m in messages)
         except (ToolSchemaError, ContentError):
             return None
-        position = locate(
-            scenario, ((m["role"], content_text(m["content"])) for m in messages), track=track
-        )
+        pairs = ((m["role"], content_text(m["content"])) for m in messages)
+        position = locate(scenario, pairs, track=track)
         step = step_at(scenario, position)
         if step is None or images.images < step.require_images:
             return None
