@@ -157,11 +157,9 @@ class _Workflow:
 
     async def explore(self, ctx: StageContext) -> StageOutcome:
         assert self._scan is not None
-        result = await ctx.run_agent(
-            prompts.explore_task(self._o.goal, self._scan.summary(), self._scan.listing()),
-            system=prompts.EXPLORE_SYSTEM
-            + (prompts.EXPLORE_VISION if self._o.explore_vision else ""),
-        )
+        task = prompts.explore_task(self._o.goal, self._scan.summary(), self._scan.listing())
+        vision = prompts.EXPLORE_VISION if self._o.explore_vision else ""
+        result = await ctx.run_agent(task, system=prompts.EXPLORE_SYSTEM + vision)
         self._notes = _notes(result) or f"(nothing was read)\n{self._scan.listing()}"
         self._figures = saved_figures(result)
         stopped = result if result.exit_reason is not ExitReason.COMPLETED else None
@@ -192,9 +190,8 @@ class _Workflow:
 
     async def reflect(self, ctx: StageContext) -> StageOutcome:
         task = prompts.reflect_task(self._o.goal, None if self._reflections else self._report)
-        result = await ctx.run_agent(
-            task, system=prompts.draft_system(self._o.format), history=tuple(self._reflections)
-        )
+        system = prompts.draft_system(self._o.format)
+        result = await ctx.run_agent(task, system=system, history=tuple(self._reflections))
         if result.exit_reason is not ExitReason.COMPLETED:
             return StageOutcome(detail="kept the previous version", stopped=result)
         revision = result.output.strip() + "\n"
