@@ -252,9 +252,8 @@ def recording_from_events(
                         error_kind=msg.error_kind,
                         aborted=aborted,
                     )
-                    results.setdefault(result_key(msg.tool, arguments.get(key, "")), []).append(
-                        outcome
-                    )
+                    call_key = result_key(msg.tool, arguments.get(key, ""))
+                    results.setdefault(call_key, []).append(outcome)
             case AbortRequested() if msg.source in ("caller", "api") and abort is None:
                 if last is not None:
                     abort = AbortPoint(
