@@ -46,8 +46,7 @@ class PipelineConfig(msgspec.Struct, frozen=True, kw_only=True):
         names = [stage.name for stage in self.stages]
         if not names:
             raise ValueError(f"pipeline {self.name!r}: stages: at least one stage is needed")
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
+        if duplicates := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(
                 f"pipeline {self.name!r}: stages: duplicate names {', '.join(duplicates)}"
             )

@@ -60,13 +60,12 @@ class StageOutcome:
 
 @dataclass
 class PipelineRun:
-    """The state of one pipeline run, shared by its stages (``data`` carries their outputs)."""
+    """The state of one pipeline run, shared by its stages."""
 
     run_id: str
     trace_id: str
     folder: str | None
     plan: tuple[str, ...]
-    data: dict[str, object] = field(default_factory=dict)
     results: list[RunResult] = field(default_factory=list)
     degraded_by: list[str] = field(default_factory=list)
     output: str = ""
@@ -134,8 +133,7 @@ async def run_pipeline(
 
     :raises ValueError: a stage has no handler.
     """
-    missing = [s.name for s in config.stages if s.name not in handlers]
-    if missing:
+    if missing := [s.name for s in config.stages if s.name not in handlers]:
         raise ValueError(f"pipeline {config.name!r}: no handler for stages {', '.join(missing)}")
     run = PipelineRun(
         run_id=run_id or uuid.uuid4().hex,

@@ -65,8 +65,7 @@ async def replay_rows(
     """Every recording under the config (label ``own``) or under each preset."""
     rows: list[ReplayRow] = []
     for recording in recordings:
-        labels: list[str | None] = [*presets] or [None]
-        for preset in labels:
+        for preset in (*presets,) or (None,):
             overrides = {"loop_preset": preset} if preset else {}
             played = await play(config, recording, overrides=overrides, beyond=beyond)
             rows.append(compare(recording, played, preset or "own"))

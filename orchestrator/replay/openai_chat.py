@@ -84,10 +84,8 @@ def recording_from_chat(name: str, document: Any) -> Recording:
                 finish_reason="tool_calls" if calls else "stop",
             )
             answers.append(Answer(reply=reply))
-        elif role == "tool":
-            called = arguments.get(str(message.get("tool_call_id")))
-            if called is not None:
-                results.setdefault(result_key(*called), []).append(ToolOutcome(content=content))
+        elif role == "tool" and (called := arguments.get(str(message.get("tool_call_id")))):
+            results.setdefault(result_key(*called), []).append(ToolOutcome(content=content))
     if task is None:
         raise RecordingError(f"{name}: no user message (the task)")
     if not answers:

@@ -200,7 +200,7 @@ def recording_from_events(
     calls: list[tuple[int, str]] = []
     replies: dict[int, ModelReply] = {}
     proposed_turns: set[int] = set()
-    severity: dict[tuple[int, str], str] = {}
+    severity: dict[tuple[int, str], CallVerdict] = {}
     executed: dict[tuple[int, str], bool] = {}
     counts: dict[tuple[str, int], int] = {}
     abort: AbortPoint | None = None
@@ -252,9 +252,8 @@ def recording_from_events(
                         error_kind=msg.error_kind,
                         aborted=aborted,
                     )
-                    results.setdefault(result_key(msg.tool, arguments.get(key, "")), []).append(
-                        outcome
-                    )
+                    call_key = result_key(msg.tool, arguments.get(key, ""))
+                    results.setdefault(call_key, []).append(outcome)
             case AbortRequested() if msg.source in ("caller", "api") and abort is None:
                 if last is not None:
                     abort = AbortPoint(
@@ -323,12 +322,8 @@ def _answered(
 
 
 def _verdict(
-    key: tuple[int, str], severity: Mapping[tuple[int, str], str], executed: Mapping[Any, bool]
+    key: tuple[int, str], severity: Mapping[Any, CallVerdict], executed: Mapping[Any, bool]
 ) -> CallVerdict:
     """A call's verdict as the conductor's call log states it."""
     worst = severity.get(key, "allow")
-    if worst == "block":
-        return "block"
-    if not executed.get(key, False):
-        return "not_run"
-    return "warn" if worst == "warn" else "allow"
+    return worst if worst == "block" or executed.get(key, False) else "not_run"

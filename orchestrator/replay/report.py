@@ -66,8 +66,6 @@ def compare(recording: Recording, played: Played, config: str) -> ReplayRow:
     """The row of ``recording`` replayed as ``played`` under ``config`` (its label)."""
     result = played.result
     verdicts = tuple(entry.verdict for entry in result.call_log)
-    tokens = result.usage.prompt_tokens + result.usage.completion_tokens
-    cost = cost_of(result.usage, played.input_price, played.output_price)
     ending = recording.ending
     common: dict[str, Any] = {
         "run": recording.name,
@@ -96,8 +94,8 @@ def compare(recording: Recording, played: Played, config: str) -> ReplayRow:
         recorded_requests=ending.llm_requests,
         recorded_stop_call=ending.stopped_at_call,
         requests_delta=delta,
-        tokens_delta=tokens - ending.usage.prompt_tokens - ending.usage.completion_tokens,
-        cost_delta=cost - ending.cost,
+        tokens_delta=result.usage.total_tokens - ending.usage.total_tokens,
+        cost_delta=cost_of(result.usage, played.input_price, played.output_price) - ending.cost,
         verdicts_match=verdicts == recording.verdicts and played.decisions == recording.decisions,
     )
 

@@ -60,5 +60,4 @@ def structure_problems(text: str, fmt: ReportFormat) -> list[str]:
 def draft_problems(text: str, fmt: ReportFormat) -> list[str]:
     """Every reason to reject ``text`` as the report (empty: accept it)."""
     markup = leaked_markup(text)
-    leaked = [f"leaked tool markup ({markup})"] if markup else []
-    return leaked + structure_problems(text, fmt)
+    return ([f"leaked tool markup ({markup})"] if markup else []) + structure_problems(text, fmt)

@@ -63,8 +63,7 @@ class FolderScan(msgspec.Struct, frozen=True, kw_only=True):
         """The bucketed file list as text for a prompt (at most 200 files a bucket)."""
         lines: list[str] = []
         for bucket in BUCKET_ORDER:
-            entries = [f for f in self.files if f.bucket == bucket]
-            if entries:
+            if entries := [f for f in self.files if f.bucket == bucket]:
                 lines.append(f"{bucket}:")
                 lines += [f"  {f.path} ({_human(f.size)})" for f in entries[:200]]
         return "\n".join(lines) or "(empty folder)"
@@ -135,9 +134,8 @@ class _Scan:
             return
         if len(read) > self.max_entries:
             self.truncated = "entries"
-        entries = sorted(read[: self.max_entries], key=lambda e: e.name)
         subfolders: list[tuple[os.DirEntry[str], str]] = []
-        for entry in entries:
+        for entry in sorted(read[: self.max_entries], key=lambda e: e.name):
             if entry.name.startswith("."):
                 continue
             if time.monotonic() > self.deadline:

@@ -157,11 +157,9 @@ class _Workflow:
 
     async def explore(self, ctx: StageContext) -> StageOutcome:
         assert self._scan is not None
-        result = await ctx.run_agent(
-            prompts.explore_task(self._o.goal, self._scan.summary(), self._scan.listing()),
-            system=prompts.EXPLORE_SYSTEM
-            + (prompts.EXPLORE_VISION if self._o.explore_vision else ""),
-        )
+        task = prompts.explore_task(self._o.goal, self._scan.summary(), self._scan.listing())
+        vision = prompts.EXPLORE_VISION if self._o.explore_vision else ""
+        result = await ctx.run_agent(task, system=prompts.EXPLORE_SYSTEM + vision)
         self._notes = _notes(result) or f"(nothing was read)\n{self._scan.listing()}"
         self._figures = saved_figures(result)
         stopped = result if result.exit_reason is not ExitReason.COMPLETED else None
@@ -183,11 +181,7 @@ class _Workflow:
                 retried = f" after {attempt} retries ({'; '.join(rejections)})" if attempt else ""
                 return StageOutcome(detail=f"accepted{retried}")
             rejections.append(", ".join(problems))
-            history = (
-                *history,
-                ChatMessage(role="user", content=task),
-                ChatMessage(role="assistant", content=result.output),
-            )
+            history = (*history, *_exchange(task, result.output))
             task = prompts.FIRMER.format(problems="; ".join(problems))
         raise StageFailed(
             "stage.output_rejected",
@@ -196,18 +190,13 @@ class _Workflow:
 
     async def reflect(self, ctx: StageContext) -> StageOutcome:
         task = prompts.reflect_task(self._o.goal, None if self._reflections else self._report)
-        result = await ctx.run_agent(
-            task, system=prompts.draft_system(self._o.format), history=tuple(self._reflections)
-        )
+        system = prompts.draft_system(self._o.format)
+        result = await ctx.run_agent(task, system=system, history=tuple(self._reflections))
         if result.exit_reason is not ExitReason.COMPLETED:
             return StageOutcome(detail="kept the previous version", stopped=result)
         revision = result.output.strip() + "\n"
-        self._reflections += [
-            ChatMessage(role="user", content=task),
-            ChatMessage(role="assistant", content=result.output),
-        ]
-        problems = draft_problems(revision, self._o.format)
-        if problems:
+        self._reflections += _exchange(task, result.output)
+        if problems := draft_problems(revision, self._o.format):
             return StageOutcome(detail=f"revision rejected ({'; '.join(problems)}), kept previous")
         similarity = difflib.SequenceMatcher(None, self._report, revision).ratio()
         self._report = revision
@@ -280,6 +269,11 @@ def with_notice(report: str, notice: str, fmt: ReportFormat) -> str:
     begin = r"\begin{document}"
     body = report.replace(begin, f"{begin}\n{visible}", 1) if begin in report else report
     return f"% Note: {notice}\n{body}"
+
+
+def _exchange(task: str, answer: str) -> tuple[ChatMessage, ChatMessage]:
+    """A stage's task and the model's answer, as the history of its next attempt or round."""
+    return ChatMessage(role="user", content=task), ChatMessage(role="assistant", content=answer)
 
 
 def _write_outputs(out: Path, report: str, summary: dict[str, object]) -> None:

@@ -66,8 +66,7 @@ async def start_scenario(
             raise
     folder = await runtime.scenario_folders.folder(scenario.name, scenario.folder)
     overrides: dict[str, Any] = {"model": scenario.name, **scenario.config}
-    scripted = runtime.add_scenario_tools(scenario)
-    if scripted:
+    if scripted := runtime.add_scenario_tools(scenario):
         overrides["tools"] = (*overrides.get("tools", runtime.config.tools.enabled), *scripted)
     return await runtime.start(
         RunSpec(

@@ -58,13 +58,10 @@ _DECODER: Final = msgspec.json.Decoder(_ChatRequest)
 def make_app(scenarios: Iterable[Scenario]) -> Starlette:
     """An ASGI app serving ``scenarios`` by name; names must be unique."""
     player = _Player(scenarios)
-    routes = [
-        Route("/v1/chat/completions", player.chat, methods=["POST"]),
-        Route("/chat/completions", player.chat, methods=["POST"]),
-        Route("/v1/models", player.models, methods=["GET"]),
-        Route("/models", player.models, methods=["GET"]),
-        Route("/healthz", _healthz, methods=["GET"]),
-    ]
+    routes = [Route("/healthz", _healthz, methods=["GET"])]
+    for prefix in ("/v1", ""):  # the OpenAI paths, with and without /v1
+        routes.append(Route(f"{prefix}/chat/completions", player.chat, methods=["POST"]))
+        routes.append(Route(f"{prefix}/models", player.models, methods=["GET"]))
     return Starlette(routes=routes)
 
 
@@ -134,12 +131,8 @@ class _Player:
         run = request.headers.get(RUN_ID_HEADER) or hashlib.blake2b(body, digest_size=16).digest()
         attempt = self._attempts.next((scenario.name, run, position.track, position.step))
         fault = fault_for(step, attempt)
-        reply = wire.build_reply(
-            step,
-            position,
-            prompt_tokens=prompt_tokens,
-            max_tokens=req.max_completion_tokens or req.max_tokens,
-        )
+        max_tokens = req.max_completion_tokens or req.max_tokens
+        reply = wire.build_reply(step, position, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         headers = {"x-request-id": f"req_{uuid.uuid4().hex[:24]}"}
         if as_llama:
@@ -193,12 +186,8 @@ async def _play(
         if sent:  # a checkpoint even at zero latency, so endless output never hogs the loop
             await anyio.sleep(step.chunk_latency)
         yield frame
-    else:
-        if fault is None:
-            yield wire.DONE
-            return
-    if fault.kind == "interrupt":  # llama-cpp-python's --interrupt_requests: no finish chunk
-        yield wire.DONE
+    if fault is None or fault.kind == "interrupt":
+        yield wire.DONE  # on interrupt (llama-cpp-python's --interrupt_requests): no finish chunk
         return
     if fault.kind == "drop":
         raise DropConnection

@@ -111,8 +111,7 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
 def _negatives(at: str, spec: object, keys: tuple[str, ...]) -> Iterator[Problem]:
     """``must not be negative`` for each of ``keys`` set to a negative number."""
     for key in keys:
-        value = getattr(spec, key)
-        if value is not None and value < 0:
+        if (value := getattr(spec, key)) is not None and value < 0:
             yield f"{at}.{key}", "must not be negative"
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import anyio
 import msgspec
@@ -41,7 +41,6 @@ from orchestrator.sim.wire import build_reply, estimate_tokens
 
 __all__ = ["InProcessModel", "plays_in_process"]
 
-_INCLUDE_USAGE: Final = {"include_usage": True}
 _encode = msgspec.json.Encoder().encode
 
 
@@ -208,9 +207,8 @@ class InProcessModel:
             images = request_images((m["role"], m["content"]) for m in messages)
         except (ToolSchemaError, ContentError):
             return None
-        position = locate(
-            scenario, ((m["role"], content_text(m["content"])) for m in messages), track=track
-        )
+        pairs = ((m["role"], content_text(m["content"])) for m in messages)
+        position = locate(scenario, pairs, track=track)
         step = step_at(scenario, position)
         if step is None or images.images < step.require_images:
             return None
@@ -219,19 +217,14 @@ class InProcessModel:
         escalate = request.escalated_max_tokens or endpoint.escalated_max_tokens
         out: list[Message] = []
         for attempts in (1, 2):
-            body = dict(params)  # as the caller sends it: the simulator's prompt estimate
+            body = {**params, "stream": shape.stream}  # as the caller sends it
             if max_tokens is not None:
                 body[endpoint.max_tokens_param] = max_tokens
-            body["stream"] = shape.stream
             if shape.stream:
-                body["stream_options"] = _INCLUDE_USAGE
-            reply = build_reply(
-                step,
-                position,
-                prompt_tokens=estimate_tokens(len(_encode(body)) - images.url_chars)
-                + images.tokens,
-                max_tokens=max_tokens,
-            )
+                body["stream_options"] = {"include_usage": True}
+            # the simulator's prompt estimate of that body
+            prompt_tokens = estimate_tokens(len(_encode(body)) - images.url_chars) + images.tokens
+            reply = build_reply(step, position, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
             text = reply.full_text()
             if text:
                 out.append(ModelTextDelta(run_id=request.run_id, turn=request.turn, text=text))

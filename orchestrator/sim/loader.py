@@ -190,11 +190,9 @@ def _translate(message: str) -> tuple[str, str]:
         return path, f"expected {want}, got {_NOUNS.get(expected['got'], expected['got'])}"
     if field := _FIELD.match(what):
         path = f"{path}.{field['key']}" if path else field["key"]
-        how = "missing required key" if field["how"] == "missing required" else "unknown key"
-        return path, how
+        return path, "missing required key" if field["how"] == "missing required" else "unknown key"
     if enum := _ENUM.match(what):
-        key = path.rsplit(".", 1)[-1]
-        choices = _CHOICES.get(key)
+        choices = _CHOICES.get(path.rsplit(".", 1)[-1])  # by the path's last key
         tail = f"; expected one of {', '.join(choices)}" if choices else ""
         return path, f"invalid value {enum['value']}{tail}"
     return path, what

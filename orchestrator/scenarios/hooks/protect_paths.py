@@ -16,14 +16,13 @@ EXIT_BLOCK = 2
 
 
 def main() -> int:
-    folders = sys.argv[1:]
     call = json.loads(sys.stdin.readline() or "{}")
     arguments = call.get("arguments")
     path = arguments.get("path") if isinstance(arguments, dict) else None
     if not isinstance(path, str):
         return EXIT_ALLOW
     normal = posixpath.normpath(path)
-    for folder in folders:
+    for folder in sys.argv[1:]:
         inside = posixpath.normpath(folder)
         if normal == inside or normal.startswith(inside + "/"):
             print(
