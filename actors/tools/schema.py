@@ -82,6 +82,8 @@ def argument_checker(schema: dict[str, Any]) -> Callable[[Any], None]:
 
     :raises ValueError: if ``schema`` is not a valid JSON schema, naming where and why.
     """
+    if not isinstance(schema.get("$schema", ""), str):  # validator_for looks it up, unchecked
+        raise ValueError("invalid JSON schema at `$['$schema']`: not a string")
     cls = validator_for(schema, default=Draft202012Validator)
     try:
         cls.check_schema(schema)
