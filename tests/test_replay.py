@@ -264,6 +264,15 @@ def test_a_listed_folder_is_recreated_by_name_only(tmp_path: Path) -> None:
     assert len(names) == 2 + 3  # the "more" are placeholders sorted after the shown names
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]  # nothing outside
     assert player._recreate_folder(None, scratch) is None
+    for listing, placeholders in (
+        ("a (and 3x more)", 0),
+        ("b (and ² more)", 0),
+        ("c (and 9" + "9" * 40 + " more)", 1_000),
+    ):
+        folder = tmp_path / listing[0]
+        folder.mkdir()
+        assert player._recreate_folder(listing, folder) == str(folder)
+        assert len(list(folder.iterdir())) == 1 + placeholders
 
 
 def test_a_recorded_tool_whose_schema_is_not_valid_still_replays() -> None:

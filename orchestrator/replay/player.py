@@ -243,7 +243,8 @@ def _recreate_folder(listing: str | None, scratch: Path) -> str | None:
         return None
     shown, _, more = listing.partition(" (and ")
     names = [] if shown == "(empty)" else shown.split(", ")[:LISTING_MAX]
-    extra = min(int(more.split(" ", 1)[0]), 1_000) if more[:1].isdigit() else 0
+    count = more.split(" ", 1)[0][:16]  # a recording's text: at most 1,000 placeholders
+    extra = min(int(count), 1_000) if count.isdecimal() else 0
     names += [f"\x7freplay-{n:06d}" for n in range(extra)]  # sorted after the shown names
     for name in names:
         path = scratch / name.rstrip("/")
