@@ -124,6 +124,16 @@ BAD = [
         "tracks.calm[0].latency: must not be negative",
     ),
     (
+        'task = "t"\n[[steps]]\ntext = "a"\nlatency = nan\nfaults = [{ status = 429, '
+        'retry_after = inf }]\n[expect]\nexit_reason = "completed"',
+        "steps[0].latency: must be finite",
+    ),
+    (
+        'task = "t"\n[[steps]]\ntext = "a"\nfaults = [{ status = 429, retry_after = inf }]\n'
+        '[expect]\nexit_reason = "completed"',
+        "steps[0].faults[0].retry_after: must be finite",
+    ),
+    (
         'task = "t"\n[[steps]]\ntext = "a"\n[[tracks.calm]]\ntext = 3\n'
         '[expect]\nexit_reason = "completed"',
         "tracks.calm[0].text: expected a string, got an integer",

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -109,10 +110,15 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
 
 
 def _negatives(at: str, spec: object, keys: tuple[str, ...]) -> Iterator[Problem]:
-    """``must not be negative`` for each of ``keys`` set to a negative number."""
+    """``must not be negative`` for each of ``keys`` set to a negative number, ``must be
+    finite`` for one set to ``inf`` or ``nan`` (TOML has both)."""
     for key in keys:
-        if (value := getattr(spec, key)) is not None and value < 0:
+        if (value := getattr(spec, key)) is None:
+            continue
+        if value < 0:
             yield f"{at}.{key}", "must not be negative"
+        elif not value < math.inf:
+            yield f"{at}.{key}", "must be finite"
 
 
 def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
