@@ -449,9 +449,4 @@ def _with_lost(usage: Usage, lost: int) -> Usage:
     """``usage`` with ``lost`` estimated output tokens of broken attempts added."""
     if not lost:
         return usage
-    return Usage(
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens + lost,
-        estimated=True,
-        partial_output_tokens=usage.partial_output_tokens + lost,
-    )
+    return usage + Usage(completion_tokens=lost, estimated=True, partial_output_tokens=lost)
