@@ -87,7 +87,6 @@ class _Call:
     attempt_started: float = 0.0  # set as each attempt starts
     ttft: float | None = None
     stream: bool = True  # whether the next attempt streams
-    unstreamed: bool = False  # an empty stream was asked again without streaming
     fresh: bool = False  # an attempt failed: the next one goes on a new connection
     streaming: bool = False
     done: bool = False
@@ -259,11 +258,11 @@ class LLMCaller:
             except Exception as exc:
                 call.keep_broken()
                 call.fresh = True
-                if isinstance(exc, EmptyStream) and not call.unstreamed:
+                if isinstance(exc, EmptyStream):
                     # No answer at all (llama-cpp-python's streamed context overflow): ask
-                    # once more without streaming, so the server's own error decides; this
-                    # is an attempt (it counts) but never the last one.
-                    call.stream, call.unstreamed = False, True
+                    # once more without streaming (so never twice), the server's own error
+                    # deciding; this is an attempt (it counts) but never the last one.
+                    call.stream = False
                     failures += 1
                     retry = Failure("stream", f"{exc}; asking again without streaming")
                     self._bus.publish_nowait(self._error(call, retry, final=False))
@@ -271,8 +270,6 @@ class LLMCaller:
                 if isinstance(exc, StreamInterrupted):
                     call.stream = False  # asked again whole, not streamed: docs/transport.md
                     failure = Failure("interrupted", str(exc), None, None, True)
-                elif isinstance(exc, EmptyStream):
-                    failure = Failure("stream", str(exc), None, None, True)
                 else:
                     failure = classify(exc, streaming=call.streaming)
                 if cut is not None and failure.kind == "bad_request":
