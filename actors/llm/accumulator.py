@@ -133,9 +133,7 @@ class ReplyAccumulator:
         if type(chunk) is Chunk:
             return self._feed_typed(chunk)
         self._identify(getattr(chunk, "id", None), getattr(chunk, "model", None))
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            self.set_usage(usage)
+        self.set_usage(getattr(chunk, "usage", None))
         new_text = ""
         for choice in getattr(chunk, "choices", None) or ():
             if (getattr(choice, "index", 0) or 0) != 0:
@@ -186,9 +184,7 @@ class ReplyAccumulator:
     def feed_completion(self, completion: Any) -> str:
         """Feed a whole (non-streamed) ``chat.completion``; returns its text."""
         self._identify(getattr(completion, "id", None), getattr(completion, "model", None))
-        usage = getattr(completion, "usage", None)
-        if usage is not None:
-            self.set_usage(usage)
+        self.set_usage(getattr(completion, "usage", None))
         for choice in getattr(completion, "choices", None) or ():
             if (getattr(choice, "index", 0) or 0) != 0:
                 continue
@@ -221,6 +217,7 @@ class ReplyAccumulator:
         )
 
     def set_usage(self, usage: Any) -> None:
+        """Keep ``usage`` if it has both token counts (``None`` has neither)."""
         prompt = getattr(usage, "prompt_tokens", None)
         completion = getattr(usage, "completion_tokens", None)
         if isinstance(prompt, int) and isinstance(completion, int):
