@@ -245,7 +245,6 @@ class LLMCaller:
         except ToolSchemaError as exc:
             return self._error(call, Failure("bad_request", str(exc)), final=True)
         max_tokens = request.max_tokens or endpoint.default_max_tokens
-        escalated = False
         cut: ReplyAccumulator | None = None
         failures = 0
         call.stream = self._shapes(request.model).stream
@@ -301,11 +300,10 @@ class LLMCaller:
             if (
                 call.acc.finish_reason == "length"
                 and escalate is not None
-                and not escalated
                 and request.model not in self._no_escalation
                 and (max_tokens is None or max_tokens < escalate)
             ):
-                escalated, max_tokens, cut = True, escalate, call.acc
+                max_tokens, cut = escalate, call.acc  # no second escalation: max_tokens is escalate
                 logger.info(
                     "run %s turn %d: truncated, retrying with max_tokens=%d",
                     request.run_id,
