@@ -138,14 +138,13 @@ class ReplyAccumulator:
         for choice in getattr(chunk, "choices", None) or ():
             if (getattr(choice, "index", 0) or 0) != 0:
                 continue
-            delta = getattr(choice, "delta", None)
-            if delta is not None:
-                for field in ("content", "refusal"):
-                    piece = getattr(delta, field, None)
-                    if isinstance(piece, str) and piece:
-                        new_text += piece
-                for call in getattr(delta, "tool_calls", None) or ():
-                    self._feed_call(call, getattr(call, "index", None))
+            delta = getattr(choice, "delta", None)  # None reads as no text and no calls
+            for field in ("content", "refusal"):
+                piece = getattr(delta, field, None)
+                if isinstance(piece, str) and piece:
+                    new_text += piece
+            for call in getattr(delta, "tool_calls", None) or ():
+                self._feed_call(call, getattr(call, "index", None))
             reason = getattr(choice, "finish_reason", None)
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
