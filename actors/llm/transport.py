@@ -347,12 +347,8 @@ class Reply:
         self._encoding = encoding
         self.content = b""  # the body, once read (a reply that was not streamed)
         self.session: aiohttp.ClientSession | None = None  # its own connection, closed with it
-        version = response.version
-        self.http_version = (
-            "HTTP/1.1"
-            if version is None or version == (1, 1)
-            else f"HTTP/{version.major}.{version.minor}"
-        )
+        version = response.version or aiohttp.HttpVersion11
+        self.http_version = f"HTTP/{version.major}.{version.minor}"
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
