@@ -246,9 +246,8 @@ class ChatTransport:
         follow leads (its body read); any other status raised as the SDK's error."""
         status = response.status
         head = response.headers
-        if "Set-Cookie" in head:
-            for value in head.getall("Set-Cookie"):
-                self._keep_cookie(value)
+        for value in head.getall("Set-Cookie", ()):
+            self._keep_cookie(value)
         encoding = head.get("Content-Encoding")
         coding = encoding.strip().lower().encode("latin-1") if encoding else None
         reply = Reply(self, response, run_id, coding)
