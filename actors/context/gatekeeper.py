@@ -361,8 +361,6 @@ class ContextGatekeeper:
             for offset, message in enumerate(appended)
             if message.role == "tool" and message.content and message.tool_call_id is not None
         ]
-        if not found:
-            return
         chars = sum(len(message.content or "") for _, message in found)
         # each message's framing counted as RESULT_FRAMING characters: more than it costs
         if chars + (len(found) - 1) * RESULT_FRAMING <= run.cut_chars:

@@ -106,10 +106,8 @@ def _webp_size(data: bytes) -> tuple[int, int]:
     if chunk == b"VP8L" and len(data) >= 25:
         (bits,) = struct.unpack("<I", data[21:25])
         return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
-    if chunk == b"VP8X" and len(data) >= 30:
-        width = int.from_bytes(data[24:27], "little") + 1
-        height = int.from_bytes(data[27:30], "little") + 1
-        return width, height
+    if chunk == b"VP8X" and len(data) >= 30:  # width and height: 24-bit, less one
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
     return 0, 0
 
 

@@ -108,8 +108,7 @@ def plan_compaction(ledger: PromptLedger, *, keep_turns: int) -> Span | None:
     if len(starts) <= keep_turns:
         return None
     end = starts[len(starts) - max(keep_turns, 1)]
-    span = ledger.entries[head:end]
-    turns = [entry.turn for entry in span]
+    turns = [entry.turn for entry in ledger.entries[head:end]]
     return Span(head, end, min(turns), max(turns))
 
 

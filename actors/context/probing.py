@@ -52,8 +52,8 @@ class ServerProbes:
         self.server = server
         self._calibration = calibration
         self._on_window = on_window
-        self._reports: dict[str, ServerReport | None] = {}  # None: asked, no answer yet
-        self._asked: dict[str, anyio.Event] = {}
+        self._reports: dict[str, ServerReport] = {}
+        self._asked: dict[str, anyio.Event] = {}  # set once the server has answered (or not)
         self.task_group: TaskGroup | None = None
         """Where :meth:`start` asks (set while the gatekeeper serves)."""
 
@@ -91,9 +91,8 @@ class ServerProbes:
             await self._probe(model, _sample(task, tool_specs), estimator)
 
     def _claim(self, model: str) -> bool:
-        if model in self._reports or len(self._reports) >= MAX_PROBED:
+        if model in self._asked or len(self._asked) >= MAX_PROBED:
             return False
-        self._reports[model] = None
         self._asked[model] = anyio.Event()
         return True
 

@@ -88,10 +88,8 @@ async def _window(http: httpx2.AsyncClient, base_url: str, model: str) -> int | 
         return None
     for entry in entries:
         if isinstance(entry, dict) and entry.get("id") == model:
-            window = entry.get("max_model_len")
-            if isinstance(window, bool) or not isinstance(window, int):
-                return None
-            return window if 1 <= window <= WINDOW_MAX else None
+            window = entry.get("max_model_len")  # a JSON integer (type(True) is bool)
+            return window if type(window) is int and 1 <= window <= WINDOW_MAX else None
     return None
 
 

@@ -172,7 +172,6 @@ class Estimator:
         "_counter",
         "_message_bound",
         "_short",
-        "_tool_bound",
         "_tool_sets",
         "calls",
         "encoding",
@@ -191,7 +190,6 @@ class Estimator:
         # The bound's framing (0 for an exact model: no bound is kept).
         self._message_bound = 0 if self.exact else BOUND_MESSAGE_OVERHEAD
         self._call_bound = 0 if self.exact else BOUND_CALL_OVERHEAD
-        self._tool_bound = 0 if self.exact else BOUND_TOOL_OVERHEAD
         self.calls = 0
         """How many texts were estimated, counted or found kept (for tests and stats)."""
 
@@ -290,14 +288,15 @@ class Estimator:
 
     def _tools(self, specs: tuple[ToolSpec, ...]) -> Estimate:
         tokens = floor = REQUEST_OVERHEAD
-        bound = 0
+        bound = tool_bound = 0
         if not self.exact:
             bound = BOUND_REQUEST_OVERHEAD + (BOUND_TOOLS_OVERHEAD if specs else 0)
+            tool_bound = BOUND_TOOL_OVERHEAD
         for spec in specs:
             name = self.text(spec.name)
             description = self.text(spec.description)
             parameters = self.text(spec.parameters)
             tokens += TOOL_OVERHEAD + name.tokens + description.tokens + parameters.tokens
             floor += TOOL_OVERHEAD + name.floor + description.floor + parameters.floor
-            bound += self._tool_bound + name.bound + description.bound + parameters.bound
+            bound += tool_bound + name.bound + description.bound + parameters.bound
         return Estimate(tokens, floor, bound)

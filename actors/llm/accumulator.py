@@ -133,21 +133,18 @@ class ReplyAccumulator:
         if type(chunk) is Chunk:
             return self._feed_typed(chunk)
         self._identify(getattr(chunk, "id", None), getattr(chunk, "model", None))
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            self.set_usage(usage)
+        self.set_usage(getattr(chunk, "usage", None))
         new_text = ""
         for choice in getattr(chunk, "choices", None) or ():
             if (getattr(choice, "index", 0) or 0) != 0:
                 continue
-            delta = getattr(choice, "delta", None)
-            if delta is not None:
-                for field in ("content", "refusal"):
-                    piece = getattr(delta, field, None)
-                    if isinstance(piece, str) and piece:
-                        new_text += piece
-                for call in getattr(delta, "tool_calls", None) or ():
-                    self._feed_call(call, getattr(call, "index", None))
+            delta = getattr(choice, "delta", None)  # None reads as no text and no calls
+            for field in ("content", "refusal"):
+                piece = getattr(delta, field, None)
+                if isinstance(piece, str) and piece:
+                    new_text += piece
+            for call in getattr(delta, "tool_calls", None) or ():
+                self._feed_call(call, getattr(call, "index", None))
             reason = getattr(choice, "finish_reason", None)
             if isinstance(reason, str) and reason:
                 self.finish_reason = reason
@@ -186,9 +183,7 @@ class ReplyAccumulator:
     def feed_completion(self, completion: Any) -> str:
         """Feed a whole (non-streamed) ``chat.completion``; returns its text."""
         self._identify(getattr(completion, "id", None), getattr(completion, "model", None))
-        usage = getattr(completion, "usage", None)
-        if usage is not None:
-            self.set_usage(usage)
+        self.set_usage(getattr(completion, "usage", None))
         for choice in getattr(completion, "choices", None) or ():
             if (getattr(choice, "index", 0) or 0) != 0:
                 continue
@@ -221,6 +216,7 @@ class ReplyAccumulator:
         )
 
     def set_usage(self, usage: Any) -> None:
+        """Keep ``usage`` if it has both token counts (``None`` has neither)."""
         prompt = getattr(usage, "prompt_tokens", None)
         completion = getattr(usage, "completion_tokens", None)
         if isinstance(prompt, int) and isinstance(completion, int):

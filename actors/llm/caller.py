@@ -87,7 +87,6 @@ class _Call:
     attempt_started: float = 0.0  # set as each attempt starts
     ttft: float | None = None
     stream: bool = True  # whether the next attempt streams
-    unstreamed: bool = False  # an empty stream was asked again without streaming
     fresh: bool = False  # an attempt failed: the next one goes on a new connection
     streaming: bool = False
     done: bool = False
@@ -246,7 +245,6 @@ class LLMCaller:
         except ToolSchemaError as exc:
             return self._error(call, Failure("bad_request", str(exc)), final=True)
         max_tokens = request.max_tokens or endpoint.default_max_tokens
-        escalated = False
         cut: ReplyAccumulator | None = None
         failures = 0
         call.stream = self._shapes(request.model).stream
@@ -259,11 +257,11 @@ class LLMCaller:
             except Exception as exc:
                 call.keep_broken()
                 call.fresh = True
-                if isinstance(exc, EmptyStream) and not call.unstreamed:
+                if isinstance(exc, EmptyStream):
                     # No answer at all (llama-cpp-python's streamed context overflow): ask
-                    # once more without streaming, so the server's own error decides; this
-                    # is an attempt (it counts) but never the last one.
-                    call.stream, call.unstreamed = False, True
+                    # once more without streaming (so never twice), the server's own error
+                    # deciding; this is an attempt (it counts) but never the last one.
+                    call.stream = False
                     failures += 1
                     retry = Failure("stream", f"{exc}; asking again without streaming")
                     self._bus.publish_nowait(self._error(call, retry, final=False))
@@ -271,8 +269,6 @@ class LLMCaller:
                 if isinstance(exc, StreamInterrupted):
                     call.stream = False  # asked again whole, not streamed: docs/transport.md
                     failure = Failure("interrupted", str(exc), None, None, True)
-                elif isinstance(exc, EmptyStream):
-                    failure = Failure("stream", str(exc), None, None, True)
                 else:
                     failure = classify(exc, streaming=call.streaming)
                 if cut is not None and failure.kind == "bad_request":
@@ -304,11 +300,10 @@ class LLMCaller:
             if (
                 call.acc.finish_reason == "length"
                 and escalate is not None
-                and not escalated
                 and request.model not in self._no_escalation
                 and (max_tokens is None or max_tokens < escalate)
             ):
-                escalated, max_tokens, cut = True, escalate, call.acc
+                max_tokens, cut = escalate, call.acc  # no second escalation: max_tokens is escalate
                 logger.info(
                     "run %s turn %d: truncated, retrying with max_tokens=%d",
                     request.run_id,
@@ -449,9 +444,4 @@ def _with_lost(usage: Usage, lost: int) -> Usage:
     """``usage`` with ``lost`` estimated output tokens of broken attempts added."""
     if not lost:
         return usage
-    return Usage(
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens + lost,
-        estimated=True,
-        partial_output_tokens=usage.partial_output_tokens + lost,
-    )
+    return usage + Usage(completion_tokens=lost, estimated=True, partial_output_tokens=lost)

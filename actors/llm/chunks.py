@@ -113,10 +113,8 @@ def error_frame(chunk: Chunk | Any) -> tuple[str, object] | None:
     """
     if isinstance(chunk, Chunk):
         error = chunk.error
-    elif isinstance(chunk, _Loose):
-        error = chunk.fields.get("error")
     else:
-        return None
+        error = chunk.fields.get("error") if isinstance(chunk, _Loose) else None
     if not error:
         return None
     message = error.get("message") if isinstance(error, Mapping) else None

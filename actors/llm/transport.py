@@ -246,23 +246,17 @@ class ChatTransport:
         follow leads (its body read); any other status raised as the SDK's error."""
         status = response.status
         head = response.headers
-        if "Set-Cookie" in head:
-            for value in head.getall("Set-Cookie"):
-                self._keep_cookie(value)
+        for value in head.getall("Set-Cookie", ()):
+            self._keep_cookie(value)
         encoding = head.get("Content-Encoding")
         coding = encoding.strip().lower().encode("latin-1") if encoding else None
+        reply = Reply(self, response, run_id, coding)
         if 200 <= status < 300:
-            reply = Reply(self, response, run_id, coding)
             if not stream:  # read whole and closed: the connection is free again
-                try:
-                    reply.content = b"".join([data async for data in reply.aiter_bytes()])
-                except CORE_ERRORS as exc:
-                    raise connection_error(exc, self.error_request(run_id)) from exc
-                finally:
-                    await reply.aclose()
+                reply.content = await _read(reply)
             return reply
         location = head.get("Location")
-        content = await self._error_body(response, run_id, coding)
+        content = await _read(reply, ERROR_BODY_LIMIT)
         if status in _REDIRECTS and location is not None:
             following = urljoin(url, location)
             if _origin(following) == _origin(url):
@@ -325,22 +319,6 @@ class ChatTransport:
         cookie = "; ".join(f"{k}={v}" for k, v in self._cookies.items())
         self._cookie = (("Cookie", cookie),) if cookie else ()
 
-    async def _error_body(
-        self, response: aiohttp.ClientResponse, run_id: str, encoding: bytes | None
-    ) -> bytes:
-        """Up to :data:`ERROR_BODY_LIMIT` bytes of a response that is not a 2xx."""
-        content = bytearray()
-        try:
-            async for data in _body(response.content, encoding):
-                content += data
-                if len(content) >= ERROR_BODY_LIMIT:
-                    break
-        except CORE_ERRORS as exc:
-            raise connection_error(exc, self.error_request(run_id)) from exc
-        finally:
-            response.release()
-        return bytes(content[:ERROR_BODY_LIMIT])
-
 
 class Reply:
     """A 2xx response: what :func:`actors.llm.stream.read_chunks` and the caller read."""
@@ -368,12 +346,8 @@ class Reply:
         self._encoding = encoding
         self.content = b""  # the body, once read (a reply that was not streamed)
         self.session: aiohttp.ClientSession | None = None  # its own connection, closed with it
-        version = response.version
-        self.http_version = (
-            "HTTP/1.1"
-            if version is None or version == (1, 1)
-            else f"HTTP/{version.major}.{version.minor}"
-        )
+        version = response.version or aiohttp.HttpVersion11
+        self.http_version = f"HTTP/{version.major}.{version.minor}"
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, read by read (raises :data:`CORE_ERRORS` when the connection fails)."""
@@ -409,6 +383,22 @@ class Reply:
     def request(self) -> httpx2.Request:
         """The request, for an SDK exception (credentials redacted; made when needed)."""
         return self._transport.error_request(self._run_id)
+
+
+async def _read(reply: Reply, limit: int | None = None) -> bytes:
+    """The body, whole or its first ``limit`` bytes (the rest is dropped with the
+    connection); the reply closed."""
+    content = bytearray()
+    try:
+        async for data in reply.aiter_bytes():
+            content += data
+            if limit is not None and len(content) >= limit:
+                break
+    except CORE_ERRORS as exc:
+        raise connection_error(exc, reply.request) from exc
+    finally:
+        await reply.aclose()
+    return bytes(content[:limit])
 
 
 def _body(content: aiohttp.StreamReader, encoding: bytes | None) -> AsyncIterator[bytes]:
