@@ -283,6 +283,7 @@ def test_raw_schema_checked_in_depth_and_a_bad_schema_refused() -> None:
         ValueError, match=r"tool 'bad': invalid JSON schema at `\$\.properties\.a\.type`"
     ):
         Tool.from_json_schema("bad", "", bad, _echo)
-    for dialect in ([], {}, 5, None):  # jsonschema's validator_for raised TypeError on some
+    dialects: tuple[object, ...] = ([], {}, 5, None)
+    for dialect in dialects:  # jsonschema's validator_for raised TypeError on some
         with pytest.raises(ValueError, match=r"invalid JSON schema at `\$\['\$schema'\]`"):
             Tool.from_json_schema("bad", "", {"type": "object", "$schema": dialect}, _echo)
