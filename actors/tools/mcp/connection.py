@@ -287,27 +287,24 @@ class McpConnection:
         try:
             return await session.call_tool(name, arguments)
         except MCPError as exc:
-            if exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_SSE_FAILED):
+            server = f"MCP server {self.spec.name!r}"
+            if exc.code != mcp_types.CONNECTION_CLOSED:
+                raise ToolError(PROTOCOL_ERROR, f"{server}: {_mcp_error(exc)}") from None
+            if exc.message.startswith(_SSE_FAILED):
                 # One response's event stream broke (an event over max_message_bytes, not
                 # SSE): that call failed, the session did not.
+                raise ToolError(PROTOCOL_ERROR, f"{server}: {exc.message}") from None
+            self._connection_lost(session)
+            if attempt.protocol_error:
                 raise ToolError(
-                    PROTOCOL_ERROR, f"MCP server {self.spec.name!r}: {exc.message}"
-                ) from None
-            if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._connection_lost(session)
-                if attempt.protocol_error:
-                    raise ToolError(
-                        PROTOCOL_ERROR,
-                        f"MCP server {self.spec.name!r} broke the protocol "
-                        f"({attempt.protocol_error}); loopfuse is restarting it",
-                    ) from None
-                raise ToolError(
-                    UNAVAILABLE,
-                    f"MCP server {self.spec.name!r} went away during the call "
-                    f"({self._closed_cause()}); loopfuse is restarting it",
+                    PROTOCOL_ERROR,
+                    f"{server} broke the protocol ({attempt.protocol_error}); "
+                    "loopfuse is restarting it",
                 ) from None
             raise ToolError(
-                PROTOCOL_ERROR, f"MCP server {self.spec.name!r}: {_mcp_error(exc)}"
+                UNAVAILABLE,
+                f"{server} went away during the call ({self._closed_cause()}); "
+                "loopfuse is restarting it",
             ) from None
         except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._connection_lost(session)
