@@ -126,7 +126,7 @@ class Folder:
         """
         walk = _Walk(self, missing_ok=False)
         try:
-            walk.run(self._parts(path))
+            walk.run(path)
             return walk.entry()
         except BaseException:
             walk.close()
@@ -145,7 +145,7 @@ class Folder:
         """
         walk = _Walk(self, missing_ok=not must_exist)
         try:
-            walk.run(self._parts(path))
+            walk.run(path)
             last = [walk.last[0]] if walk.last else []
             return Path(self.real_path, *walk.names, *last, *walk.missing)
         finally:
@@ -163,11 +163,6 @@ class Folder:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def _parts(self, path: str) -> list[str]:
-        if "\x00" in path or len(path) > MAX_PATH_CHARS:
-            raise PathRefused(path)
-        return self.below(path) if path.startswith("/") else _split(path)
 
     def below(self, absolute: str) -> list[str]:
         """The components of ``absolute`` after the folder's own path, or PathRefused."""
@@ -198,7 +193,10 @@ class _Walk:
     def top(self) -> int:
         return self.held[-1] if self.held else self.folder.fd
 
-    def run(self, parts: list[str]) -> None:
+    def run(self, path: str) -> None:
+        if "\x00" in path or len(path) > MAX_PATH_CHARS:
+            raise PathRefused(path)
+        parts = self.folder.below(path) if path.startswith("/") else _split(path)
         pending = parts[::-1]
         while pending:
             name = pending.pop()
