@@ -350,9 +350,8 @@ async def _list_tools(session: ClientSession, spec: McpServer) -> list[mcp_types
     :raises McpStartError: the pages add up to more than ``max_message_bytes``.
     """
     tools: list[mcp_types.Tool] = []
-    size, cursor = 0, None
+    size, params = 0, None
     for page in range(1, LIST_PAGES_MAX + 1):
-        params = None if cursor is None else mcp_types.PaginatedRequestParams(cursor=cursor)
         listing = await session.list_tools(params=params)
         tools.extend(listing.tools)
         size += len(listing.model_dump_json(by_alias=True, exclude_unset=True))
@@ -363,9 +362,9 @@ async def _list_tools(session: ClientSession, spec: McpServer) -> list[mcp_types
                 f"its tool list is longer than max_message_bytes ({spec.max_message_bytes} "
                 f"bytes) after {page} pages",
             )
-        cursor = listing.next_cursor
-        if cursor is None:
+        if listing.next_cursor is None:
             break
+        params = mcp_types.PaginatedRequestParams(cursor=listing.next_cursor)
     return tools
 
 
