@@ -27,6 +27,7 @@ import errno
 import functools
 import os
 import stat
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Final
@@ -56,7 +57,7 @@ def _split(path: str) -> list[str]:
     return [part for part in path.split("/") if part not in ("", ".")]
 
 
-class Entry:
+class Entry(AbstractContextManager["Entry"]):
     """What a path names beneath the folder: a directory descriptor and a name in it.
 
     ``info`` is the entry's ``lstat`` (never a link: links inside the folder were
@@ -91,16 +92,13 @@ class Entry:
         while self._held:
             os.close(self._held.pop())
 
-    def __enter__(self) -> Entry:
-        return self
-
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
 
 
-class Folder:
+class Folder(AbstractContextManager["Folder"]):
     """The operator's root, open as a directory descriptor; lookups stay beneath it.
 
     :raises OSError: ``root`` does not exist or is not a directory.
@@ -155,9 +153,6 @@ class Folder:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-    def __enter__(self) -> Folder:
-        return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
