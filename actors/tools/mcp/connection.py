@@ -332,8 +332,7 @@ class McpConnection:
             return ""
         try:
             fd = errlog.fileno()
-            size = os.fstat(fd).st_size
-            offset = max(size - STDERR_TAIL_BYTES, 0)
+            offset = max(os.fstat(fd).st_size - STDERR_TAIL_BYTES, 0)
             tail = os.pread(fd, STDERR_TAIL_BYTES, offset).decode("utf-8", "replace")
             if offset:  # from the first whole line on
                 tail = tail.partition("\n")[2]
