@@ -128,8 +128,7 @@ class HookRunner:
             case RunFinished():
                 self._runs.pop(msg.run_id, None)
             case ToolCallProposed():
-                state = self._live(msg.run_id)
-                if state is not None:
+                if (state := self._live(msg.run_id)) is not None:
                     calls = [h for h in state.hooks if h.applies_to("pre_tool", msg.call.name)]
                     if calls:
                         return functools.partial(self._judge_call, state, msg, calls)
