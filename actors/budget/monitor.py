@@ -193,11 +193,8 @@ class BudgetMonitor:
 
     def _check_deadline(self, run_id: str) -> None:
         budget = self._runs.get(run_id)
-        if (
-            budget is not None
-            and budget.deadline_at is not None
-            and self._clock() >= budget.deadline_at
-        ):
+        deadline = budget.deadline_at if budget is not None else None
+        if deadline is not None and self._clock() >= deadline:
             self._stop(
                 run_id,
                 "budget.deadline",

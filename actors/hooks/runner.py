@@ -30,7 +30,7 @@ import msgspec
 from anyio.abc import TaskStatus
 
 from actors.hooks.command import run_command
-from actors.hooks.config import CommandHook, Hook, HookEvent, HookFunction, HookInput
+from actors.hooks.config import CommandHook, Hook, HookFunction, HookInput
 from actors.hooks.outcome import HookOutcome, command_outcome, function_outcome, most_severe
 from actors.hooks.python import call_function
 from bus import (
@@ -128,8 +128,7 @@ class HookRunner:
             case RunFinished():
                 self._runs.pop(msg.run_id, None)
             case ToolCallProposed():
-                state = self._live(msg.run_id)
-                if state is not None:
+                if (state := self._live(msg.run_id)) is not None:
                     calls = [h for h in state.hooks if h.applies_to("pre_tool", msg.call.name)]
                     if calls:
                         return functools.partial(self._judge_call, state, msg, calls)
@@ -160,72 +159,76 @@ class HookRunner:
         arguments: Any = call.arguments  # as decoded JSON, or the raw text when it is not JSON
         with contextlib.suppress(msgspec.DecodeError):
             arguments = msgspec.json.decode(call.arguments)
-        outcomes = await self._run_hooks(
+        blocked = await self._judge(
             state,
             hooks,
-            "pre_tool",
+            f"the call {call.name} ({call.id})",
             run_id=msg.run_id,
             turn=msg.turn,
             tool=call.name,
             call_id=call.id,
             arguments=arguments,
         )
-        if outcomes is None or (worst := most_severe(outcomes)) is None:
-            return
-        if worst.action == "deny":
-            self._stop(state, msg.run_id, worst, f"the call {call.name} ({call.id})")
-            return
-        self._bus.publish_nowait(
-            ToolVerdict(
-                run_id=msg.run_id,
-                turn=msg.turn,
-                call_id=call.id,
-                verdict="block",
-                source=f"hook.{worst.hook}",
-                message=worst.block_message(),
-                cause=f"hook.{worst.hook}",
+        if blocked:
+            worst = blocked[0]
+            self._bus.publish_nowait(
+                ToolVerdict(
+                    run_id=msg.run_id,
+                    turn=msg.turn,
+                    call_id=call.id,
+                    verdict="block",
+                    source=f"hook.{worst.hook}",
+                    message=worst.block_message(),
+                    cause=f"hook.{worst.hook}",
+                )
             )
-        )
 
     async def _judge_answer(self, state: _Run, msg: ModelReplied, hooks: list[Hook]) -> None:
-        outcomes = await self._run_hooks(
-            state, hooks, "stop", run_id=msg.run_id, turn=msg.turn, text=state.text
+        blocked = await self._judge(
+            state, hooks, "the final answer", run_id=msg.run_id, turn=msg.turn, text=state.text
         )
-        if outcomes is None or (worst := most_severe(outcomes)) is None:
-            return
-        if worst.action == "deny":
-            self._stop(state, msg.run_id, worst, "the final answer")
-            return
-        state.vetoed = True
-        for outcome in outcomes:
-            if outcome.action == "block":
-                self._bus.publish_nowait(
-                    Nudge(
-                        run_id=msg.run_id,
-                        kind=f"hook.{outcome.hook}",
-                        text=outcome.veto_message(),
-                        source=SOURCE,
-                        continues=True,
-                    )
+        if blocked:
+            state.vetoed = True
+        for outcome in blocked:
+            self._bus.publish_nowait(
+                Nudge(
+                    run_id=msg.run_id,
+                    kind=f"hook.{outcome.hook}",
+                    text=outcome.veto_message(),
+                    source=SOURCE,
+                    continues=True,
                 )
+            )
 
-    async def _run_hooks(
-        self, state: _Run, hooks: list[Hook], event: HookEvent, **fields: Any
-    ) -> list[HookOutcome] | None:
-        """Every hook's outcome, in ``hooks`` order; ``None`` when the run was aborted."""
+    async def _judge(
+        self, state: _Run, hooks: list[Hook], subject: str, **fields: Any
+    ) -> list[HookOutcome]:
+        """Run ``hooks`` on ``subject``: the outcomes that block, in ``hooks`` order; none
+        when the run was aborted or a hook denied (the first ``deny`` stops the run)."""
         outcomes: list[HookOutcome | None] = [None] * len(hooks)
         with anyio.CancelScope() as scope:
             state.scope = scope
             try:
                 async with anyio.create_task_group() as tg:
                     for index, hook in enumerate(hooks):
-                        payload = HookInput(hook=hook.name, event=event, **fields)
+                        payload = HookInput(hook=hook.name, event=hook.event, **fields)
                         tg.start_soon(self._run_one, hook, payload, state.folder, outcomes, index)
             finally:
                 state.scope = None
         if state.aborted or scope.cancelled_caught:
-            return None
-        return [outcome for outcome in outcomes if outcome is not None]
+            return []
+        done = [outcome for outcome in outcomes if outcome is not None]
+        worst = most_severe(done)
+        if worst is not None and worst.action == "deny":
+            state.stopped = True
+            detail = worst.deny_detail(subject)
+            self._bus.publish_nowait(
+                stop_signal(
+                    f"hook.{worst.hook}", run_id=fields["run_id"], source=SOURCE, detail=detail
+                )
+            )
+            return []
+        return [outcome for outcome in done if outcome.action == "block"]
 
     async def _run_one(
         self,
@@ -263,17 +266,6 @@ class HookRunner:
                 hook.on_error,
             )
         outcomes[index] = outcome
-
-    def _stop(self, state: _Run, run_id: str, outcome: HookOutcome, subject: str) -> None:
-        state.stopped = True
-        self._bus.publish_nowait(
-            stop_signal(
-                f"hook.{outcome.hook}",
-                run_id=run_id,
-                source=SOURCE,
-                detail=outcome.deny_detail(subject),
-            )
-        )
 
     def _on_abort(self, msg: AbortRequested) -> None:
         state = self._runs.get(msg.run_id)

@@ -563,10 +563,9 @@ class ToolExecutor:
         tool = slot.tool
         if tool is None:
             return self._unknown(run, call.name)
+        max_chars = self._settings.max_result_chars
         if tool.inline:  # nothing to cancel or time out
-            return invoke_now(
-                tool, call.arguments, run.ctx, max_chars=self._settings.max_result_chars
-            )
+            return invoke_now(tool, call.arguments, run.ctx, max_chars=max_chars)
         timeout = tool.timeout_seconds or run.timeout or self._settings.default_timeout_seconds
         # One scope for both limits: the tool's time limit, kept by the shared deadlines
         # (no timer per call), and the batch's abort deadline, which cancel() lowers.
@@ -575,9 +574,7 @@ class ToolExecutor:
         timeout_at = deadlines.watch(scope, timeout)
         slot.scope = scope
         try:
-            return await invoke(
-                tool, call.arguments, run.ctx, max_chars=self._settings.max_result_chars
-            )
+            return await invoke(tool, call.arguments, run.ctx, max_chars=max_chars)
         except anyio.get_cancelled_exc_class():
             if not scope.cancel_called:
                 raise  # from outside: _run_call's finally answers

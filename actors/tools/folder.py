@@ -27,6 +27,7 @@ import errno
 import functools
 import os
 import stat
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import Final
@@ -56,7 +57,7 @@ def _split(path: str) -> list[str]:
     return [part for part in path.split("/") if part not in ("", ".")]
 
 
-class Entry:
+class Entry(AbstractContextManager["Entry"]):
     """What a path names beneath the folder: a directory descriptor and a name in it.
 
     ``info`` is the entry's ``lstat`` (never a link: links inside the folder were
@@ -91,16 +92,13 @@ class Entry:
         while self._held:
             os.close(self._held.pop())
 
-    def __enter__(self) -> Entry:
-        return self
-
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
 
 
-class Folder:
+class Folder(AbstractContextManager["Folder"]):
     """The operator's root, open as a directory descriptor; lookups stay beneath it.
 
     :raises OSError: ``root`` does not exist or is not a directory.
@@ -126,7 +124,7 @@ class Folder:
         """
         walk = _Walk(self, missing_ok=False)
         try:
-            walk.run(self._parts(path))
+            walk.run(path)
             return walk.entry()
         except BaseException:
             walk.close()
@@ -145,7 +143,7 @@ class Folder:
         """
         walk = _Walk(self, missing_ok=not must_exist)
         try:
-            walk.run(self._parts(path))
+            walk.run(path)
             last = [walk.last[0]] if walk.last else []
             return Path(self.real_path, *walk.names, *last, *walk.missing)
         finally:
@@ -156,18 +154,10 @@ class Folder:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> Folder:
-        return self
-
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-    def _parts(self, path: str) -> list[str]:
-        if "\x00" in path or len(path) > MAX_PATH_CHARS:
-            raise PathRefused(path)
-        return self.below(path) if path.startswith("/") else _split(path)
 
     def below(self, absolute: str) -> list[str]:
         """The components of ``absolute`` after the folder's own path, or PathRefused."""
@@ -198,7 +188,10 @@ class _Walk:
     def top(self) -> int:
         return self.held[-1] if self.held else self.folder.fd
 
-    def run(self, parts: list[str]) -> None:
+    def run(self, path: str) -> None:
+        if "\x00" in path or len(path) > MAX_PATH_CHARS:
+            raise PathRefused(path)
+        parts = self.folder.below(path) if path.startswith("/") else _split(path)
         pending = parts[::-1]
         while pending:
             name = pending.pop()

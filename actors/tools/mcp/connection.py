@@ -287,27 +287,24 @@ class McpConnection:
         try:
             return await session.call_tool(name, arguments)
         except MCPError as exc:
-            if exc.code == mcp_types.CONNECTION_CLOSED and exc.message.startswith(_SSE_FAILED):
+            server = f"MCP server {self.spec.name!r}"
+            if exc.code != mcp_types.CONNECTION_CLOSED:
+                raise ToolError(PROTOCOL_ERROR, f"{server}: {_mcp_error(exc)}") from None
+            if exc.message.startswith(_SSE_FAILED):
                 # One response's event stream broke (an event over max_message_bytes, not
                 # SSE): that call failed, the session did not.
+                raise ToolError(PROTOCOL_ERROR, f"{server}: {exc.message}") from None
+            self._connection_lost(session)
+            if attempt.protocol_error:
                 raise ToolError(
-                    PROTOCOL_ERROR, f"MCP server {self.spec.name!r}: {exc.message}"
-                ) from None
-            if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._connection_lost(session)
-                if attempt.protocol_error:
-                    raise ToolError(
-                        PROTOCOL_ERROR,
-                        f"MCP server {self.spec.name!r} broke the protocol "
-                        f"({attempt.protocol_error}); loopfuse is restarting it",
-                    ) from None
-                raise ToolError(
-                    UNAVAILABLE,
-                    f"MCP server {self.spec.name!r} went away during the call "
-                    f"({self._closed_cause()}); loopfuse is restarting it",
+                    PROTOCOL_ERROR,
+                    f"{server} broke the protocol ({attempt.protocol_error}); "
+                    "loopfuse is restarting it",
                 ) from None
             raise ToolError(
-                PROTOCOL_ERROR, f"MCP server {self.spec.name!r}: {_mcp_error(exc)}"
+                UNAVAILABLE,
+                f"{server} went away during the call ({self._closed_cause()}); "
+                "loopfuse is restarting it",
             ) from None
         except (httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._connection_lost(session)
@@ -335,8 +332,7 @@ class McpConnection:
             return ""
         try:
             fd = errlog.fileno()
-            size = os.fstat(fd).st_size
-            offset = max(size - STDERR_TAIL_BYTES, 0)
+            offset = max(os.fstat(fd).st_size - STDERR_TAIL_BYTES, 0)
             tail = os.pread(fd, STDERR_TAIL_BYTES, offset).decode("utf-8", "replace")
             if offset:  # from the first whole line on
                 tail = tail.partition("\n")[2]
@@ -353,9 +349,8 @@ async def _list_tools(session: ClientSession, spec: McpServer) -> list[mcp_types
     :raises McpStartError: the pages add up to more than ``max_message_bytes``.
     """
     tools: list[mcp_types.Tool] = []
-    size, cursor = 0, None
+    size, params = 0, None
     for page in range(1, LIST_PAGES_MAX + 1):
-        params = None if cursor is None else mcp_types.PaginatedRequestParams(cursor=cursor)
         listing = await session.list_tools(params=params)
         tools.extend(listing.tools)
         size += len(listing.model_dump_json(by_alias=True, exclude_unset=True))
@@ -366,9 +361,9 @@ async def _list_tools(session: ClientSession, spec: McpServer) -> list[mcp_types
                 f"its tool list is longer than max_message_bytes ({spec.max_message_bytes} "
                 f"bytes) after {page} pages",
             )
-        cursor = listing.next_cursor
-        if cursor is None:
+        if listing.next_cursor is None:
             break
+        params = mcp_types.PaginatedRequestParams(cursor=listing.next_cursor)
     return tools
 
 

@@ -120,15 +120,13 @@ async def _start_all(tg: TaskGroup, connections: tuple[McpConnection, ...]) -> M
         wanted = spec.tools
         listed = listings[index]
         names = {tool.name for tool in listed}
-        if wanted is not None:
-            missing = [name for name in wanted if name not in names]
-            if missing:
-                raise McpStartError(
-                    spec.name,
-                    "tools",
-                    f"the server lists no tool {', '.join(map(repr, missing))} "
-                    f"(it lists: {', '.join(sorted(names)) or 'none'})",
-                )
+        if wanted is not None and (missing := [name for name in wanted if name not in names]):
+            raise McpStartError(
+                spec.name,
+                "tools",
+                f"the server lists no tool {', '.join(map(repr, missing))} "
+                f"(it lists: {', '.join(sorted(names)) or 'none'})",
+            )
         offered: list[Tool[dict[str, Any]]] = []
         for listed_tool in listed:
             if wanted is not None and listed_tool.name not in wanted:

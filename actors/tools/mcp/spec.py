@@ -120,11 +120,10 @@ class McpServer(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
                 raise ValueError("`command` is required for transport 'stdio'")
             if self.url or self.headers_env:
                 raise ValueError("`url` and `headers_env` are for transport 'http'")
-        else:
-            if not self.url:
-                raise ValueError("`url` is required for transport 'http'")
-            if self.command or self.args or self.cwd or self.env or self.pass_env:
-                raise ValueError("`command`, `args`, `cwd`, `env` and `pass_env` are for 'stdio'")
+        elif not self.url:
+            raise ValueError("`url` is required for transport 'http'")
+        elif self.command or self.args or self.cwd or self.env or self.pass_env:
+            raise ValueError("`command`, `args`, `cwd`, `env` and `pass_env` are for 'stdio'")
         if self.tools is not None:
             unknown = [name for name in self.idempotent_tools if name not in self.tools]
             if unknown:

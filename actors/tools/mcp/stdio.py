@@ -16,6 +16,7 @@ for everything above it (``ClientSession``, the messages' types and their valida
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -75,10 +76,8 @@ async def open_stdio_transport(
     async def read() -> None:
         assert process.stdout is not None
         lines = BufferedByteReceiveStream(process.stdout)
-        number = 0
         async with to_session:
-            while True:
-                number += 1
+            for number in itertools.count(1):
                 try:
                     line = await lines.receive_until(b"\n", max_message_bytes)
                 except anyio.DelimiterNotFound:

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final
+from typing import Final
 
 from actors.tools.limits import FigureSandbox
 from actors.tools.sandbox.bubblewrap import (
@@ -169,15 +169,24 @@ def run_process_layer(
             if seccomp is not None:
                 os.close(seccomp)
         if returncode is None:
-            reason = f"timed out after {limits.timeout_seconds:g} s (the sandbox was killed)"
-            return SandboxResult(False, reason, ())
-        if returncode != 0:
-            return SandboxResult(False, _failure(returncode, errors, limits), ())
-        channel.seek(0)
-        try:
-            files = read_outputs(channel, limits.file_bytes)
-        except OutputsUnreadable as exc:
-            return SandboxResult(False, f"its files could not be read back: {exc}", ())
+            error = f"timed out after {limits.timeout_seconds:g} s (the sandbox was killed)"
+        # A signal shows as -N from a plain process and as 128+N from bwrap's exit status.
+        elif (-returncode if returncode < 0 else returncode - 128) in _KILLED:
+            error = f"stopped by its CPU-time limit ({limits.cpu_seconds} s)"
+        elif returncode != 0:
+            errors.seek(0, os.SEEK_END)
+            errors.seek(max(0, errors.tell() - 4 * _ERROR_CHARS))
+            lines = errors.read().decode(errors="replace").strip().splitlines()
+            error = (lines[-1] if lines else f"exit status {returncode}")[:_ERROR_CHARS]
+        else:
+            channel.seek(0)
+            try:
+                files = read_outputs(channel, limits.file_bytes)
+                error = ""
+            except OutputsUnreadable as exc:
+                error = f"its files could not be read back: {exc}"
+        if error:
+            return SandboxResult(False, error, ())
     return SandboxResult(True, "", save_outputs(files, out_dir))
 
 
@@ -195,14 +204,3 @@ def _command(data: str, out: str, limits: SandboxLimits) -> list[str]:
         "limits": limits.rlimits(),
     }
     return [sys.executable, "-I", "-X", "utf8", "-c", _driver_source(), json.dumps(config)]
-
-
-def _failure(returncode: int, errors: IO[bytes], limits: SandboxLimits) -> str:
-    # A signal shows as -N from a plain process and as 128+N from bwrap's exit status.
-    signal_number = -returncode if returncode < 0 else returncode - 128
-    if signal_number in _KILLED:
-        return f"stopped by its CPU-time limit ({limits.cpu_seconds} s)"
-    errors.seek(0, os.SEEK_END)
-    errors.seek(max(0, errors.tell() - 4 * _ERROR_CHARS))
-    lines = errors.read().decode(errors="replace").strip().splitlines()
-    return (lines[-1] if lines else f"exit status {returncode}")[:_ERROR_CHARS]
