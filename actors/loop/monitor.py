@@ -128,14 +128,13 @@ class LoopMonitor:
         """The start of a run whose config asks for the model-based check, while its state
         is made."""
         self._runs: dict[str, _Run] = {}
-        self._table = self.handlers()  # for :meth:`handle`
+        self._table = self.handlers()  # what :meth:`run` serves and :meth:`handle` calls
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes this subscription; started once subscribed."""
-        handlers = self.handlers()
-        subscription = self._bus.subscribe(*handlers, name=self._name, answers=True, inline=True)
+        subscription = self._bus.subscribe(*self._table, name=self._name, answers=True, inline=True)
         try:
-            await subscription.serve_by_type(handlers, task_status=task_status)
+            await subscription.serve_by_type(self._table, task_status=task_status)
         finally:
             self._bus.unsubscribe(subscription)
 
