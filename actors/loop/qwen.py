@@ -52,16 +52,14 @@ def is_git_overview(command: str) -> bool:
     return True
 
 
-def _hit(detector: str, level: Level, count: int, key: str, what: str) -> Hit:
-    """A qwen rule's finding: ``what`` the model did, in the text of ``level``."""
-    message = by_level(
+def _text(level: Level, what: str, count: int) -> str:
+    return by_level(
         level,
         f"WARNING: {what} ({count} calls). Change your approach or finish now.",
         f"CRITICAL: {what} ({count} calls). This call was not run: try something "
         "different or finish with what you have.",
         f"Stopped: {what} ({count} calls).",
     )
-    return Hit(detector, level, count, key, message)
 
 
 class _Qwen(ToolDetector):
@@ -95,7 +93,9 @@ class ToolStagnation(_Qwen):
         if level == "none":
             return None
         what = f"{call.tool} called {count} times in a row with varying arguments"
-        return _hit("tool_stagnation", level, count, f"stagnation:{call.tool}", what)
+        return Hit(
+            "tool_stagnation", level, count, f"stagnation:{call.tool}", _text(level, what, count)
+        )
 
     def record(self, call: CallRecord) -> None:
         if self.watches_results:
@@ -142,7 +142,9 @@ class ShellStagnation(_Qwen):
         if level == "none":
             return None
         what = "repository overview commands (git status / diff / ls-files) repeated in a row"
-        return _hit("shell_stagnation", level, count, "shell:git-inspection", what)
+        return Hit(
+            "shell_stagnation", level, count, "shell:git-inspection", _text(level, what, count)
+        )
 
     def record(self, call: CallRecord) -> None:
         if not call.inspection:
@@ -201,7 +203,7 @@ class ReadLoop(_Qwen):
             return None
         seen = min(len(reads), self._config.window - 1) + 1
         what = f"{count} of your last {seen} calls only read"
-        return _hit("read_loop", level, count, "read-loop", what)
+        return Hit("read_loop", level, count, "read-loop", _text(level, what, count))
 
     def record(self, call: CallRecord) -> None:
         read = self._is_read(call.tool)
