@@ -11,7 +11,7 @@ error), ``break_at`` (the run stops before the call runs).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, AnyStr, ClassVar, Final, Literal
 
 import msgspec
 import re2
@@ -484,7 +484,7 @@ def _clamped(prefix: str, section: Any, names: tuple[str, ...], notes: list[str]
     return changes
 
 
-def compile_pattern(key: str, pattern: str) -> _Regexp[str]:
+def compile_pattern(key: str, pattern: AnyStr) -> _Regexp[AnyStr]:
     """``pattern`` compiled by RE2 (linear time on any text: operator patterns run on
     tool results), or a :class:`LoopConfigError` naming ``key`` and RE2's reason (a
     look-around or a back-reference is not RE2 syntax)."""

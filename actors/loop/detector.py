@@ -324,11 +324,9 @@ class LoopDetector:
         if call is None:
             return
         plan = self._plan
-        text = (
-            plan.normaliser.normalise(result_text)
-            if result_text and plan.normaliser
-            else result_text
-        )
+        text = result_text
+        if result_text and plan.normaliser:
+            text = plan.normaliser.normalise(result_text)
         if text is result_text and result_fingerprint:
             call.result = result_fingerprint
         else:
@@ -491,7 +489,7 @@ class LoopDetector:
     def snapshot(self) -> bytes:
         """This run's state (msgspec JSON): what :meth:`restore` needs to carry on as if
         the run had never stopped. Content tracking within a stream is not kept."""
-        pending = self._pending
+        pending, since, llm = self._pending, self._since_refusal, self._llm
         return encode_snapshot(
             LoopSnapshot(
                 config=self.config.name,
@@ -505,16 +503,10 @@ class LoopDetector:
                 nudged=[list(key) for key in self._nudged] if self._nudged is not None else None,
                 strikes=self._strikes,
                 refusals=self._refusals,
-                since_refusal=(
-                    self._since_refusal.state() if self._since_refusal is not None else None
-                ),
+                since_refusal=since.state() if since is not None else None,
                 progress=self._progress.state() if self._progress is not None else None,
                 content_offences=self._content_offences,
-                llm=(
-                    [self._llm.next_turn, self._llm.interval, self._llm.offences]
-                    if self._llm is not None
-                    else None
-                ),
+                llm=[llm.next_turn, llm.interval, llm.offences] if llm is not None else None,
             )
         )
 

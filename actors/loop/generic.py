@@ -101,10 +101,9 @@ class GenericRepeat(ToolDetector):
         self._tracks: dict[str, _Track] = {}
         self._last = ""  # the fingerprint of the consecutive streak (none yet)
         self._streak = 0
-        tracking = self._aware and config.scope != "window"
-        self.records = config.scope != "window" or tracking
-        self.watches_results = tracking
-        self.reads_window = config.scope == "window"
+        self.records = config.scope != "window"
+        self.watches_results = self._aware and self.records
+        self.reads_window = not self.records
 
     def fresh(self) -> GenericRepeat:
         return GenericRepeat(self._config) if self.records else self

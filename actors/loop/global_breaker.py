@@ -8,21 +8,9 @@ from __future__ import annotations
 
 from actors.loop.config import GlobalBreakerConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import Hit, Level, Levels, by_level
+from actors.loop.verdicts import Hit, Levels, by_level
 
 __all__ = ["GlobalBreaker"]
-
-
-def _message(level: Level, tool: str, count: int, total: bool) -> str:
-    what = "no-progress calls in this run" if total else "identical no-progress outcomes"
-    return by_level(
-        level,
-        f"WARNING: {tool}: {count} {what}. Change your approach or finish now.",
-        f"CRITICAL: {tool} has repeated {what} {count} times. This call was not run: "
-        "stop repeating calls that change nothing; finish with what you have.",
-        f"CRITICAL: {tool} has repeated {what} {count} times. Run stopped by the global "
-        "circuit breaker to prevent runaway loops.",
-    )
 
 
 class GlobalBreaker(ToolDetector):
@@ -53,8 +41,17 @@ class GlobalBreaker(ToolDetector):
         if count < self._levels.lowest:
             return None
         level = self._levels.level(count)
+        what = "no-progress calls in this run" if total else "identical no-progress outcomes"
+        message = by_level(
+            level,
+            f"WARNING: {call.tool}: {count} {what}. Change your approach or finish now.",
+            f"CRITICAL: {call.tool} has repeated {what} {count} times. This call was not run: "
+            "stop repeating calls that change nothing; finish with what you have.",
+            f"CRITICAL: {call.tool} has repeated {what} {count} times. Run stopped by the global "
+            "circuit breaker to prevent runaway loops.",
+        )
         key = f"global:{call.tool}:{call.fingerprint}:{latest or 'none'}"
-        return Hit("global_breaker", level, count, key, _message(level, call.tool, count, total))
+        return Hit("global_breaker", level, count, key, message)
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if self.watches_results and previous is not None and previous == call.result:

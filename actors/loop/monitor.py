@@ -124,18 +124,14 @@ class LoopMonitor:
         self._restored: dict[str, bytes] = {}
         self._folders: dict[str, str] = {}
         """A run's folder, while its error streak may need its listing."""
-        self._started: dict[str, RunStarted] = {}
-        """The start of a run whose config asks for the model-based check, while its state
-        is made."""
         self._runs: dict[str, _Run] = {}
-        self._table = self.handlers()  # for :meth:`handle`
+        self._table = self.handlers()  # what :meth:`run` serves and :meth:`handle` calls
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until the bus closes this subscription; started once subscribed."""
-        handlers = self.handlers()
-        subscription = self._bus.subscribe(*handlers, name=self._name, answers=True, inline=True)
+        subscription = self._bus.subscribe(*self._table, name=self._name, answers=True, inline=True)
         try:
-            await subscription.serve_by_type(handlers, task_status=task_status)
+            await subscription.serve_by_type(self._table, task_status=task_status)
         finally:
             self._bus.unsubscribe(subscription)
 
@@ -269,14 +265,12 @@ class LoopMonitor:
             self._folders[msg.run_id] = msg.folder
         if config.llm_check.enabled:
             # the check reads every reply: the run's state is made now, with its task
-            self._started[msg.run_id] = msg
-            self._new_run(msg.run_id)
+            self._new_run(msg.run_id, msg)
 
     def _run_finished(self, msg: RunFinished) -> None:
         self._runs.pop(msg.run_id, None)
         self._overrides.pop(msg.run_id, None)
         self._restored.pop(msg.run_id, None)
-        self._started.pop(msg.run_id, None)
         self._folders.pop(msg.run_id, None)
 
     # ------------------------------------------------------------------ internals
@@ -287,8 +281,9 @@ class LoopMonitor:
             config = self._config if isinstance(self._config, LoopConfig) else self._config(run_id)
         return config
 
-    def _new_run(self, run_id: str) -> _Run:
-        """The state of a run seen for the first time (its first call or delta)."""
+    def _new_run(self, run_id: str, started: RunStarted | None = None) -> _Run:
+        """The state of a run seen for the first time (its first call or delta; its start
+        when its config asks for the model-based check)."""
         config = self._config_of(run_id)
         detector = LoopDetector(config)
         restored = self._restored.pop(run_id, None)
@@ -299,7 +294,6 @@ class LoopMonitor:
                 logger.warning("run %s: loop state not restored (another config)", run_id)
                 detector.reset()
         state = self._runs[run_id] = _Run(detector)
-        started = self._started.pop(run_id, None)
         if started is not None:
             llm = config.llm_check
             state.check = _Check(

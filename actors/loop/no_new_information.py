@@ -13,23 +13,9 @@ from __future__ import annotations
 
 from actors.loop.config import NoNewInformationConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, Levels, by_level
+from actors.loop.verdicts import Hit, Levels, by_level
 
 __all__ = ["NoNewInformation"]
-
-
-def _message(level: Level, count: int) -> str:
-    opening = (
-        f"Your last {count} tool calls, with different arguments, all returned the same result."
-    )
-    return by_level(
-        level,
-        f"WARNING: {opening} Asking again in other words will not tell you anything new: "
-        "use what you have, try something that changes the state, or finish.",
-        f"CRITICAL: {opening} This call was not run: nothing new is coming back; act on "
-        "what you have or report the task as failed.",
-        f"Stopped: {count} tool calls in a row returned the same result (no new information).",
-    )
 
 
 class NoNewInformation(ToolDetector):
@@ -56,9 +42,18 @@ class NoNewInformation(ToolDetector):
         if count < self._levels.lowest or not self._mixed:
             return None
         level = self._levels.level(count)
-        return Hit(
-            "no_new_information", level, count, f"nonew:{self._result}", _message(level, count)
+        opening = (
+            f"Your last {count} tool calls, with different arguments, all returned the same result."
         )
+        message = by_level(
+            level,
+            f"WARNING: {opening} Asking again in other words will not tell you anything new: "
+            "use what you have, try something that changes the state, or finish.",
+            f"CRITICAL: {opening} This call was not run: nothing new is coming back; act on "
+            "what you have or report the task as failed.",
+            f"Stopped: {count} tool calls in a row returned the same result (no new information).",
+        )
+        return Hit("no_new_information", level, count, f"nonew:{self._result}", message)
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if not call.informative:

@@ -144,16 +144,10 @@ _LOWER_ALNUM: Final = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789")
 _REPLACEMENTS: Final = {kind: f"<{kind}>".encode() for kind in _KINDS}
 
 
-def _options() -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False
-    return options
-
-
 _ANCHOR: Final = getattr(re2, "_Anchor", None)
 _UNANCHORED: Final = None if _ANCHOR is None else _ANCHOR.UNANCHORED
-_TOKENS: Final = re2.compile(TOKEN_PATTERN.encode(), _options())
-_INNER: Final = re2.compile(_INNER_PATTERN.encode(), _options())
+_TOKENS: Final = compile_pattern("TOKEN_PATTERN", TOKEN_PATTERN.encode())
+_INNER: Final = compile_pattern("_INNER_PATTERN", _INNER_PATTERN.encode())
 assert _TOKENS.groups == len(_KINDS)
 assert _INNER.groups == len(_KINDS) - 1
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from actors.loop.config import PingPongConfig
 from actors.loop.history import CallRecord, ToolDetector, Window
-from actors.loop.verdicts import Hit, Level, by_level, level_for
+from actors.loop.verdicts import Hit, by_level, level_for
 
 __all__ = ["PingPong", "alternation"]
 
@@ -56,20 +56,6 @@ def alternation(window: Window, proposed: str) -> Alternation | None:
             no_progress = False
             break
     return Alternation(tail + 1, a, no_progress and len(results) == 2)
-
-
-def _message(level: Level, count: int) -> str:
-    return by_level(
-        level,
-        f"WARNING: You are alternating between repeated tool-call patterns ({count} "
-        "consecutive calls). This looks like a ping-pong loop; stop retrying and report "
-        "the task as failed.",
-        f"CRITICAL: You are alternating between repeated tool-call patterns ({count} "
-        "consecutive calls) with no progress. This appears to be a stuck ping-pong loop. "
-        "This call was not run: neither call changes anything, so stop alternating and "
-        "try a different approach or report the task as failed.",
-        f"Stopped: two calls alternated {count} times with no progress.",
-    )
 
 
 class _Refused(NamedTuple):
@@ -126,7 +112,18 @@ class PingPong(ToolDetector):
         if self._continue and level == "critical":
             newest = window.records[-1].call_id
             self._found = _Refused(call.fingerprint, found.paired, found.length, newest)
-        return Hit("ping_pong", level, found.length, key, _message(level, found.length))
+        message = by_level(
+            level,
+            f"WARNING: You are alternating between repeated tool-call patterns ({found.length} "
+            "consecutive calls). This looks like a ping-pong loop; stop retrying and report "
+            "the task as failed.",
+            f"CRITICAL: You are alternating between repeated tool-call patterns ({found.length} "
+            "consecutive calls) with no progress. This appears to be a stuck ping-pong loop. "
+            "This call was not run: neither call changes anything, so stop alternating and "
+            "try a different approach or report the task as failed.",
+            f"Stopped: two calls alternated {found.length} times with no progress.",
+        )
+        return Hit("ping_pong", level, found.length, key, message)
 
     def on_refused(self, call: CallRecord) -> None:
         found = self._found

@@ -8,22 +8,9 @@ from __future__ import annotations
 
 from actors.loop.config import PollConfig
 from actors.loop.history import CallRecord, ToolDetector, Window, result_streak
-from actors.loop.verdicts import Hit, Level, Levels, by_level
+from actors.loop.verdicts import Hit, Levels, by_level
 
 __all__ = ["PollNoProgress"]
-
-
-def _message(level: Level, tool: str, count: int) -> str:
-    return by_level(
-        level,
-        f"WARNING: You have called {tool} {count} times with identical arguments and no "
-        "progress. Stop polling and either (1) increase wait time between checks, or (2) "
-        "report the task as failed if the process is stuck.",
-        f"CRITICAL: Called {tool} with identical arguments and no progress {count} times. "
-        "This appears to be a stuck no-progress loop. This call was not run: stop polling "
-        "it, and report the task as failed if the process is stuck.",
-        f"Stopped: {tool} was polled {count} times with no progress.",
-    )
 
 
 class PollNoProgress(ToolDetector):
@@ -46,5 +33,15 @@ class PollNoProgress(ToolDetector):
         if count < self._levels.lowest:
             return None
         level = self._levels.level(count)
+        message = by_level(
+            level,
+            f"WARNING: You have called {call.tool} {count} times with identical arguments and no "
+            "progress. Stop polling and either (1) increase wait time between checks, or (2) "
+            "report the task as failed if the process is stuck.",
+            f"CRITICAL: Called {call.tool} with identical arguments and no progress {count} times. "
+            "This appears to be a stuck no-progress loop. This call was not run: stop polling "
+            "it, and report the task as failed if the process is stuck.",
+            f"Stopped: {call.tool} was polled {count} times with no progress.",
+        )
         key = f"noprogress:{call.tool}:{call.fingerprint}:{latest or 'none'}"
-        return Hit("poll_no_progress", level, count, key, _message(level, call.tool, count))
+        return Hit("poll_no_progress", level, count, key, message)

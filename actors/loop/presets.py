@@ -175,11 +175,7 @@ QWEN: Final = LoopConfig(
 )
 
 PRESETS: Final[dict[str, LoopConfig]] = {
-    "strict": STRICT,
-    "openclaw": OPENCLAW,
-    "openclaw-current": OPENCLAW_CURRENT,
-    "gemini": GEMINI,
-    "qwen": QWEN,
+    preset.name: preset for preset in (STRICT, OPENCLAW, OPENCLAW_CURRENT, GEMINI, QWEN)
 }
 
 OFF: Final = LoopConfig(

@@ -44,12 +44,10 @@ class ProgressTracker:
             seen[result] = None
             if len(seen) > MAX_REMEMBERED:
                 del seen[next(iter(seen))]
-        if before is None:
+        if before != result:
             last[fingerprint] = result
-            if len(last) > MAX_REMEMBERED:
+            if before is None and len(last) > MAX_REMEMBERED:
                 del last[next(iter(last))]
-        elif before != result:
-            last[fingerprint] = result
         return progress
 
     def state(self) -> dict[str, object]:

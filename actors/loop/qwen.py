@@ -32,13 +32,6 @@ _KINDS_MAX: Final = 1024
 """Tool names whose read-likeness is remembered per config."""
 
 
-def _overview_diff(args: str) -> bool:
-    tokens = args.split()
-    if "--" in tokens and tokens.index("--") < len(tokens) - 1:
-        return False  # a pathspec after --
-    return all(t.startswith("-") or t == "--" or _REVISION.match(t) for t in tokens)
-
-
 def is_git_overview(command: str) -> bool:
     """Every segment of the shell chain is ``git status``, ``git ls-files`` or a
     ``git diff`` with flags and revisions only (qwen-code's rule)."""
@@ -49,7 +42,12 @@ def is_git_overview(command: str) -> bool:
         match = _GIT.match(segment)
         if match is None:
             return False
-        if match.group(1).lower() == "diff" and not _overview_diff(segment[match.end() :]):
+        if match.group(1).lower() != "diff":
+            continue
+        tokens = segment[match.end() :].split()
+        if "--" in tokens[:-1]:
+            return False  # a pathspec after --
+        if not all(t.startswith("-") or _REVISION.match(t) for t in tokens):
             return False
     return True
 

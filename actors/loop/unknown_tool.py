@@ -38,18 +38,6 @@ def _message(level: Level, tool: str, count: int) -> str:
     )
 
 
-def _storm_message(level: Level, count: int) -> str:
-    return by_level(
-        level,
-        f"WARNING: {count} of your tool calls named tools that do not exist. Use only "
-        "the tools you were given (their names are in your tool list), or answer "
-        "without tools.",
-        f"CRITICAL: {count} of your tool calls named tools that do not exist. This call "
-        "was not run: use only the tools you were given, or answer without them.",
-        f"Stopped: the model called {count} tools that do not exist.",
-    )
-
-
 class UnknownTool(ToolDetector):
     """Keeps the tool name of the current unknown-tool streak and its length, and the
     run's unknown-tool results of any name (``storm_*``)."""
@@ -102,9 +90,17 @@ class UnknownTool(ToolDetector):
                 return Hit("unknown_tool", level, count, key, _message(level, call.tool, count))
         if storm == "none":
             return None
-        return Hit(
-            "unknown_tool", storm, self._total, STORM_KEY, _storm_message(storm, self._total)
+        total = self._total
+        message = by_level(
+            storm,
+            f"WARNING: {total} of your tool calls named tools that do not exist. Use only "
+            "the tools you were given (their names are in your tool list), or answer "
+            "without tools.",
+            f"CRITICAL: {total} of your tool calls named tools that do not exist. This call "
+            "was not run: use only the tools you were given, or answer without them.",
+            f"Stopped: the model called {total} tools that do not exist.",
         )
+        return Hit("unknown_tool", storm, total, STORM_KEY, message)
 
     def on_result(self, call: CallRecord, previous: str | None) -> None:
         if call.refused:
