@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -574,6 +577,38 @@ def test_a_restored_detector_decides_as_if_never_stopped(
     resumed.restore(first_half.snapshot())
     got += [step(resumed, i, r) for i, r in steps[cut:]]
     assert got == expected
+
+
+_NUDGED_SNAPSHOT = """
+from actors.loop import LoopDetector
+from actors.loop.presets import PRESETS
+
+detector = LoopDetector(PRESETS["strict"])
+for _ in range(12):
+    for call in (("read_file", '{"path": "a"}'), ("status", '{"id": "web"}'), ("ls", '{"p": 1}')):
+        decision = detector.propose(*call)
+        if decision.level in ("none", "warning"):
+            detector.record_result(decision.call_id, "same output text")
+print(detector.snapshot().decode())
+"""
+
+
+def test_a_snapshot_is_the_same_bytes_in_every_process() -> None:
+    """The nudged warning keys are kept in a set: a snapshot writes them sorted, so the
+    same state gives the same bytes whatever the process's string hashing."""
+    snapshots = {
+        subprocess.run(
+            [sys.executable, "-c", _NUDGED_SNAPSHOT],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        for seed in range(8)
+    }
+    assert len(snapshots) == 1
+    assert len(json.loads(snapshots.pop())["nudged"]) >= 2
 
 
 def test_a_snapshot_of_another_config_is_refused() -> None:

@@ -489,7 +489,7 @@ class LoopDetector:
     def snapshot(self) -> bytes:
         """This run's state (msgspec JSON): what :meth:`restore` needs to carry on as if
         the run had never stopped. Content tracking within a stream is not kept."""
-        pending, since, llm = self._pending, self._since_refusal, self._llm
+        pending, since, llm, nudged = self._pending, self._since_refusal, self._llm, self._nudged
         return encode_snapshot(
             LoopSnapshot(
                 config=self.config.name,
@@ -500,7 +500,7 @@ class LoopDetector:
                 last_results=dict(self._last_results) if self._last_results is not None else None,
                 states=[detector.state() for detector in self._detectors],
                 buckets=dict(self._buckets) if self._buckets is not None else None,
-                nudged=[list(key) for key in self._nudged] if self._nudged is not None else None,
+                nudged=[list(key) for key in sorted(nudged)] if nudged is not None else None,
                 strikes=self._strikes,
                 refusals=self._refusals,
                 since_refusal=since.state() if since is not None else None,
