@@ -302,3 +302,23 @@ def test_the_monitor_asks_again_once_then_ignores_the_check_with_a_notice() -> N
     feed(handlers, ModelReply(run_id="r", turn=-3, text=answer(0.97)))
     assert [m.kind for m in published.messages if isinstance(m, Nudge)] == ["loop.llm_check"]
     assert len([m for m in published.messages if isinstance(m, Notice)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"interval": 0}, "$.interval"),
+        ({"confidence": 5.0}, "$.confidence"),
+        ({"history": 10**9}, "$.history"),
+    ],
+)
+def test_a_config_built_in_python_is_held_to_the_same_ranges(
+    fields: dict[str, Any], where: str
+) -> None:
+    """The ranges are checked when a config is decoded; ``check_config`` holds a config
+    built in Python (the library's way) to them too."""
+    from actors.loop.config import LoopConfigError, check_config
+
+    with pytest.raises(LoopConfigError, match=rf"^llm_check: .* - at `\{where}`$"):
+        check_config(LoopConfig(llm_check=LlmCheckConfig(**fields)))
+    assert check_config(LoopConfig(llm_check=LlmCheckConfig())).llm_check == LlmCheckConfig()
