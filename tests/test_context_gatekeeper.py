@@ -474,3 +474,21 @@ async def measure_turn_cost(model: str, turns: int = 200, size: int = 7_000) -> 
 if __name__ == "__main__":  # python -m tests.test_context_gatekeeper
     for name in ("gpt-4o", "qwen2.5:7b"):
         anyio.run(measure_turn_cost, name)
+
+
+@pytest.mark.asyncio
+async def test_the_cut_bound_is_worked_out_again_after_a_window_is_reported() -> None:
+    """A reported window resets the bound under which results need no cut; the next turn
+    works it out again (for the same window too), so later turns keep the quick test."""
+    policy = ContextPolicy(window=50_000, safety_buffer=3_000, output_reserve=1_000)
+    async with gatekeeper(policy) as (bus, keeper):
+        with bus.open_inbox("r") as inbox:
+            run = Conductor(bus, inbox)
+            await run.start()
+            await run.full_turn(100)
+            assert await run.full_turn(100) == []
+            bound = keeper._runs["r"].cut_chars
+            assert bound > 100  # the results need no cut, by one comparison
+            keeper._window_reported(run.model, 50_000)  # a server's probe, the same window
+            assert await run.full_turn(100) == []
+            assert keeper._runs["r"].cut_chars == bound

@@ -251,7 +251,7 @@ class ContextGatekeeper:
     def _window_reported(self, model: str, window: int) -> None:
         for run in self._runs.values():
             if run.model == model and not run.policy.window_configured:
-                run.window, run.cut_chars = window, -1
+                run.window, run.cut_chars, run.cut_window = window, -1, 0
 
     def _finished(self, msg: RunFinished) -> None:
         self._runs.pop(msg.run_id, None)
@@ -565,7 +565,7 @@ class ContextGatekeeper:
         found = _WINDOW_IN_MESSAGE.search(msg.message)
         if found is not None:
             run.window = min(run.window, int(found[1].replace(",", "")))
-            run.cut_chars = -1
+            run.cut_chars, run.cut_window = -1, 0  # worked out again at the next turn
         if run.recovery_turn != msg.turn:
             run.recovery_turn, run.tried, run.done = msg.turn, (), ()
         policy = run.policy
