@@ -63,7 +63,7 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
         replies = [*tool.results, *(r for case in tool.cases for r in case.results)]
         if any(not isinstance(r, str) and not 0 <= r.size <= MAX_RESULT_SIZE for r in replies):
             yield f"{at}.results", f"size must be between 0 and {MAX_RESULT_SIZE:,}"
-        yield from _negatives(at, tool, ("delay_seconds",))
+        yield from _out_of_range(at, tool, ("delay_seconds",))
     yield from _check_track("steps", scenario.steps)
     for name, steps in scenario.tracks.items():
         if name == MAIN_TRACK or not _NAME.match(name):
@@ -109,7 +109,7 @@ def check_scenario(scenario: Scenario) -> Iterator[Problem]:
             yield from _check_expect(f"{at}.expect", run.expect)
 
 
-def _negatives(at: str, spec: object, keys: tuple[str, ...]) -> Iterator[Problem]:
+def _out_of_range(at: str, spec: object, keys: tuple[str, ...]) -> Iterator[Problem]:
     """``must not be negative`` for each of ``keys`` set to a negative number, ``must be
     finite`` for one set to ``inf`` or ``nan`` (TOML has both)."""
     for key in keys:
@@ -129,7 +129,7 @@ def _check_track(at: str, steps: tuple[Step, ...]) -> Iterator[Problem]:
 
 
 def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
-    yield from _negatives(
+    yield from _out_of_range(
         at, step, ("text_tokens", "latency", "chunk_latency", "keep_alive", "require_images")
     )
     if step.chunk_size < 1:
@@ -154,7 +154,7 @@ def _check_step(at: str, step: Step, *, last: bool) -> Iterator[Problem]:
         if call.arguments and call.raw_arguments is not None:
             yield f"{at}.tool_calls[{j}]", "set arguments or raw_arguments, not both"
     if step.usage is not None:
-        yield from _negatives(f"{at}.usage", step.usage, ("prompt_tokens", "completion_tokens"))
+        yield from _out_of_range(f"{at}.usage", step.usage, ("prompt_tokens", "completion_tokens"))
     for j, fault in enumerate(step.faults):
         yield from _check_fault(f"{at}.faults[{j}]", fault, last=j == len(step.faults) - 1)
 
@@ -164,7 +164,7 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
         yield f"{at}.times", "must be at least 1"
     if fault.forever and not last:
         yield f"{at}.forever", "only the last fault of a step can be forever"
-    yield from _negatives(at, fault, ("after_chunks", "retry_after", "retry_after_ms"))
+    yield from _out_of_range(at, fault, ("after_chunks", "retry_after", "retry_after_ms"))
     status = fault.status
     if fault.kind == "status" and status is None:
         yield f"{at}.status", "missing required key for kind 'status'"
@@ -179,7 +179,7 @@ def _check_fault(at: str, fault: Fault, *, last: bool) -> Iterator[Problem]:
 def _check_expect(at: str, expect: Expect) -> Iterator[Problem]:
     if expect.cause is not None and not is_known_cause(expect.cause):
         yield f"{at}.cause", f"unknown cause {expect.cause!r}"
-    yield from _negatives(
+    yield from _out_of_range(
         at, expect, ("turns", "llm_requests", "tool_calls", "max_llm_requests", "nudges")
     )
     for i, call in enumerate(expect.calls):
