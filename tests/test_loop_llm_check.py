@@ -319,8 +319,6 @@ def test_a_config_built_in_python_is_held_to_the_same_ranges(
     built in Python (the library's way) to them too."""
     from actors.loop.config import LoopConfigError, check_config
 
-    with pytest.raises(LoopConfigError, match=rf" - at `\$\.llm_check\{where[1:]}`$"):
+    with pytest.raises(LoopConfigError, match=rf"^llm_check: .* - at `\{where}`$"):
         check_config(LoopConfig(llm_check=LlmCheckConfig(**fields)))
     assert check_config(LoopConfig(llm_check=LlmCheckConfig())).llm_check == LlmCheckConfig()
-    with pytest.raises(LoopConfigError, match=r" - at `\$\.history_size`$"):  # any section
-        check_config(LoopConfig(history_size=10**9))

@@ -529,6 +529,10 @@ def check_config(config: LoopConfig, *, notes: list[str] | None = None) -> LoopC
     if config.strikes is not None:
         _positive("strikes.stop_at", config.strikes.stop_at)
     llm = config.llm_check
+    try:  # its ranges: msgspec checks them when decoding, which a config built in Python skips
+        msgspec.convert(msgspec.structs.asdict(llm), LlmCheckConfig)
+    except msgspec.ValidationError as exc:
+        raise LoopConfigError(f"llm_check: {exc}") from None
     if llm.max_interval < llm.min_interval:
         raise LoopConfigError("llm_check.max_interval: must be at least llm_check.min_interval")
     if len(config.result_patterns) > PATTERNS_MAX:
@@ -539,10 +543,6 @@ def check_config(config: LoopConfig, *, notes: list[str] | None = None) -> LoopC
                 f"result_patterns.{index}.pattern: at most {PATTERN_CHARS_MAX} characters"
             )
         compile_pattern(f"result_patterns.{index}.pattern", item.pattern)
-    try:  # every declared range: checked when decoding, which a config built in Python skips
-        msgspec.convert(msgspec.to_builtins(config), LoopConfig)
-    except msgspec.ValidationError as exc:
-        raise LoopConfigError(str(exc)) from None
     return msgspec.structs.replace(config, **replaced) if replaced else config
 
 
